@@ -1,0 +1,6 @@
+//go:build tools
+
+// Package tools pins the upstream command this directory builds; it is never compiled.
+package tools
+
+import _ "go.etcd.io/etcd/server/v3"

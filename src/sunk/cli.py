@@ -1,0 +1,104 @@
+"""The `sunk` command: `sunk dev up|down|status|env` and `sunk demo`."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Sequence
+
+from sunk.devcluster import ClusterSpec, DevCluster, DevClusterError
+from sunk.devcluster.cluster import Status
+
+
+def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    dev = sub.add_parser("dev", help="the local real cluster for the demo and the tests")
+    dev_sub = dev.add_subparsers(dest="dev_command", required=True)
+    up = dev_sub.add_parser("up", help="start etcd, kube-apiserver, kwok and Slurm on 127.0.0.1")
+    up.add_argument("--nodes", type=int, default=4, help="Slurm nodes / Kubernetes Nodes (4)")
+    up.add_argument(
+        "--accounting", action="store_true", help="also run MariaDB + slurmdbd (QoS, accounts)"
+    )
+    up.add_argument("--kill-wait", type=int, default=30, help="Slurm KillWait in seconds (30)")
+    up.add_argument(
+        "--preempt-mode", default="CANCEL", choices=["CANCEL", "REQUEUE", "OFF"], help="(CANCEL)"
+    )
+    dev_sub.add_parser("down", help="stop every process of the dev cluster and wipe its state")
+    dev_sub.add_parser("status", help="show what runs and whether it answers")
+    dev_sub.add_parser("env", help="print `export` lines for kubectl, Slurm's CLI and sunk")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="sunk", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    _add_dev(sub)
+    sub.add_parser("demo", help="bring the dev cluster up (if needed) and show it working")
+    return parser
+
+
+def print_status(cluster: DevCluster, status: Status) -> None:
+    if not status.running:
+        print(f"no dev cluster is running (state dir {cluster.layout.root})")
+        return
+    spec = status.spec
+    assert spec is not None
+    print(
+        f"dev cluster under {cluster.layout.root}: {spec.nodes} nodes, "
+        f"accounting {'on' if spec.accounting else 'off'}, KillWait {spec.kill_wait}s"
+    )
+    slurmds = [name for name in status.processes if name.startswith("slurmd-")]
+    alive_slurmds = sum(status.processes[name] for name in slurmds)
+    for name, alive in status.processes.items():
+        if not name.startswith("slurmd-"):
+            print(f"  {name:<24} {'running' if alive else 'STOPPED'}")
+    print(f"  {'slurmd':<24} {alive_slurmds}/{len(slurmds)} running")
+    print(f"  Kubernetes Nodes Ready   {status.ready_nodes}/{spec.nodes}")
+    print(f"  Slurm nodes idle         {status.idle_slurm_nodes}/{spec.nodes}")
+    print(f"  slurmrestd               {'answers' if status.rest_ok else 'NOT ANSWERING'}")
+    print(f"  API server               {cluster.layout.apiserver_url}")
+    print(f"  Slurm REST               {cluster.layout.rest_url}")
+    print('  use it:                  eval "$(sunk dev env)"')
+
+
+def run_dev(args: argparse.Namespace) -> int:
+    cluster = DevCluster()
+    if args.dev_command == "up":
+        spec = ClusterSpec(args.nodes, args.accounting, args.kill_wait, args.preempt_mode)
+        seconds = cluster.up(spec)
+        print(f"dev cluster up in {seconds:.1f} s")
+        print_status(cluster, cluster.status())
+    elif args.dev_command == "down":
+        stopped = cluster.down()
+        print(f"stopped {len(stopped)} processes" if stopped else "nothing was running")
+    elif args.dev_command == "status":
+        status = cluster.status()
+        print_status(cluster, status)
+        return 0 if status.running else 1
+    elif args.dev_command == "env":
+        cluster.require_running()
+        sys.stdout.write(cluster.env_text())
+    return 0
+
+
+def run_demo() -> int:
+    from sunk.demo import demo
+
+    return demo(DevCluster())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "dev":
+            return run_dev(args)
+        if args.command == "demo":
+            return run_demo()
+    except DevClusterError as err:
+        print(f"sunk: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

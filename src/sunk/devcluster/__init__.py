@@ -1,0 +1,12 @@
+"""The local real cluster used by the demo and the tests.
+
+It runs a real etcd + kube-apiserver (+ the namespace/serviceaccount controllers), kwok
+playing the kubelets, and a real Slurm (munged, slurmctld, one slurmd per node, slurmrestd
+with JWT auth, optionally slurmdbd + MariaDB), all on 127.0.0.1.
+"""
+
+from sunk.devcluster.cluster import ClusterSpec, DevCluster
+from sunk.devcluster.errors import DevClusterError
+from sunk.devcluster.layout import Layout
+
+__all__ = ["ClusterSpec", "DevCluster", "DevClusterError", "Layout"]

@@ -1,0 +1,168 @@
+"""Bring the whole dev cluster up, down, and report on it."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from sunk.devcluster import kubecluster, prereqs, procs, slurmcluster, topology
+from sunk.devcluster.errors import DevClusterError
+from sunk.devcluster.kubeapi import AdminKube
+from sunk.devcluster.layout import Layout
+
+# Stop order: Slurm's job processes first, the API server's clients before the API server.
+STOP_ORDER = (
+    "slurmrestd",
+    "slurmd-*",
+    "slurmctld",
+    "slurmdbd",
+    "mariadbd",
+    "munged",
+    "kwok",
+    "kube-controller-manager",
+    "kube-apiserver",
+    "etcd",
+)
+
+
+@dataclass(frozen=True)
+class ClusterSpec:
+    nodes: int = 4
+    accounting: bool = False
+    kill_wait: int = 30
+    preempt_mode: str = "CANCEL"
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.nodes <= 1000:
+            raise DevClusterError(f"--nodes must be between 1 and 1000, not {self.nodes}")
+        if not 5 < self.kill_wait <= 600:
+            raise DevClusterError(f"--kill-wait must be between 6 and 600 s, not {self.kill_wait}")
+
+
+@dataclass
+class Status:
+    running: bool
+    spec: ClusterSpec | None
+    processes: dict[str, bool] = field(default_factory=dict)
+    ready_nodes: int = 0
+    idle_slurm_nodes: int = 0
+    rest_ok: bool = False
+
+
+class DevCluster:
+    def __init__(self, layout: Layout | None = None) -> None:
+        self.layout = layout or Layout.default()
+
+    # -- state ---------------------------------------------------------------------------
+    def spec(self) -> ClusterSpec | None:
+        try:
+            return ClusterSpec(**json.loads(self.layout.state_file.read_text()))
+        except (OSError, ValueError, TypeError):
+            return None
+
+    def alive(self) -> list[procs.Tracked]:
+        return [p for p in procs.tracked(self.layout.pids) if p.alive()]
+
+    def is_running(self) -> bool:
+        return bool(self.alive())
+
+    # -- up ------------------------------------------------------------------------------
+    def up(self, spec: ClusterSpec) -> float:
+        """Start everything; on any failure stop what was started. Returns seconds taken."""
+        started = time.monotonic()
+        layout = self.layout
+        if self.is_running():
+            raise DevClusterError(
+                f"a dev cluster is already running under {layout.root}: use it as it is "
+                "(`sunk dev status`) or stop it first with `sunk dev down`"
+            )
+        self._wipe()
+        setup_log = layout.logs / "setup.log"
+        prereqs.check_ports_free(layout, spec.nodes, spec.accounting)
+        prereqs.ensure_debian_packages(spec.accounting, setup_log)
+        tools = prereqs.ensure_go_tools(setup_log)
+        nodes = topology.plan(spec.nodes)
+        layout.state_file.write_text(json.dumps(asdict(spec)))
+        try:
+            kubecluster.start(layout, tools)
+            slurmcluster.start(
+                slurmcluster.SlurmSpec(nodes, spec.kill_wait, spec.accounting, spec.preempt_mode),
+                layout,
+            )
+            kubecluster.populate(layout, nodes)
+            layout.env_file.write_text(self.env_text())
+        except BaseException:
+            self.down()
+            raise
+        return time.monotonic() - started
+
+    def _wipe(self) -> None:
+        """A fresh cluster every time: old state would resurrect jobs and objects."""
+        if self.layout.root.exists():
+            shutil.rmtree(self.layout.root)
+        for sub in (self.layout.pids, self.layout.logs):
+            sub.mkdir(parents=True, exist_ok=True)
+
+    # -- down ----------------------------------------------------------------------------
+    def down(self) -> list[str]:
+        """Stop every recorded process in a safe order; returns the names stopped."""
+        pid_dir = self.layout.pids
+        running = {p.name: p for p in procs.tracked(pid_dir)}
+        if "slurmctld" in running and running["slurmctld"].alive():
+            try:
+                slurmcluster.cancel_all_jobs(self.layout)
+            except Exception:
+                pass
+        stopped = []
+        for pattern in STOP_ORDER:
+            group = [p for name, p in running.items() if Path(name).match(pattern)]
+            if group:
+                procs.stop_many(group, pid_dir, timeout=20)
+                stopped += [p.name for p in group]
+        return stopped
+
+    # -- status and env ------------------------------------------------------------------
+    def status(self) -> Status:
+        tracked = procs.tracked(self.layout.pids)
+        status = Status(running=any(p.alive() for p in tracked), spec=self.spec())
+        status.processes = {p.name: p.alive() for p in tracked}
+        if not status.running:
+            return status
+        try:
+            admin = AdminKube(self.layout)
+            try:
+                status.ready_nodes = len(admin.ready_nodes())
+            finally:
+                admin.close()
+        except Exception:
+            pass
+        try:
+            out = slurmcluster.run_cli(self.layout, "sinfo", "-h", "-N", "-t", "idle", "-o", "%N")
+            status.idle_slurm_nodes = len(set(out.split()))
+            status.rest_ok = slurmcluster.rest_ping(self.layout)
+        except Exception:
+            pass
+        return status
+
+    def env(self) -> dict[str, str]:
+        layout = self.layout
+        return {
+            "KUBECONFIG": str(layout.kubeconfig),
+            "SLURM_CONF": str(layout.slurm_conf),
+            "SUNK_SLURM_API_BASE": layout.rest_url,
+            "SUNK_SLURM_AUTH_TOKEN_FILE": str(layout.slurm_token),
+            "SUNK_SLURM_USER": "root",
+            "SUNK_SLURM_KILL_WAIT": f"{(self.spec() or ClusterSpec()).kill_wait}s",
+        }
+
+    def env_text(self) -> str:
+        return "".join(f"export {key}={value}\n" for key, value in self.env().items())
+
+    def require_running(self) -> ClusterSpec:
+        spec = self.spec()
+        if not self.is_running() or spec is None:
+            raise DevClusterError("no dev cluster is running: start one with `sunk dev up`")
+        return spec

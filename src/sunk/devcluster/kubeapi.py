@@ -1,0 +1,86 @@
+"""A small synchronous admin client for the dev API server.
+
+The dev cluster and the tests use it to create Nodes, Pods and namespaces and to read back
+what the scheduler did. The scheduler itself uses its own async client (sunk.kube); the
+tests deliberately check the server's state through this independent path.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+
+from sunk.devcluster.layout import Layout
+
+Json = dict[str, Any]
+
+
+class KubeError(Exception):
+    def __init__(self, status: int, body: str) -> None:
+        super().__init__(f"HTTP {status}: {body[:300]}")
+        self.status = status
+
+
+class AdminKube:
+    def __init__(self, layout: Layout, *, token: str | None = None) -> None:
+        """Admin identity by client certificate; pass `token` to act as someone else."""
+        kube = layout.kube
+        auth: dict[str, Any] = {}
+        if token is None:
+            auth["cert"] = (str(kube / "admin.crt"), str(kube / "admin.key"))
+        else:
+            auth["headers"] = {"Authorization": f"Bearer {token}"}
+        self.http = httpx.Client(
+            base_url=layout.apiserver_url, verify=str(kube / "ca.crt"), timeout=30, **auth
+        )
+
+    def close(self) -> None:
+        self.http.close()
+
+    def request(self, method: str, path: str, body: Json | None = None, **params: Any) -> Json:
+        headers = {}
+        if method == "PATCH":
+            headers["Content-Type"] = "application/merge-patch+json"
+        resp = self.http.request(method, path, json=body, params=params or None, headers=headers)
+        if resp.status_code >= 300:
+            raise KubeError(resp.status_code, resp.text)
+        result: Json = resp.json() if resp.content else {}
+        return result
+
+    def get(self, path: str, **params: Any) -> Json:
+        return self.request("GET", path, **params)
+
+    def find(self, path: str) -> Json | None:
+        """GET that returns None instead of raising on 404."""
+        try:
+            return self.get(path)
+        except KubeError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def create(self, path: str, body: Json) -> Json:
+        return self.request("POST", path, body)
+
+    def patch(self, path: str, body: Json) -> Json:
+        return self.request("PATCH", path, body)
+
+    def delete(self, path: str, **params: Any) -> Json | None:
+        try:
+            return self.request("DELETE", path, **params)
+        except KubeError as err:
+            if err.status == 404:
+                return None
+            raise
+
+    def ready(self) -> bool:
+        return self.http.get("/readyz").status_code == 200
+
+    def ready_nodes(self) -> list[str]:
+        ready = []
+        for node in self.get("/api/v1/nodes")["items"]:
+            conditions = node.get("status", {}).get("conditions", [])
+            if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
+                ready.append(node["metadata"]["name"])
+        return ready

@@ -1,0 +1,249 @@
+"""The Kubernetes half of the dev cluster: etcd, kube-apiserver, the controllers that a
+namespace lifecycle needs, kwok as the kubelets, and the Nodes and slurmd Pods."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+from importlib import resources
+from pathlib import Path
+
+import httpx
+import yaml
+
+from sunk.devcluster import procs, topology
+from sunk.devcluster.kubeapi import AdminKube, KubeError
+from sunk.devcluster.layout import HOST, Layout
+from sunk.devcluster.pki import make_pki
+
+SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+
+
+def write_kubeconfig(layout: Layout) -> None:
+    kube = layout.kube
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [
+            {
+                "name": "sunk-dev",
+                "cluster": {
+                    "server": layout.apiserver_url,
+                    "certificate-authority": str(kube / "ca.crt"),
+                },
+            }
+        ],
+        "users": [
+            {
+                "name": "sunk-dev-admin",
+                "user": {
+                    "client-certificate": str(kube / "admin.crt"),
+                    "client-key": str(kube / "admin.key"),
+                },
+            }
+        ],
+        "contexts": [
+            {"name": "sunk-dev", "context": {"cluster": "sunk-dev", "user": "sunk-dev-admin"}}
+        ],
+        "current-context": "sunk-dev",
+    }
+    layout.kubeconfig.write_text(yaml.safe_dump(config))
+    layout.kubeconfig.chmod(0o600)
+
+
+def start(layout: Layout, tools: dict[str, Path]) -> None:
+    """Start etcd, kube-apiserver, kube-controller-manager and kwok; return when ready."""
+    ports, kube = layout.ports, layout.kube
+    make_pki(kube)
+    write_kubeconfig(layout)
+    dirs = (layout.pids, layout.logs)
+
+    etcd_url = f"http://{HOST}:{ports.etcd_client}"
+    peer_url = f"http://{HOST}:{ports.etcd_peer}"
+    etcd = procs.spawn(
+        "etcd",
+        [
+            str(tools["etcd"]),
+            "--name=sunk-dev",
+            f"--data-dir={layout.root / 'etcd'}",
+            f"--listen-client-urls={etcd_url}",
+            f"--advertise-client-urls={etcd_url}",
+            f"--listen-peer-urls={peer_url}",
+            f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=sunk-dev={peer_url}",
+            "--unsafe-no-fsync",
+            "--quota-backend-bytes=4294967296",
+            "--log-level=warn",
+        ],
+        *dirs,
+    )
+    procs.wait_until(
+        lambda: httpx.get(f"{etcd_url}/health", timeout=2).json()["health"] == "true",
+        timeout=30,
+        what="etcd to become healthy",
+        watch=[etcd],
+        log_dir=layout.logs,
+    )
+
+    apiserver = procs.spawn(
+        "kube-apiserver",
+        [
+            str(tools["kube-apiserver"]),
+            f"--etcd-servers={etcd_url}",
+            f"--bind-address={HOST}",
+            f"--advertise-address={HOST}",
+            f"--secure-port={ports.apiserver}",
+            f"--tls-cert-file={kube / 'apiserver.crt'}",
+            f"--tls-private-key-file={kube / 'apiserver.key'}",
+            f"--client-ca-file={kube / 'ca.crt'}",
+            f"--service-account-issuer={SA_ISSUER}",
+            f"--service-account-key-file={kube / 'sa.pub'}",
+            f"--service-account-signing-key-file={kube / 'sa.key'}",
+            "--service-cluster-ip-range=10.96.0.0/16",
+            "--authorization-mode=RBAC",
+            "--allow-privileged=true",
+            "--profiling=false",
+            "--v=1",
+        ],
+        *dirs,
+    )
+    admin = AdminKube(layout)
+    try:
+        procs.wait_until(
+            admin.ready,
+            timeout=90,
+            interval=0.25,
+            what="kube-apiserver to become ready",
+            watch=[apiserver],
+            log_dir=layout.logs,
+        )
+    finally:
+        admin.close()
+
+    procs.spawn(
+        "kube-controller-manager",
+        [
+            str(tools["kube-controller-manager"]),
+            f"--kubeconfig={layout.kubeconfig}",
+            "--controllers=namespace,serviceaccount,garbagecollector",
+            "--leader-elect=false",
+            f"--bind-address={HOST}",
+            "--secure-port=0",
+            f"--root-ca-file={kube / 'ca.crt'}",
+            "--v=1",
+        ],
+        *dirs,
+    )
+    stages = layout.kube / "kwok-stages.yaml"
+    stages.write_text(resources.files("sunk.devcluster").joinpath("kwok-stages.yaml").read_text())
+    procs.spawn(
+        "kwok",
+        [
+            str(tools["kwok"]),
+            f"--kubeconfig={layout.kubeconfig}",
+            f"--config={stages}",
+            "--manage-all-nodes=false",
+            f"--manage-nodes-with-label-selector={topology.KWOK_NODE_LABEL}=true",
+            "--cidr=10.128.0.0/9",
+            f"--node-ip={HOST}",
+        ],
+        *dirs,
+    )
+
+
+def node_manifest(node: topology.NodePlan) -> dict[str, object]:
+    capacity = {
+        "cpu": str(topology.CPUS_PER_NODE),
+        "memory": f"{topology.MEMORY_MIB_PER_NODE}Mi",
+        "nvidia.com/gpu": str(topology.GPUS_PER_NODE),
+        "pods": "110",
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {
+            "name": node.node,
+            "labels": {
+                "kubernetes.io/hostname": node.node,
+                "kubernetes.io/os": "linux",
+                "kubernetes.io/arch": "amd64",
+                "gpu.nvidia.com/class": node.gpu_class,
+                "gpu.nvidia.com/model": node.gpu_class,
+                "topology.kubernetes.io/zone": node.zone,
+                topology.KWOK_NODE_LABEL: "true",
+            },
+            "annotations": {"kwok.x-k8s.io/node": "fake"},
+        },
+        "status": {"capacity": capacity, "allocatable": capacity},
+    }
+
+
+def slurmd_pod_manifest(node: topology.NodePlan) -> dict[str, object]:
+    """The stand-in for a SUNK slurmd Pod: bound to its Node from the start."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": f"slurmd-{node.slurm_node}",
+            "namespace": topology.SLURMD_NAMESPACE,
+            "labels": {
+                "app.kubernetes.io/name": "slurmd",
+                topology.SLURM_NODE_LABEL: node.slurm_node,
+            },
+        },
+        "spec": {
+            "nodeName": node.node,
+            "hostname": node.slurm_node,
+            "automountServiceAccountToken": False,
+            "terminationGracePeriodSeconds": 1,
+            "containers": [
+                {
+                    "name": "slurmd",
+                    "image": "sunk.dev/slurmd:22.05",
+                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                }
+            ],
+        },
+    }
+
+
+def populate(layout: Layout, nodes: list[topology.NodePlan]) -> None:
+    """Create the Nodes and slurmd Pods, then wait until kwok reports them Ready/Running."""
+    admin = AdminKube(layout)
+    try:
+        _create(admin, "/api/v1/namespaces", {"metadata": {"name": topology.SLURMD_NAMESPACE}})
+        pods_path = f"/api/v1/namespaces/{topology.SLURMD_NAMESPACE}/pods"
+        with ThreadPoolExecutor(max_workers=8) as pool:
+            list(pool.map(lambda n: _create(admin, "/api/v1/nodes", node_manifest(n)), nodes))
+            list(pool.map(lambda n: _create(admin, pods_path, slurmd_pod_manifest(n)), nodes))
+        kwok = procs.load(layout.pids, "kwok")
+        procs.wait_until(
+            lambda: len(admin.ready_nodes()) >= len(nodes),
+            timeout=60 + len(nodes) / 4,
+            interval=0.25,
+            what=f"{len(nodes)} Nodes to become Ready under kwok",
+            watch=[kwok] if kwok else [],
+            log_dir=layout.logs,
+        )
+        procs.wait_until(
+            lambda: _running_pods(admin, pods_path) >= len(nodes),
+            timeout=60 + len(nodes) / 4,
+            interval=0.25,
+            what="the slurmd Pods to run",
+            watch=[kwok] if kwok else [],
+            log_dir=layout.logs,
+        )
+    finally:
+        admin.close()
+
+
+def _running_pods(admin: AdminKube, path: str) -> int:
+    pods = admin.get(path)["items"]
+    return sum(1 for p in pods if p.get("status", {}).get("phase") == "Running")
+
+
+def _create(admin: AdminKube, path: str, body: dict[str, object]) -> None:
+    try:
+        admin.create(path, body)
+    except KubeError as err:
+        if err.status != 409:
+            raise

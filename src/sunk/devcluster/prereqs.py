@@ -1,0 +1,129 @@
+"""Checks and installs what the dev cluster needs, failing with one actionable sentence."""
+
+from __future__ import annotations
+
+import glob
+import os
+import shutil
+import socket
+import subprocess
+from pathlib import Path
+
+from sunk.devcluster.errors import DevClusterError
+from sunk.devcluster.layout import HOST, Layout, cache_dir
+
+SLURM_PACKAGES = (
+    "munge",
+    "slurmctld",
+    "slurmd",
+    "slurmrestd",
+    "slurm-client",
+    "slurm-wlm-jwt-plugin",
+)
+ACCOUNTING_PACKAGES = ("slurmdbd", "mariadb-server", "mariadb-client")
+SLURM_COMMANDS = ("munged", "mungekey", "slurmctld", "slurmd", "slurmrestd", "scontrol", "sbatch")
+ACCOUNTING_COMMANDS = ("slurmdbd", "mariadbd", "mariadb-install-db", "sacctmgr")
+CLUSTER_TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "kwok")
+
+
+def repo_root() -> Path | None:
+    """The checkout this package was installed from in editable mode, if any."""
+    root = Path(__file__).resolve().parents[3]
+    return root if (root / "hack" / "build-tools.sh").exists() else None
+
+
+def check_ports_free(layout: Layout, nodes: int, accounting: bool) -> None:
+    wanted = layout.ports.fixed(accounting)
+    wanted |= {f"slurmd {i}": layout.ports.slurmd(i) for i in range(1, nodes + 1)}
+    for owner, port in wanted.items():
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            try:
+                sock.bind((HOST, port))
+            except OSError:
+                raise DevClusterError(
+                    f"port {port} on {HOST}, needed by {owner}, is already in use: stop the "
+                    f"program holding it (`ss -ltnp 'sport = :{port}'` shows which) and try again"
+                ) from None
+
+
+def _missing_slurm(accounting: bool) -> list[str]:
+    commands = SLURM_COMMANDS + (ACCOUNTING_COMMANDS if accounting else ())
+    missing = [cmd for cmd in commands if shutil.which(cmd) is None]
+    if not glob.glob("/usr/lib/*/slurm-wlm/auth_jwt.so"):
+        missing.append("auth_jwt.so")
+    return missing
+
+
+def ensure_debian_packages(accounting: bool, log: Path) -> None:
+    """Install Slurm (and MariaDB) from Debian's packages when something is missing."""
+    if not _missing_slurm(accounting):
+        _undo_emulator_alternatives()
+        return
+    packages = SLURM_PACKAGES + (ACCOUNTING_PACKAGES if accounting else ())
+    if shutil.which("apt-get") is None:
+        raise DevClusterError(
+            "Slurm is not installed and apt-get is not available: install "
+            f"{' '.join(packages)} with your package manager (Debian 12 is what we test on)"
+        )
+    if os.geteuid() != 0:
+        raise DevClusterError(
+            f"Slurm is not installed and installing it needs root: run `sudo apt-get install "
+            f"{' '.join(packages)}` once, or run this command as root"
+        )
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as out:
+        for argv in (
+            ["apt-get", "update", "-q"],
+            ["apt-get", "install", "-y", "-q", "--no-install-recommends", *packages],
+        ):
+            if subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT).returncode:
+                raise DevClusterError(
+                    f"`{' '.join(argv[:2])}` failed while installing Slurm's Debian packages: "
+                    f"see {log} and check that the Debian mirror is reachable"
+                )
+    _undo_emulator_alternatives()
+    still = _missing_slurm(accounting)
+    if still:
+        raise DevClusterError(f"after installing Slurm these are still missing: {', '.join(still)}")
+
+
+def _undo_emulator_alternatives() -> None:
+    """slurm-wlm-emulator, if present, points slurmctld/slurmd at a broken build; undo that."""
+    for daemon in ("slurmctld", "slurmd"):
+        real = Path(f"/usr/sbin/{daemon}-wlm")
+        current = Path(f"/usr/sbin/{daemon}")
+        if real.exists() and current.resolve() != real:
+            subprocess.run(["update-alternatives", "--set", daemon, str(real)], capture_output=True)
+
+
+def ensure_go_tools(log: Path, tools: tuple[str, ...] = CLUSTER_TOOLS) -> dict[str, Path]:
+    """Build the upstream tools from their pinned Go modules unless already cached."""
+    bin_dir = cache_dir() / "bin"
+    root = repo_root()
+    if shutil.which("go") and root is not None:
+        log.parent.mkdir(parents=True, exist_ok=True)
+        with open(log, "ab") as out:
+            done = subprocess.run(
+                [str(root / "hack" / "build-tools.sh"), *tools],
+                stdout=out,
+                stderr=subprocess.STDOUT,
+            )
+        if done.returncode:
+            raise DevClusterError(
+                f"building the Kubernetes tools from their Go modules failed: see {log}"
+            )
+    paths = {tool: bin_dir / tool for tool in tools}
+    missing = [tool for tool, path in paths.items() if not os.access(path, os.X_OK)]
+    if missing:
+        if shutil.which("go") is None:
+            raise DevClusterError(
+                f"{', '.join(missing)} must be built from Go modules but Go is not installed: "
+                "install Go 1.24 or newer and run this again"
+            )
+        raise DevClusterError(
+            f"{', '.join(missing)} are missing from {bin_dir}: run `hack/build-tools.sh` "
+            "from a checkout of the sunk repository"
+        )
+    return paths

@@ -1,0 +1,51 @@
+"""The shape of the dev cluster: which Slurm node lives on which Kubernetes Node.
+
+Slurm node names and Node names deliberately differ (`sn-001` vs `node-004`) and the
+mapping is reversed, so nothing can place a Pod by guessing one name from the other: the
+only link is the slurmd Pod bound to the Node, as in a production SUNK deployment.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+CPUS_PER_NODE = 8
+MEMORY_MIB_PER_NODE = 16000
+GPUS_PER_NODE = 4
+GPU_CLASSES = ("A100_PCIE_80GB", "H100_NVLINK_80GB")
+ZONES = ("zone-a", "zone-b")
+
+SLURMD_NAMESPACE = "slurm"
+SLURM_NODE_LABEL = "sunk.coreweave.com/slurm-node"
+KWOK_NODE_LABEL = "sunk.dev/kwok"
+
+
+@dataclass(frozen=True)
+class NodePlan:
+    index: int
+    node: str
+    slurm_node: str
+    gpu_class: str
+    zone: str
+
+    @property
+    def slurm_features(self) -> list[str]:
+        """Slurm features mirror the Node's labels so constraints and affinity agree."""
+        return [self.gpu_class.split("_")[0].lower(), self.zone.replace("-", "_")]
+
+
+def plan(count: int) -> list[NodePlan]:
+    width = max(3, len(str(count)))
+    nodes = []
+    for i in range(1, count + 1):
+        host = count + 1 - i  # reversed on purpose, see the module docstring
+        nodes.append(
+            NodePlan(
+                index=i,
+                node=f"node-{host:0{width}d}",
+                slurm_node=f"sn-{i:0{width}d}",
+                gpu_class=GPU_CLASSES[host % 2],
+                zone=ZONES[host % 2],
+            )
+        )
+    return nodes

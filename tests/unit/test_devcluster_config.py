@@ -1,0 +1,81 @@
+"""The dev cluster's pure parts: its topology, its slurm.conf, its refusal to double-start."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+from pathlib import Path
+
+import pytest
+
+from sunk.devcluster import ClusterSpec, DevCluster, DevClusterError, Layout, topology
+from sunk.devcluster.prereqs import check_ports_free
+from sunk.devcluster.procs import start_time
+from sunk.devcluster.slurmcluster import SlurmSpec, render_slurm_conf
+
+
+def test_slurm_nodes_and_nodes_have_different_names_and_a_one_to_one_mapping() -> None:
+    nodes = topology.plan(64)
+    assert len({n.node for n in nodes}) == 64
+    assert len({n.slurm_node for n in nodes}) == 64
+    assert all(n.node.split("-")[1] != n.slurm_node.split("-")[1] for n in nodes[:10])
+    assert {n.gpu_class for n in nodes} == set(topology.GPU_CLASSES)
+
+
+def test_slurm_features_follow_the_hosting_nodes_gpu_class() -> None:
+    for node in topology.plan(6):
+        assert node.slurm_features[0] == node.gpu_class.split("_")[0].lower()
+
+
+def test_slurm_conf_declares_every_node_with_its_own_port_and_the_kill_wait(
+    tmp_path: Path,
+) -> None:
+    layout = Layout(tmp_path)
+    spec = SlurmSpec(topology.plan(3), kill_wait=17)
+    conf = render_slurm_conf(spec, layout, "host")
+    assert "KillWait=17" in conf
+    assert "SlurmctldHost=host(127.0.0.1)" in conf
+    for node in spec.nodes:
+        assert f"NodeName={node.slurm_node} " in conf
+        assert f"Port={layout.ports.slurmd(node.index)} " in conf
+    assert "accounting_storage/none" in conf
+
+
+def test_slurm_conf_with_accounting_uses_slurmdbd_and_qos_preemption(tmp_path: Path) -> None:
+    conf = render_slurm_conf(SlurmSpec(topology.plan(2), accounting=True), Layout(tmp_path), "host")
+    assert "AccountingStorageType=accounting_storage/slurmdbd" in conf
+    assert "PreemptType=preempt/qos" in conf
+
+
+def test_a_taken_port_is_reported_in_one_actionable_sentence(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    with socket.socket() as holder:
+        holder.bind(("127.0.0.1", 0))
+        holder.listen()
+        taken = holder.getsockname()[1]
+        layout = Layout(tmp_path, ports=type(layout.ports)(apiserver=taken))
+        with pytest.raises(DevClusterError, match=rf"port {taken} .*kube-apiserver.*in use"):
+            check_ports_free(layout, nodes=1, accounting=False)
+
+
+def test_up_refuses_while_a_previous_cluster_is_still_running(tmp_path: Path) -> None:
+    layout = Layout(tmp_path / "dev")
+    layout.pids.mkdir(parents=True)
+    me = os.getpid()
+    (layout.pids / "etcd.json").write_text(json.dumps({"pid": me, "started": start_time(me)}))
+    with pytest.raises(DevClusterError, match=r"already running.*sunk dev down"):
+        DevCluster(layout).up(ClusterSpec(nodes=1))
+    assert (layout.pids / "etcd.json").exists(), "the running cluster's records were touched"
+
+
+def test_a_stale_pid_file_of_a_reused_pid_does_not_count_as_running(tmp_path: Path) -> None:
+    layout = Layout(tmp_path)
+    layout.pids.mkdir(parents=True)
+    (layout.pids / "etcd.json").write_text(json.dumps({"pid": os.getpid(), "started": 1}))
+    assert not DevCluster(layout).is_running()
+
+
+def test_cluster_size_is_validated() -> None:
+    with pytest.raises(DevClusterError, match="--nodes"):
+        ClusterSpec(nodes=0)
