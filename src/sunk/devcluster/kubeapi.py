@@ -7,6 +7,7 @@ tests deliberately check the server's state through this independent path.
 
 from __future__ import annotations
 
+import ssl
 from typing import Any
 
 import httpx
@@ -26,13 +27,14 @@ class AdminKube:
     def __init__(self, layout: Layout, *, token: str | None = None) -> None:
         """Admin identity by client certificate; pass `token` to act as someone else."""
         kube = layout.kube
-        auth: dict[str, Any] = {}
+        tls = ssl.create_default_context(cafile=str(kube / "ca.crt"))
+        headers = {}
         if token is None:
-            auth["cert"] = (str(kube / "admin.crt"), str(kube / "admin.key"))
+            tls.load_cert_chain(str(kube / "admin.crt"), str(kube / "admin.key"))
         else:
-            auth["headers"] = {"Authorization": f"Bearer {token}"}
+            headers["Authorization"] = f"Bearer {token}"
         self.http = httpx.Client(
-            base_url=layout.apiserver_url, verify=str(kube / "ca.crt"), timeout=30, **auth
+            base_url=layout.apiserver_url, verify=tls, headers=headers, timeout=30
         )
 
     def close(self) -> None:

@@ -1,0 +1,149 @@
+"""Scheduler settings from flags, with environment variables as defaults (R1.2).
+
+Every flag NAME can also come from SUNK_NAME (upper case, dashes as underscores), so
+`eval "$(sunk dev env)"` is all a developer needs. The Slurm token is never part of any
+printed form of the settings.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from sunk.translate import DEFAULT_PREFIX
+
+COMPONENTS = ("scheduler", "hooks")
+
+
+def parse_duration(text: str) -> float:
+    """Go-style durations as the reference flags use them: "30s", "1m30s", "500ms", "45"."""
+    text = text.strip()
+    if re.fullmatch(r"\d+(\.\d+)?", text):
+        return float(text)
+    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
+    if not parts or "".join(n + u for n, u in parts) != text:
+        raise argparse.ArgumentTypeError(f'"{text}" is not a duration (examples: "30s", "1m")')
+    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
+    return sum(float(n) * scale[u] for n, u in parts)
+
+
+def parse_bind(text: str) -> tuple[str, int]:
+    """ ":8000" → ("0.0.0.0", 8000); "127.0.0.1:0" → any free port on loopback."""
+    host, sep, port = text.rpartition(":")
+    if not sep or not port.isdigit():
+        raise argparse.ArgumentTypeError(
+            f'"{text}" is not an address (examples: ":8000", "127.0.0.1:8000")'
+        )
+    return host or "0.0.0.0", int(port)
+
+
+@dataclass(frozen=True)
+class Config:
+    scheduler_name: str
+    slurm_api_base: str
+    slurm_token: str | None = field(default=None, repr=False)
+    slurm_token_file: Path | None = None
+    slurm_user: str = "root"
+    slurm_kill_wait_s: float = 30
+    watch_namespaces: tuple[str, ...] = ()
+    annotation_prefix: str = DEFAULT_PREFIX
+    hooks_bind: tuple[str, int] = ("0.0.0.0", 8000)
+    metrics_bind: tuple[str, int] = ("0.0.0.0", 8080)
+    health_bind: tuple[str, int] = ("0.0.0.0", 8081)
+    components: tuple[str, ...] = ("scheduler",)
+    kubeconfig: str | None = None
+    slurmd_namespace: str = ""
+    slurmd_selector: str = "app.kubernetes.io/name=slurmd"
+    slurm_node_label: str = "sunk.coreweave.com/slurm-node"
+    log_level: str = "info"
+    log_format: str = "text"
+    workers: int = 16
+    slurm_poll_interval_s: float = 0.25
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get("SUNK_" + name.upper().replace("-", "_"), default)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    def flag(name: str, help: str, default: str | None = None, **kw: object) -> None:
+        parser.add_argument(f"--{name}", default=_env(name, default), help=help, **kw)  # type: ignore[arg-type]
+
+    flag("scheduler-name", "Pods whose spec.schedulerName equals this are ours (required)")
+    flag("slurm-api-base", "slurmrestd URL, e.g. http://slurm-controller:6820 (required)")
+    flag("slurm-auth-token", "Slurm JWT (prefer --slurm-auth-token-file or the env variable)")
+    flag("slurm-auth-token-file", "file holding the Slurm JWT; re-read when it changes")
+    flag("slurm-user", "user name sent with the token", "root")
+    flag("slurm-kill-wait", "Slurm's KillWait; Pod grace periods must stay 5s below it", "30s")
+    flag("watch-namespace", "comma-separated namespaces to watch (empty: all)", "")
+    flag("annotation-prefix", "prefix of the Pod annotations read", DEFAULT_PREFIX)
+    flag("hooks-api-bind-address", "address of the hooks API", ":8000")
+    flag("metrics-bind-address", "address of the Prometheus metrics endpoint", ":8080")
+    flag("health-probe-bind-address", "address of /healthz and /readyz", ":8081")
+    flag(
+        "components",
+        "comma-separated parts to run in this process: scheduler, hooks",
+        "scheduler,hooks",
+    )
+    flag("kubeconfig", "kubeconfig file (default: $KUBECONFIG, ~/.kube/config, in-cluster)")
+    flag("slurmd-namespace", "namespace of the slurmd Pods (empty: all)", "")
+    flag("slurmd-selector", "label selector of the slurmd Pods", "app.kubernetes.io/name=slurmd")
+    flag(
+        "slurm-node-label",
+        "label on a slurmd Pod naming its Slurm node",
+        "sunk.coreweave.com/slurm-node",
+    )
+    flag("log-level", "debug, info, warning or error", "info")
+    parser.add_argument("--zap-log-level", dest="log_level", help=argparse.SUPPRESS)
+    flag("log-format", "text or json", "text")
+
+
+def from_arguments(args: argparse.Namespace) -> Config:
+    """Build the config, or raise ValueError with a message naming the flag to fix."""
+    if not args.scheduler_name:
+        raise ValueError("--scheduler-name is required (or set SUNK_SCHEDULER_NAME)")
+    if not args.slurm_api_base:
+        raise ValueError("--slurm-api-base is required (or set SUNK_SLURM_API_BASE)")
+    if not args.slurm_auth_token and not args.slurm_auth_token_file:
+        raise ValueError(
+            "a Slurm token is required: --slurm-auth-token-file (or SUNK_SLURM_AUTH_TOKEN_FILE), "
+            "or SUNK_SLURM_AUTH_TOKEN"
+        )
+    components = tuple(c.strip() for c in args.components.split(",") if c.strip())
+    unknown = set(components) - set(COMPONENTS)
+    if unknown:
+        known = ", ".join(COMPONENTS)
+        raise ValueError(f"--components: unknown {', '.join(sorted(unknown))}; choose from {known}")
+    try:
+        kill_wait = parse_duration(args.slurm_kill_wait)
+        binds = [
+            parse_bind(getattr(args, a))
+            for a in ("hooks_api_bind_address", "metrics_bind_address", "health_probe_bind_address")
+        ]
+    except argparse.ArgumentTypeError as err:
+        raise ValueError(str(err)) from None
+    if args.log_format not in ("text", "json"):
+        raise ValueError("--log-format must be text or json")
+    return Config(
+        scheduler_name=args.scheduler_name,
+        slurm_api_base=args.slurm_api_base,
+        slurm_token=args.slurm_auth_token or None,
+        slurm_token_file=Path(args.slurm_auth_token_file) if args.slurm_auth_token_file else None,
+        slurm_user=args.slurm_user,
+        slurm_kill_wait_s=kill_wait,
+        watch_namespaces=tuple(n.strip() for n in args.watch_namespace.split(",") if n.strip()),
+        annotation_prefix=args.annotation_prefix,
+        hooks_bind=binds[0],
+        metrics_bind=binds[1],
+        health_bind=binds[2],
+        components=components,
+        kubeconfig=args.kubeconfig,
+        slurmd_namespace=args.slurmd_namespace,
+        slurmd_selector=args.slurmd_selector,
+        slurm_node_label=args.slurm_node_label,
+        log_level=args.log_level,
+        log_format=args.log_format,
+    )

@@ -1,0 +1,185 @@
+"""Raw-JSON access to the API server, on top of kubernetes_asyncio's configuration and
+authentication (kubeconfig, in-cluster ServiceAccount, exec plugins).
+
+The scheduler's hot paths (watches, binding, patches) handle plain dicts: the generated
+typed models cost more to build than the whole decision that follows.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import aiohttp
+from kubernetes_asyncio import client as k8s
+from kubernetes_asyncio import config as k8s_config
+from kubernetes_asyncio.client.exceptions import ApiException
+
+Json = dict[str, Any]
+
+
+class KubeError(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(f"Kubernetes API error {status}: {message}")
+        self.status = status
+        self.message = message
+
+    @property
+    def gone(self) -> bool:
+        return self.status == 410
+
+    @property
+    def not_found(self) -> bool:
+        return self.status == 404
+
+    @property
+    def conflict(self) -> bool:
+        return self.status == 409
+
+
+def _message(body: str | bytes | None) -> str:
+    try:
+        return str(json.loads(body or b"{}").get("message") or body)
+    except (ValueError, AttributeError):
+        return str(body)[:300]
+
+
+class KubeClient:
+    def __init__(self, api: k8s.ApiClient) -> None:
+        self._api = api
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None) -> KubeClient:
+        """Use `kubeconfig`, else $KUBECONFIG / ~/.kube/config, else the in-cluster account."""
+        configuration = k8s.Configuration()
+        path = _kubeconfig_path(kubeconfig)
+        if path:
+            await k8s_config.load_kube_config(config_file=path, client_configuration=configuration)
+        else:
+            k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
+        configuration.connection_pool_maxsize = 32
+        return cls(k8s.ApiClient(configuration))
+
+    async def close(self) -> None:
+        await self._api.close()
+
+    async def _raw(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+        request_timeout: float | None = 30,
+    ) -> Any:
+        try:
+            return await self._api.call_api(
+                path,
+                method,
+                query_params=list((query or {}).items()),
+                header_params={"Accept": "application/json", "Content-Type": content_type},
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=request_timeout,
+            )
+        except ApiException as err:
+            raise KubeError(err.status or 0, _message(err.body)) from None
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: dict[str, Any] | None = None,
+        body: Any = None,
+        content_type: str = "application/json",
+    ) -> Json:
+        resp = await self._raw(method, path, query=query, body=body, content_type=content_type)
+        data = await _read(resp)
+        result: Json = json.loads(data) if data else {}
+        return result
+
+    async def watch(self, path: str, query: dict[str, Any]) -> AsyncIterator[Json]:
+        """Yield watch events ({"type", "object"}) until the server closes the stream."""
+        resp = await self._raw("GET", path, query={**query, "watch": "true"}, request_timeout=None)
+        try:
+            content = resp.content if hasattr(resp, "content") else resp.response.content
+            async for line in content:
+                if line.strip():
+                    yield json.loads(line)
+        finally:
+            resp.release() if hasattr(resp, "release") else resp.response.release()
+
+    # -- the calls the scheduler makes --------------------------------------------------
+    async def get(self, path: str) -> Json:
+        return await self.request("GET", path)
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        await self.request(
+            "POST",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/binding",
+            body={
+                "apiVersion": "v1",
+                "kind": "Binding",
+                "metadata": {"name": name, "uid": uid},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node},
+            },
+        )
+
+    async def patch_pod(self, namespace: str, name: str, uid: str, patch: Json) -> Json:
+        """Merge-patch a Pod; the UID in the patch makes it fail if the Pod was replaced."""
+        patch = {**patch, "metadata": {**patch.get("metadata", {}), "uid": uid}}
+        return await self.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            body=patch,
+            content_type="application/merge-patch+json",
+        )
+
+    async def patch_pod_status(self, namespace: str, name: str, status: Json) -> Json:
+        """Strategic merge: conditions merge by type, so others' conditions stay."""
+        return await self.request(
+            "PATCH",
+            f"/api/v1/namespaces/{namespace}/pods/{name}/status",
+            body={"status": status},
+            content_type="application/strategic-merge-patch+json",
+        )
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        await self.request(
+            "DELETE",
+            f"/api/v1/namespaces/{namespace}/pods/{name}",
+            body={"apiVersion": "v1", "kind": "DeleteOptions", "preconditions": {"uid": uid}},
+        )
+
+    async def create_event(self, namespace: str, event: Json) -> None:
+        await self.request(
+            "POST", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events", body=event
+        )
+
+
+def _kubeconfig_path(explicit: str | None) -> str | None:
+    path = explicit or os.environ.get("KUBECONFIG")
+    if path:
+        return path
+    default = os.path.expanduser("~/.kube/config")
+    return default if os.path.exists(default) else None
+
+
+async def _read(resp: Any) -> bytes:
+    """call_api returns an aiohttp response (or a thin wrapper of one) when not preloading."""
+    if isinstance(resp, aiohttp.ClientResponse):
+        data = await resp.read()
+        resp.release()
+        return data
+    inner = getattr(resp, "response", None)
+    if isinstance(inner, aiohttp.ClientResponse):
+        data = await inner.read()
+        inner.release()
+        return data
+    data = getattr(resp, "data", b"")
+    return data if isinstance(data, bytes) else str(data).encode()

@@ -1,0 +1,117 @@
+"""Events (events.k8s.io/v1) and the PodScheduled condition: what users see in
+`kubectl describe pod`. Reasons follow kube-scheduler's where one exists."""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import uuid
+from typing import Any
+
+from sunk.kube.client import KubeClient, KubeError
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+# Event reasons
+SCHEDULED = "Scheduled"
+FAILED_SCHEDULING = "FailedScheduling"
+PLACEHOLDER_SUBMITTED = "PlaceholderSubmitted"
+PLACEHOLDER_ADOPTED = "PlaceholderAdopted"
+NODE_REJECTED = "PlacementRejected"
+JOB_ENDED = "PlaceholderJobEnded"
+IGNORED_ANNOTATION = "IgnoredAnnotation"
+
+# PodScheduled condition reasons. The first two are final: the Pod is never retried.
+INVALID = "InvalidForSlurm"
+REJECTED_BY_SLURM = "RejectedBySlurm"
+PENDING_IN_SLURM = "PendingInSlurm"
+WAITING_FOR_START = "WaitingForPlaceholder"
+FINAL_REASONS = frozenset({INVALID, REJECTED_BY_SLURM})
+
+
+def _now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class Recorder:
+    def __init__(self, client: KubeClient, component: str, instance: str) -> None:
+        self._client = client
+        self._component = component
+        self._instance = instance
+
+    async def event(self, pod: Json, reason: str, note: str, *, warning: bool = False) -> None:
+        """Best effort: a lost Event must never stop a scheduling decision."""
+        meta = pod["metadata"]
+        event = {
+            "apiVersion": "events.k8s.io/v1",
+            "kind": "Event",
+            "metadata": {
+                "name": f"{meta['name']}.{uuid.uuid4().hex[:12]}",
+                "namespace": meta["namespace"],
+            },
+            "eventTime": _now(),
+            "reportingController": self._component,
+            "reportingInstance": self._instance,
+            "action": "Scheduling",
+            "reason": reason,
+            "note": note[:1024],
+            "type": "Warning" if warning else "Normal",
+            "regarding": {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "namespace": meta["namespace"],
+                "name": meta["name"],
+                "uid": meta.get("uid"),
+                "resourceVersion": meta.get("resourceVersion"),
+            },
+        }
+        try:
+            await self._client.create_event(meta["namespace"], event)
+        except KubeError as err:
+            log.warning(
+                "could not record event %s on %s/%s: %s",
+                reason,
+                meta["namespace"],
+                meta["name"],
+                err,
+            )
+
+    async def condition(self, pod: Json, status: bool, reason: str, message: str) -> None:
+        """Set PodScheduled, skipping the write when nothing would change."""
+        current = scheduled_condition(pod)
+        if (
+            current
+            and current.get("status") == ("True" if status else "False")
+            and current.get("reason") == reason
+            and current.get("message") == message
+        ):
+            return
+        meta = pod["metadata"]
+        condition = {
+            "type": "PodScheduled",
+            "status": "True" if status else "False",
+            "reason": reason,
+            "message": message[:1024],
+            "lastTransitionTime": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        }
+        await self._client.patch_pod_status(
+            meta["namespace"], meta["name"], {"conditions": [condition]}
+        )
+
+
+def scheduled_condition(pod: Json) -> Json | None:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled":
+            return dict(condition)
+    return None
+
+
+def finally_refused(pod: Json) -> bool:
+    """True once the Pod was refused for good (R2.4): only recreating it helps."""
+    condition = scheduled_condition(pod)
+    return bool(
+        condition
+        and condition.get("status") == "False"
+        and condition.get("reason") in FINAL_REASONS
+    )

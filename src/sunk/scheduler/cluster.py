@@ -1,0 +1,75 @@
+"""Where a Pod may go: Slurm nodes, the Nodes hosting them, and the Pod's own constraints.
+
+A Slurm node maps to the Node its slurmd Pod is bound to. Anything ambiguous (no slurmd
+Pod, or two on different Nodes) means "not usable": the scheduler never guesses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sunk.kube.informer import Informer
+from sunk.translate.nodefilter import node_ready, why_not
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Target:
+    slurm_node: str
+    node: Json | None
+    problem: str | None
+
+
+class ClusterView:
+    def __init__(self, nodes: Informer, slurmd_pods: Informer, slurm_node_label: str) -> None:
+        self.nodes = nodes
+        self.slurmd_pods = slurmd_pods
+        self.slurm_node_label = slurm_node_label
+        self.slurm_nodes: set[str] = set()
+
+    def host_map(self) -> dict[str, set[str]]:
+        mapping: dict[str, set[str]] = {}
+        for pod in self.slurmd_pods.store.values():
+            meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+            name = (meta.get("labels") or {}).get(self.slurm_node_label) or spec.get("hostname")
+            if name and spec.get("nodeName") and not meta.get("deletionTimestamp"):
+                mapping.setdefault(name, set()).add(spec["nodeName"])
+        return mapping
+
+    def target(
+        self, slurm_node: str, pod_spec: Json, mapping: dict[str, set[str]] | None = None
+    ) -> Target:
+        """The Node for `slurm_node`, or why the Pod must not be placed there (R4.3)."""
+        hosts = set((mapping or self.host_map()).get(slurm_node, ()))
+        if not hosts:
+            return Target(
+                slurm_node, None, f"no slurmd Pod for Slurm node {slurm_node} is bound to a Node"
+            )
+        if len(hosts) > 1:
+            return Target(
+                slurm_node,
+                None,
+                f"Slurm node {slurm_node} maps to several Nodes: {', '.join(sorted(hosts))}",
+            )
+        host = hosts.pop()
+        node = self.nodes.get(host)
+        if node is None:
+            return Target(
+                slurm_node, None, f"Node {host} hosting Slurm node {slurm_node} does not exist"
+            )
+        if not node_ready(node):
+            return Target(slurm_node, node, f"Node {host} is not Ready")
+        return Target(slurm_node, node, why_not(pod_spec, node))
+
+    def excluded_for(self, pod_spec: Json) -> tuple[list[str], list[str]]:
+        """Slurm nodes the Pod must avoid, and the reasons for them (deduplicated)."""
+        mapping = self.host_map()
+        excluded, reasons = [], []
+        for slurm_node in sorted(self.slurm_nodes | set(mapping)):
+            problem = self.target(slurm_node, pod_spec, mapping).problem
+            if problem:
+                excluded.append(slurm_node)
+                reasons.append(problem)
+        return excluded, reasons

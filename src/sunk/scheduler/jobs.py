@@ -1,0 +1,115 @@
+"""The scheduler's view of its placeholder jobs, kept current by polling slurmrestd.
+
+Jobs are found by the Pod identity in their names, never by job ID alone. One listing
+serves every Pod, so the cost per Pod stays flat however many Pods wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+
+from sunk.slurm.client import SlurmClient
+from sunk.slurm.errors import SlurmError
+from sunk.slurm.models import SlurmJob
+from sunk.translate import PodRef, pod_of_job_name
+
+log = logging.getLogger(__name__)
+FULL_LIST_EVERY_S = 30.0
+
+
+class JobIndex:
+    def __init__(self) -> None:
+        self._by_id: dict[int, tuple[PodRef, SlurmJob]] = {}
+        self.synced = asyncio.Event()
+
+    def __len__(self) -> int:
+        return len(self._by_id)
+
+    def replace(self, jobs: list[SlurmJob]) -> list[PodRef]:
+        """Take a full listing; return the Pods whose jobs appeared, changed or vanished."""
+        fresh = {job.job_id: (ref, job) for job in jobs if (ref := pod_of_job_name(job.name))}
+        touched = [
+            ref
+            for job_id, (ref, job) in fresh.items()
+            if self._by_id.get(job_id, (None, None))[1] != job
+        ]
+        touched += [ref for job_id, (ref, _) in self._by_id.items() if job_id not in fresh]
+        self._by_id = fresh
+        return touched
+
+    def update(self, jobs: list[SlurmJob]) -> list[PodRef]:
+        touched = []
+        for job in jobs:
+            ref = pod_of_job_name(job.name)
+            if ref and self._by_id.get(job.job_id, (None, None))[1] != job:
+                self._by_id[job.job_id] = (ref, job)
+                touched.append(ref)
+        return touched
+
+    def record(self, ref: PodRef, job: SlurmJob) -> None:
+        """Remember a job we just submitted, before the next poll sees it."""
+        self._by_id[job.job_id] = (ref, job)
+
+    def get(self, job_id: int) -> tuple[PodRef, SlurmJob] | None:
+        return self._by_id.get(job_id)
+
+    def for_key(self, namespace: str, name: str) -> list[tuple[PodRef, SlurmJob]]:
+        return [
+            (r, j) for r, j in self._by_id.values() if r.namespace == namespace and r.name == name
+        ]
+
+    def all_refs(self) -> list[PodRef]:
+        return [ref for ref, _ in self._by_id.values()]
+
+
+class JobPoller:
+    """Polls slurmrestd and tells the scheduler which Pods' jobs changed."""
+
+    def __init__(
+        self,
+        slurm: SlurmClient,
+        index: JobIndex,
+        on_change: Callable[[PodRef], None],
+        *,
+        interval: float = 0.25,
+    ) -> None:
+        self._slurm = slurm
+        self._index = index
+        self._on_change = on_change
+        self._interval = interval
+        self._wake = asyncio.Event()
+        self.last_error: str | None = None
+        self.last_success = 0.0
+
+    def poke(self) -> None:
+        """Poll now rather than at the next tick (e.g. right after a submit)."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        last_full = 0.0
+        delay = self._interval
+        while True:
+            try:
+                # A full listing each time: cheap at our scale and it also sees purged jobs.
+                jobs = await self._slurm.jobs()
+                touched = self._index.replace(jobs)
+                last_full = time.monotonic()
+                self._index.synced.set()
+                self.last_error = None
+                self.last_success = last_full
+                for ref in touched:
+                    self._on_change(ref)
+                delay = self._interval
+            except SlurmError as err:
+                if self.last_error != str(err):
+                    log.warning("cannot list Slurm jobs: %s", err)
+                self.last_error = str(err)
+                delay = min(max(delay * 2, 0.5), 5.0)
+            self._wake.clear()
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout=delay)
+            except TimeoutError:
+                pass

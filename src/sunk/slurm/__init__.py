@@ -1,0 +1,1 @@
+"""slurmrestd access: async client, error types, version-specific request/response shapes."""

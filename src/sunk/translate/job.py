@@ -1,0 +1,121 @@
+"""Pod manifest → placeholder job, with every validation problem reported at once (R2, R3).
+
+Pure: no I/O. The Slurm REST body for a given Slurm version is rendered by sunk.slurm.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sunk.translate.annotations import DEFAULT_PREFIX, JobOptions, parse_annotations
+from sunk.translate.resources import pod_requests
+
+JOB_NAME_PREFIX = "sunk:"
+# Slurm must get the job's resources back before KillWait ends; the Pod gets this much
+# less than KillWait to go away, so its grace period must stay below it (R2.2).
+KILL_WAIT_MARGIN_S = 5
+
+
+@dataclass(frozen=True)
+class PodRef:
+    namespace: str
+    name: str
+    uid: str
+
+    def __str__(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @classmethod
+    def of(cls, pod: dict[str, Any]) -> PodRef:
+        meta = pod.get("metadata") or {}
+        return cls(meta.get("namespace", "default"), meta.get("name", ""), meta.get("uid", ""))
+
+
+def job_name(pod: PodRef) -> str:
+    """The job's name carries the Pod's identity, UID included: job IDs alone restart."""
+    return f"{JOB_NAME_PREFIX}{pod.namespace}/{pod.name}:{pod.uid}"
+
+
+def pod_of_job_name(name: str) -> PodRef | None:
+    if not name.startswith(JOB_NAME_PREFIX):
+        return None
+    rest = name[len(JOB_NAME_PREFIX) :]
+    path, sep, uid = rest.rpartition(":")
+    namespace, slash, pod_name = path.partition("/")
+    if not (sep and slash and namespace and pod_name and uid):
+        return None
+    return PodRef(namespace, pod_name, uid)
+
+
+@dataclass(frozen=True)
+class Settings:
+    annotation_prefix: str = DEFAULT_PREFIX
+    kill_wait_s: int = 30
+
+
+@dataclass(frozen=True)
+class PlaceholderJob:
+    pod: PodRef
+    cpus: int
+    memory_mib: int
+    gpus: int
+    options: JobOptions
+    avoid_nodes: tuple[str, ...] = ()  # added by the scheduler: Nodes the Pod cannot use
+
+    @property
+    def name(self) -> str:
+        return job_name(self.pod)
+
+    @property
+    def excluded_nodes(self) -> tuple[str, ...]:
+        merged = dict.fromkeys(self.options.excluded_nodes + self.avoid_nodes)
+        return tuple(n for n in merged if n not in self.options.required_nodes)
+
+    def avoiding(self, nodes: tuple[str, ...]) -> PlaceholderJob:
+        return replace(self, avoid_nodes=tuple(sorted(set(self.avoid_nodes) | set(nodes))))
+
+
+@dataclass
+class Translation:
+    job: PlaceholderJob | None
+    errors: list[str] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def valid(self) -> bool:
+        return not self.errors
+
+
+def check_grace_period(spec: dict[str, Any], kill_wait_s: int) -> str | None:
+    grace = spec.get("terminationGracePeriodSeconds", 30)
+    limit = kill_wait_s - KILL_WAIT_MARGIN_S
+    if isinstance(grace, int) and grace < limit:
+        return None
+    return (
+        f"terminationGracePeriodSeconds is {grace} but must be below {limit} "
+        f"(the scheduler's --slurm-kill-wait of {kill_wait_s}s minus {KILL_WAIT_MARGIN_S}s) so "
+        f"Slurm never reclaims the node while the Pod is still stopping; recreate the Pod "
+        f"with terminationGracePeriodSeconds: {limit - 1} or less"
+    )
+
+
+def translate(pod: dict[str, Any], settings: Settings) -> Translation:
+    spec = pod.get("spec") or {}
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    requests, errors = pod_requests(spec)
+    grace_error = check_grace_period(spec, settings.kill_wait_s)
+    if grace_error:
+        errors.append(grace_error)
+    options, annotation_errors = parse_annotations(annotations, settings.annotation_prefix)
+    errors += annotation_errors
+    if errors:
+        return Translation(None, errors, options.notes)
+    job = PlaceholderJob(
+        pod=PodRef.of(pod),
+        cpus=requests.whole_cpus,
+        memory_mib=requests.memory_mib,
+        gpus=int(requests.gpus),
+        options=options,
+    )
+    return Translation(job, [], options.notes)
