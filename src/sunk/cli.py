@@ -5,9 +5,12 @@ from __future__ import annotations
 import argparse
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
+from sunk import config
 from sunk.devcluster import ClusterSpec, DevCluster, DevClusterError
 from sunk.devcluster.cluster import Status
+from sunk.translate import DEFAULT_PREFIX, Settings
 
 
 def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -15,13 +18,9 @@ def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     dev_sub = dev.add_subparsers(dest="dev_command", required=True)
     up = dev_sub.add_parser("up", help="start etcd, kube-apiserver, kwok and Slurm on 127.0.0.1")
     up.add_argument("--nodes", type=int, default=4, help="Slurm nodes / Kubernetes Nodes (4)")
-    up.add_argument(
-        "--accounting", action="store_true", help="also run MariaDB + slurmdbd (QoS, accounts)"
-    )
+    up.add_argument("--accounting", action="store_true", help="also run MariaDB + slurmdbd (QoS, accounts)")
     up.add_argument("--kill-wait", type=int, default=30, help="Slurm KillWait in seconds (30)")
-    up.add_argument(
-        "--preempt-mode", default="CANCEL", choices=["CANCEL", "REQUEUE", "OFF"], help="(CANCEL)"
-    )
+    up.add_argument("--preempt-mode", default="CANCEL", choices=["CANCEL", "REQUEUE", "OFF"], help="(CANCEL)")
     dev_sub.add_parser("down", help="stop every process of the dev cluster and wipe its state")
     dev_sub.add_parser("status", help="show what runs and whether it answers")
     dev_sub.add_parser("env", help="print `export` lines for kubectl, Slurm's CLI and sunk")
@@ -32,6 +31,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     _add_dev(sub)
     sub.add_parser("demo", help="bring the dev cluster up (if needed) and show it working")
+    scheduler = sub.add_parser("scheduler", help="run the scheduler (flags also read SUNK_* variables)")
+    config.add_arguments(scheduler)
+    explain = sub.add_parser("explain", help="show the placeholder job a Pod manifest would get, offline")
+    explain.add_argument("-f", "--filename", required=True, help="Pod manifest (YAML or JSON; - for stdin)")
+    explain.add_argument("-o", "--output", choices=["text", "json"], default="text")
+    explain.add_argument("--slurm-kill-wait", default=config._env("slurm-kill-wait", "30s"))
+    explain.add_argument("--annotation-prefix", default=config._env("annotation-prefix", DEFAULT_PREFIX))
     return parser
 
 
@@ -85,6 +91,43 @@ def run_demo() -> int:
     return demo(DevCluster())
 
 
+def run_scheduler(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from sunk import logs
+    from sunk.scheduler.app import run
+
+    try:
+        settings = config.from_arguments(args)
+    except ValueError as err:
+        print(f"sunk scheduler: {err}", file=sys.stderr)
+        return 2
+    logs.setup(settings.log_level, settings.log_format)
+    asyncio.run(run(settings))
+    return 0
+
+
+def run_explain(args: argparse.Namespace) -> int:
+    import json
+
+    from sunk.explain import explain, first_pod, render_text
+
+    try:
+        text = sys.stdin.read() if args.filename == "-" else Path(args.filename).read_text()
+        pod = first_pod(text)
+        kill_wait = int(config.parse_duration(args.slurm_kill_wait))
+    except (OSError, ValueError, argparse.ArgumentTypeError) as err:
+        print(f"sunk explain: {err}", file=sys.stderr)
+        return 2
+    settings = Settings(args.annotation_prefix, kill_wait)
+    report = explain(pod, settings)
+    if args.output == "json":
+        print(json.dumps(report, indent=2))
+    else:
+        print(render_text(report, settings))
+    return 0 if report["valid"] else 1
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
@@ -92,6 +135,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_dev(args)
         if args.command == "demo":
             return run_demo()
+        if args.command == "scheduler":
+            return run_scheduler(args)
+        if args.command == "explain":
+            return run_explain(args)
     except DevClusterError as err:
         print(f"sunk: {err}", file=sys.stderr)
         return 1

@@ -34,9 +34,7 @@ def parse_bind(text: str) -> tuple[str, int]:
     """ ":8000" → ("0.0.0.0", 8000); "127.0.0.1:0" → any free port on loopback."""
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(
-            f'"{text}" is not an address (examples: ":8000", "127.0.0.1:8000")'
-        )
+        raise argparse.ArgumentTypeError(f'"{text}" is not an address (examples: ":8000", "127.0.0.1:8000")')
     return host or "0.0.0.0", int(port)
 
 

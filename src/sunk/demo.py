@@ -26,8 +26,7 @@ def demo(cluster: DevCluster) -> int:
     finally:
         admin.close()
     states = dict(
-        line.split()
-        for line in run_cli(cluster.layout, "sinfo", "-h", "-N", "-o", "%N %T").splitlines()
+        line.split() for line in run_cli(cluster.layout, "sinfo", "-h", "-N", "-o", "%N %T").splitlines()
     )
     row = "{:<10} {:<10} {:<12} {:<18} {:<10}"
     print(row.format("SLURM NODE", "STATE", "SLURMD POD", "NODE (GPU CLASS)", "POD PHASE"))

@@ -78,9 +78,7 @@ def test_pod_bound_by_hand_runs_and_is_gone_after_deletion(kube: AdminKube, name
     wait_for(lambda: phase(kube, namespace, "hand-bound") is None, timeout=10, what="the Pod to go")
 
 
-def test_pod_ignoring_sigterm_lives_until_its_grace_period_ends(
-    kube: AdminKube, namespace: str
-) -> None:
+def test_pod_ignoring_sigterm_lives_until_its_grace_period_ends(kube: AdminKube, namespace: str) -> None:
     manifest = pod_manifest(
         "stubborn", grace=3, metadata={"annotations": {"sunk.dev/ignore-sigterm": "true"}}
     )
@@ -94,26 +92,20 @@ def test_pod_ignoring_sigterm_lives_until_its_grace_period_ends(
     assert time.monotonic() - deleted_at >= 2.5
 
 
-def test_pod_with_a_finalizer_stays_terminating_until_it_is_removed(
-    kube: AdminKube, namespace: str
-) -> None:
+def test_pod_with_a_finalizer_stays_terminating_until_it_is_removed(kube: AdminKube, namespace: str) -> None:
     manifest = pod_manifest("held", metadata={"finalizers": ["sunk.dev/test-hold"]})
     path = f"/api/v1/namespaces/{namespace}/pods/held"
     kube.create(f"/api/v1/namespaces/{namespace}/pods", manifest)
     bind(kube, namespace, "held", kube.ready_nodes()[0])
     wait_for(lambda: phase(kube, namespace, "held") == "Running", timeout=30, what="Running")
     kube.delete(path)
-    wait_for(
-        lambda: kube.get(path)["metadata"].get("deletionTimestamp"), timeout=5, what="Terminating"
-    )
+    wait_for(lambda: kube.get(path)["metadata"].get("deletionTimestamp"), timeout=5, what="Terminating")
     holds_for(lambda: kube.find(path) is not None, seconds=1.0, what="the finalizer's hold")
     kube.patch(path, {"metadata": {"finalizers": None}})
     wait_for(lambda: kube.find(path) is None, timeout=10, what="the Pod to go")
 
 
-def test_job_submitted_through_slurmrestd_runs_on_a_node(
-    slurm: SlurmRest, dev_cluster: DevCluster
-) -> None:
+def test_job_submitted_through_slurmrestd_runs_on_a_node(slurm: SlurmRest, dev_cluster: DevCluster) -> None:
     job_id = slurm.submit("#!/bin/sh\nsleep 300\n", name="smoke", cpus_per_task=1)
     try:
         job = wait_for(

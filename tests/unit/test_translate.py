@@ -32,9 +32,7 @@ def pod(annotations: dict[str, str] | None = None, **spec: Any) -> dict[str, Any
         "spec": {
             "schedulerName": "sunk",
             "terminationGracePeriodSeconds": 5,
-            "containers": [
-                {"name": "main", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}
-            ],
+            "containers": [{"name": "main", "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}}}],
         },
     }
     base["spec"].update(spec)
@@ -287,9 +285,7 @@ def test_r2_3_integer_annotations_must_be_integers(key: str, value: str) -> None
     assert f"{P}{key} must be an integer" in error
 
 
-@pytest.mark.parametrize(
-    ("key", "value"), [("timeout", "0"), ("user-id", "-1"), ("priority", "99999999999")]
-)
+@pytest.mark.parametrize(("key", "value"), [("timeout", "0"), ("user-id", "-1"), ("priority", "99999999999")])
 def test_r2_3_integer_annotations_must_be_in_range(key: str, value: str) -> None:
     assert f"{P}{key} must be between" in errors(pod({P + key: value}))[0]
 
@@ -305,9 +301,7 @@ def test_r2_3_integer_annotations_must_be_in_range(key: str, value: str) -> None
         ("True", Exclusive.NONE, "exclusive"),
     ],
 )
-def test_r3_exclusive_values_map_to_slurm_sharing_modes(
-    word: str, expected: Exclusive, rest: str
-) -> None:
+def test_r3_exclusive_values_map_to_slurm_sharing_modes(word: str, expected: Exclusive, rest: str) -> None:
     job = ok(pod({P + "exclusive": word}))
     assert job.options.exclusive is expected
     assert v0038.submit_body(job, "#!/bin/sh", {})["job"]["exclusive"] == rest
@@ -345,9 +339,7 @@ def test_r2_3_a_node_both_required_and_excluded_is_rejected() -> None:
 
 
 def test_r2_4_all_problems_are_reported_at_once() -> None:
-    manifest = pod(
-        {P + "priority": "x", P + "exclusive": "maybe"}, terminationGracePeriodSeconds=60
-    )
+    manifest = pod({P + "priority": "x", P + "exclusive": "maybe"}, terminationGracePeriodSeconds=60)
     manifest["spec"]["containers"][0]["resources"] = {}
     assert len(errors(manifest)) == 5
 

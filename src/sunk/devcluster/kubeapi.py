@@ -33,9 +33,7 @@ class AdminKube:
             tls.load_cert_chain(str(kube / "admin.crt"), str(kube / "admin.key"))
         else:
             headers["Authorization"] = f"Bearer {token}"
-        self.http = httpx.Client(
-            base_url=layout.apiserver_url, verify=tls, headers=headers, timeout=30
-        )
+        self.http = httpx.Client(base_url=layout.apiserver_url, verify=tls, headers=headers, timeout=30)
 
     def close(self) -> None:
         self.http.close()

@@ -41,9 +41,7 @@ def write_kubeconfig(layout: Layout) -> None:
                 },
             }
         ],
-        "contexts": [
-            {"name": "sunk-dev", "context": {"cluster": "sunk-dev", "user": "sunk-dev-admin"}}
-        ],
+        "contexts": [{"name": "sunk-dev", "context": {"cluster": "sunk-dev", "user": "sunk-dev-admin"}}],
         "current-context": "sunk-dev",
     }
     layout.kubeconfig.write_text(yaml.safe_dump(config))
@@ -101,6 +99,9 @@ def start(layout: Layout, tools: dict[str, Path]) -> None:
             "--service-cluster-ip-range=10.96.0.0/16",
             "--authorization-mode=RBAC",
             "--allow-privileged=true",
+            # Nothing here runs the node-lifecycle controller that lifts the not-ready taint
+            # this plugin puts on new Nodes; kwok keeps the Nodes Ready instead.
+            "--disable-admission-plugins=TaintNodesByCondition",
             "--profiling=false",
             "--v=1",
         ],

@@ -75,9 +75,7 @@ def _issue(
             critical=True,
         )
     if server_ips or server_dns:
-        sans: list[x509.GeneralName] = [
-            x509.IPAddress(ipaddress.ip_address(ip)) for ip in server_ips or []
-        ]
+        sans: list[x509.GeneralName] = [x509.IPAddress(ipaddress.ip_address(ip)) for ip in server_ips or []]
         sans += [x509.DNSName(name) for name in server_dns or []]
         builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
         builder = builder.add_extension(
@@ -115,9 +113,7 @@ def make_pki(directory: Path) -> None:
     _write_key(directory / "apiserver.key", server_key)
 
     admin_key = _key()
-    admin = _issue(
-        _name("sunk-dev-admin", "system:masters"), admin_key, ca_name, ca_key, client=True
-    )
+    admin = _issue(_name("sunk-dev-admin", "system:masters"), admin_key, ca_name, ca_key, client=True)
     _write_cert(directory / "admin.crt", admin)
     _write_key(directory / "admin.key", admin_key)
 

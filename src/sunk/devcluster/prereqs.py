@@ -111,9 +111,7 @@ def ensure_go_tools(log: Path, tools: tuple[str, ...] = CLUSTER_TOOLS) -> dict[s
                 stderr=subprocess.STDOUT,
             )
         if done.returncode:
-            raise DevClusterError(
-                f"building the Kubernetes tools from their Go modules failed: see {log}"
-            )
+            raise DevClusterError(f"building the Kubernetes tools from their Go modules failed: see {log}")
     paths = {tool: bin_dir / tool for tool in tools}
     missing = [tool for tool, path in paths.items() if not os.access(path, os.X_OK)]
     if missing:

@@ -143,8 +143,7 @@ def wait_until(
         for proc in watch:
             if not proc.alive():
                 raise DevClusterError(
-                    f"{proc.name} exited while waiting for {what}; "
-                    f"see {_log_hint(proc.name, log_dir)}"
+                    f"{proc.name} exited while waiting for {what}; see {_log_hint(proc.name, log_dir)}"
                 )
         if time.monotonic() >= deadline:
             raise DevClusterError(f"timed out after {timeout:.0f} s waiting for {what}")

@@ -118,13 +118,9 @@ def cli_env(layout: Layout) -> dict[str, str]:
 
 
 def run_cli(layout: Layout, *argv: str, timeout: float = 30) -> str:
-    result = subprocess.run(
-        list(argv), env=cli_env(layout), capture_output=True, text=True, timeout=timeout
-    )
+    result = subprocess.run(list(argv), env=cli_env(layout), capture_output=True, text=True, timeout=timeout)
     if result.returncode != 0:
-        raise DevClusterError(
-            f"`{' '.join(argv)}` failed: {(result.stderr or result.stdout).strip()[:300]}"
-        )
+        raise DevClusterError(f"`{' '.join(argv)}` failed: {(result.stderr or result.stdout).strip()[:300]}")
     return result.stdout
 
 
@@ -242,9 +238,7 @@ def rest_ping(layout: Layout) -> bool:
 
 
 def _idle_nodes(layout: Layout) -> int:
-    out = run_cli(
-        layout, "sinfo", "-h", "-N", "-r", "-p", "batch", "-t", "idle", "-o", "%N", timeout=5
-    )
+    out = run_cli(layout, "sinfo", "-h", "-N", "-r", "-p", "batch", "-t", "idle", "-o", "%N", timeout=5)
     return len(out.split())
 
 
@@ -284,9 +278,7 @@ def _start_accounting(layout: Layout) -> None:
     )
 
     def sql(statement: str) -> str:
-        return run_cli(
-            layout, "mariadb", "--no-defaults", "-S", str(sock), "-u", "root", "-e", statement
-        )
+        return run_cli(layout, "mariadb", "--no-defaults", "-S", str(sock), "-u", "root", "-e", statement)
 
     procs.wait_until(
         lambda: bool(sql("select 1")),
@@ -367,7 +359,5 @@ def cancel_all_jobs(layout: Layout) -> None:
     ).stdout.split()
     if not jobs:
         return
-    subprocess.run(
-        ["scancel", "--full", "-s", "KILL", *jobs], env=env, capture_output=True, timeout=30
-    )
+    subprocess.run(["scancel", "--full", "-s", "KILL", *jobs], env=env, capture_output=True, timeout=30)
     subprocess.run(["scancel", *jobs], env=env, capture_output=True, timeout=30)

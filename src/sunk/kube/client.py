@@ -157,9 +157,7 @@ class KubeClient:
         )
 
     async def create_event(self, namespace: str, event: Json) -> None:
-        await self.request(
-            "POST", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events", body=event
-        )
+        await self.request("POST", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events", body=event)
 
 
 def _kubeconfig_path(explicit: str | None) -> str | None:

@@ -27,6 +27,8 @@ INVALID = "InvalidForSlurm"
 REJECTED_BY_SLURM = "RejectedBySlurm"
 PENDING_IN_SLURM = "PendingInSlurm"
 WAITING_FOR_START = "WaitingForPlaceholder"
+UNSCHEDULABLE = "Unschedulable"
+SLURM_UNAVAILABLE = "SlurmUnavailable"
 FINAL_REASONS = frozenset({INVALID, REJECTED_BY_SLURM})
 
 
@@ -77,8 +79,8 @@ class Recorder:
                 err,
             )
 
-    async def condition(self, pod: Json, status: bool, reason: str, message: str) -> None:
-        """Set PodScheduled, skipping the write when nothing would change."""
+    async def condition(self, pod: Json, status: bool, reason: str, message: str) -> bool:
+        """Set PodScheduled, skipping the write when nothing would change; True if written."""
         current = scheduled_condition(pod)
         if (
             current
@@ -86,7 +88,7 @@ class Recorder:
             and current.get("reason") == reason
             and current.get("message") == message
         ):
-            return
+            return False
         meta = pod["metadata"]
         condition = {
             "type": "PodScheduled",
@@ -95,9 +97,8 @@ class Recorder:
             "message": message[:1024],
             "lastTransitionTime": dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ"),
         }
-        await self._client.patch_pod_status(
-            meta["namespace"], meta["name"], {"conditions": [condition]}
-        )
+        await self._client.patch_pod_status(meta["namespace"], meta["name"], {"conditions": [condition]})
+        return True
 
 
 def scheduled_condition(pod: Json) -> Json | None:
@@ -110,8 +111,4 @@ def scheduled_condition(pod: Json) -> Json | None:
 def finally_refused(pod: Json) -> bool:
     """True once the Pod was refused for good (R2.4): only recreating it helps."""
     condition = scheduled_condition(pod)
-    return bool(
-        condition
-        and condition.get("status") == "False"
-        and condition.get("reason") in FINAL_REASONS
-    )
+    return bool(condition and condition.get("status") == "False" and condition.get("reason") in FINAL_REASONS)

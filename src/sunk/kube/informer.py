@@ -82,9 +82,7 @@ class Informer:
             before = old.get(key)
             if before is None:
                 self._emit("ADDED", obj)
-            elif before["metadata"].get("resourceVersion") != obj["metadata"].get(
-                "resourceVersion"
-            ):
+            elif before["metadata"].get("resourceVersion") != obj["metadata"].get("resourceVersion"):
                 self._emit("MODIFIED", obj)
         for key, obj in old.items():
             if key not in fresh:

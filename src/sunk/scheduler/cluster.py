@@ -38,15 +38,11 @@ class ClusterView:
                 mapping.setdefault(name, set()).add(spec["nodeName"])
         return mapping
 
-    def target(
-        self, slurm_node: str, pod_spec: Json, mapping: dict[str, set[str]] | None = None
-    ) -> Target:
+    def target(self, slurm_node: str, pod_spec: Json, mapping: dict[str, set[str]] | None = None) -> Target:
         """The Node for `slurm_node`, or why the Pod must not be placed there (R4.3)."""
         hosts = set((mapping or self.host_map()).get(slurm_node, ()))
         if not hosts:
-            return Target(
-                slurm_node, None, f"no slurmd Pod for Slurm node {slurm_node} is bound to a Node"
-            )
+            return Target(slurm_node, None, f"no slurmd Pod for Slurm node {slurm_node} is bound to a Node")
         if len(hosts) > 1:
             return Target(
                 slurm_node,
@@ -56,9 +52,7 @@ class ClusterView:
         host = hosts.pop()
         node = self.nodes.get(host)
         if node is None:
-            return Target(
-                slurm_node, None, f"Node {host} hosting Slurm node {slurm_node} does not exist"
-            )
+            return Target(slurm_node, None, f"Node {host} hosting Slurm node {slurm_node} does not exist")
         if not node_ready(node):
             return Target(slurm_node, node, f"Node {host} is not Ready")
         return Target(slurm_node, node, why_not(pod_spec, node))

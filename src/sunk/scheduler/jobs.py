@@ -32,9 +32,7 @@ class JobIndex:
         """Take a full listing; return the Pods whose jobs appeared, changed or vanished."""
         fresh = {job.job_id: (ref, job) for job in jobs if (ref := pod_of_job_name(job.name))}
         touched = [
-            ref
-            for job_id, (ref, job) in fresh.items()
-            if self._by_id.get(job_id, (None, None))[1] != job
+            ref for job_id, (ref, job) in fresh.items() if self._by_id.get(job_id, (None, None))[1] != job
         ]
         touched += [ref for job_id, (ref, _) in self._by_id.items() if job_id not in fresh]
         self._by_id = fresh
@@ -57,9 +55,7 @@ class JobIndex:
         return self._by_id.get(job_id)
 
     def for_key(self, namespace: str, name: str) -> list[tuple[PodRef, SlurmJob]]:
-        return [
-            (r, j) for r, j in self._by_id.values() if r.namespace == namespace and r.name == name
-        ]
+        return [(r, j) for r, j in self._by_id.values() if r.namespace == namespace and r.name == name]
 
     def all_refs(self) -> list[PodRef]:
         return [ref for ref, _ in self._by_id.values()]

@@ -35,9 +35,7 @@ class TokenSource:
         try:
             mtime = os.stat(self._path).st_mtime
         except OSError as err:
-            raise SlurmUnavailable(
-                f"cannot read the Slurm token file {self._path}: {err.strerror}"
-            ) from None
+            raise SlurmUnavailable(f"cannot read the Slurm token file {self._path}: {err.strerror}") from None
         if mtime != self._mtime:
             self._token = self._path.read_text().strip().removeprefix("SLURM_JWT=")
             self._mtime = mtime

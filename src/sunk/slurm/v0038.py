@@ -72,9 +72,9 @@ def submit_body(job: PlaceholderJob, script: str, environment: dict[str, str]) -
     return {"script": script, "job": spec}
 
 
-def started(job: SlurmJob, expected_comment: str) -> bool:
+def started(job: SlurmJob) -> bool:
     """The placeholder script appends the mark to the comment once it runs (R4.2)."""
-    return job.comment == expected_comment + STARTED_MARK
+    return job.comment.endswith(STARTED_MARK)
 
 
 def _int(value: Any) -> int | None:
@@ -85,9 +85,7 @@ def _int(value: Any) -> int | None:
 
 def parse_job(raw: dict[str, Any]) -> SlurmJob:
     resources = raw.get("job_resources") or {}
-    allocated = tuple(
-        n["nodename"] for n in resources.get("allocated_nodes") or [] if n.get("nodename")
-    )
+    allocated = tuple(n["nodename"] for n in resources.get("allocated_nodes") or [] if n.get("nodename"))
     if not allocated and raw.get("nodes") and "[" not in raw["nodes"]:
         allocated = tuple(raw["nodes"].split(","))
     comment = raw.get("comment") or ""

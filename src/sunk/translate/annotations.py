@@ -60,7 +60,9 @@ STRING_KEYS = (
 )
 INTEGER_KEYS = ("priority", "user-id", "group-id", "timeout")
 LIST_KEYS = ("excluded-nodes", "required-nodes")
-ALL_KEYS = (*STRING_KEYS, *INTEGER_KEYS, *LIST_KEYS, "exclusive")
+# Written by the scheduler itself, not read as job options.
+SCHEDULER_KEYS = ("job-id", "avoid-nodes")
+ALL_KEYS = (*STRING_KEYS, *INTEGER_KEYS, *LIST_KEYS, "exclusive", *SCHEDULER_KEYS)
 _NODE_NAME = re.compile(r"^[A-Za-z0-9._\-\[\],]+$")
 
 
@@ -71,9 +73,7 @@ def _integer(prefix: str, key: str, raw: str, errors: list[str], *, minimum: int
         return None
     value = int(text)
     if not minimum <= value <= _MAX_U32:
-        errors.append(
-            f"annotation {prefix}{key} must be between {minimum} and {_MAX_U32}, not {value}"
-        )
+        errors.append(f"annotation {prefix}{key} must be between {minimum} and {_MAX_U32}, not {value}")
         return None
     return value
 
@@ -82,8 +82,7 @@ def _node_list(prefix: str, key: str, raw: str, errors: list[str]) -> tuple[str,
     names = tuple(part.strip() for part in raw.split(","))
     if not raw.strip() or any(not n or not _NODE_NAME.match(n) for n in names):
         errors.append(
-            f"annotation {prefix}{key} must be a comma-separated list of Slurm node names, "
-            f'not "{raw}"'
+            f'annotation {prefix}{key} must be a comma-separated list of Slurm node names, not "{raw}"'
         )
         return ()
     return names
@@ -98,9 +97,7 @@ def parse_annotations(annotations: dict[str, str], prefix: str) -> tuple[JobOpti
     cwd = strings.pop("current_working_dir", None)
     for key, value in strings.items():
         if not value.strip():
-            errors.append(
-                f"annotation {prefix}{key.replace('_', '-')} is empty; remove it or set a value"
-            )
+            errors.append(f"annotation {prefix}{key.replace('_', '-')} is empty; remove it or set a value")
 
     exclusive = None
     if "exclusive" in ours:

@@ -23,9 +23,7 @@ _SUFFIX = {
     "Pi": Decimal(2**50),
     "Ei": Decimal(2**60),
 }
-_FORM = re.compile(
-    r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$"
-)
+_FORM = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
 
 
 class QuantityError(ValueError):

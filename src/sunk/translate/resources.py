@@ -29,9 +29,7 @@ class Requests:
         return Requests(self.cpu + other.cpu, self.memory + other.memory, self.gpus + other.gpus)
 
     def max(self, other: Requests) -> Requests:
-        return Requests(
-            max(self.cpu, other.cpu), max(self.memory, other.memory), max(self.gpus, other.gpus)
-        )
+        return Requests(max(self.cpu, other.cpu), max(self.memory, other.memory), max(self.gpus, other.gpus))
 
     @property
     def whole_cpus(self) -> int:
@@ -43,9 +41,7 @@ class Requests:
         return math.ceil(self.memory / MIB)
 
 
-def _container_requests(
-    container: dict[str, Any], errors: list[str], *, required: bool
-) -> Requests:
+def _container_requests(container: dict[str, Any], errors: list[str], *, required: bool) -> Requests:
     name = container.get("name", "?")
     requests = (container.get("resources") or {}).get("requests") or {}
     values: dict[str, Decimal] = {}

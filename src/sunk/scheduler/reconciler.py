@@ -1,0 +1,371 @@
+"""reconcile(pod key): make the Pod and its placeholder job agree (R2, R3, R4, R8.2).
+
+Each call looks at the current state of both sides and takes at most one step:
+refuse an invalid Pod, submit (or adopt) its job, report why it waits, bind it, or clean
+up a job whose Pod is gone. Every fact it relies on lives in Kubernetes (annotations,
+conditions) or in Slurm (job names carry the Pod UID), so a restart at any moment resumes
+where the last process stopped, without a second job for the same Pod.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import logging
+import os
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from sunk.kube import events as ev
+from sunk.kube.client import KubeClient, KubeError
+from sunk.scheduler.cluster import ClusterView
+from sunk.scheduler.identity import submit_as
+from sunk.scheduler.jobs import JobIndex, JobPoller
+from sunk.slurm import v0038 as dialect
+from sunk.slurm.client import SlurmClient
+from sunk.slurm.errors import SlurmError
+from sunk.slurm.models import SlurmJob
+from sunk.translate import PodRef, Settings, translate
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+ENDED_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass
+class Outcome:
+    """What the worker should do with the key next: None = wait for an event."""
+
+    requeue_after: float | None = None
+
+
+class PodStore:
+    """Pods of our scheduler in the watched namespaces (one informer per namespace, or one)."""
+
+    def __init__(self, informers: dict[str, Any]) -> None:
+        self._informers = informers  # namespace ("" = all) → Informer
+
+    def get(self, key: str) -> Json | None:
+        namespace = key.split("/", 1)[0]
+        informer = self._informers.get("") or self._informers.get(namespace)
+        result: Json | None = informer.get(key) if informer else None
+        return result
+
+    def all_keys(self) -> list[str]:
+        return [key for informer in self._informers.values() for key in informer.store]
+
+    def watches(self, namespace: str) -> bool:
+        return "" in self._informers or namespace in self._informers
+
+
+class Reconciler:
+    def __init__(
+        self,
+        *,
+        kube: KubeClient,
+        slurm: SlurmClient,
+        pods: PodStore,
+        cluster: ClusterView,
+        index: JobIndex,
+        poller: JobPoller,
+        recorder: ev.Recorder,
+        settings: Settings,
+        script: str,
+        slurm_user: str,
+    ) -> None:
+        self.kube = kube
+        self.slurm = slurm
+        self.pods = pods
+        self.cluster = cluster
+        self.index = index
+        self.poller = poller
+        self.recorder = recorder
+        self.settings = settings
+        self.script = script
+        self.slurm_user = slurm_user
+        self.prefix = settings.annotation_prefix
+        self._node_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self.bound_latencies: list[float] = []
+
+    # -- small readers --------------------------------------------------------------------
+    def _annotation(self, pod: Json, key: str) -> str | None:
+        value = ((pod.get("metadata") or {}).get("annotations") or {}).get(self.prefix + key)
+        return str(value) if value is not None else None
+
+    def _recorded_job_id(self, pod: Json) -> int | None:
+        raw = self._annotation(pod, "job-id")
+        return int(raw) if raw and raw.isdigit() else None
+
+    def _current_job(self, pod: Json) -> SlurmJob | None:
+        job_id = self._recorded_job_id(pod)
+        found = self.index.get(job_id) if job_id is not None else None
+        if found is None or found[0].uid != pod["metadata"]["uid"]:
+            return None  # never trust a job ID alone: IDs restart when Slurm's state is wiped
+        return found[1]
+
+    def _owns(self, pod: Json | None, ref: PodRef, job: SlurmJob) -> bool:
+        if pod is None:
+            return False
+        meta = pod["metadata"]
+        if meta.get("uid") != ref.uid or meta.get("deletionTimestamp"):
+            return False
+        if (pod.get("status") or {}).get("phase") in ENDED_PHASES:
+            return False
+        recorded = self._recorded_job_id(pod)
+        return recorded is None or recorded == job.job_id
+
+    # -- the entry point ------------------------------------------------------------------
+    async def reconcile(self, key: str) -> Outcome:
+        namespace, name = key.split("/", 1)
+        pod = self.pods.get(key)
+        for ref, job in self.index.for_key(namespace, name):
+            if job.active and not self._owns(pod, ref, job):
+                await self._cancel_orphan(ref, job, pod)
+        if pod is None or pod["metadata"].get("deletionTimestamp"):
+            return Outcome()
+        if (pod.get("status") or {}).get("phase") in ENDED_PHASES:
+            return Outcome()
+        if ev.finally_refused(pod):
+            return Outcome()
+        if (pod.get("spec") or {}).get("nodeName"):
+            return await self._bound(pod)
+        return await self._unbound(pod)
+
+    async def _cancel_orphan(self, ref: PodRef, job: SlurmJob, pod: Json | None) -> None:
+        why = (
+            "its Pod is gone" if pod is None or pod["metadata"].get("uid") != ref.uid else "its Pod is ending"
+        )
+        log.info("cancelling Slurm job %s of %s: %s", job.job_id, ref, why)
+        await self.slurm.cancel(job.job_id)
+
+    # -- a bound Pod ----------------------------------------------------------------------
+    async def _bound(self, pod: Json) -> Outcome:
+        if not self.index.synced.is_set():
+            return Outcome(requeue_after=1)
+        job = self._current_job(pod)
+        if job is not None and job.active:
+            return Outcome()
+        state = f"ended ({job.state})" if job else "no longer exists in Slurm"
+        note = f"Slurm job {self._recorded_job_id(pod)} {state}; deleting the Pod it held resources for"
+        await self.recorder.event(pod, ev.JOB_ENDED, note, warning=True)
+        await self._delete(pod)
+        return Outcome()
+
+    async def _delete(self, pod: Json) -> None:
+        meta = pod["metadata"]
+        try:
+            await self.kube.delete_pod(meta["namespace"], meta["name"], meta["uid"])
+        except KubeError as err:
+            if not (err.not_found or err.conflict):
+                raise
+
+    # -- an unbound Pod -------------------------------------------------------------------
+    async def _unbound(self, pod: Json) -> Outcome:
+        if not self.index.synced.is_set():
+            return Outcome(requeue_after=1)
+        job = self._current_job(pod)
+        if job is None:
+            adopted = await self._adopt(pod)
+            if adopted:
+                return Outcome()
+            return await self._submit(pod)
+        if job.pending:
+            await self.recorder.condition(
+                pod,
+                False,
+                ev.PENDING_IN_SLURM,
+                f"Slurm job {job.job_id} is pending ({job.reason}) in partition {job.partition}",
+            )
+            return Outcome()
+        if job.running and dialect.started(job):
+            return await self._bind(pod, job)
+        if job.active:
+            where = ",".join(job.nodes) or "?"
+            await self.recorder.condition(
+                pod,
+                False,
+                ev.WAITING_FOR_START,
+                f"Slurm job {job.job_id} is {job.state} on {where}; waiting for its placeholder "
+                "script to start",
+            )
+            return Outcome()
+        note = f"Slurm job {job.job_id} ended ({job.state}) before the Pod could be placed; deleting the Pod"
+        await self.recorder.event(pod, ev.JOB_ENDED, note, warning=True)
+        await self._delete(pod)
+        return Outcome()
+
+    async def _adopt(self, pod: Json) -> bool:
+        """After a restart, a job may exist that the Pod does not name yet: use it."""
+        meta = pod["metadata"]
+        mine = [
+            job
+            for ref, job in self.index.for_key(meta["namespace"], meta["name"])
+            if ref.uid == meta["uid"] and job.active
+        ]
+        if not mine:
+            return False
+        job = max(mine, key=lambda j: j.job_id)
+        await self._record_job(pod, job.job_id, self._avoid_nodes(pod))
+        await self.recorder.event(
+            pod, ev.PLACEHOLDER_ADOPTED, f"Found existing Slurm job {job.job_id} for this Pod"
+        )
+        return True
+
+    def _avoid_nodes(self, pod: Json) -> tuple[str, ...]:
+        raw = self._annotation(pod, "avoid-nodes") or ""
+        return tuple(n for n in raw.split(",") if n)
+
+    async def _record_job(self, pod: Json, job_id: int, avoid: tuple[str, ...]) -> None:
+        meta = pod["metadata"]
+        annotations: dict[str, str | None] = {self.prefix + "job-id": str(job_id)}
+        annotations[self.prefix + "avoid-nodes"] = ",".join(avoid) if avoid else None
+        await self.kube.patch_pod(
+            meta["namespace"], meta["name"], meta["uid"], {"metadata": {"annotations": annotations}}
+        )
+
+    async def _refuse(self, pod: Json, reason: str, problems: list[str]) -> Outcome:
+        """A final answer (R2.4): Event + condition, and the Pod is never tried again."""
+        message = "; ".join(problems)
+        await self.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
+        await self.recorder.condition(pod, False, reason, message)
+        return Outcome()
+
+    async def _submit(self, pod: Json, avoid: tuple[str, ...] | None = None) -> Outcome:
+        result = translate(pod, self.settings)
+        if not result.valid or result.job is None:
+            return await self._refuse(pod, ev.INVALID, result.errors)
+        job = result.job
+        problems = dialect.unsupported(job)
+        identity = submit_as(job.options.user_id, job.options.group_id, self.slurm_user)
+        if identity.problem:
+            problems.append(identity.problem)
+        if problems:
+            return await self._refuse(pod, ev.INVALID, problems)
+        for note in result.notes:
+            await self.recorder.event(pod, ev.IGNORED_ANNOTATION, note, warning=True)
+
+        avoid = avoid if avoid is not None else self._avoid_nodes(pod)
+        excluded, reasons = self.cluster.excluded_for(pod.get("spec") or {})
+        usable = self.cluster.slurm_nodes - set(excluded) - set(avoid)
+        if self.cluster.slurm_nodes and not usable:
+            message = "no Slurm node can host this Pod: " + "; ".join(sorted(set(reasons))[:5])
+            if await self.recorder.condition(pod, False, ev.UNSCHEDULABLE, message):
+                await self.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
+            return Outcome(requeue_after=10)
+        job = job.avoiding(tuple(excluded) + avoid)
+
+        environment = {
+            "PATH": JOB_PATH,
+            "SUNK_COMMENT": job.options.comment,
+            "SUNK_POD": str(job.pod),
+            "SUNK_POD_UID": job.pod.uid,
+        }
+        if os.environ.get("SLURM_CONF"):
+            environment["SLURM_CONF"] = os.environ["SLURM_CONF"]
+        body = dialect.submit_body(job, self.script, environment)
+        try:
+            job_id = await self.slurm.submit(body, as_user=identity.user_name)
+        except SlurmError as err:
+            if err.retryable:
+                await self.recorder.condition(pod, False, ev.SLURM_UNAVAILABLE, str(err))
+                raise
+            return await self._refuse(pod, ev.REJECTED_BY_SLURM, [str(err)])
+
+        self.index.record(job.pod, _submitted(job_id, job.name, job.options.comment))
+        try:
+            await self._record_job(pod, job_id, avoid)
+        except KubeError as err:
+            # The Pod went away or was replaced while we submitted: the job has no owner.
+            log.info("Pod %s changed during submit (%s); cancelling job %s", job.pod, err, job_id)
+            await self.slurm.cancel(job_id)
+            return Outcome()
+        self.poller.poke()
+        gpus = f", {job.gpus} GPU" if job.gpus else ""
+        await self.recorder.event(
+            pod,
+            ev.PLACEHOLDER_SUBMITTED,
+            f"Submitted Slurm job {job_id} ({job.cpus} CPU, {job.memory_mib} MiB{gpus})",
+        )
+        await self.recorder.condition(
+            pod, False, ev.PENDING_IN_SLURM, f"Slurm job {job_id} submitted; waiting for Slurm"
+        )
+        return Outcome()
+
+    # -- binding (R4.3, R4.4) -------------------------------------------------------------
+    async def _bind(self, pod: Json, job: SlurmJob) -> Outcome:
+        spec = pod.get("spec") or {}
+        if len(job.nodes) != 1:
+            return await self._reject(pod, job, None, f"Slurm allocated {len(job.nodes)} nodes, not one")
+        slurm_node = job.nodes[0]
+        async with self._node_locks[slurm_node]:
+            target = self.cluster.target(slurm_node, spec)
+            problem = target.problem
+            if problem is None:
+                state = await self.slurm.node(slurm_node)
+                if state is None:
+                    problem = f"Slurm does not know node {slurm_node}"
+                elif state.draining:
+                    flags = "+".join((state.state, *state.flags))
+                    problem = f"Slurm node {slurm_node} is {flags} ({state.reason or 'no reason given'})"
+            if problem is not None or target.node is None:
+                return await self._reject(pod, job, slurm_node, problem or "no Node")
+            node_name = target.node["metadata"]["name"]
+            meta = pod["metadata"]
+            try:
+                await self.kube.bind(meta["namespace"], meta["name"], meta["uid"], node_name)
+            except KubeError as err:
+                if err.conflict and await self._already_on(pod, node_name):
+                    return Outcome()
+                raise
+        self._observe_bound(pod)
+        await self.recorder.event(
+            pod,
+            ev.SCHEDULED,
+            f"Successfully assigned {meta['namespace']}/{meta['name']} to {node_name} "
+            f"(Slurm job {job.job_id} on node {slurm_node})",
+        )
+        return Outcome()
+
+    async def _already_on(self, pod: Json, node: str) -> bool:
+        meta = pod["metadata"]
+        current = await self.kube.get(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
+        return bool((current.get("spec") or {}).get("nodeName") == node)
+
+    def _observe_bound(self, pod: Json) -> None:
+        created = pod["metadata"].get("creationTimestamp")
+        if created:
+            started = dt.datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+            self.bound_latencies.append(time.time() - started)
+
+    async def _reject(self, pod: Json, job: SlurmJob, slurm_node: str | None, problem: str) -> Outcome:
+        """Strict node locking: never bind to a doubtful node; resubmit without it."""
+        avoid = self._avoid_nodes(pod) + ((slurm_node,) if slurm_node else ())
+        await self.recorder.event(
+            pod,
+            ev.NODE_REJECTED,
+            f"Slurm started job {job.job_id} on {slurm_node or '?'} but {problem}; "
+            "submitting a new job that avoids it",
+            warning=True,
+        )
+        outcome = await self._submit(pod, avoid=avoid)
+        await self.slurm.cancel(job.job_id)
+        return outcome
+
+
+def _submitted(job_id: int, name: str, comment: str) -> SlurmJob:
+    return SlurmJob(
+        job_id=job_id,
+        name=name,
+        state="PENDING",
+        reason="None",
+        nodes=(),
+        comment=comment,
+        user_id=None,
+        group_id=None,
+        partition="",
+        time_limit_min=None,
+        priority=None,
+    )
