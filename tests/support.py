@@ -3,13 +3,18 @@ slurmrestd client that checks Slurm's side independently of the scheduler's own 
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import httpx
 
-from sunk.devcluster import Layout
+from sunk.devcluster import DevCluster, Layout
+from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.slurmcluster import REST_VERSION
 
 T = TypeVar("T")
@@ -60,6 +65,117 @@ class SlurmRest:
         assert jobs, data
         return jobs[0]
 
+    def jobs(self) -> list[dict[str, Any]]:
+        result: list[dict[str, Any]] = self.http.get("/jobs").json().get("jobs", [])
+        return result
+
+    def jobs_of_pod(self, uid: str) -> list[dict[str, Any]]:
+        """Every job Slurm knows for a Pod UID, finished ones included."""
+        return [j for j in self.jobs() if j.get("name", "").endswith(":" + uid)]
+
     def cancel(self, job_id: int) -> None:
         resp = self.http.delete(f"/job/{job_id}")
         assert resp.status_code == 200, resp.text
+
+
+class SchedulerProcess:
+    """`sunk scheduler` as a real process, so tests can kill and restart it."""
+
+    def __init__(self, cluster: DevCluster, name: str, *args: str) -> None:
+        self.cluster = cluster
+        self.name = name
+        self.args = args
+        self.log = cluster.layout.logs / f"scheduler-{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> SchedulerProcess:
+        env = {**os.environ, **self.cluster.env()}
+        argv = [
+            sys.executable,
+            "-m",
+            "sunk.cli",
+            "scheduler",
+            f"--scheduler-name={self.name}",
+            "--hooks-api-bind-address=127.0.0.1:0",
+            "--metrics-bind-address=127.0.0.1:0",
+            "--health-probe-bind-address=127.0.0.1:0",
+            *self.args,
+        ]
+        offset = self.log.stat().st_size if self.log.exists() else 0
+        with open(self.log, "ab") as out:
+            self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        wait_for(
+            lambda: self._synced(offset) or self._died(),
+            timeout=30,
+            what=f"scheduler {self.name} to sync its caches",
+        )
+        assert self.proc.poll() is None, f"scheduler exited; see {self.log}"
+        return self
+
+    def _synced(self, offset: int) -> bool:
+        with open(self.log, "rb") as f:
+            f.seek(offset)
+            return b"caches synced" in f.read()
+
+    def _died(self) -> bool:
+        return self.proc is not None and self.proc.poll() is not None
+
+    def kill(self) -> None:
+        """SIGKILL: no chance to clean up, like a crashed or evicted process."""
+        if self.proc and self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(timeout=10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
+def make_pod(
+    name: str,
+    scheduler: str,
+    *,
+    cpu: str = "1",
+    memory: str = "256Mi",
+    gpus: int = 0,
+    annotations: dict[str, str] | None = None,
+    grace: int = 5,
+    **spec: Any,
+) -> dict[str, Any]:
+    requests = {"cpu": cpu, "memory": memory}
+    limits = {}
+    if gpus:
+        requests["nvidia.com/gpu"] = limits["nvidia.com/gpu"] = str(gpus)
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": annotations or {}},
+        "spec": {
+            "schedulerName": scheduler,
+            "terminationGracePeriodSeconds": grace,
+            "containers": [
+                {"name": "main", "image": "busybox", "resources": {"requests": requests, "limits": limits}}
+            ],
+            **spec,
+        },
+    }
+
+
+def condition(pod: dict[str, Any], kind: str = "PodScheduled") -> dict[str, Any]:
+    for item in (pod.get("status") or {}).get("conditions") or []:
+        if item.get("type") == kind:
+            return dict(item)
+    return {}
+
+
+def events_for(kube: AdminKube, namespace: str, pod: str) -> list[dict[str, Any]]:
+    items = kube.get(
+        f"/apis/events.k8s.io/v1/namespaces/{namespace}/events",
+        fieldSelector=f"regarding.name={pod}",
+    )["items"]
+    return sorted(items, key=lambda e: e.get("eventTime") or "")

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from sunk.devcluster import ClusterSpec, DevCluster, DevClusterError, Layout, topology
+from sunk.devcluster.layout import Ports
 from sunk.devcluster.prereqs import check_ports_free
 from sunk.devcluster.procs import start_time
 from sunk.devcluster.slurmcluster import SlurmSpec, render_slurm_conf
@@ -49,14 +50,14 @@ def test_slurm_conf_with_accounting_uses_slurmdbd_and_qos_preemption(tmp_path: P
 
 
 def test_a_taken_port_is_reported_in_one_actionable_sentence(tmp_path: Path) -> None:
-    layout = Layout(tmp_path)
     with socket.socket() as holder:
         holder.bind(("127.0.0.1", 0))
         holder.listen()
         taken = holder.getsockname()[1]
-        layout = Layout(tmp_path, ports=type(layout.ports)(apiserver=taken))
+        # Port 0 binds anywhere free, so only the held port can clash.
+        ports = Ports(etcd_client=0, etcd_peer=0, apiserver=taken, slurmctld=0, slurmrestd=0)
         with pytest.raises(DevClusterError, match=rf"port {taken} .*kube-apiserver.*in use"):
-            check_ports_free(layout, nodes=1, accounting=False)
+            check_ports_free(Layout(tmp_path, ports=ports), nodes=0, accounting=False)
 
 
 def test_up_refuses_while_a_previous_cluster_is_still_running(tmp_path: Path) -> None:

@@ -83,6 +83,7 @@ class DevCluster:
         setup_log = layout.logs / "setup.log"
         prereqs.check_ports_free(layout, spec.nodes, spec.accounting)
         prereqs.ensure_debian_packages(spec.accounting, setup_log)
+        prereqs.ensure_job_user(topology.JOB_USER, topology.JOB_UID)
         tools = prereqs.ensure_go_tools(setup_log)
         nodes = topology.plan(spec.nodes)
         layout.state_file.write_text(json.dumps(asdict(spec)))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import glob
 import os
+import pwd
 import shutil
 import socket
 import subprocess
@@ -96,6 +97,34 @@ def _undo_emulator_alternatives() -> None:
         current = Path(f"/usr/sbin/{daemon}")
         if real.exists() and current.resolve() != real:
             subprocess.run(["update-alternatives", "--set", daemon, str(real)], capture_output=True)
+
+
+def ensure_job_user(name: str, uid: int) -> None:
+    """A non-root user for Pods with a user-id annotation (the dedicated-user GPU strategy)."""
+    try:
+        pwd.getpwuid(uid)
+        return
+    except KeyError:
+        pass
+    if os.geteuid() != 0 or shutil.which("useradd") is None:
+        raise DevClusterError(
+            f"the dev cluster needs a user with uid {uid} for its job-identity tests: create one "
+            f"(`useradd --uid {uid} --user-group {name}`) or run as root"
+        )
+    subprocess.run(
+        [
+            "useradd",
+            "--uid",
+            str(uid),
+            "--user-group",
+            "--no-create-home",
+            "--shell",
+            "/usr/sbin/nologin",
+            name,
+        ],
+        check=True,
+        capture_output=True,
+    )
 
 
 def ensure_go_tools(log: Path, tools: tuple[str, ...] = CLUSTER_TOOLS) -> dict[str, Path]:

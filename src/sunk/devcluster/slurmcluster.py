@@ -332,14 +332,16 @@ def _start_accounting(layout: Layout) -> None:
     for name, options in QOS.items():
         _tolerate_exists(layout, *sacctmgr, "add", "qos", name, *options.split())
     _tolerate_exists(layout, *sacctmgr, "add", "account", ",".join(ACCOUNTS), "Cluster=sunkdev")
+    users = ("root", topology.JOB_USER)
     for account in ACCOUNTS:
-        _tolerate_exists(layout, *sacctmgr, "add", "user", "root", f"Account={account}")
+        for user in users:
+            _tolerate_exists(layout, *sacctmgr, "add", "user", user, f"Account={account}")
     run_cli(
         layout,
         *sacctmgr,
         "modify",
         "user",
-        "root",
+        ",".join(users),
         "set",
         "qos=normal,low,high",
         "DefaultQOS=normal",

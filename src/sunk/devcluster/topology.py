@@ -18,6 +18,9 @@ ZONES = ("zone-a", "zone-b")
 SLURMD_NAMESPACE = "slurm"
 SLURM_NODE_LABEL = "sunk.coreweave.com/slurm-node"
 KWOK_NODE_LABEL = "sunk.dev/kwok"
+# A dedicated Slurm user for Pods, as in the "dedicated user + exclusive=user" GPU strategy.
+JOB_USER = "sunk-k8s"
+JOB_UID = 1001
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,325 @@
+"""The schedule flow on the real dev cluster (R1.3, R2, R3, R4, R6.3)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+
+from sunk.devcluster import topology
+from sunk.devcluster.kubeapi import AdminKube
+from tests.e2e.conftest import SCHEDULER
+from tests.support import (
+    SchedulerProcess,
+    SlurmRest,
+    condition,
+    events_for,
+    holds_for,
+    make_pod,
+    wait_for,
+)
+
+pytestmark = pytest.mark.e2e
+P = "sunk.coreweave.com/"
+
+
+def create(kube: AdminKube, namespace: str, manifest: dict[str, Any]) -> dict[str, Any]:
+    return kube.create(f"/api/v1/namespaces/{namespace}/pods", manifest)
+
+
+def get(kube: AdminKube, namespace: str, name: str) -> dict[str, Any] | None:
+    return kube.find(f"/api/v1/namespaces/{namespace}/pods/{name}")
+
+
+def wait_bound(kube: AdminKube, namespace: str, name: str, timeout: float = 30) -> dict[str, Any]:
+    def bound() -> dict[str, Any] | None:
+        pod = get(kube, namespace, name)
+        if pod and condition(pod).get("reason") in ("InvalidForSlurm", "RejectedBySlurm"):
+            raise AssertionError(f"Pod {name} was refused: {condition(pod)['message']}")
+        return pod if pod and pod["spec"].get("nodeName") else None
+
+    return wait_for(bound, timeout=timeout, what=f"Pod {name} to be bound")
+
+
+def job_of(pod: dict[str, Any], slurm: SlurmRest) -> dict[str, Any]:
+    return slurm.job(int(pod["metadata"]["annotations"][P + "job-id"]))
+
+
+def host_of(kube: AdminKube, slurm_node: str) -> str:
+    pod = kube.get(f"/api/v1/namespaces/{topology.SLURMD_NAMESPACE}/pods/slurmd-{slurm_node}")
+    return str(pod["spec"]["nodeName"])
+
+
+def slurm_nodes(kube: AdminKube, gpu_class: str | None = None) -> list[str]:
+    nodes = {n["metadata"]["name"]: n for n in kube.get("/api/v1/nodes")["items"]}
+    pods = kube.get(f"/api/v1/namespaces/{topology.SLURMD_NAMESPACE}/pods")["items"]
+    return sorted(
+        p["metadata"]["labels"][topology.SLURM_NODE_LABEL]
+        for p in pods
+        if gpu_class is None
+        or nodes[p["spec"]["nodeName"]]["metadata"]["labels"]["gpu.nvidia.com/class"] == gpu_class
+    )
+
+
+def test_r4_cpu_pod_lands_on_the_node_hosting_its_jobs_slurm_node(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    started = time.monotonic()
+    create(kube, namespace, make_pod("cpu", SCHEDULER, cpu="500m", memory="300Mi"))
+    pod = wait_bound(kube, namespace, "cpu")
+    took = time.monotonic() - started
+    job = job_of(pod, slurm)
+    assert job["job_state"] == "RUNNING"
+    assert pod["spec"]["nodeName"] == host_of(kube, job["nodes"])
+    assert job["name"] == f"sunk:{namespace}/cpu:{pod['metadata']['uid']}"
+    assert job["cpus"] == 1 and job["memory_per_node"] == 300
+    assert condition(pod)["status"] == "True"
+    reasons = [e["reason"] for e in events_for(kube, namespace, "cpu")]
+    assert "PlaceholderSubmitted" in reasons and "Scheduled" in reasons
+    print(f"\ncreate→bound: {took:.2f} s")
+
+
+def test_r3_2_gpu_pod_with_required_affinity_lands_only_on_that_gpu_class(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    h100 = "H100_NVLINK_80GB"
+    affinity = {
+        "nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {
+                "nodeSelectorTerms": [
+                    {
+                        "matchExpressions": [
+                            {"key": "gpu.nvidia.com/class", "operator": "In", "values": [h100]}
+                        ]
+                    }
+                ]
+            }
+        }
+    }
+    names = [f"gpu-{i}" for i in range(4)]
+    for name in names:
+        create(kube, namespace, make_pod(name, SCHEDULER, gpus=1, affinity=affinity))
+    allowed_hosts = {host_of(kube, n) for n in slurm_nodes(kube, h100)}
+    for name in names:
+        pod = wait_bound(kube, namespace, name)
+        assert pod["spec"]["nodeName"] in allowed_hosts
+        job = job_of(pod, slurm)
+        assert job["nodes"] in slurm_nodes(kube, h100)
+        assert (
+            "gpu:1" in (job.get("tres_per_node") or job.get("gres_detail") or [""])[0] or job["tres_req_str"]
+        )
+
+
+def test_r3_2_node_selector_restricts_the_slurm_nodes(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    selector = {"topology.kubernetes.io/zone": "zone-a"}
+    create(kube, namespace, make_pod("zoned", SCHEDULER, nodeSelector=selector))
+    pod = wait_bound(kube, namespace, "zoned")
+    node = kube.get(f"/api/v1/nodes/{pod['spec']['nodeName']}")
+    assert node["metadata"]["labels"]["topology.kubernetes.io/zone"] == "zone-a"
+
+
+@pytest.mark.parametrize(("mode", "share"), [("ok", True), ("user", True), ("none", False)])
+def test_r3_exclusive_decides_whether_two_pods_share_a_node(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess, mode: str, share: bool
+) -> None:
+    target = slurm_nodes(kube)[0]
+    annotations = {P + "exclusive": mode, P + "required-nodes": target}
+    create(kube, namespace, make_pod("first", SCHEDULER, annotations=annotations))
+    first = wait_bound(kube, namespace, "first")
+    create(kube, namespace, make_pod("second", SCHEDULER, annotations=annotations))
+    if share:
+        second = wait_bound(kube, namespace, "second")
+        assert second["spec"]["nodeName"] == first["spec"]["nodeName"]
+    else:
+        pending = wait_for(
+            lambda: (
+                (p := get(kube, namespace, "second")) and "pending" in condition(p).get("message", "") and p
+            ),
+            timeout=15,
+            what="the second Pod to wait in Slurm",
+        )
+        assert not pending["spec"].get("nodeName")
+        assert condition(pending)["reason"] == "PendingInSlurm"
+
+
+def test_r3_required_nodes_are_used(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    target = slurm_nodes(kube)[-1]
+    create(kube, namespace, make_pod("pinned", SCHEDULER, annotations={P + "required-nodes": target}))
+    pod = wait_bound(kube, namespace, "pinned")
+    assert job_of(pod, slurm)["nodes"] == target
+    assert pod["spec"]["nodeName"] == host_of(kube, target)
+
+
+def test_r3_excluded_nodes_are_avoided(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    *others, last = slurm_nodes(kube)
+    create(
+        kube, namespace, make_pod("avoid", SCHEDULER, annotations={P + "excluded-nodes": ",".join(others)})
+    )
+    pod = wait_bound(kube, namespace, "avoid")
+    assert job_of(pod, slurm)["nodes"] == last
+
+
+def test_r3_partition_timeout_priority_comment_reach_the_job(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    annotations = {
+        P + "partition": "high",
+        P + "timeout": "7",
+        P + "priority": "5000",
+        P + "comment": "inference replica",
+    }
+    create(kube, namespace, make_pod("opts", SCHEDULER, annotations=annotations))
+    job = job_of(wait_bound(kube, namespace, "opts"), slurm)
+    assert job["partition"] == "high"
+    assert job["time_limit"] == 7
+    assert job["priority"] == 5000
+    assert job["comment"] == "inference replica: started"
+
+
+def test_r3_3_changing_annotations_after_submission_changes_nothing(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    create(kube, namespace, make_pod("fixed", SCHEDULER, annotations={P + "timeout": "30"}))
+    pod = wait_bound(kube, namespace, "fixed")
+    kube.patch(
+        f"/api/v1/namespaces/{namespace}/pods/fixed", {"metadata": {"annotations": {P + "timeout": "60"}}}
+    )
+    holds_for(lambda: job_of(pod, slurm)["time_limit"] == 30, seconds=1.5, what="the original time limit")
+    assert len(slurm.jobs_of_pod(pod["metadata"]["uid"])) == 1
+
+
+def test_r6_3_job_identity_defaults_to_root(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    create(kube, namespace, make_pod("root", SCHEDULER))
+    job = job_of(wait_bound(kube, namespace, "root"), slurm)
+    assert (job["user_id"], job["group_id"]) == (0, 0)
+
+
+def test_r3_user_id_runs_the_job_as_that_user_and_group(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    uid = str(topology.JOB_UID)
+    create(kube, namespace, make_pod("user", SCHEDULER, annotations={P + "user-id": uid}))
+    job = job_of(wait_bound(kube, namespace, "user"), slurm)
+    assert (job["user_id"], job["group_id"]) == (topology.JOB_UID, topology.JOB_UID)
+
+
+def test_r3_5_a_group_slurm_cannot_honour_is_refused_with_a_reason(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    annotations = {P + "user-id": str(topology.JOB_UID), P + "group-id": "0"}
+    pod = create(kube, namespace, make_pod("group", SCHEDULER, annotations=annotations))
+    refused = wait_for(
+        lambda: (
+            condition(get(kube, namespace, "group") or {}).get("reason") == "InvalidForSlurm"
+            and get(kube, namespace, "group")
+        ),
+        timeout=15,
+        what="the refusal",
+    )
+    assert "group-id 0 cannot be honoured" in condition(refused)["message"]
+    assert slurm.jobs_of_pod(pod["metadata"]["uid"]) == []
+
+
+@pytest.mark.parametrize(
+    ("annotations", "grace", "expected"),
+    [
+        ({}, 25, "terminationGracePeriodSeconds is 25"),
+        ({P + "priority": "urgent"}, 5, "priority must be an integer"),
+        ({P + "exclusive": "maybe"}, 5, "exclusive must be one of"),
+        ({P + "exclusive": "topo"}, 5, "exclusive=topo needs Slurm 23.02"),
+    ],
+)
+def test_r2_4_invalid_pod_gets_event_and_condition_and_never_a_job(
+    kube: AdminKube,
+    slurm: SlurmRest,
+    namespace: str,
+    scheduler: SchedulerProcess,
+    annotations: dict[str, str],
+    grace: int,
+    expected: str,
+) -> None:
+    pod = create(kube, namespace, make_pod("bad", SCHEDULER, annotations=annotations, grace=grace))
+    refused = wait_for(
+        lambda: (p := get(kube, namespace, "bad")) and condition(p).get("reason") == "InvalidForSlurm" and p,
+        timeout=15,
+        what="the Pod to be refused",
+    )
+    assert expected in condition(refused)["message"]
+    assert condition(refused)["status"] == "False"
+    warnings = [e for e in events_for(kube, namespace, "bad") if e["reason"] == "FailedScheduling"]
+    assert warnings and expected in warnings[0]["note"]
+    # Fixing the annotations later does not help (R2.4): still no job, still unbound.
+    kube.patch(
+        f"/api/v1/namespaces/{namespace}/pods/bad",
+        {"metadata": {"annotations": {P + "priority": "1", P + "exclusive": "ok"}}},
+    )
+    holds_for(
+        lambda: not slurm.jobs_of_pod(pod["metadata"]["uid"]), seconds=2, what="no job for the invalid Pod"
+    )
+    assert not (get(kube, namespace, "bad") or {})["spec"].get("nodeName")
+    assert len([e for e in events_for(kube, namespace, "bad") if e["reason"] == "FailedScheduling"]) == 1
+
+
+def test_r2_1_pod_without_requests_is_refused(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    manifest = make_pod("norequests", SCHEDULER)
+    manifest["spec"]["containers"][0]["resources"] = {}
+    pod = create(kube, namespace, manifest)
+    refused = wait_for(
+        lambda: (p := get(kube, namespace, "norequests")) and condition(p).get("reason") and p,
+        timeout=15,
+        what="the refusal",
+    )
+    assert "cpu request is missing" in condition(refused)["message"]
+    assert slurm.jobs_of_pod(pod["metadata"]["uid"]) == []
+
+
+def test_slurm_rejection_is_reported_and_not_retried(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    pod = create(kube, namespace, make_pod("nopart", SCHEDULER, annotations={P + "partition": "nope"}))
+    refused = wait_for(
+        lambda: (
+            (p := get(kube, namespace, "nopart")) and condition(p).get("reason") == "RejectedBySlurm" and p
+        ),
+        timeout=15,
+        what="Slurm's refusal",
+    )
+    assert "Invalid partition name" in condition(refused)["message"]
+    assert slurm.jobs_of_pod(pod["metadata"]["uid"]) == []
+
+
+def test_r1_3_pods_of_other_schedulers_are_untouched(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    pod = create(kube, namespace, make_pod("theirs", "default-scheduler"))
+    holds_for(
+        lambda: not (get(kube, namespace, "theirs") or {})["spec"].get("nodeName"),
+        seconds=1.5,
+        what="unbound",
+    )
+    assert slurm.jobs_of_pod(pod["metadata"]["uid"]) == []
+    assert events_for(kube, namespace, "theirs") == []
+
+
+def test_r1_3_pods_in_unwatched_namespaces_are_untouched(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, own_scheduler: Any
+) -> None:
+    proc = own_scheduler("--watch-namespace=some-other-namespace")
+    pod = create(kube, namespace, make_pod("elsewhere", proc.name))
+    holds_for(
+        lambda: not (get(kube, namespace, "elsewhere") or {})["spec"].get("nodeName"),
+        seconds=1.5,
+        what="unbound",
+    )
+    assert slurm.jobs_of_pod(pod["metadata"]["uid"]) == []
