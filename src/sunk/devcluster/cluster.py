@@ -15,6 +15,7 @@ from sunk.devcluster.layout import Layout
 
 # Stop order: Slurm's job processes first, the API server's clients before the API server.
 STOP_ORDER = (
+    "sunk-scheduler",
     "slurmrestd",
     "slurmd-*",
     "slurmctld",
