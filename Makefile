@@ -13,6 +13,6 @@ test: bootstrap lint
 	.venv/bin/pytest
 
 lint: bootstrap
-	.venv/bin/ruff check src tests bench
-	.venv/bin/ruff format --check src tests bench
+	.venv/bin/ruff check src tests
+	.venv/bin/ruff format --check src tests
 	.venv/bin/mypy

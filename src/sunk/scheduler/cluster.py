@@ -57,13 +57,12 @@ class ClusterView:
             return Target(slurm_node, node, f"Node {host} is not Ready")
         return Target(slurm_node, node, why_not(pod_spec, node))
 
-    def excluded_for(self, pod_spec: Json) -> tuple[list[str], list[str]]:
-        """Slurm nodes the Pod must avoid, and the reasons for them (deduplicated)."""
+    def excluded_for(self, pod_spec: Json) -> dict[str, str]:
+        """Slurm nodes the Pod must avoid, each with the reason."""
         mapping = self.host_map()
-        excluded, reasons = [], []
+        excluded = {}
         for slurm_node in sorted(self.slurm_nodes | set(mapping)):
             problem = self.target(slurm_node, pod_spec, mapping).problem
             if problem:
-                excluded.append(slurm_node)
-                reasons.append(problem)
-        return excluded, reasons
+                excluded[slurm_node] = problem
+        return excluded

@@ -248,13 +248,21 @@ class Reconciler:
             await self.recorder.event(pod, ev.IGNORED_ANNOTATION, note, warning=True)
 
         avoid = avoid if avoid is not None else self._avoid_nodes(pod)
-        excluded, reasons = self.cluster.excluded_for(pod.get("spec") or {})
+        excluded = self.cluster.excluded_for(pod.get("spec") or {})
         usable = self.cluster.slurm_nodes - set(excluded) - set(avoid)
-        if self.cluster.slurm_nodes and not usable:
-            message = "no Slurm node can host this Pod: " + "; ".join(sorted(set(reasons))[:5])
+        unusable_required = sorted(set(job.options.required_nodes) & (set(excluded) | set(avoid)))
+        message = None
+        if unusable_required:
+            why = "; ".join(
+                f"{n}: {excluded.get(n, 'a placement there was rejected before')}" for n in unusable_required
+            )
+            message = f"required Slurm node(s) cannot host this Pod ({why})"
+        elif self.cluster.slurm_nodes and not usable:
+            message = "no Slurm node can host this Pod: " + "; ".join(sorted(set(excluded.values()))[:5])
+        if message:
             if await self.recorder.condition(pod, False, ev.UNSCHEDULABLE, message):
                 await self.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
-            return Outcome(requeue_after=10)
+            return Outcome(requeue_after=5)
         job = job.avoiding(tuple(excluded) + avoid)
 
         environment = {
