@@ -38,6 +38,7 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("-o", "--output", choices=["text", "json"], default="text")
     explain.add_argument("--slurm-kill-wait", default=config._env("slurm-kill-wait", "30s"))
     explain.add_argument("--annotation-prefix", default=config._env("annotation-prefix", DEFAULT_PREFIX))
+    explain.add_argument("--scheduler-name", default=config._env("scheduler-name", "sunk"))
     return parser
 
 
@@ -119,7 +120,7 @@ def run_explain(args: argparse.Namespace) -> int:
     except (OSError, ValueError, argparse.ArgumentTypeError) as err:
         print(f"sunk explain: {err}", file=sys.stderr)
         return 2
-    settings = Settings(args.annotation_prefix, kill_wait)
+    settings = Settings(args.annotation_prefix, kill_wait, args.scheduler_name)
     report = explain(pod, settings)
     if args.output == "json":
         print(json.dumps(report, indent=2))

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
+from sunk.devcluster import DevCluster
 from sunk.devcluster.kubeapi import AdminKube
+from sunk.devcluster.slurmcluster import run_cli
 from tests.e2e.conftest import SCHEDULER
 from tests.e2e.test_schedule_flow import P, create, get, host_of, job_of, slurm_nodes, wait_bound
 from tests.support import SchedulerProcess, SlurmRest, condition, make_pod, wait_for
@@ -32,7 +34,12 @@ def taint(kube: AdminKube, node: str) -> None:
 
 
 def test_r9_3_nodes_with_untolerated_taints_are_excluded(
-    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess, restore_nodes: Any
+    kube: AdminKube,
+    slurm: SlurmRest,
+    namespace: str,
+    scheduler: SchedulerProcess,
+    restore_nodes: Any,
+    dev_cluster: DevCluster,
 ) -> None:
     *tainted, free = slurm_nodes(kube)
     for slurm_node in tainted:
@@ -40,7 +47,10 @@ def test_r9_3_nodes_with_untolerated_taints_are_excluded(
     create(kube, namespace, make_pod("picky", SCHEDULER))
     pod = wait_bound(kube, namespace, "picky")
     assert pod["spec"]["nodeName"] == host_of(kube, free)
-    assert set(tainted) <= set(job_of(pod, slurm)["excluded_nodes"].split(","))
+    excluded = run_cli(
+        dev_cluster.layout, "scontrol", "show", "hostnames", job_of(pod, slurm)["excluded_nodes"]
+    )
+    assert set(tainted) <= set(excluded.split())
 
 
 def test_r9_3_a_toleration_lets_the_pod_use_tainted_nodes(

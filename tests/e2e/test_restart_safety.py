@@ -61,7 +61,7 @@ def test_r8_2_a_job_submitted_just_before_a_crash_is_adopted_not_duplicated(
         json={
             "script": placeholder_script(),
             "job": {
-                "name": f"sunk:{namespace}/adoptee:{uid}",
+                "name": f"sunk:{proc.name}:{namespace}/adoptee:{uid}",
                 "environment": env,
                 "current_working_directory": "/tmp",
                 "cpus_per_task": 1,

@@ -72,7 +72,7 @@ def test_r4_cpu_pod_lands_on_the_node_hosting_its_jobs_slurm_node(
     job = job_of(pod, slurm)
     assert job["job_state"] == "RUNNING"
     assert pod["spec"]["nodeName"] == host_of(kube, job["nodes"])
-    assert job["name"] == f"sunk:{namespace}/cpu:{pod['metadata']['uid']}"
+    assert job["name"] == f"sunk:{SCHEDULER}:{namespace}/cpu:{pod['metadata']['uid']}"
     assert job["cpus"] == 1 and job["memory_per_node"] == 300
     assert condition(pod)["status"] == "True"
     reasons = [e["reason"] for e in events_for(kube, namespace, "cpu")]

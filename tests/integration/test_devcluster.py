@@ -89,7 +89,8 @@ def test_pod_ignoring_sigterm_lives_until_its_grace_period_ends(kube: AdminKube,
     deleted_at = time.monotonic()
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/stubborn")
     wait_for(lambda: phase(kube, namespace, "stubborn") is None, timeout=15, what="the Pod to go")
-    assert time.monotonic() - deleted_at >= 2.5
+    # deletionTimestamp has whole-second precision, so the grace can end up to 1 s early.
+    assert time.monotonic() - deleted_at >= 2.0
 
 
 def test_pod_with_a_finalizer_stays_terminating_until_it_is_removed(kube: AdminKube, namespace: str) -> None:

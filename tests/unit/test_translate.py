@@ -357,8 +357,12 @@ def test_r3_unknown_annotations_under_the_prefix_are_noted_not_fatal() -> None:
 
 def test_r3_4_job_name_carries_the_pods_identity() -> None:
     ref = PodRef("ns", "web", "0d7c-uid")
-    assert pod_of_job_name(job_name(ref)) == ref
-    assert pod_of_job_name("some-user-job") is None
+    assert pod_of_job_name(job_name(ref, "sunk"), "sunk") == ref
+    assert pod_of_job_name("some-user-job", "sunk") is None
+
+
+def test_r3_4_another_schedulers_jobs_are_not_ours() -> None:
+    assert pod_of_job_name(job_name(PodRef("ns", "web", "u"), "other"), "sunk") is None
 
 
 def test_placeholder_is_never_requeued_and_asks_for_one_node() -> None:

@@ -50,7 +50,7 @@ class Scheduler:
         self.nodes = Informer(kube, "/api/v1/nodes", name="nodes")
         self.slurmd = Informer(kube, slurmd_path, label_selector=config.slurmd_selector, name="slurmd")
         self.cluster = ClusterView(self.nodes, self.slurmd, config.slurm_node_label)
-        self.index = JobIndex()
+        self.index = JobIndex(config.scheduler_name)
         self.poller = JobPoller(slurm, self.index, self._job_changed, interval=config.slurm_poll_interval_s)
         self.pods = PodStore(self.pod_informers)
         self.reconciler = Reconciler(
@@ -61,7 +61,7 @@ class Scheduler:
             index=self.index,
             poller=self.poller,
             recorder=Recorder(kube, config.scheduler_name, socket.gethostname()),
-            settings=Settings(config.annotation_prefix, int(config.slurm_kill_wait_s)),
+            settings=Settings(config.annotation_prefix, int(config.slurm_kill_wait_s), config.scheduler_name),
             script=placeholder_script(),
             slurm_user=config.slurm_user,
         )

@@ -21,7 +21,10 @@ FULL_LIST_EVERY_S = 30.0
 
 
 class JobIndex:
-    def __init__(self) -> None:
+    """Jobs of one scheduler (by name); other schedulers' and users' jobs are not ours."""
+
+    def __init__(self, scheduler: str) -> None:
+        self.scheduler = scheduler
         self._by_id: dict[int, tuple[PodRef, SlurmJob]] = {}
         self.synced = asyncio.Event()
 
@@ -30,7 +33,7 @@ class JobIndex:
 
     def replace(self, jobs: list[SlurmJob]) -> list[PodRef]:
         """Take a full listing; return the Pods whose jobs appeared, changed or vanished."""
-        fresh = {job.job_id: (ref, job) for job in jobs if (ref := pod_of_job_name(job.name))}
+        fresh = {job.job_id: (ref, job) for job in jobs if (ref := pod_of_job_name(job.name, self.scheduler))}
         touched = [
             ref for job_id, (ref, job) in fresh.items() if self._by_id.get(job_id, (None, None))[1] != job
         ]
@@ -41,7 +44,7 @@ class JobIndex:
     def update(self, jobs: list[SlurmJob]) -> list[PodRef]:
         touched = []
         for job in jobs:
-            ref = pod_of_job_name(job.name)
+            ref = pod_of_job_name(job.name, self.scheduler)
             if ref and self._by_id.get(job.job_id, (None, None))[1] != job:
                 self._by_id[job.job_id] = (ref, job)
                 touched.append(ref)

@@ -32,15 +32,18 @@ class PodRef:
         return cls(meta.get("namespace", "default"), meta.get("name", ""), meta.get("uid", ""))
 
 
-def job_name(pod: PodRef) -> str:
-    """The job's name carries the Pod's identity, UID included: job IDs alone restart."""
-    return f"{JOB_NAME_PREFIX}{pod.namespace}/{pod.name}:{pod.uid}"
+def job_name(pod: PodRef, scheduler: str) -> str:
+    """The job's name carries the Pod's identity, UID included (job IDs alone restart), and
+    the scheduler's name, so schedulers sharing one Slurm never touch each other's jobs."""
+    return f"{JOB_NAME_PREFIX}{scheduler}:{pod.namespace}/{pod.name}:{pod.uid}"
 
 
-def pod_of_job_name(name: str) -> PodRef | None:
-    if not name.startswith(JOB_NAME_PREFIX):
+def pod_of_job_name(name: str, scheduler: str) -> PodRef | None:
+    """The Pod a job stands for, if `scheduler` submitted it."""
+    prefix = f"{JOB_NAME_PREFIX}{scheduler}:"
+    if not name.startswith(prefix):
         return None
-    rest = name[len(JOB_NAME_PREFIX) :]
+    rest = name[len(prefix) :]
     path, sep, uid = rest.rpartition(":")
     namespace, slash, pod_name = path.partition("/")
     if not (sep and slash and namespace and pod_name and uid):
@@ -52,11 +55,13 @@ def pod_of_job_name(name: str) -> PodRef | None:
 class Settings:
     annotation_prefix: str = DEFAULT_PREFIX
     kill_wait_s: int = 30
+    scheduler_name: str = "sunk"
 
 
 @dataclass(frozen=True)
 class PlaceholderJob:
     pod: PodRef
+    scheduler: str
     cpus: int
     memory_mib: int
     gpus: int
@@ -65,7 +70,7 @@ class PlaceholderJob:
 
     @property
     def name(self) -> str:
-        return job_name(self.pod)
+        return job_name(self.pod, self.scheduler)
 
     @property
     def excluded_nodes(self) -> tuple[str, ...]:
@@ -113,6 +118,7 @@ def translate(pod: dict[str, Any], settings: Settings) -> Translation:
         return Translation(None, errors, options.notes)
     job = PlaceholderJob(
         pod=PodRef.of(pod),
+        scheduler=settings.scheduler_name,
         cpus=requests.whole_cpus,
         memory_mib=requests.memory_mib,
         gpus=int(requests.gpus),
