@@ -35,6 +35,10 @@ class SlurmJobGone(SlurmRejected):
 
 # slurmctld error numbers (slurm_errno.h) that we name in messages.
 UNKNOWN_JOB = 2017
+# What slurmrestd 22.05 reports when slurmctld refused the token: a generic -1 ("Unable to
+# find JobId=1", "Failed while looking for jobs") or 5005 "Zero Bytes were transmitted".
+_AUTH_FAILURE_CODES = {-1, 5005}
+_AUTH_FAILURE_WORDS = ("unspecified error", "zero bytes were transmitted")
 _TOKEN_WORDS = ("token", "authentication", "auth/jwt", "jwt", "unable to authenticate")
 
 
@@ -47,6 +51,14 @@ def error_code(err: dict[str, Any]) -> int | None:
     for key in ("error_number", "error_code", "errno"):
         value = err.get(key)
         if isinstance(value, int) and value:
+            return value
+    return None
+
+
+def _raw_code(err: dict[str, Any]) -> int | None:
+    for key in ("error_number", "error_code", "errno"):
+        value = err.get(key)
+        if isinstance(value, int):
             return value
     return None
 
@@ -74,10 +86,16 @@ def raise_for(status: int, body: Any, text: str, what: str) -> None:
     codes = {error_code(e) for e in errors}
     if UNKNOWN_JOB in codes:
         raise SlurmJobGone(f"could not {what}: {detail}", UNKNOWN_JOB)
-    if status >= 500 and any(word in detail.lower() for word in _TOKEN_WORDS):
+    generic = errors and all(
+        _raw_code(e) in _AUTH_FAILURE_CODES
+        and any(word in str(e.get("error", "")).lower() for word in _AUTH_FAILURE_WORDS)
+        for e in errors
+    )
+    if status >= 500 and (generic or any(word in detail.lower() for word in _TOKEN_WORDS)):
         raise SlurmAuthError(
-            f"slurmrestd could not {what} because authentication failed ({detail}); the token "
-            "may be expired or signed with another key"
+            f"slurmrestd could not {what}, most likely because slurmctld refused the token "
+            f"(slurmrestd says: {detail}); check that the token is valid, not expired and signed "
+            "with the cluster's jwt key"
         )
     if status in (502, 503, 504):
         raise SlurmUnavailable(f"slurmrestd could not {what}: {detail}")
