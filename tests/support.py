@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -78,6 +79,12 @@ class SlurmRest:
         assert resp.status_code == 200, resp.text
 
 
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
 class SchedulerProcess:
     """`sunk scheduler` as a real process, so tests can kill and restart it."""
 
@@ -87,6 +94,8 @@ class SchedulerProcess:
         self.args = args
         self.log = cluster.layout.logs / f"scheduler-{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        # Jobs keep the hooks URL they were submitted with, so a restart keeps the port.
+        self.hooks_port = free_port()
 
     def start(self) -> SchedulerProcess:
         env = {**os.environ, **self.cluster.env()}
@@ -96,7 +105,7 @@ class SchedulerProcess:
             "sunk.cli",
             "scheduler",
             f"--scheduler-name={self.name}",
-            "--hooks-api-bind-address=127.0.0.1:0",
+            f"--hooks-api-bind-address=127.0.0.1:{self.hooks_port}",
             "--metrics-bind-address=127.0.0.1:0",
             "--health-probe-bind-address=127.0.0.1:0",
             *self.args,

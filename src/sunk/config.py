@@ -58,6 +58,8 @@ class Config:
     slurm_node_label: str = "sunk.coreweave.com/slurm-node"
     log_level: str = "info"
     log_format: str = "text"
+    hooks_url: str | None = None
+    hooks_secret: bytes | None = field(default=None, repr=False)
     workers: int = 16
     slurm_poll_interval_s: float = 0.25
 
@@ -79,6 +81,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("watch-namespace", "comma-separated namespaces to watch (empty: all)", "")
     flag("annotation-prefix", "prefix of the Pod annotations read", DEFAULT_PREFIX)
     flag("hooks-api-bind-address", "address of the hooks API", ":8000")
+    flag("hooks-api-url", "URL placeholder jobs use to reach the hooks API (default: from the bind address)")
+    flag("hooks-secret-file", "file with the secret that signs hook credentials (or SUNK_HOOKS_SECRET)")
     flag("metrics-bind-address", "address of the Prometheus metrics endpoint", ":8080")
     flag("health-probe-bind-address", "address of /healthz and /readyz", ":8081")
     flag(
@@ -123,6 +127,16 @@ def from_arguments(args: argparse.Namespace) -> Config:
         ]
     except argparse.ArgumentTypeError as err:
         raise ValueError(str(err)) from None
+    secret = os.environ.get("SUNK_HOOKS_SECRET", "").encode() or None
+    if args.hooks_secret_file:
+        try:
+            secret = Path(args.hooks_secret_file).read_bytes().strip()
+        except OSError as err:
+            raise ValueError(
+                f"--hooks-secret-file: cannot read {args.hooks_secret_file}: {err.strerror}"
+            ) from None
+    if secret is not None and len(secret) < 16:
+        raise ValueError("the hooks secret must be at least 16 bytes long")
     if args.log_format not in ("text", "json"):
         raise ValueError("--log-format must be text or json")
     return Config(
@@ -144,4 +158,6 @@ def from_arguments(args: argparse.Namespace) -> Config:
         slurm_node_label=args.slurm_node_label,
         log_level=args.log_level,
         log_format=args.log_format,
+        hooks_url=args.hooks_api_url or None,
+        hooks_secret=secret,
     )

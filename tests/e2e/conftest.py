@@ -8,6 +8,7 @@ import pytest
 
 from sunk.devcluster import DevCluster
 from sunk.devcluster.kubeapi import AdminKube
+from sunk.devcluster.slurmcluster import run_cli
 from sunk.slurm.models import ACTIVE_STATES
 from tests.support import SchedulerProcess, SlurmRest, wait_for
 
@@ -53,7 +54,16 @@ def own_scheduler(
 
 
 @pytest.fixture(autouse=True)
-def no_jobs_left_behind(namespace: str, kube: AdminKube, slurm: SlurmRest) -> Iterator[None]:
-    """After each test its Pods are deleted; the scheduler must end their jobs."""
+def no_jobs_left_behind(
+    namespace: str, kube: AdminKube, slurm: SlurmRest, dev_cluster: DevCluster
+) -> Iterator[None]:
+    """After each test its Pods are deleted; the scheduler must end their jobs, and no
+    node may be left drained (a drain is a call for a person, never a side effect)."""
     yield
     delete_pods_and_wait_for_their_jobs(kube, slurm, namespace)
+    drained = run_cli(dev_cluster.layout, "sinfo", "-h", "-N", "-t", "drain,draining,drained", "-o", "%N|%E")
+    nodes = dict(line.split("|", 1) for line in set(drained.splitlines()))
+    for node in nodes:
+        run_cli(dev_cluster.layout, "scontrol", "update", f"nodename={node}", "state=resume")
+    if nodes:
+        pytest.fail(f"the test left nodes drained: {nodes}")

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import secrets
 import shutil
 import time
 from dataclasses import asdict, dataclass, field
@@ -95,6 +96,8 @@ class DevCluster:
                 layout,
             )
             kubecluster.populate(layout, nodes)
+            layout.hooks_secret.write_text(secrets.token_hex(32))
+            layout.hooks_secret.chmod(0o600)
             layout.env_file.write_text(self.env_text())
         except BaseException:
             self.down()
@@ -158,6 +161,7 @@ class DevCluster:
             "SUNK_SLURM_AUTH_TOKEN_FILE": str(layout.slurm_token),
             "SUNK_SLURM_USER": "root",
             "SUNK_SLURM_KILL_WAIT": f"{(self.spec() or ClusterSpec()).kill_wait}s",
+            "SUNK_HOOKS_SECRET_FILE": str(layout.hooks_secret),
         }
 
     def env_text(self) -> str:

@@ -93,6 +93,10 @@ class Layout:
         return self.root / "cluster.json"
 
     @property
+    def hooks_secret(self) -> Path:
+        return self.root / "hooks.secret"
+
+    @property
     def env_file(self) -> Path:
         return self.root / "env.sh"
 

@@ -20,9 +20,21 @@ SLURM_PACKAGES = (
     "slurmrestd",
     "slurm-client",
     "slurm-wlm-jwt-plugin",
+    "curl",  # the placeholder job script calls the hooks API with curl and openssl
+    "openssl",
 )
 ACCOUNTING_PACKAGES = ("slurmdbd", "mariadb-server", "mariadb-client")
-SLURM_COMMANDS = ("munged", "mungekey", "slurmctld", "slurmd", "slurmrestd", "scontrol", "sbatch")
+SLURM_COMMANDS = (
+    "munged",
+    "mungekey",
+    "slurmctld",
+    "slurmd",
+    "slurmrestd",
+    "scontrol",
+    "sbatch",
+    "curl",
+    "openssl",
+)
 ACCOUNTING_COMMANDS = ("slurmdbd", "mariadbd", "mariadb-install-db", "sacctmgr")
 CLUSTER_TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "kwok")
 

@@ -1,17 +1,61 @@
 #!/bin/bash
 # Placeholder job submitted by sunk for one Kubernetes Pod (named in the job's name).
-# It holds the Pod's resources in Slurm for as long as the job lives.
+# It holds the Pod's resources in Slurm for as long as the Pod may still be running.
 #
-# 1. Mark the job started. Slurm 22.05 jobs have no `extra` field, so the mark is appended
-#    to the job's comment (the Pod's comment annotation stays readable in `squeue -o %k`).
-#    The scheduler binds the Pod only once it sees the mark: RUNNING alone can still mean
-#    "prolog running".
-# 2. Wait until Slurm ends the job (cancel, preemption, time limit).
+# Environment (set by the scheduler at submission):
+#   SUNK_POD, SUNK_POD_UID   the Pod this job stands for
+#   SUNK_COMMENT             the Pod's comment annotation
+#   SUNK_HOOK_URL            the scheduler's hooks API
+#   SUNK_HOOK_KEY            this Pod's key for signing hook calls (R5.5)
+#   SUNK_KILL_WAIT           Slurm's KillWait in seconds
 set -u
+
+# 1. Mark the job started. Slurm 22.05 has no job `extra`, so the mark is appended to the
+#    comment; the scheduler binds the Pod only once it sees it (RUNNING alone may still
+#    mean "prolog running").
 if ! scontrol update jobid="$SLURM_JOB_ID" comment="${SUNK_COMMENT:-}: started"; then
   echo "sunk placeholder: could not mark job $SLURM_JOB_ID started" >&2
   exit 1
 fi
-trap 'exit 0' TERM
+
+# hook EVENT MAX_SECONDS: a signed POST to the hooks API; prints the HTTP status (000 when
+# the scheduler cannot be reached).
+hook() {
+  local path="/v1/pods/${SUNK_POD_UID}/jobs/${SLURM_JOB_ID}/$1" ts nonce sig
+  ts=$(date +%s.%N)
+  nonce=$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')
+  sig=$(printf '%s\n%s\n%s\n%s' POST "$path" "$ts" "$nonce" |
+    openssl dgst -sha256 -mac HMAC -macopt "hexkey:${SUNK_HOOK_KEY}" -r | cut -d' ' -f1)
+  curl -s -o /dev/null -w '%{http_code}' -X POST --max-time "$2" \
+    -H "X-Sunk-Timestamp: $ts" -H "X-Sunk-Nonce: $nonce" -H "X-Sunk-Signature: $sig" \
+    "${SUNK_HOOK_URL}${path}"
+}
+
+# 2. On SIGTERM (cancel, preemption, time limit, or the Pod being deleted): ask the
+#    scheduler to delete the Pod and wait until it is gone, so Slurm never reuses these
+#    resources while the Pod still runs. If the Pod is still there shortly before
+#    KillWait ends, drain the node (only root may; otherwise the scheduler does it).
+on_term() {
+  trap '' TERM
+  local start=$SECONDS deadline=$(( ${SUNK_KILL_WAIT:-30} - 3 )) drained="" code
+  while :; do
+    code=$(hook terminating 10)
+    if [ "$code" = 200 ]; then exit 0; fi   # the Pod is gone
+    if [ -z "$drained" ] && (( SECONDS - start >= deadline )) && [ "$(id -u)" = 0 ]; then
+      scontrol update nodename="$SLURMD_NODENAME" state=drain \
+        reason="sunk: Pod ${SUNK_POD} still running at KillWait (job $SLURM_JOB_ID)"
+      drained=1
+    fi
+    case "$code" in
+      202) ;;            # long poll ended, the Pod is still terminating: ask again
+      *) sleep 0.5 ;;    # scheduler unreachable or refusing: retry
+    esac
+  done
+}
+trap on_term TERM
+
+hook started 2 >/dev/null &   # lets the scheduler bind without waiting for its next poll
 sleep infinity &
 wait $!
+# `wait` returns when the trap fires; the handler exits the script itself.
+while :; do sleep 1; done

@@ -20,6 +20,7 @@ PLACEHOLDER_SUBMITTED = "PlaceholderSubmitted"
 PLACEHOLDER_ADOPTED = "PlaceholderAdopted"
 NODE_REJECTED = "PlacementRejected"
 JOB_ENDED = "PlaceholderJobEnded"
+NODE_DRAINED = "NodeDrained"
 IGNORED_ANNOTATION = "IgnoredAnnotation"
 
 # PodScheduled condition reasons. The first two are final: the Pod is never retried.

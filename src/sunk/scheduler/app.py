@@ -4,21 +4,25 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import socket
 from contextlib import suppress
 
 from sunk.config import Config
 from sunk.hooks import placeholder_script
+from sunk.hooks.auth import Verifier
+from sunk.hooks.server import HooksServer, PodGoneWaiters
 from sunk.kube.client import KubeClient
 from sunk.kube.events import Recorder
 from sunk.kube.informer import Informer
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.jobs import JobIndex, JobPoller
 from sunk.scheduler.queue import WorkQueue
-from sunk.scheduler.reconciler import PodStore, Reconciler
+from sunk.scheduler.reconciler import HookCredentials, PodStore, Reconciler
 from sunk.slurm.client import SlurmClient, TokenSource
+from sunk.slurm.drain import NodeDrainer
 from sunk.slurm.errors import SlurmError
-from sunk.translate import PodRef, Settings
+from sunk.translate import PodRef, Settings, pod_of_job_name
 
 log = logging.getLogger(__name__)
 RESYNC_EVERY_S = 30.0
@@ -26,11 +30,21 @@ SLURM_NODES_EVERY_S = 5.0
 
 
 class Scheduler:
-    def __init__(self, config: Config, kube: KubeClient, slurm: SlurmClient) -> None:
+    def __init__(self, config: Config, kube: KubeClient, slurm: SlurmClient, tokens: TokenSource) -> None:
         self.config = config
         self.kube = kube
         self.slurm = slurm
         self.queue = WorkQueue()
+        self.gone = PodGoneWaiters()
+        secret = config.hooks_secret
+        if secret is None:
+            log.warning(
+                "no hooks secret configured (--hooks-secret-file or SUNK_HOOKS_SECRET): using a random "
+                "one, so placeholder jobs submitted before a restart cannot reach the hooks API after it"
+            )
+            secret = secrets.token_bytes(32)
+        self.secret = secret
+        self.hooks_server = HooksServer(self, Verifier(secret))
         selector = f"spec.schedulerName={config.scheduler_name}"
         namespaces = config.watch_namespaces or ("",)
         self.pod_informers = {
@@ -64,9 +78,41 @@ class Scheduler:
             settings=Settings(config.annotation_prefix, int(config.slurm_kill_wait_s), config.scheduler_name),
             script=placeholder_script(),
             slurm_user=config.slurm_user,
+            drainer=NodeDrainer(tokens),
         )
         for informer in self.pod_informers.values():
-            informer.add_handler(lambda _kind, pod: self.queue.add(_key(pod)))
+            informer.add_handler(self._pod_event)
+
+    def _pod_event(self, kind: str, pod: dict[str, object]) -> None:
+        self.queue.add(_key(pod))
+        if kind == "DELETED":
+            meta = pod.get("metadata") or {}
+            assert isinstance(meta, dict)
+            self.gone.deleted(str(meta.get("uid")))
+
+    # -- what the hooks API asks of the scheduler ---------------------------------------
+    async def pod_of_job(self, job_id: int) -> PodRef | None:
+        found = self.index.get(job_id)
+        if found is not None:
+            return found[0]
+        job = await self.slurm.job(job_id)  # submitted a moment ago, not yet polled
+        return pod_of_job_name(job.name, self.config.scheduler_name) if job else None
+
+    def job_started(self, ref: PodRef) -> None:
+        self.poller.poke()
+
+    async def job_terminating(self, ref: PodRef, job_id: int) -> None:
+        await self.reconciler.job_terminating(ref, job_id)
+        self.queue.add(f"{ref.namespace}/{ref.name}")
+
+    async def wait_pod_gone(self, ref: PodRef, within: float) -> bool:
+        key = f"{ref.namespace}/{ref.name}"
+
+        def still_there() -> bool:
+            pod = self.pods.get(key)
+            return pod is not None and pod["metadata"].get("uid") == ref.uid
+
+        return await self.gone.wait(ref.uid, still_there, within)
 
     def _job_changed(self, ref: PodRef) -> None:
         if self.pods.watches(ref.namespace):
@@ -122,7 +168,18 @@ class Scheduler:
             finally:
                 self.queue.done(key)
 
+    async def _serve_hooks(self) -> None:
+        """Start the hooks API first: its address goes into every job submitted."""
+        if "hooks" in self.config.components:
+            port = await self.hooks_server.start(*self.config.hooks_bind)
+        else:
+            port = self.config.hooks_bind[1]
+        url = hooks_url(self.config, port)
+        self.reconciler.hooks = HookCredentials(url, self.secret)
+        log.info("hooks API for placeholder jobs at %s", url)
+
     async def run(self) -> None:
+        await self._serve_hooks()
         tasks = [asyncio.create_task(i.run(), name=i.name) for i in self.informers]
         tasks.append(asyncio.create_task(self.poller.run(), name="slurm-jobs"))
         tasks.append(asyncio.create_task(self._poll_slurm_nodes(), name="slurm-nodes"))
@@ -150,6 +207,7 @@ class Scheduler:
                 task.cancel()
             with suppress(asyncio.CancelledError):
                 await asyncio.gather(*tasks, return_exceptions=True)
+            await self.hooks_server.stop()
 
 
 def _key(pod: dict[str, object]) -> str:
@@ -158,12 +216,21 @@ def _key(pod: dict[str, object]) -> str:
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
+def hooks_url(config: Config, port: int) -> str:
+    if config.hooks_url:
+        return config.hooks_url.rstrip("/")
+    host = config.hooks_bind[0]
+    if host in ("0.0.0.0", "::", ""):
+        host = socket.getfqdn()
+    return f"http://{host}:{port}"
+
+
 async def run(config: Config) -> None:
     kube = await KubeClient.connect(config.kubeconfig)
     tokens = TokenSource(config.slurm_token, config.slurm_token_file)
     slurm = SlurmClient(config.slurm_api_base, tokens, user=config.slurm_user)
     try:
-        await Scheduler(config, kube, slurm).run()
+        await Scheduler(config, kube, slurm, tokens).run()
     finally:
         await slurm.aclose()
         await kube.close()

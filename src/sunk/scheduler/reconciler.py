@@ -15,9 +15,10 @@ import logging
 import os
 import time
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from sunk.hooks.auth import pod_key
 from sunk.kube import events as ev
 from sunk.kube.client import KubeClient, KubeError
 from sunk.scheduler.cluster import ClusterView
@@ -25,6 +26,7 @@ from sunk.scheduler.identity import submit_as
 from sunk.scheduler.jobs import JobIndex, JobPoller
 from sunk.slurm import v0038 as dialect
 from sunk.slurm.client import SlurmClient
+from sunk.slurm.drain import NodeDrainer
 from sunk.slurm.errors import SlurmError
 from sunk.slurm.models import SlurmJob
 from sunk.translate import PodRef, Settings, translate
@@ -32,7 +34,20 @@ from sunk.translate import PodRef, Settings, translate
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
 JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+# Drain this long before KillWait ends, leaving scontrol time to act before SIGKILL.
+DRAIN_MARGIN_S = 3
 ENDED_PHASES = ("Succeeded", "Failed")
+
+
+@dataclass(frozen=True)
+class HookCredentials:
+    """Where placeholder jobs reach the hooks API, and the secret their keys derive from."""
+
+    url: str
+    secret: bytes = field(repr=False)
+
+    def key_for(self, pod_uid: str) -> str:
+        return pod_key(self.secret, pod_uid)
 
 
 @dataclass
@@ -75,6 +90,7 @@ class Reconciler:
         settings: Settings,
         script: str,
         slurm_user: str,
+        drainer: NodeDrainer,
     ) -> None:
         self.kube = kube
         self.slurm = slurm
@@ -87,7 +103,11 @@ class Reconciler:
         self.script = script
         self.slurm_user = slurm_user
         self.prefix = settings.annotation_prefix
+        self.drainer = drainer
+        self.hooks = HookCredentials("http://hooks-api-not-started", b"")  # set before the first submit
         self._node_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._signalled: set[int] = set()
+        self._drained: set[int] = set()
         self.bound_latencies: list[float] = []
 
     # -- small readers --------------------------------------------------------------------
@@ -121,35 +141,90 @@ class Reconciler:
     async def reconcile(self, key: str) -> Outcome:
         namespace, name = key.split("/", 1)
         pod = self.pods.get(key)
-        for ref, job in self.index.for_key(namespace, name):
-            if job.active and not self._owns(pod, ref, job):
-                await self._cancel_orphan(ref, job, pod)
-        if pod is None or pod["metadata"].get("deletionTimestamp"):
+        for ref, other in self.index.for_key(namespace, name):
+            if other.active:
+                await self._settle_job_without_owner(ref, other, pod)
+        if pod is None or ev.finally_refused(pod):
+            return Outcome()
+        job = self._current_job(pod)
+        if job is not None and job.ending:
+            return await self._job_ending(pod, job)
+        if pod["metadata"].get("deletionTimestamp"):
             return Outcome()
         if (pod.get("status") or {}).get("phase") in ENDED_PHASES:
-            return Outcome()
-        if ev.finally_refused(pod):
             return Outcome()
         if (pod.get("spec") or {}).get("nodeName"):
             return await self._bound(pod)
         return await self._unbound(pod)
 
-    async def _cancel_orphan(self, ref: PodRef, job: SlurmJob, pod: Json | None) -> None:
-        why = (
-            "its Pod is gone" if pod is None or pod["metadata"].get("uid") != ref.uid else "its Pod is ending"
+    async def _settle_job_without_owner(self, ref: PodRef, job: SlurmJob, pod: Json | None) -> None:
+        """A job whose Pod is gone ends now; one whose Pod is being deleted is asked to end
+        (SIGTERM) but keeps its resources until the Pod is really gone (R5.1)."""
+        if self._owns(pod, ref, job):
+            return
+        assert job.active
+        gone = (
+            pod is None
+            or pod["metadata"].get("uid") != ref.uid
+            or (pod.get("status") or {}).get("phase") in ENDED_PHASES
+            or self._recorded_job_id(pod) not in (None, job.job_id)
         )
-        log.info("cancelling Slurm job %s of %s: %s", job.job_id, ref, why)
-        await self.slurm.cancel(job.job_id)
+        if gone:
+            # Nothing of the Pod runs any more: end the job at once, no grace needed.
+            log.info("killing Slurm job %s of %s: its Pod is gone or done", job.job_id, ref)
+            await self.slurm.cancel(job.job_id, signal="KILL")
+        elif job.running and job.job_id not in self._signalled:
+            log.info("asking Slurm job %s of %s to end: its Pod is being deleted", job.job_id, ref)
+            await self.slurm.cancel(job.job_id, signal="TERM")
+            self._signalled.add(job.job_id)
+
+    # -- Slurm ends the job (R5.2, R5.3) --------------------------------------------------
+    async def _job_ending(self, pod: Json, job: SlurmJob) -> Outcome:
+        """Delete the Pod, saying why; drain the node if the Pod outlives KillWait."""
+        meta = pod["metadata"]
+        if not meta.get("deletionTimestamp"):
+            reason, words = job.why_ending(time.time())
+            where = f" on {job.nodes[0]}" if job.nodes else ""
+            await self.recorder.event(
+                pod, reason, f"Slurm job {job.job_id}{where} {words}; deleting the Pod", warning=True
+            )
+            await self._delete(pod)
+        if not (pod.get("spec") or {}).get("nodeName") or not job.active or not job.end_time:
+            return Outcome()
+        deadline = job.end_time + self.settings.kill_wait_s - DRAIN_MARGIN_S
+        wait = deadline - time.time()
+        if wait > 0:
+            return Outcome(requeue_after=wait)
+        if job.job_id not in self._drained and job.nodes:
+            self._drained.add(job.job_id)
+            reason = (
+                f"sunk: Pod {meta['namespace']}/{meta['name']} still running at KillWait (job {job.job_id})"
+            )
+            problem = await self.drainer.drain(job.nodes[0], reason)
+            note = (
+                f"Drained Slurm node {job.nodes[0]}: the Pod outlived KillWait; nothing else may start there"
+            )
+            await self.recorder.event(pod, ev.NODE_DRAINED, problem or note, warning=True)
+        return Outcome()
+
+    async def job_terminating(self, ref: PodRef, job_id: int) -> None:
+        """The placeholder script got SIGTERM: act now rather than at the next poll."""
+        pod = self.pods.get(f"{ref.namespace}/{ref.name}")
+        if pod is None or pod["metadata"].get("uid") != ref.uid:
+            return
+        job = await self.slurm.job(job_id)
+        if job is not None:
+            self.index.record(ref, job)
+            if job.ending:
+                await self._job_ending(pod, job)
 
     # -- a bound Pod ----------------------------------------------------------------------
     async def _bound(self, pod: Json) -> Outcome:
         if not self.index.synced.is_set():
             return Outcome(requeue_after=1)
-        job = self._current_job(pod)
-        if job is not None and job.active:
+        if self._current_job(pod) is not None:
             return Outcome()
-        state = f"ended ({job.state})" if job else "no longer exists in Slurm"
-        note = f"Slurm job {self._recorded_job_id(pod)} {state}; deleting the Pod it held resources for"
+        note = f"Slurm job {self._recorded_job_id(pod)} no longer exists in Slurm; deleting the Pod"
         await self.recorder.event(pod, ev.JOB_ENDED, note, warning=True)
         await self._delete(pod)
         return Outcome()
@@ -182,7 +257,7 @@ class Reconciler:
             return Outcome()
         if job.running and dialect.started(job):
             return await self._bind(pod, job)
-        if job.active:
+        if job.active:  # CONFIGURING, or RUNNING before the script marked it started
             where = ",".join(job.nodes) or "?"
             await self.recorder.condition(
                 pod,
@@ -192,9 +267,6 @@ class Reconciler:
                 "script to start",
             )
             return Outcome()
-        note = f"Slurm job {job.job_id} ended ({job.state}) before the Pod could be placed; deleting the Pod"
-        await self.recorder.event(pod, ev.JOB_ENDED, note, warning=True)
-        await self._delete(pod)
         return Outcome()
 
     async def _adopt(self, pod: Json) -> bool:
@@ -270,6 +342,9 @@ class Reconciler:
             "SUNK_COMMENT": job.options.comment,
             "SUNK_POD": str(job.pod),
             "SUNK_POD_UID": job.pod.uid,
+            "SUNK_HOOK_URL": self.hooks.url,
+            "SUNK_HOOK_KEY": self.hooks.key_for(job.pod.uid),
+            "SUNK_KILL_WAIT": str(self.settings.kill_wait_s),
         }
         if os.environ.get("SLURM_CONF"):
             environment["SLURM_CONF"] = os.environ["SLURM_CONF"]

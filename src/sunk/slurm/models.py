@@ -38,6 +38,9 @@ class SlurmJob:
     time_limit_min: int | None
     priority: int | None
     restarts: int = 0
+    start_time: int = 0
+    end_time: int = 0
+    preempt_time: int = 0
 
     @property
     def active(self) -> bool:
@@ -50,6 +53,22 @@ class SlurmJob:
     @property
     def running(self) -> bool:
         return self.state == "RUNNING"
+
+    @property
+    def ending(self) -> bool:
+        """Slurm is ending the job (or has): cancelled, preempted, timed out, failed."""
+        return not self.active or self.state in ("COMPLETING", "SIGNALING", "STAGE_OUT")
+
+    def why_ending(self, now: float) -> tuple[str, str]:
+        """(Event reason, words) for a job Slurm is ending, as far as Slurm tells."""
+        if self.preempt_time or self.state == "PREEMPTED":
+            return "Preempted", "was preempted by a higher-priority Slurm job"
+        limit = self.time_limit_min
+        if self.state == "TIMEOUT" or (limit and self.start_time and now >= self.start_time + limit * 60 - 1):
+            return "TimeLimitReached", f"reached its time limit of {limit} min"
+        if self.state in ("NODE_FAIL", "BOOT_FAIL", "FAILED", "OUT_OF_MEMORY", "DEADLINE"):
+            return "PlaceholderJobFailed", f"ended with state {self.state}"
+        return "CancelledInSlurm", "was cancelled in Slurm"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,51 @@
+"""Credentials for hooks API calls (R5.5).
+
+The scheduler holds one secret. Each placeholder job gets a key derived from it and the
+Pod's UID, so a job can speak only for its own Pod. Every call is signed with that key
+over the method, path, a timestamp and a random nonce: a forged call fails the signature,
+a replayed one reuses a nonce or is too old, and a call for another Pod fails because the
+key is bound to the UID in the path.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import time
+
+MAX_SKEW_S = 60
+
+
+def pod_key(secret: bytes, pod_uid: str) -> str:
+    return hmac.new(secret, b"sunk-pod:" + pod_uid.encode(), hashlib.sha256).hexdigest()
+
+
+def signature(key_hex: str, method: str, path: str, timestamp: str, nonce: str) -> str:
+    message = f"{method}\n{path}\n{timestamp}\n{nonce}".encode()
+    return hmac.new(bytes.fromhex(key_hex), message, hashlib.sha256).hexdigest()
+
+
+class Verifier:
+    def __init__(self, secret: bytes) -> None:
+        self._secret = secret
+        self._seen: dict[str, float] = {}  # nonce → when it may be forgotten
+
+    def check(self, pod_uid: str, method: str, path: str, timestamp: str, nonce: str, sig: str) -> str | None:
+        """None if the call is genuine and fresh; otherwise why it is refused."""
+        if not (timestamp and nonce and sig):
+            return "missing X-Sunk-Timestamp, X-Sunk-Nonce or X-Sunk-Signature"
+        try:
+            sent = float(timestamp)
+        except ValueError:
+            return "malformed timestamp"
+        now = time.time()
+        if abs(now - sent) > MAX_SKEW_S:
+            return "timestamp outside the accepted window"
+        expected = signature(pod_key(self._secret, pod_uid), method, path, timestamp, nonce)
+        if not hmac.compare_digest(expected, sig):
+            return "bad signature"
+        self._seen = {n: t for n, t in self._seen.items() if t > now}
+        if nonce in self._seen:
+            return "replayed nonce"
+        self._seen[nonce] = now + 2 * MAX_SKEW_S
+        return None

@@ -1,0 +1,133 @@
+"""The hooks API the placeholder jobs call (R5.2, R5.5).
+
+  POST /v1/pods/{uid}/jobs/{job_id}/started      the script runs: look at the job now
+  POST /v1/pods/{uid}/jobs/{job_id}/terminating  Slurm is ending the job: delete the Pod;
+                                                 200 once it is gone, 202 if it is still
+                                                 terminating after a short long-poll
+
+Every call must carry a fresh signature made with the key of the Pod named in the path,
+and the job must be that Pod's job. Anything else gets 401/403 and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Protocol
+
+from aiohttp import web
+
+from sunk.hooks.auth import Verifier
+from sunk.translate import PodRef
+
+log = logging.getLogger(__name__)
+LONG_POLL_S = 5.0
+
+
+class HookTarget(Protocol):
+    """What the hooks API needs from the scheduler."""
+
+    async def pod_of_job(self, job_id: int) -> PodRef | None: ...
+
+    def job_started(self, ref: PodRef) -> None: ...
+
+    async def job_terminating(self, ref: PodRef, job_id: int) -> None: ...
+
+    async def wait_pod_gone(self, ref: PodRef, within: float) -> bool: ...
+
+
+Outcome = Callable[[str], None]
+
+
+class HooksServer:
+    def __init__(self, target: HookTarget, verifier: Verifier, on_call: Outcome | None = None) -> None:
+        self._target = target
+        self._verifier = verifier
+        self._on_call = on_call or (lambda _outcome: None)
+        self.app = web.Application()
+        self.app.router.add_post("/v1/pods/{uid}/jobs/{job_id}/started", self._guard(self._started))
+        self.app.router.add_post("/v1/pods/{uid}/jobs/{job_id}/terminating", self._guard(self._terminating))
+        self._runner: web.AppRunner | None = None
+        self.port = 0
+
+    async def start(self, host: str, port: int) -> int:
+        self._runner = web.AppRunner(self.app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, host, port)
+        await site.start()
+        sockets = getattr(site._server, "sockets", None) or []  # the port actually bound
+        self.port = sockets[0].getsockname()[1] if sockets else port
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner:
+            await self._runner.cleanup()
+
+    def _guard(
+        self, handler: Callable[[web.Request, PodRef, int], Awaitable[web.Response]]
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        async def guarded(request: web.Request) -> web.Response:
+            uid = request.match_info["uid"]
+            job_text = request.match_info["job_id"]
+            headers = request.headers
+            problem = self._verifier.check(
+                uid,
+                request.method,
+                request.path,
+                headers.get("X-Sunk-Timestamp", ""),
+                headers.get("X-Sunk-Nonce", ""),
+                headers.get("X-Sunk-Signature", ""),
+            )
+            if problem is not None:
+                log.warning("refused a hook call to %s from %s: %s", request.path, request.remote, problem)
+                self._on_call("unauthenticated")
+                return web.json_response({"error": problem}, status=401)
+            if not job_text.isdigit():
+                self._on_call("bad_request")
+                return web.json_response({"error": "job id must be a number"}, status=400)
+            job_id = int(job_text)
+            ref = await self._target.pod_of_job(job_id)
+            if ref is None or ref.uid != uid:
+                log.warning("refused a hook call: job %s does not belong to Pod %s", job_id, uid)
+                self._on_call("forbidden")
+                return web.json_response({"error": "this job does not belong to this Pod"}, status=403)
+            return await handler(request, ref, job_id)
+
+        return guarded
+
+    async def _started(self, _request: web.Request, ref: PodRef, _job_id: int) -> web.Response:
+        self._target.job_started(ref)
+        self._on_call("started")
+        return web.json_response({"pod": str(ref)})
+
+    async def _terminating(self, _request: web.Request, ref: PodRef, job_id: int) -> web.Response:
+        await self._target.job_terminating(ref, job_id)
+        gone = await self._target.wait_pod_gone(ref, LONG_POLL_S)
+        self._on_call("terminating_gone" if gone else "terminating_wait")
+        return web.json_response({"pod": "gone" if gone else "terminating"}, status=200 if gone else 202)
+
+
+class PodGoneWaiters:
+    """Lets hook calls wait for a Pod's DELETED event instead of polling."""
+
+    def __init__(self) -> None:
+        self._events: dict[str, asyncio.Event] = {}
+
+    def deleted(self, uid: str) -> None:
+        event = self._events.get(uid)
+        if event is not None:
+            event.set()
+
+    async def wait(self, uid: str, still_there: Callable[[], bool], within: float) -> bool:
+        event = self._events.setdefault(uid, asyncio.Event())
+        try:
+            if not still_there():
+                return True
+            try:
+                await asyncio.wait_for(event.wait(), within)
+            except TimeoutError:
+                return not still_there()
+            return True
+        finally:
+            self._events.pop(uid, None)
