@@ -11,6 +11,7 @@ demo: bootstrap
 ## Lint, type-check and run every test suite (the dev cluster is brought up on demand).
 test: bootstrap lint
 	.venv/bin/pytest
+	SUNK_TEST_CLUSTER=accounting .venv/bin/pytest tests/e2e/test_accounting.py
 
 lint: bootstrap
 	.venv/bin/ruff check src tests

@@ -14,11 +14,35 @@ from sunk.devcluster import ClusterSpec, DevCluster
 from sunk.devcluster.kubeapi import AdminKube
 from tests.support import SlurmRest
 
+ACCOUNTING = os.environ.get("SUNK_TEST_CLUSTER") == "accounting"
+
+
+def wanted_spec() -> ClusterSpec:
+    """The default suite runs on a plain cluster; SUNK_TEST_CLUSTER=accounting selects the
+    suite that needs slurmdbd (QoS preemption, PreemptMode=REQUEUE)."""
+    nodes = int(os.environ.get("SUNK_TEST_NODES", "4"))
+    if ACCOUNTING:
+        return ClusterSpec(nodes=nodes, accounting=True, preempt_mode="REQUEUE")
+    return ClusterSpec(nodes=nodes)
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        needs_accounting = item.get_closest_marker("accounting") is not None
+        if needs_accounting != ACCOUNTING and item.get_closest_marker("unit") is None:
+            if needs_accounting:
+                item.add_marker(
+                    pytest.mark.skip(reason="needs SUNK_TEST_CLUSTER=accounting (`make test` runs it)")
+                )
+            elif "unit" not in str(item.path):
+                item.add_marker(pytest.mark.skip(reason="runs on the plain cluster, not the accounting one"))
+
 
 @pytest.fixture(scope="session")
 def dev_cluster() -> Iterator[DevCluster]:
     cluster = DevCluster()
     started_here = False
+    wanted = wanted_spec()
     if cluster.is_running():
         status = cluster.status()
         spec = status.spec
@@ -28,8 +52,17 @@ def dev_cluster() -> Iterator[DevCluster]:
                 "a dev cluster is running but not healthy (see `sunk dev status`): "
                 "restart it with `sunk dev down && sunk dev up`"
             )
+        if spec is not None and (spec.accounting, spec.preempt_mode) != (
+            wanted.accounting,
+            wanted.preempt_mode,
+        ):
+            pytest.fail(
+                f"the running dev cluster (accounting={spec.accounting}, preempt mode {spec.preempt_mode}) "
+                f"is not the one this suite needs (accounting={wanted.accounting}, {wanted.preempt_mode}): "
+                "stop it with `sunk dev down` and run the tests again"
+            )
     else:
-        cluster.up(ClusterSpec(nodes=int(os.environ.get("SUNK_TEST_NODES", "4"))))
+        cluster.up(wanted)
         started_here = True
     yield cluster
     if started_here and not os.environ.get("SUNK_KEEP_CLUSTER"):

@@ -20,7 +20,11 @@ REST_VERSION = "v0.0.38"
 TOKEN_LIFESPAN_S = 30 * 24 * 3600
 FAST_SCHEDULING = "batch_sched_delay=0,sched_min_interval=0,default_queue_depth=1000,bf_interval=5"
 ACCOUNTS = ("acct1", "acct2")
-QOS = {"low": "Priority=10", "high": "Priority=1000 Preempt=low PreemptMode=cancel"}
+QOS = {
+    "low": "Priority=10",
+    "high": "Priority=1000 Preempt=low PreemptMode=cancel",
+    "urgent": "Priority=1000 Preempt=low PreemptMode=requeue",
+}
 DB_PASSWORD = "sunk-dev-only"  # loopback-only throwaway database
 
 
@@ -343,7 +347,7 @@ def _start_accounting(layout: Layout) -> None:
         "user",
         ",".join(users),
         "set",
-        "qos=normal,low,high",
+        "qos=normal,low,high,urgent",
         "DefaultQOS=normal",
     )
 

@@ -147,7 +147,8 @@ class Reconciler:
         if pod is None or ev.finally_refused(pod):
             return Outcome()
         job = self._current_job(pod)
-        if job is not None and job.ending:
+        bound = bool((pod.get("spec") or {}).get("nodeName"))
+        if job is not None and (job.ending or (bound and job.gave_up_resources)):
             return await self._job_ending(pod, job)
         if pod["metadata"].get("deletionTimestamp"):
             return Outcome()
@@ -182,6 +183,11 @@ class Reconciler:
     async def _job_ending(self, pod: Json, job: SlurmJob) -> Outcome:
         """Delete the Pod, saying why; drain the node if the Pod outlives KillWait."""
         meta = pod["metadata"]
+        if job.gave_up_resources and job.active and job.job_id not in self._signalled:
+            # Requeued or suspended: Slurm may hand the resources on, so the Pod must go, and
+            # the job must not come back later for a Pod that no longer exists.
+            self._signalled.add(job.job_id)
+            await self.slurm.cancel(job.job_id)
         if not meta.get("deletionTimestamp"):
             reason, words = job.why_ending(time.time())
             where = f" on {job.nodes[0]}" if job.nodes else ""

@@ -59,8 +59,17 @@ class SlurmJob:
         """Slurm is ending the job (or has): cancelled, preempted, timed out, failed."""
         return not self.active or self.state in ("COMPLETING", "SIGNALING", "STAGE_OUT")
 
+    @property
+    def gave_up_resources(self) -> bool:
+        """Requeued (or suspended) by Slurm: its Pod no longer holds what it runs on."""
+        return self.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED")
+
     def why_ending(self, now: float) -> tuple[str, str]:
         """(Event reason, words) for a job Slurm is ending, as far as Slurm tells."""
+        if self.state in ("REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED") or (self.pending and self.restarts):
+            return "Preempted", "was requeued by Slurm (preempted)"
+        if self.state == "SUSPENDED":
+            return "Preempted", "was suspended by Slurm (preempted)"
         if self.preempt_time or self.state == "PREEMPTED":
             return "Preempted", "was preempted by a higher-priority Slurm job"
         limit = self.time_limit_min
