@@ -58,6 +58,10 @@ class Config:
     slurm_node_label: str = "sunk.coreweave.com/slurm-node"
     log_level: str = "info"
     log_format: str = "text"
+    leader_elect: bool = False
+    leader_election_namespace: str = "default"
+    leader_election_id: str = ""
+    static_cpu_pods: str = "warn"
     hooks_url: str | None = None
     hooks_secret: bytes | None = field(default=None, repr=False)
     workers: int = 16
@@ -101,6 +105,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("log-level", "debug, info, warning or error", "info")
     parser.add_argument("--zap-log-level", dest="log_level", help=argparse.SUPPRESS)
     flag("log-format", "text or json", "text")
+    flag("leader-elect", "true: act only while holding the leader Lease (run several replicas)", "false")
+    flag("leader-election-namespace", "namespace of the Lease (default: $POD_NAMESPACE or default)")
+    flag("leader-election-id", "name of the Lease (default: the scheduler name)")
+    flag("static-cpu-pods", "Guaranteed Pods with whole CPUs: warn (an Event) or refuse", "warn")
 
 
 def from_arguments(args: argparse.Namespace) -> Config:
@@ -139,6 +147,10 @@ def from_arguments(args: argparse.Namespace) -> Config:
         raise ValueError("the hooks secret must be at least 16 bytes long")
     if args.log_format not in ("text", "json"):
         raise ValueError("--log-format must be text or json")
+    if args.static_cpu_pods not in ("warn", "refuse"):
+        raise ValueError("--static-cpu-pods must be warn or refuse")
+    if str(args.leader_elect).lower() not in ("true", "false"):
+        raise ValueError("--leader-elect must be true or false")
     return Config(
         scheduler_name=args.scheduler_name,
         slurm_api_base=args.slurm_api_base,
@@ -158,6 +170,12 @@ def from_arguments(args: argparse.Namespace) -> Config:
         slurm_node_label=args.slurm_node_label,
         log_level=args.log_level,
         log_format=args.log_format,
+        leader_elect=str(args.leader_elect).lower() == "true",
+        leader_election_namespace=args.leader_election_namespace
+        or os.environ.get("POD_NAMESPACE")
+        or "default",
+        leader_election_id=args.leader_election_id or args.scheduler_name,
+        static_cpu_pods=args.static_cpu_pods,
         hooks_url=args.hooks_api_url or None,
         hooks_secret=secret,
     )

@@ -36,6 +36,8 @@ class HookTarget(Protocol):
 
     async def wait_pod_gone(self, ref: PodRef, within: float) -> bool: ...
 
+    def acting_now(self) -> bool: ...
+
 
 Outcome = Callable[[str], None]
 
@@ -87,6 +89,9 @@ class HooksServer:
                 self._on_call("bad_request")
                 return web.json_response({"error": "job id must be a number"}, status=400)
             job_id = int(job_text)
+            if not self._target.acting_now():
+                self._on_call("not_leader")
+                return web.json_response({"error": "not the leader; retry"}, status=503)
             ref = await self._target.pod_of_job(job_id)
             if ref is None or ref.uid != uid:
                 log.warning("refused a hook call: job %s does not belong to Pod %s", job_id, uid)

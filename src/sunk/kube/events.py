@@ -21,6 +21,7 @@ PLACEHOLDER_ADOPTED = "PlaceholderAdopted"
 NODE_REJECTED = "PlacementRejected"
 JOB_ENDED = "PlaceholderJobEnded"
 NODE_DRAINED = "NodeDrained"
+STATIC_CPU = "StaticCPUPinning"
 IGNORED_ANNOTATION = "IgnoredAnnotation"
 
 # PodScheduled condition reasons. The first two are final: the Pod is never retried.

@@ -4,28 +4,34 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import os
 import secrets
 import socket
+from collections import Counter
 from contextlib import suppress
 
+from sunk import metrics
 from sunk.config import Config
 from sunk.hooks import placeholder_script
 from sunk.hooks.auth import Verifier
 from sunk.hooks.server import HooksServer, PodGoneWaiters
-from sunk.kube.client import KubeClient
+from sunk.kube.client import KubeClient, KubeError
 from sunk.kube.events import Recorder
 from sunk.kube.informer import Informer
+from sunk.kube.leader import LeaderElector
+from sunk.metrics.server import serve_metrics, serve_probes
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.jobs import JobIndex, JobPoller
 from sunk.scheduler.queue import WorkQueue
 from sunk.scheduler.reconciler import HookCredentials, PodStore, Reconciler
 from sunk.slurm.client import SlurmClient, TokenSource
-from sunk.slurm.drain import NodeDrainer
 from sunk.slurm.errors import SlurmError
+from sunk.slurm.scontrol import Scontrol, memory_oversubscription_warning
 from sunk.translate import PodRef, Settings, pod_of_job_name
 
 log = logging.getLogger(__name__)
 RESYNC_EVERY_S = 30.0
+LEADER_LABEL = "sunk.coreweave.com/leader"
 SLURM_NODES_EVERY_S = 5.0
 
 
@@ -44,7 +50,18 @@ class Scheduler:
             )
             secret = secrets.token_bytes(32)
         self.secret = secret
-        self.hooks_server = HooksServer(self, Verifier(secret))
+        self.acting = asyncio.Event()  # set while this replica may act (the leader, or alone)
+        self.hooks_server = HooksServer(
+            self, Verifier(secret), on_call=lambda outcome: metrics.HOOK_CALLS.labels(outcome).inc()
+        )
+        self.scontrol = Scontrol(tokens)
+        self.elector = (
+            LeaderElector(
+                kube, config.leader_election_namespace, config.leader_election_id, socket.gethostname()
+            )
+            if config.leader_elect
+            else None
+        )
         selector = f"spec.schedulerName={config.scheduler_name}"
         namespaces = config.watch_namespaces or ("",)
         self.pod_informers = {
@@ -78,8 +95,9 @@ class Scheduler:
             settings=Settings(config.annotation_prefix, int(config.slurm_kill_wait_s), config.scheduler_name),
             script=placeholder_script(),
             slurm_user=config.slurm_user,
-            drainer=NodeDrainer(tokens),
+            drainer=self.scontrol,
         )
+        self.reconciler.refuse_static_cpu = config.static_cpu_pods == "refuse"
         for informer in self.pod_informers.values():
             informer.add_handler(self._pod_event)
 
@@ -97,6 +115,9 @@ class Scheduler:
             return found[0]
         job = await self.slurm.job(job_id)  # submitted a moment ago, not yet polled
         return pod_of_job_name(job.name, self.config.scheduler_name) if job else None
+
+    def acting_now(self) -> bool:
+        return self.acting.is_set()
 
     def job_started(self, ref: PodRef) -> None:
         self.poller.poke()
@@ -148,11 +169,13 @@ class Scheduler:
     async def _worker(self) -> None:
         while True:
             key = await self.queue.get()
+            metrics.QUEUE_DEPTH.set(len(self.queue))
             try:
                 outcome = await self.reconciler.reconcile(str(key))
             except asyncio.CancelledError:
                 raise
             except Exception as err:
+                metrics.ATTEMPTS.labels("error").inc()
                 delay = self.queue.retry(key)
                 log.warning(
                     "reconcile %s failed (%s: %s); retrying in %.2fs",
@@ -178,12 +201,47 @@ class Scheduler:
         self.reconciler.hooks = HookCredentials(url, self.secret)
         log.info("hooks API for placeholder jobs at %s", url)
 
+    def not_ready(self) -> str | None:
+        """Why /readyz fails: caches not synced, or Slurm not answering."""
+        unsynced = [i.name for i in self.informers if not i.synced.is_set()]
+        if unsynced:
+            return f"caches not synced: {', '.join(unsynced)}"
+        if not self.index.synced.is_set():
+            return "no Slurm job listing yet"
+        if self.poller.last_error:
+            return f"Slurm unreachable: {self.poller.last_error}"
+        return None
+
+    async def _gauges(self) -> None:
+        while True:
+            metrics.QUEUE_DEPTH.set(len(self.queue))
+            pending = Counter(job.reason for _, job in self.index.items() if job.pending)
+            metrics.PENDING_IN_SLURM.clear()
+            for reason, count in pending.items():
+                metrics.PENDING_IN_SLURM.labels(reason).set(count)
+            await asyncio.sleep(2)
+
+    async def _check_slurm_config(self) -> None:
+        config = await self.scontrol.config()
+        if config is None:
+            log.info("cannot read Slurm's configuration with scontrol; skipping the memory check (R7.3)")
+            return
+        warning = memory_oversubscription_warning(config)
+        if warning:
+            log.warning("%s", warning)
+
     async def run(self) -> None:
         await self._serve_hooks()
+        runners = [
+            await serve_metrics(*self.config.metrics_bind),
+            await serve_probes(*self.config.health_bind, self.not_ready),
+        ]
         tasks = [asyncio.create_task(i.run(), name=i.name) for i in self.informers]
         tasks.append(asyncio.create_task(self.poller.run(), name="slurm-jobs"))
         tasks.append(asyncio.create_task(self._poll_slurm_nodes(), name="slurm-nodes"))
+        tasks.append(asyncio.create_task(self._gauges(), name="gauges"))
         try:
+            await self._check_slurm_config()
             log.info("waiting for the Kubernetes caches and the first Slurm job listing")
             await asyncio.gather(*(i.synced.wait() for i in self.informers), self.index.synced.wait())
             log.info(
@@ -194,6 +252,14 @@ class Scheduler:
                 len(self.index),
                 self.config.scheduler_name,
             )
+            if self.elector is not None:
+                await self.leader_label(False)
+                log.info("waiting to become leader (Lease %s)", self.elector.name)
+                await self.elector.acquire()
+                tasks.append(asyncio.create_task(self.elector.keep(), name="lease"))
+                await self.leader_label(True)
+            metrics.LEADER.set(1)
+            self.acting.set()
             self._enqueue_everything()
             tasks += [
                 asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self.config.workers)
@@ -203,11 +269,31 @@ class Scheduler:
             for task in done:
                 task.result()
         finally:
+            self.acting.clear()
+            metrics.LEADER.set(0)
             for task in tasks:
                 task.cancel()
             with suppress(asyncio.CancelledError):
                 await asyncio.gather(*tasks, return_exceptions=True)
             await self.hooks_server.stop()
+            for runner in runners:
+                await runner.cleanup()
+
+    async def leader_label(self, leading: bool) -> None:
+        """Mark our own Pod so the hooks Service sends placeholder jobs to the leader only."""
+        name, namespace = os.environ.get("POD_NAME"), os.environ.get("POD_NAMESPACE")
+        if not (name and namespace):
+            return
+        value = "true" if leading else None
+        try:
+            await self.kube.request(
+                "PATCH",
+                f"/api/v1/namespaces/{namespace}/pods/{name}",
+                body={"metadata": {"labels": {LEADER_LABEL: value}}},
+                content_type="application/merge-patch+json",
+            )
+        except KubeError as err:
+            log.warning("could not label this Pod as %s: %s", "leader" if leading else "follower", err)
 
 
 def _key(pod: dict[str, object]) -> str:

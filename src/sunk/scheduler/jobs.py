@@ -60,6 +60,9 @@ class JobIndex:
     def for_key(self, namespace: str, name: str) -> list[tuple[PodRef, SlurmJob]]:
         return [(r, j) for r, j in self._by_id.values() if r.namespace == namespace and r.name == name]
 
+    def items(self) -> list[tuple[PodRef, SlurmJob]]:
+        return list(self._by_id.values())
+
     def all_refs(self) -> list[PodRef]:
         return [ref for ref, _ in self._by_id.values()]
 

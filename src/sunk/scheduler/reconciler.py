@@ -18,6 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
+from sunk import metrics
 from sunk.hooks.auth import pod_key
 from sunk.kube import events as ev
 from sunk.kube.client import KubeClient, KubeError
@@ -26,9 +27,9 @@ from sunk.scheduler.identity import submit_as
 from sunk.scheduler.jobs import JobIndex, JobPoller
 from sunk.slurm import v0038 as dialect
 from sunk.slurm.client import SlurmClient
-from sunk.slurm.drain import NodeDrainer
 from sunk.slurm.errors import SlurmError
 from sunk.slurm.models import SlurmJob
+from sunk.slurm.scontrol import Scontrol
 from sunk.translate import PodRef, Settings, translate
 
 log = logging.getLogger(__name__)
@@ -90,7 +91,7 @@ class Reconciler:
         settings: Settings,
         script: str,
         slurm_user: str,
-        drainer: NodeDrainer,
+        drainer: Scontrol,
     ) -> None:
         self.kube = kube
         self.slurm = slurm
@@ -108,7 +109,7 @@ class Reconciler:
         self._node_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._signalled: set[int] = set()
         self._drained: set[int] = set()
-        self.bound_latencies: list[float] = []
+        self.refuse_static_cpu = False
 
     # -- small readers --------------------------------------------------------------------
     def _annotation(self, pod: Json, key: str) -> str | None:
@@ -287,6 +288,7 @@ class Reconciler:
             return False
         job = max(mine, key=lambda j: j.job_id)
         await self._record_job(pod, job.job_id, self._avoid_nodes(pod))
+        metrics.ATTEMPTS.labels("adopted").inc()
         await self.recorder.event(
             pod, ev.PLACEHOLDER_ADOPTED, f"Found existing Slurm job {job.job_id} for this Pod"
         )
@@ -307,6 +309,7 @@ class Reconciler:
     async def _refuse(self, pod: Json, reason: str, problems: list[str]) -> Outcome:
         """A final answer (R2.4): Event + condition, and the Pod is never tried again."""
         message = "; ".join(problems)
+        metrics.ATTEMPTS.labels("refused" if reason == ev.INVALID else "rejected_by_slurm").inc()
         await self.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
         await self.recorder.condition(pod, False, reason, message)
         return Outcome()
@@ -322,6 +325,11 @@ class Reconciler:
             problems.append(identity.problem)
         if problems:
             return await self._refuse(pod, ev.INVALID, problems)
+        pinned = static_cpu_problem(pod)
+        if pinned and self.refuse_static_cpu:
+            return await self._refuse(pod, ev.INVALID, [pinned + "; this scheduler refuses such Pods"])
+        if pinned:
+            await self.recorder.event(pod, ev.STATIC_CPU, pinned, warning=True)
         for note in result.notes:
             await self.recorder.event(pod, ev.IGNORED_ANNOTATION, note, warning=True)
 
@@ -372,6 +380,7 @@ class Reconciler:
             await self.slurm.cancel(job_id)
             return Outcome()
         self.poller.poke()
+        metrics.ATTEMPTS.labels("submitted").inc()
         gpus = f", {job.gpus} GPU" if job.gpus else ""
         await self.recorder.event(
             pod,
@@ -409,7 +418,7 @@ class Reconciler:
                 if err.conflict and await self._already_on(pod, node_name):
                     return Outcome()
                 raise
-        self._observe_bound(pod)
+        self._observe_bound(pod, job)
         await self.recorder.event(
             pod,
             ev.SCHEDULED,
@@ -423,14 +432,20 @@ class Reconciler:
         current = await self.kube.get(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
         return bool((current.get("spec") or {}).get("nodeName") == node)
 
-    def _observe_bound(self, pod: Json) -> None:
+    def _observe_bound(self, pod: Json, job: SlurmJob) -> None:
+        metrics.ATTEMPTS.labels("bound").inc()
+        now = time.time()
         created = pod["metadata"].get("creationTimestamp")
         if created:
-            started = dt.datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
-            self.bound_latencies.append(time.time() - started)
+            metrics.CREATE_TO_BOUND.observe(
+                now - dt.datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+            )
+        if job.submit_time:
+            metrics.SUBMIT_TO_STARTED.observe(max(0.0, now - job.submit_time))
 
     async def _reject(self, pod: Json, job: SlurmJob, slurm_node: str | None, problem: str) -> Outcome:
         """Strict node locking: never bind to a doubtful node; resubmit without it."""
+        metrics.ATTEMPTS.labels("placement_rejected").inc()
         avoid = self._avoid_nodes(pod) + ((slurm_node,) if slurm_node else ())
         await self.recorder.event(
             pod,
@@ -442,6 +457,24 @@ class Reconciler:
         outcome = await self._submit(pod, avoid=avoid)
         await self.slurm.cancel(job.job_id)
         return outcome
+
+
+def static_cpu_problem(pod: Json) -> str | None:
+    """R7.2: Guaranteed Pods with whole CPUs get pinned CPUs by the kubelet's static policy,
+    which Slurm does not know about."""
+    if (pod.get("status") or {}).get("qosClass") != "Guaranteed":
+        return None
+    cpus = [
+        ((c.get("resources") or {}).get("requests") or {}).get("cpu", "")
+        for c in (pod.get("spec") or {}).get("containers") or []
+    ]
+    if not cpus or not all(str(cpu).isdigit() for cpu in cpus):
+        return None
+    return (
+        "the Pod is Guaranteed with whole CPUs, so a kubelet with the static CPU manager policy pins "
+        "CPUs Slurm does not know are taken; this can drain the node. Make CPU requests differ from "
+        "limits, or use fractional CPUs"
+    )
 
 
 def _submitted(job_id: int, name: str, comment: str) -> SlurmJob:

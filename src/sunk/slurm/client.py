@@ -8,13 +8,15 @@ exception messages.
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from sunk.metrics import SLURM_ERRORS, SLURM_LATENCY
 from sunk.slurm import v0038 as dialect
-from sunk.slurm.errors import SlurmJobGone, SlurmUnavailable, raise_for
+from sunk.slurm.errors import SlurmError, SlurmJobGone, SlurmUnavailable, raise_for
 from sunk.slurm.models import SlurmJob, SlurmNode
 
 
@@ -70,24 +72,34 @@ class SlurmClient:
         json: Any = None,
         params: dict[str, Any] | None = None,
         as_user: str | None = None,
+        endpoint: str = "",
     ) -> dict[str, Any]:
         headers = {
             "X-SLURM-USER-NAME": as_user or self.user,
             "X-SLURM-USER-TOKEN": self._tokens.get(),
         }
+        endpoint = f"{method} {endpoint or path}"
+        started = time.perf_counter()
         try:
             resp = await self._http.request(
                 method, self._prefix + path, json=json, params=params, headers=headers
             )
         except httpx.HTTPError as err:
+            SLURM_ERRORS.labels(endpoint, "unreachable").inc()
             raise SlurmUnavailable(
                 f"cannot reach slurmrestd at {self._http.base_url} to {what}: {type(err).__name__}"
             ) from None
+        finally:
+            SLURM_LATENCY.labels(endpoint).observe(time.perf_counter() - started)
         try:
             body = resp.json()
         except ValueError:
             body = None
-        raise_for(resp.status_code, body, resp.text, what)
+        try:
+            raise_for(resp.status_code, body, resp.text, what)
+        except SlurmError as err:
+            SLURM_ERRORS.labels(endpoint, type(err).__name__).inc()
+            raise
         return body if isinstance(body, dict) else {}
 
     async def ping(self) -> None:
@@ -104,7 +116,7 @@ class SlurmClient:
 
     async def job(self, job_id: int) -> SlurmJob | None:
         try:
-            reply = await self._call("GET", f"/job/{job_id}", f"read job {job_id}")
+            reply = await self._call("GET", f"/job/{job_id}", f"read job {job_id}", endpoint="/job/{id}")
         except SlurmJobGone:
             return None
         jobs = reply.get("jobs") or []
@@ -114,7 +126,9 @@ class SlurmClient:
         """Cancel (SIGKILL after KillWait) or, with `signal`, only signal the job."""
         params = {"signal": signal} if signal else None
         try:
-            await self._call("DELETE", f"/job/{job_id}", f"cancel job {job_id}", params=params)
+            await self._call(
+                "DELETE", f"/job/{job_id}", f"cancel job {job_id}", params=params, endpoint="/job/{id}"
+            )
         except SlurmJobGone:
             return
 
@@ -123,6 +137,6 @@ class SlurmClient:
         return [dialect.parse_node(n) for n in reply.get("nodes") or []]
 
     async def node(self, name: str) -> SlurmNode | None:
-        reply = await self._call("GET", f"/node/{name}", f"read node {name}")
+        reply = await self._call("GET", f"/node/{name}", f"read node {name}", endpoint="/node/{name}")
         nodes = reply.get("nodes") or []
         return dialect.parse_node(nodes[0]) if nodes else None

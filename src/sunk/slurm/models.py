@@ -38,6 +38,7 @@ class SlurmJob:
     time_limit_min: int | None
     priority: int | None
     restarts: int = 0
+    submit_time: int = 0
     start_time: int = 0
     end_time: int = 0
     preempt_time: int = 0

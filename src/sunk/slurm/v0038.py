@@ -102,6 +102,7 @@ def parse_job(raw: dict[str, Any]) -> SlurmJob:
         time_limit_min=_int(raw.get("time_limit")),
         priority=_int(raw.get("priority")),
         restarts=_int(raw.get("restart_cnt")) or 0,
+        submit_time=_int(raw.get("submit_time")) or 0,
         start_time=_int(raw.get("start_time")) or 0,
         end_time=_int(raw.get("end_time")) or 0,
         preempt_time=_int(raw.get("preempt_time")) or 0,
