@@ -7,11 +7,14 @@ import os
 import re
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from sunk.devcluster import ClusterSpec, DevCluster
 from sunk.devcluster.kubeapi import AdminKube
+from sunk.devcluster.layout import cache_dir
+from sunk.devcluster.prereqs import ensure_go_tools
 from tests.support import SlurmRest
 
 ACCOUNTING = os.environ.get("SUNK_TEST_CLUSTER") == "accounting"
@@ -68,6 +71,12 @@ def dev_cluster() -> Iterator[DevCluster]:
     if started_here and not os.environ.get("SUNK_KEEP_CLUSTER"):
         cluster.down()
         assert not cluster.alive(), "dev cluster processes outlived `sunk dev down`"
+
+
+@pytest.fixture(scope="session")
+def helm() -> Path:
+    """The real helm binary, built from its Go module like the other upstream tools."""
+    return ensure_go_tools(cache_dir() / "helm-build.log", ("helm",))["helm"]
 
 
 @pytest.fixture(scope="session")

@@ -88,17 +88,26 @@ def free_port() -> int:
 class SchedulerProcess:
     """`sunk scheduler` as a real process, so tests can kill and restart it."""
 
-    def __init__(self, cluster: DevCluster, name: str, *args: str) -> None:
+    def __init__(
+        self,
+        cluster: DevCluster,
+        name: str,
+        *args: str,
+        instance: str = "",
+        env: dict[str, str] | None = None,
+        hooks_port: int | None = None,
+    ) -> None:
         self.cluster = cluster
         self.name = name
         self.args = args
-        self.log = cluster.layout.logs / f"scheduler-{name}.log"
+        self.extra_env = env or {}
+        self.log = cluster.layout.logs / f"scheduler-{name}{'-' + instance if instance else ''}.log"
         self.proc: subprocess.Popen[bytes] | None = None
         # Jobs keep the hooks URL they were submitted with, so a restart keeps the port.
-        self.hooks_port = free_port()
+        self.hooks_port = hooks_port or free_port()
 
-    def start(self) -> SchedulerProcess:
-        env = {**os.environ, **self.cluster.env()}
+    def start(self, *, wait: bool = True) -> SchedulerProcess:
+        env = {**os.environ, **self.cluster.env(), **self.extra_env}
         argv = [
             sys.executable,
             "-m",
@@ -113,6 +122,9 @@ class SchedulerProcess:
         offset = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        self.offset = offset
+        if not wait:
+            return self
         wait_for(
             lambda: self._synced(offset) or self._died(),
             timeout=30,
@@ -122,9 +134,16 @@ class SchedulerProcess:
         return self
 
     def _synced(self, offset: int) -> bool:
+        return "caches synced" in self.output(offset)
+
+    def output(self, offset: int | None = None) -> str:
+        """What this run (or, with offset 0, every run) logged."""
         with open(self.log, "rb") as f:
-            f.seek(offset)
-            return b"caches synced" in f.read()
+            f.seek(self.offset if offset is None else offset)
+            return f.read().decode(errors="replace")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
 
     def _died(self) -> bool:
         return self.proc is not None and self.proc.poll() is not None

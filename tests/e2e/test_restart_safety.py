@@ -8,6 +8,7 @@ import pytest
 
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.hooks import placeholder_script
+from sunk.hooks.auth import pod_key
 from tests.e2e.test_schedule_flow import P, create, get, job_of, slurm_nodes, wait_bound
 from tests.support import SlurmRest, make_pod, wait_for
 
@@ -55,7 +56,17 @@ def test_r8_2_a_job_submitted_just_before_a_crash_is_adopted_not_duplicated(
     proc.kill()
     pod = create(kube, namespace, make_pod("adoptee", proc.name))
     uid = pod["metadata"]["uid"]
-    env = {"PATH": "/usr/bin:/bin", "SLURM_CONF": str(dev_cluster.layout.slurm_conf), "SUNK_COMMENT": ""}
+    secret = dev_cluster.layout.hooks_secret.read_bytes().strip()
+    env = {
+        "PATH": "/usr/bin:/bin",
+        "SLURM_CONF": str(dev_cluster.layout.slurm_conf),
+        "SUNK_COMMENT": "",
+        "SUNK_POD": f"{namespace}/adoptee",
+        "SUNK_POD_UID": uid,
+        "SUNK_HOOK_URL": f"http://127.0.0.1:{proc.hooks_port}",
+        "SUNK_HOOK_KEY": pod_key(secret, uid),
+        "SUNK_KILL_WAIT": "30",
+    }
     orphan_id = slurm.http.post(
         "/job/submit",
         json={

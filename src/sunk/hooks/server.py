@@ -56,7 +56,8 @@ class HooksServer:
     async def start(self, host: str, port: int) -> int:
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
-        site = web.TCPSite(self._runner, host, port)
+        # Replicas on one host may share the port (followers answer 503), as behind a Service.
+        site = web.TCPSite(self._runner, host, port, reuse_port=True)
         await site.start()
         sockets = getattr(site._server, "sockets", None) or []  # the port actually bound
         self.port = sockets[0].getsockname()[1] if sockets else port

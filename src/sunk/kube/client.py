@@ -100,12 +100,19 @@ class KubeClient:
     ) -> Json:
         resp = await self._raw(method, path, query=query, body=body, content_type=content_type)
         data = await _read(resp)
+        status = _status(resp)
+        if status >= 400:
+            # Without preloading, the client hands back error responses instead of raising.
+            raise KubeError(status, _message(data))
         result: Json = json.loads(data) if data else {}
         return result
 
     async def watch(self, path: str, query: dict[str, Any]) -> AsyncIterator[Json]:
         """Yield watch events ({"type", "object"}) until the server closes the stream."""
         resp = await self._raw("GET", path, query={**query, "watch": "true"}, request_timeout=None)
+        status = _status(resp)
+        if status >= 400:
+            raise KubeError(status, _message(await _read(resp)))
         try:
             content = resp.content if hasattr(resp, "content") else resp.response.content
             async for line in content:
@@ -166,6 +173,13 @@ def _kubeconfig_path(explicit: str | None) -> str | None:
         return path
     default = os.path.expanduser("~/.kube/config")
     return default if os.path.exists(default) else None
+
+
+def _status(resp: Any) -> int:
+    status = getattr(resp, "status", None)
+    if status is None:
+        status = getattr(getattr(resp, "response", None), "status", None)
+    return int(status) if isinstance(status, int) else 200
 
 
 async def _read(resp: Any) -> bytes:

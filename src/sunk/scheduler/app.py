@@ -56,9 +56,7 @@ class Scheduler:
         )
         self.scontrol = Scontrol(tokens)
         self.elector = (
-            LeaderElector(
-                kube, config.leader_election_namespace, config.leader_election_id, socket.gethostname()
-            )
+            LeaderElector(kube, config.leader_election_namespace, config.leader_election_id, _identity())
             if config.leader_elect
             else None
         )
@@ -294,6 +292,11 @@ class Scheduler:
             )
         except KubeError as err:
             log.warning("could not label this Pod as %s: %s", "leader" if leading else "follower", err)
+
+
+def _identity() -> str:
+    """Unique per process, like client-go's: two replicas on one host must still differ."""
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{secrets.token_hex(4)}"
 
 
 def _key(pod: dict[str, object]) -> str:

@@ -108,6 +108,7 @@ class Reconciler:
         self.hooks = HookCredentials("http://hooks-api-not-started", b"")  # set before the first submit
         self._node_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._signalled: set[int] = set()
+        self._cancelled: set[int] = set()
         self._drained: set[int] = set()
         self.refuse_static_cpu = False
 
@@ -172,9 +173,12 @@ class Reconciler:
             or self._recorded_job_id(pod) not in (None, job.job_id)
         )
         if gone:
-            # Nothing of the Pod runs any more: end the job at once, no grace needed.
-            log.info("killing Slurm job %s of %s: its Pod is gone or done", job.job_id, ref)
-            await self.slurm.cancel(job.job_id, signal="KILL")
+            # Nothing of the Pod runs any more: cancel; the script's hook call learns at once
+            # that the Pod is gone and exits, so the job ends without waiting for KillWait.
+            if job.job_id not in self._cancelled:
+                log.info("cancelling Slurm job %s of %s: its Pod is gone or done", job.job_id, ref)
+                self._cancelled.add(job.job_id)
+                await self.slurm.cancel(job.job_id)
         elif job.running and job.job_id not in self._signalled:
             log.info("asking Slurm job %s of %s to end: its Pod is being deleted", job.job_id, ref)
             await self.slurm.cancel(job.job_id, signal="TERM")

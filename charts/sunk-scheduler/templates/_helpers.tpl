@@ -1,0 +1,55 @@
+{{- define "sunk.fullname" -}}
+{{- printf "%s-sunk-scheduler" .Release.Name | trunc 63 | trimSuffix "-" -}}
+{{- end -}}
+
+{{- define "sunk.schedulerName" -}}
+{{- default (printf "%s-%s" .Release.Namespace .Release.Name) .Values.scheduler.name -}}
+{{- end -}}
+
+{{/* The namespaces whose Pods the scheduler handles; empty list = every namespace. */}}
+{{- define "sunk.watchNamespaces" -}}
+{{- if eq .Values.scheduler.scope.type "cluster" -}}
+{{- else -}}
+{{- $list := list -}}
+{{- range (splitList "," (default .Release.Namespace .Values.scheduler.scope.namespaces)) -}}
+{{- if trim . }}{{- $list = append $list (trim .) -}}{{- end -}}
+{{- end -}}
+{{- join "," $list -}}
+{{- end -}}
+{{- end -}}
+
+{{- define "sunk.slurmdNamespace" -}}
+{{- default .Release.Namespace .Values.scheduler.slurmd.namespace -}}
+{{- end -}}
+
+{{- define "sunk.hooksSecret" -}}
+{{- default (printf "%s-hooks" (include "sunk.fullname" .)) .Values.scheduler.hooks.secretName -}}
+{{- end -}}
+
+{{- define "sunk.labels" -}}
+app.kubernetes.io/name: sunk-scheduler
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end -}}
+
+{{- define "sunk.selector" -}}
+app.kubernetes.io/name: sunk-scheduler
+app.kubernetes.io/instance: {{ .Release.Name }}
+{{- end -}}
+
+{{/* What the scheduler may do to Pods it schedules. */}}
+{{- define "sunk.podRules" -}}
+- apiGroups: [""]
+  resources: [pods]
+  verbs: [get, list, watch, patch, delete]
+- apiGroups: [""]
+  resources: [pods/binding]
+  verbs: [create]
+- apiGroups: [""]
+  resources: [pods/status]
+  verbs: [patch]
+- apiGroups: [events.k8s.io]
+  resources: [events]
+  verbs: [create]
+{{- end -}}

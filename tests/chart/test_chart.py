@@ -1,0 +1,113 @@
+"""R1.1: the Helm chart, checked with the real helm binary."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+from tests.chart.conftest import CHART, render
+
+
+def of_kind(objects: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
+    return [o for o in objects if o["kind"] == kind]
+
+
+def args(objects: list[dict[str, Any]]) -> list[str]:
+    [deployment] = of_kind(objects, "Deployment")
+    return list(deployment["spec"]["template"]["spec"]["containers"][0]["args"])
+
+
+def flag(objects: list[dict[str, Any]], name: str) -> str:
+    [value] = [a.split("=", 1)[1] for a in args(objects) if a.startswith(f"--{name}=")]
+    return value
+
+
+def test_r1_1_helm_lint_passes(helm: Path) -> None:
+    result = subprocess.run([str(helm), "lint", str(CHART)], capture_output=True, text=True)
+    assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_r1_1_scheduler_name_defaults_to_namespace_dash_release(helm: Path) -> None:
+    assert flag(render(helm, namespace="tenant-a", release="slurm"), "scheduler-name") == "tenant-a-slurm"
+
+
+def test_r1_1_scheduler_name_can_be_set(helm: Path) -> None:
+    assert flag(render(helm, "scheduler.name=gpu-pods"), "scheduler-name") == "gpu-pods"
+
+
+def test_r1_1_namespace_scope_renders_roles_only_in_the_listed_namespaces(helm: Path) -> None:
+    objects = render(helm, "scheduler.scope.type=namespace", r"scheduler.scope.namespaces=a\,b")
+    pod_roles = [r for r in of_kind(objects, "Role") if r["metadata"]["name"].endswith("-pods")]
+    assert sorted(r["metadata"]["namespace"] for r in pod_roles) == ["a", "b"]
+    assert not [c for c in of_kind(objects, "ClusterRole") if c["metadata"]["name"].endswith("-pods")]
+    assert flag(objects, "watch-namespace") == "a,b"
+
+
+def test_r1_1_blank_namespaces_mean_the_release_namespace(helm: Path) -> None:
+    objects = render(helm, "scheduler.scope.type=namespace", namespace="team")
+    pod_roles = [r for r in of_kind(objects, "Role") if r["metadata"]["name"].endswith("-pods")]
+    assert [r["metadata"]["namespace"] for r in pod_roles] == ["team"]
+    assert flag(objects, "watch-namespace") == "team"
+
+
+def test_r1_1_cluster_scope_renders_a_cluster_role_and_watches_everything(helm: Path) -> None:
+    objects = render(helm, "scheduler.scope.type=cluster")
+    roles = {c["metadata"]["name"] for c in of_kind(objects, "ClusterRole")}
+    assert roles == {"r1-sunk-scheduler-pods", "r1-sunk-scheduler-nodes"}
+    assert not [r for r in of_kind(objects, "Role") if r["metadata"]["name"].endswith("-pods")]
+    assert flag(objects, "watch-namespace") == ""
+
+
+def test_r1_1_rbac_is_least_privilege(helm: Path) -> None:
+    """No wildcard, no secrets, nodes read-only, nothing but what the scheduler calls."""
+    objects = render(helm, "scheduler.scope.type=cluster")
+    for role in of_kind(objects, "ClusterRole") + of_kind(objects, "Role"):
+        for rule in role["rules"]:
+            assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+            assert "secrets" not in rule["resources"]
+            if "nodes" in rule["resources"]:
+                assert set(rule["verbs"]) == {"get", "list", "watch"}
+
+
+def test_r1_1_kill_wait_feeds_the_flag(helm: Path) -> None:
+    assert flag(render(helm, "scheduler.killWait=45s"), "slurm-kill-wait") == "45s"
+
+
+def test_r1_1_disabled_renders_nothing(helm: Path) -> None:
+    assert render(helm, "scheduler.enabled=false") == []
+
+
+def test_r1_1_hooks_service_targets_only_the_leader(helm: Path) -> None:
+    objects = render(helm)
+    hooks = next(s for s in of_kind(objects, "Service") if s["metadata"]["name"].endswith("-hooks"))
+    assert hooks["spec"]["selector"]["sunk.coreweave.com/leader"] == "true"
+    assert flag(objects, "hooks-api-url") == "http://r1-sunk-scheduler-hooks.team.svc:8000"
+
+
+def test_r1_2_every_documented_flag_is_passed(helm: Path) -> None:
+    given = {a.split("=", 1)[0] for a in args(render(helm))}
+    for name in (
+        "--scheduler-name",
+        "--slurm-kill-wait",
+        "--watch-namespace",
+        "--slurm-api-base",
+        "--slurm-auth-token-file",
+        "--hooks-api-bind-address",
+        "--metrics-bind-address",
+        "--health-probe-bind-address",
+        "--log-level",
+        "--components",
+    ):
+        assert name in given
+
+
+def test_r1_1_the_leader_may_label_its_pod_even_where_it_does_not_schedule(helm: Path) -> None:
+    objects = render(
+        helm, "scheduler.scope.type=namespace", "scheduler.scope.namespaces=apps", namespace="team"
+    )
+    leader = next(r for r in of_kind(objects, "Role") if r["metadata"]["name"].endswith("-leader"))
+    assert {"apiGroups": [""], "resources": ["pods"], "verbs": ["patch"]} in leader["rules"]
+    watched_here = render(helm, "scheduler.scope.type=namespace", namespace="team")
+    leader = next(r for r in of_kind(watched_here, "Role") if r["metadata"]["name"].endswith("-leader"))
+    assert all("pods" not in rule["resources"] for rule in leader["rules"])

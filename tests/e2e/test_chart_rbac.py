@@ -1,0 +1,208 @@
+"""R1.1: the chart's RBAC, applied to the real API server, is enough for the scheduler, and
+every single rule in it is needed (dropping any one of them breaks a named step)."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from sunk.devcluster import DevCluster, topology
+from sunk.devcluster.kubeapi import AdminKube, KubeError
+from sunk.devcluster.slurmcluster import run_cli
+from tests.chart.conftest import render
+from tests.e2e.conftest import delete_pods_and_wait_for_their_jobs
+from tests.e2e.test_schedule_flow import create, get, job_of
+from tests.support import SchedulerProcess, SlurmRest, condition, events_for, make_pod
+
+pytestmark = pytest.mark.e2e
+
+RBAC = "/apis/rbac.authorization.k8s.io/v1"
+# Every rule the chart renders in namespace scope, as "<role suffix>:<resources>:<verbs>".
+RULES = [
+    "pods:pods:get,list,watch,patch,delete",
+    "pods:pods/binding:create",
+    "pods:pods/status:patch",
+    "pods:events:create",
+    "nodes:nodes:get,list,watch",
+    "slurmd:pods:list,watch",
+    "leader:leases:get,create,update",
+]
+
+
+def rule_id(role: dict[str, Any], rule: dict[str, Any]) -> str:
+    suffix = role["metadata"]["name"].rsplit("-", 1)[1]
+    return f"{suffix}:{','.join(rule['resources'])}:{','.join(rule['verbs'])}"
+
+
+def collection(obj: dict[str, Any]) -> str:
+    namespace = obj["metadata"].get("namespace")
+    plural = {"ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings"}
+    if obj["kind"] == "ServiceAccount":
+        return f"/api/v1/namespaces/{namespace}/serviceaccounts"
+    if obj["kind"] in ("ClusterRole", "ClusterRoleBinding"):
+        return f"{RBAC}/{obj['kind'].lower()}s"
+    return f"{RBAC}/namespaces/{namespace}/{plural[obj['kind']]}"
+
+
+@pytest.fixture
+def chart_rbac(helm: Path, namespace: str, kube: AdminKube) -> Iterator[list[dict[str, Any]]]:
+    objects = render(
+        helm,
+        "scheduler.scope.type=namespace",
+        f"scheduler.slurmd.namespace={topology.SLURMD_NAMESPACE}",
+        namespace=namespace,
+        release="rbac",
+    )
+    rbac = [
+        o
+        for o in objects
+        if o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+    ]
+    yield rbac
+    for obj in rbac:
+        kube.delete(f"{collection(obj)}/{obj['metadata']['name']}")
+
+
+def apply(kube: AdminKube, objects: list[dict[str, Any]]) -> None:
+    for obj in objects:
+        try:
+            kube.create(collection(obj), obj)
+        except KubeError as err:
+            if err.status != 409:
+                raise
+            kube.request("PUT", f"{collection(obj)}/{obj['metadata']['name']}", obj)
+
+
+def scheduler_as_serviceaccount(
+    dev_cluster: DevCluster, kube: AdminKube, namespace: str, tmp_path: Path
+) -> SchedulerProcess:
+    token = kube.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/rbac-sunk-scheduler/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )["status"]["token"]
+    kubeconfig = tmp_path / "sa.kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "dev",
+                        "cluster": {
+                            "server": dev_cluster.layout.apiserver_url,
+                            "certificate-authority": str(dev_cluster.layout.kube / "ca.crt"),
+                        },
+                    }
+                ],
+                "users": [{"name": "sa", "user": {"token": token}}],
+                "contexts": [{"name": "sa", "context": {"cluster": "dev", "user": "sa"}}],
+                "current-context": "sa",
+            }
+        )
+    )
+    # A stand-in for the scheduler's own Pod, which the leader labels.
+    create(kube, namespace, make_pod("scheduler-self", "nobody"))
+    return SchedulerProcess(
+        dev_cluster,
+        f"rbac-{namespace}",
+        f"--kubeconfig={kubeconfig}",
+        f"--watch-namespace={namespace}",
+        f"--slurmd-namespace={topology.SLURMD_NAMESPACE}",
+        "--leader-elect=true",
+        f"--leader-election-namespace={namespace}",
+        env={"POD_NAME": "scheduler-self", "POD_NAMESPACE": namespace},
+    )
+
+
+def scheduler_does_its_job(
+    kube: AdminKube, slurm: SlurmRest, dev_cluster: DevCluster, namespace: str, name: str, within: float
+) -> str | None:
+    """None if every step works; otherwise the first step that did not."""
+    create(kube, namespace, make_pod("valid", name))
+    create(kube, namespace, make_pod("invalid", name, grace=30))
+    steps = {
+        "valid Pod bound": lambda: (p := get(kube, namespace, "valid")) and p["spec"].get("nodeName"),
+        "Scheduled Event": lambda: any(
+            e["reason"] == "Scheduled" for e in events_for(kube, namespace, "valid")
+        ),
+        "invalid Pod's condition": lambda: (
+            condition(get(kube, namespace, "invalid") or {}).get("reason") == "InvalidForSlurm"
+        ),
+        "leader label on the scheduler's Pod": lambda: (
+            (get(kube, namespace, "scheduler-self") or {})["metadata"]
+            .get("labels", {})
+            .get("sunk.coreweave.com/leader")
+            == "true"
+        ),
+    }
+    deadline = time.monotonic() + within
+    for step, probe in steps.items():
+        while not probe():
+            if time.monotonic() > deadline:
+                return step
+            time.sleep(0.1)
+    run_cli(dev_cluster.layout, "scancel", str(job_of(get(kube, namespace, "valid") or {}, slurm)["job_id"]))
+    while get(kube, namespace, "valid") is not None:
+        if time.monotonic() > deadline:
+            return "Pod deleted after its job was cancelled"
+        time.sleep(0.1)
+    return None
+
+
+def test_r1_1_the_chart_renders_exactly_the_rules_these_tests_cover(chart_rbac: list[dict[str, Any]]) -> None:
+    roles = [o for o in chart_rbac if o["kind"] in ("Role", "ClusterRole")]
+    assert sorted(rule_id(r, rule) for r in roles for rule in r["rules"]) == sorted(RULES)
+
+
+def test_r1_1_the_scheduler_works_with_exactly_the_charts_rbac(
+    kube: AdminKube,
+    slurm: SlurmRest,
+    dev_cluster: DevCluster,
+    namespace: str,
+    chart_rbac: list[dict[str, Any]],
+    tmp_path: Path,
+) -> None:
+    apply(kube, chart_rbac)
+    proc = scheduler_as_serviceaccount(dev_cluster, kube, namespace, tmp_path).start(wait=False)
+    try:
+        assert scheduler_does_its_job(kube, slurm, dev_cluster, namespace, proc.name, within=30) is None
+    finally:
+        proc.stop()
+
+
+@pytest.mark.parametrize("missing", RULES)
+def test_r1_1_each_rbac_rule_is_needed(
+    kube: AdminKube,
+    slurm: SlurmRest,
+    dev_cluster: DevCluster,
+    namespace: str,
+    chart_rbac: list[dict[str, Any]],
+    tmp_path: Path,
+    missing: str,
+) -> None:
+    reduced = copy.deepcopy(chart_rbac)
+    for obj in reduced:
+        if obj["kind"] in ("Role", "ClusterRole"):
+            obj["rules"] = [rule for rule in obj["rules"] if rule_id(obj, rule) != missing]
+    apply(kube, reduced)
+    proc = scheduler_as_serviceaccount(dev_cluster, kube, namespace, tmp_path).start(wait=False)
+    try:
+        broken = scheduler_does_its_job(kube, slurm, dev_cluster, namespace, proc.name, within=12)
+    finally:
+        proc.stop()
+        # A healthy scheduler of the same name, on the same hooks address, cleans up after
+        # the crippled one, as a fixed deployment would.
+        healthy = SchedulerProcess(
+            dev_cluster, proc.name, f"--watch-namespace={namespace}", hooks_port=proc.hooks_port
+        ).start()
+        delete_pods_and_wait_for_their_jobs(kube, slurm, namespace)
+        healthy.stop()
+    assert broken is not None, f"the scheduler did everything without {missing}"
+    print(f"\nwithout {missing}: {broken} fails")

@@ -1,0 +1,75 @@
+"""R8.1: two replicas, one Lease: only the leader acts, and the other takes over when it dies."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+
+from sunk.devcluster import DevCluster
+from sunk.devcluster.kubeapi import AdminKube
+from tests.e2e.conftest import delete_pods_and_wait_for_their_jobs
+from tests.e2e.test_schedule_flow import create, wait_bound
+from tests.support import SchedulerProcess, SlurmRest, free_port, make_pod, wait_for
+
+pytestmark = pytest.mark.e2e
+LEASE_S = 15
+
+
+@pytest.fixture
+def replicas(
+    dev_cluster: DevCluster, namespace: str, kube: AdminKube, slurm: SlurmRest
+) -> Iterator[list[SchedulerProcess]]:
+    name = f"ha-{namespace}"
+    port = free_port()  # one hooks address for both, as a Service would give them
+    procs = [
+        SchedulerProcess(
+            dev_cluster,
+            name,
+            "--leader-elect=true",
+            f"--leader-election-namespace={namespace}",
+            instance=instance,
+            hooks_port=port,
+        )
+        for instance in ("a", "b")
+    ]
+    for proc in procs:
+        proc.start()
+    yield procs
+    if any(p.alive() for p in procs):
+        delete_pods_and_wait_for_their_jobs(kube, slurm, namespace)
+    for proc in procs:
+        proc.stop()
+
+
+def leader_of(procs: list[SchedulerProcess]) -> SchedulerProcess | None:
+    leading = [p for p in procs if p.alive() and "became leader" in p.output()]
+    assert len(leading) <= 1, "two replicas lead at once"
+    return leading[0] if leading else None
+
+
+def test_r8_1_only_the_leader_acts_and_the_other_takes_over_within_the_lease(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, replicas: list[SchedulerProcess]
+) -> None:
+    leader = wait_for(lambda: leader_of(replicas), timeout=20, what="a leader")
+    follower = next(p for p in replicas if p is not leader)
+    uids = []
+    for i in range(4):
+        uids.append(create(kube, namespace, make_pod(f"before-{i}", leader.name))["metadata"]["uid"])
+    for i in range(4):
+        wait_bound(kube, namespace, f"before-{i}")
+    assert "became leader" not in follower.output(), "the follower acted while the leader lived"
+
+    leader.kill()
+    killed = time.monotonic()
+    for i in range(4):
+        uids.append(create(kube, namespace, make_pod(f"after-{i}", leader.name))["metadata"]["uid"])
+    wait_for(lambda: "became leader" in follower.output(), timeout=LEASE_S + 10, what="the follower to lead")
+    took_over = time.monotonic() - killed
+    for i in range(4):
+        wait_bound(kube, namespace, f"after-{i}")
+    assert took_over <= LEASE_S + 3, f"takeover took {took_over:.1f} s"
+    for uid in uids:
+        assert len(slurm.jobs_of_pod(uid)) == 1, f"Pod {uid} has {len(slurm.jobs_of_pod(uid))} jobs"
+    print(f"\nR8.1 leader killed → follower leads after {took_over:.1f} s (Lease {LEASE_S} s)")
