@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sunk.devcluster import ClusterSpec, DevCluster
+from sunk.devcluster import ClusterSpec, DevCluster, procs
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.layout import cache_dir
 from sunk.devcluster.prereqs import ensure_go_tools
@@ -71,6 +71,8 @@ def dev_cluster() -> Iterator[DevCluster]:
     if started_here and not os.environ.get("SUNK_KEEP_CLUSTER"):
         cluster.down()
         assert not cluster.alive(), "dev cluster processes outlived `sunk dev down`"
+        strays = procs.leftovers(f"SLURM_CONF={cluster.layout.slurm_conf}")
+        assert not strays, f"job processes outlived `sunk dev down`: {strays}"
 
 
 @pytest.fixture(scope="session")

@@ -81,6 +81,7 @@ class DevCluster:
                 f"a dev cluster is already running under {layout.root}: use it as it is "
                 "(`sunk dev status`) or stop it first with `sunk dev down`"
             )
+        procs.kill_all(procs.leftovers(f"SLURM_CONF={layout.slurm_conf}"))
         self._wipe()
         setup_log = layout.logs / "setup.log"
         prereqs.check_ports_free(layout, spec.nodes, spec.accounting)
@@ -127,6 +128,11 @@ class DevCluster:
             if group:
                 procs.stop_many(group, pid_dir, timeout=20)
                 stopped += [p.name for p in group]
+        # Job processes (slurmstepd and job scripts) can outlive slurmd when it stops before
+        # Slurm's KillWait ends; left alone they would act on the next cluster.
+        strays = procs.leftovers(f"SLURM_CONF={self.layout.slurm_conf}")
+        procs.kill_all(strays)
+        stopped += [f"stray job process {pid}" for pid in strays]
         return stopped
 
     # -- status and env ------------------------------------------------------------------

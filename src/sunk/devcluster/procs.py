@@ -159,3 +159,25 @@ def _log_hint(name: str, log_dir: Path | None) -> str:
     except OSError:
         return str(log)
     return f"{log} (last lines: {' | '.join(tail)})" if tail else str(log)
+
+
+def leftovers(marker: str) -> list[int]:
+    """PIDs whose environment contains `marker` (e.g. SLURM_CONF=<our slurm.conf>): job
+    processes that slurmstepd started and that outlived their daemons."""
+    found = []
+    needle = marker.encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes()
+        except OSError:
+            continue
+        if needle in environ.split(b"\0"):
+            found.append(int(entry.name))
+    return found
+
+
+def kill_all(pids: Sequence[int]) -> None:
+    for pid in pids:
+        _signal(pid, signal.SIGKILL)
