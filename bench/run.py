@@ -1,0 +1,374 @@
+"""Placement throughput and latency of sunk against its two limits, in one run.
+
+    python -m bench.run --nodes 64 --pods 100,1000
+
+For each N it measures, on one fresh dev cluster:
+  ours        N Pods created at once → bound by `sunk scheduler` through Slurm
+  ours-end    scancel of all their placeholder jobs → Pods deleted
+  raw-slurm   N equivalent jobs submitted straight to slurmrestd → each running and its
+              script started (the same started mark as ours)
+  kube        N equivalent Pods bound by the default kube-scheduler (same Kubernetes
+              module, default client limits) to the same Nodes
+and prints rates and latency percentiles with the ratios ours/raw-slurm and ours/kube.
+A benchmark, not a test: it asserts nothing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import httpx
+
+from sunk.devcluster import ClusterSpec, DevCluster
+from sunk.devcluster.kubeapi import AdminKube
+from sunk.devcluster.layout import cache_dir
+from sunk.devcluster.prereqs import ensure_go_tools
+from sunk.devcluster.slurmcluster import REST_VERSION, run_cli
+
+SCHEDULER = "sunk-bench"
+POD_CPU = "1"
+POD_MEMORY = "64Mi"
+
+
+@dataclass
+class Result:
+    name: str
+    count: int
+    seconds: float  # first request → last one done
+    latencies: list[float] = field(default_factory=list)
+    extra: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.count / self.seconds if self.seconds > 0 else float("inf")
+
+    def pct(self, p: float) -> float:
+        ordered = sorted(self.latencies)
+        return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] if ordered else float("nan")
+
+
+def pod(name: str, scheduler: str | None) -> dict[str, Any]:
+    spec: dict[str, Any] = {
+        "terminationGracePeriodSeconds": 5,
+        "containers": [
+            {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": POD_CPU, "memory": POD_MEMORY}}}
+        ],
+    }
+    if scheduler:
+        spec["schedulerName"] = scheduler
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
+
+
+def create_all(kube: AdminKube, namespace: str, manifests: list[dict[str, Any]]) -> dict[str, float]:
+    """Create Pods concurrently; returns each Pod's creation time (monotonic)."""
+    created: dict[str, float] = {}
+
+    def one(manifest: dict[str, Any]) -> None:
+        kube.create(f"/api/v1/namespaces/{namespace}/pods", manifest)
+        created[manifest["metadata"]["name"]] = time.monotonic()
+
+    with ThreadPoolExecutor(max_workers=16) as pool:
+        list(pool.map(one, manifests))
+    return created
+
+
+def watch_until(kube: AdminKube, namespace: str, done: Any, count: int, within: float) -> dict[str, float]:
+    """Poll the Pod list until `done(pod)` holds for `count` Pods; first time each held."""
+    seen: dict[str, float] = {}
+    deadline = time.monotonic() + within
+    while len(seen) < count and time.monotonic() < deadline:
+        items = kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
+        now = time.monotonic()
+        for item in items:
+            name = item["metadata"]["name"]
+            if name not in seen and done(item):
+                seen[name] = now
+        time.sleep(0.05)
+    return seen
+
+
+def namespace_for(kube: AdminKube, name: str) -> str:
+    kube.create("/api/v1/namespaces", {"metadata": {"name": name}})
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            kube.get(f"/api/v1/namespaces/{name}/serviceaccounts/default")
+            break
+        except Exception:  # noqa: BLE001 - the controller creates it a moment later
+            time.sleep(0.1)
+    return name
+
+
+def proc_usage(pid: int) -> tuple[float, float]:
+    """(CPU seconds, peak RSS MiB) of a live process."""
+    stat = Path(f"/proc/{pid}/stat").read_text()
+    fields = stat[stat.rindex(")") + 2 :].split()
+    ticks = os.sysconf("SC_CLK_TCK")
+    cpu = (int(fields[11]) + int(fields[12])) / ticks
+    peak = 0.0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            peak = int(line.split()[1]) / 1024
+    return cpu, peak
+
+
+def slurm_calls(metrics_port: int) -> float:
+    text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
+    return sum(
+        float(line.split()[-1])
+        for line in text.splitlines()
+        if line.startswith("sunk_slurm_api_request_seconds_count")
+    )
+
+
+def bench_ours(cluster: DevCluster, kube: AdminKube, n: int) -> tuple[Result, Result]:
+    namespace = namespace_for(kube, f"bench-ours-{n}")
+    metrics_port = 29080 + n % 1000
+    env = {**os.environ, **cluster.env()}
+    log = open(cluster.layout.logs / f"bench-scheduler-{n}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "sunk.cli",
+            "scheduler",
+            f"--scheduler-name={SCHEDULER}",
+            f"--watch-namespace={namespace}",
+            "--hooks-api-bind-address=127.0.0.1:29000",
+            f"--metrics-bind-address=127.0.0.1:{metrics_port}",
+            "--health-probe-bind-address=127.0.0.1:29081",
+            "--log-level=warning",
+        ],
+        env=env,
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline:
+            try:
+                if httpx.get("http://127.0.0.1:29081/readyz", timeout=1).status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        cpu0, _ = proc_usage(proc.pid)
+        calls0 = slurm_calls(metrics_port)
+        manifests = [pod(f"p{i}", SCHEDULER) for i in range(n)]
+        t0 = time.monotonic()
+        created = create_all(kube, namespace, manifests)
+        bound = watch_until(kube, namespace, lambda p: p["spec"].get("nodeName"), n, within=600)
+        cpu1, peak = proc_usage(proc.pid)
+        placed = Result(
+            "ours",
+            len(bound),
+            max(bound.values()) - t0 if bound else float("nan"),
+            [bound[k] - created[k] for k in bound],
+            {
+                "slurm_calls_per_pod": (slurm_calls(metrics_port) - calls0) / max(1, len(bound)),
+                "cpu_s": cpu1 - cpu0,
+                "peak_rss_mib": peak,
+            },
+        )
+        # Job end → Pod deleted: cancel every placeholder at once.
+        jobs = run_cli(cluster.layout, "squeue", "-h", "-o", "%i %j").splitlines()
+        ids = [line.split()[0] for line in jobs if f":{namespace}/" in line]
+        t1 = time.monotonic()
+        for chunk in range(0, len(ids), 200):
+            run_cli(cluster.layout, "scancel", *ids[chunk : chunk + 200], timeout=120)
+        gone = watch_until(
+            kube, namespace, lambda p: p["metadata"].get("deletionTimestamp"), len(ids), within=300
+        )
+        ended = Result(
+            "ours-end", len(gone), max(gone.values()) - t1 if gone else float("nan"), [t - t1 for t in gone.values()]
+        )
+        _, peak = proc_usage(proc.pid)
+        placed.extra["peak_rss_mib"] = peak
+        return placed, ended
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+        kube.delete(f"/api/v1/namespaces/{namespace}")
+
+
+RAW_SCRIPT = """#!/bin/bash
+scontrol update jobid="$SLURM_JOB_ID" comment=": started"
+trap 'exit 0' TERM
+sleep infinity & wait
+"""
+
+
+def bench_raw_slurm(cluster: DevCluster, n: int) -> Result:
+    layout = cluster.layout
+    token = layout.slurm_token.read_text().strip()
+    http = httpx.Client(
+        base_url=f"{layout.rest_url}/slurm/{REST_VERSION}",
+        headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": token},
+        timeout=30,
+    )
+    env = {"PATH": "/usr/sbin:/usr/bin:/bin", "SLURM_CONF": str(layout.slurm_conf)}
+    body = {
+        "script": RAW_SCRIPT,
+        "job": {
+            "name": "raw",
+            "nodes": [1, 1],
+            "tasks": 1,
+            "cpus_per_task": int(POD_CPU),
+            "memory_per_node": 64,
+            "environment": env,
+            "current_working_directory": "/tmp",
+            "standard_output": "/dev/null",
+            "standard_error": "/dev/null",
+        },
+    }
+    submitted: dict[int, float] = {}
+    t0 = time.monotonic()
+
+    def one(_: int) -> None:
+        job_id = http.post("/job/submit", json=body).json()["job_id"]
+        submitted[job_id] = time.monotonic()
+
+    with ThreadPoolExecutor(max_workers=4) as pool:
+        list(pool.map(one, range(n)))
+    started: dict[int, float] = {}
+    deadline = time.monotonic() + 600
+    while len(started) < n and time.monotonic() < deadline:
+        for job in http.get("/jobs").json().get("jobs", []):
+            if job["job_id"] in submitted and job["job_id"] not in started:
+                if job["job_state"] == "RUNNING" and (job.get("comment") or "").endswith(": started"):
+                    started[job["job_id"]] = time.monotonic()
+        time.sleep(0.05)
+    ids = [str(i) for i in submitted]
+    for chunk in range(0, len(ids), 200):
+        run_cli(layout, "scancel", *ids[chunk : chunk + 200], timeout=120)
+    wait_idle(cluster)
+    http.close()
+    return Result(
+        "raw-slurm",
+        len(started),
+        max(started.values()) - t0 if started else float("nan"),
+        [started[j] - submitted[j] for j in started],
+    )
+
+
+def wait_idle(cluster: DevCluster) -> None:
+    deadline = time.monotonic() + 120
+    while run_cli(cluster.layout, "squeue", "-h", "-o", "%i").strip() and time.monotonic() < deadline:
+        time.sleep(0.5)
+
+
+def bench_kube_scheduler(cluster: DevCluster, kube: AdminKube, n: int) -> Result:
+    binary = ensure_go_tools(cache_dir() / "bench-build.log", ("kube-scheduler",))["kube-scheduler"]
+    namespace = namespace_for(kube, f"bench-kube-{n}")
+    log = open(cluster.layout.logs / f"bench-kube-scheduler-{n}.log", "wb")  # noqa: SIM115
+    proc = subprocess.Popen(
+        [
+            str(binary),
+            f"--kubeconfig={cluster.layout.kubeconfig}",
+            f"--authentication-kubeconfig={cluster.layout.kubeconfig}",
+            f"--authorization-kubeconfig={cluster.layout.kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            "--secure-port=29259",
+            "--v=1",
+        ],
+        stdout=log,
+        stderr=subprocess.STDOUT,
+    )
+    try:
+        time.sleep(3)  # its caches warm up; it has no readiness we can read without auth setup
+        manifests = [pod(f"k{i}", None) for i in range(n)]
+        t0 = time.monotonic()
+        created = create_all(kube, namespace, manifests)
+        bound = watch_until(kube, namespace, lambda p: p["spec"].get("nodeName"), n, within=600)
+        return Result(
+            "kube-scheduler",
+            len(bound),
+            max(bound.values()) - t0 if bound else float("nan"),
+            [bound[k] - created[k] for k in bound],
+        )
+    finally:
+        proc.terminate()
+        proc.wait(timeout=20)
+        log.close()
+        kube.delete(f"/api/v1/namespaces/{namespace}")
+        deadline = time.monotonic() + 60
+        while kube.find(f"/api/v1/namespaces/{namespace}") is not None and time.monotonic() < deadline:
+            time.sleep(0.5)
+
+
+def report(n: int, nodes: int, results: dict[str, Result]) -> list[str]:
+    ours, raw, kube, end = results["ours"], results["raw-slurm"], results["kube-scheduler"], results["ours-end"]
+    lines = [
+        f"| {n} | {nodes} | ours | {ours.count}/{n} | {ours.rate:.1f}/s | {ours.pct(50):.2f} | {ours.pct(95):.2f} | "
+        f"{ours.pct(99):.2f} | calls/Pod {ours.extra['slurm_calls_per_pod']:.1f}, CPU {ours.extra['cpu_s']:.1f} s, "
+        f"peak RSS {ours.extra['peak_rss_mib']:.0f} MiB |",
+        f"| {n} | {nodes} | raw slurmrestd | {raw.count}/{n} | {raw.rate:.1f}/s | {raw.pct(50):.2f} | "
+        f"{raw.pct(95):.2f} | {raw.pct(99):.2f} | ours/raw rate **{ours.rate / raw.rate:.2f}×** |",
+        f"| {n} | {nodes} | kube-scheduler | {kube.count}/{n} | {kube.rate:.1f}/s | {kube.pct(50):.2f} | "
+        f"{kube.pct(95):.2f} | {kube.pct(99):.2f} | ours/kube rate **{ours.rate / kube.rate:.2f}×** |",
+        f"| {n} | {nodes} | job end → Pod deleted | {end.count}/{n} | {end.rate:.1f}/s | {end.pct(50):.2f} | "
+        f"{end.pct(95):.2f} | {end.pct(99):.2f} | |",
+    ]
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--nodes", type=int, default=64)
+    parser.add_argument("--cpus-per-node", type=int, default=64)
+    parser.add_argument("--pods", default="100,1000")
+    parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    args = parser.parse_args()
+    cluster = DevCluster()
+    if cluster.is_running():
+        print("a dev cluster is running: stop it with `sunk dev down` first", file=sys.stderr)
+        return 1
+    spec = ClusterSpec(nodes=args.nodes, cpus_per_node=args.cpus_per_node)
+    print(f"bringing up {args.nodes} nodes × {args.cpus_per_node} CPUs …", flush=True)
+    cluster.up(spec)
+    kube = AdminKube(cluster.layout)
+    rows: list[str] = []
+    raw_figures: dict[str, Any] = {}
+    try:
+        for n in (int(x) for x in args.pods.split(",")):
+            print(f"N={n}: raw slurmrestd …", flush=True)
+            raw = bench_raw_slurm(cluster, n)
+            print(f"N={n}: sunk …", flush=True)
+            ours, end = bench_ours(cluster, kube, n)
+            wait_idle(cluster)
+            print(f"N={n}: kube-scheduler …", flush=True)
+            kube_result = bench_kube_scheduler(cluster, kube, n)
+            results = {"ours": ours, "ours-end": end, "raw-slurm": raw, "kube-scheduler": kube_result}
+            rows += report(n, args.nodes, results)
+            raw_figures[str(n)] = {
+                k: {"count": r.count, "seconds": r.seconds, "rate": r.rate, "p50": r.pct(50), "p95": r.pct(95),
+                    "p99": r.pct(99), **r.extra}
+                for k, r in results.items()
+            }
+            print("\n".join(rows[-4:]), flush=True)
+    finally:
+        kube.close()
+        cluster.down()
+    header = [
+        "| N | nodes | path | done | rate | p50 s | p95 s | p99 s | notes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    print("\n".join(header + rows))
+    if args.json:
+        args.json.write_text(json.dumps(raw_figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
