@@ -14,6 +14,6 @@ test: bootstrap lint
 	SUNK_TEST_CLUSTER=accounting .venv/bin/pytest tests/e2e/test_accounting.py
 
 lint: bootstrap
-	.venv/bin/ruff check src tests
-	.venv/bin/ruff format --check src tests
+	.venv/bin/ruff check src tests bench
+	.venv/bin/ruff format --check src tests bench
 	.venv/bin/mypy

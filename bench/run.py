@@ -60,7 +60,11 @@ def pod(name: str, scheduler: str | None) -> dict[str, Any]:
     spec: dict[str, Any] = {
         "terminationGracePeriodSeconds": 5,
         "containers": [
-            {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": POD_CPU, "memory": POD_MEMORY}}}
+            {
+                "name": "main",
+                "image": "busybox",
+                "resources": {"requests": {"cpu": POD_CPU, "memory": POD_MEMORY}},
+            }
         ],
     }
     if scheduler:
@@ -103,7 +107,7 @@ def namespace_for(kube: AdminKube, name: str) -> str:
         try:
             kube.get(f"/api/v1/namespaces/{name}/serviceaccounts/default")
             break
-        except Exception:  # noqa: BLE001 - the controller creates it a moment later
+        except Exception:
             time.sleep(0.1)
     return name
 
@@ -189,7 +193,10 @@ def bench_ours(cluster: DevCluster, kube: AdminKube, n: int) -> tuple[Result, Re
             kube, namespace, lambda p: p["metadata"].get("deletionTimestamp"), len(ids), within=300
         )
         ended = Result(
-            "ours-end", len(gone), max(gone.values()) - t1 if gone else float("nan"), [t - t1 for t in gone.values()]
+            "ours-end",
+            len(gone),
+            max(gone.values()) - t1 if gone else float("nan"),
+            [t - t1 for t in gone.values()],
         )
         _, peak = proc_usage(proc.pid)
         placed.extra["peak_rss_mib"] = peak
@@ -244,9 +251,9 @@ def bench_raw_slurm(cluster: DevCluster, n: int) -> Result:
     deadline = time.monotonic() + 600
     while len(started) < n and time.monotonic() < deadline:
         for job in http.get("/jobs").json().get("jobs", []):
-            if job["job_id"] in submitted and job["job_id"] not in started:
-                if job["job_state"] == "RUNNING" and (job.get("comment") or "").endswith(": started"):
-                    started[job["job_id"]] = time.monotonic()
+            fresh = job["job_id"] in submitted and job["job_id"] not in started
+            if fresh and job["job_state"] == "RUNNING" and (job.get("comment") or "").endswith(": started"):
+                started[job["job_id"]] = time.monotonic()
         time.sleep(0.05)
     ids = [str(i) for i in submitted]
     for chunk in range(0, len(ids), 200):
@@ -307,24 +314,43 @@ def bench_kube_scheduler(cluster: DevCluster, kube: AdminKube, n: int) -> Result
             time.sleep(0.5)
 
 
+def row(n: int, nodes: int, label: str, r: Result, note: str = "") -> str:
+    return (
+        f"| {n} | {nodes} | {label} | {r.count}/{n} | {r.rate:.1f}/s | "
+        f"{r.pct(50):.2f} | {r.pct(95):.2f} | {r.pct(99):.2f} | {note} |"
+    )
+
+
 def report(n: int, nodes: int, results: dict[str, Result]) -> list[str]:
-    ours, raw, kube, end = results["ours"], results["raw-slurm"], results["kube-scheduler"], results["ours-end"]
-    lines = [
-        f"| {n} | {nodes} | ours | {ours.count}/{n} | {ours.rate:.1f}/s | {ours.pct(50):.2f} | {ours.pct(95):.2f} | "
-        f"{ours.pct(99):.2f} | calls/Pod {ours.extra['slurm_calls_per_pod']:.1f}, CPU {ours.extra['cpu_s']:.1f} s, "
-        f"peak RSS {ours.extra['peak_rss_mib']:.0f} MiB |",
-        f"| {n} | {nodes} | raw slurmrestd | {raw.count}/{n} | {raw.rate:.1f}/s | {raw.pct(50):.2f} | "
-        f"{raw.pct(95):.2f} | {raw.pct(99):.2f} | ours/raw rate **{ours.rate / raw.rate:.2f}×** |",
-        f"| {n} | {nodes} | kube-scheduler | {kube.count}/{n} | {kube.rate:.1f}/s | {kube.pct(50):.2f} | "
-        f"{kube.pct(95):.2f} | {kube.pct(99):.2f} | ours/kube rate **{ours.rate / kube.rate:.2f}×** |",
-        f"| {n} | {nodes} | job end → Pod deleted | {end.count}/{n} | {end.rate:.1f}/s | {end.pct(50):.2f} | "
-        f"{end.pct(95):.2f} | {end.pct(99):.2f} | |",
+    ours, raw, kube = results["ours"], results["raw-slurm"], results["kube-scheduler"]
+    usage = (
+        f"Slurm calls/Pod {ours.extra['slurm_calls_per_pod']:.1f}, "
+        f"scheduler CPU {ours.extra['cpu_s']:.1f} s, peak RSS {ours.extra['peak_rss_mib']:.0f} MiB"
+    )
+    return [
+        row(n, nodes, "sunk: create → bound", ours, usage),
+        row(
+            n,
+            nodes,
+            "raw slurmrestd: submit → started",
+            raw,
+            f"sunk/raw rate **{ours.rate / raw.rate:.2f}x**",
+        ),
+        row(
+            n,
+            nodes,
+            "kube-scheduler: create → bound",
+            kube,
+            f"sunk/kube rate **{ours.rate / kube.rate:.2f}x**",
+        ),
+        row(n, nodes, "sunk: scancel → Pod deleted", results["ours-end"]),
     ]
-    return lines
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--cpus-per-node", type=int, default=64)
     parser.add_argument("--pods", default="100,1000")
@@ -335,7 +361,7 @@ def main() -> int:
         print("a dev cluster is running: stop it with `sunk dev down` first", file=sys.stderr)
         return 1
     spec = ClusterSpec(nodes=args.nodes, cpus_per_node=args.cpus_per_node)
-    print(f"bringing up {args.nodes} nodes × {args.cpus_per_node} CPUs …", flush=True)
+    print(f"bringing up {args.nodes} nodes x {args.cpus_per_node} CPUs …", flush=True)
     cluster.up(spec)
     kube = AdminKube(cluster.layout)
     rows: list[str] = []
@@ -352,8 +378,15 @@ def main() -> int:
             results = {"ours": ours, "ours-end": end, "raw-slurm": raw, "kube-scheduler": kube_result}
             rows += report(n, args.nodes, results)
             raw_figures[str(n)] = {
-                k: {"count": r.count, "seconds": r.seconds, "rate": r.rate, "p50": r.pct(50), "p95": r.pct(95),
-                    "p99": r.pct(99), **r.extra}
+                k: {
+                    "count": r.count,
+                    "seconds": r.seconds,
+                    "rate": r.rate,
+                    "p50": r.pct(50),
+                    "p95": r.pct(95),
+                    "p99": r.pct(99),
+                    **r.extra,
+                }
                 for k, r in results.items()
             }
             print("\n".join(rows[-4:]), flush=True)

@@ -36,6 +36,7 @@ class ClusterSpec:
     accounting: bool = False
     kill_wait: int = 30
     preempt_mode: str = "CANCEL"
+    cpus_per_node: int = topology.CPUS_PER_NODE
 
     def __post_init__(self) -> None:
         if not 1 <= self.nodes <= 1000:
@@ -88,7 +89,7 @@ class DevCluster:
         prereqs.ensure_debian_packages(spec.accounting, setup_log)
         prereqs.ensure_job_user(topology.JOB_USER, topology.JOB_UID)
         tools = prereqs.ensure_go_tools(setup_log)
-        nodes = topology.plan(spec.nodes)
+        nodes = topology.plan(spec.nodes, spec.cpus_per_node)
         layout.state_file.write_text(json.dumps(asdict(spec)))
         try:
             kubecluster.start(layout, tools)

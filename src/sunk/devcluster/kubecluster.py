@@ -153,7 +153,7 @@ def start(layout: Layout, tools: dict[str, Path]) -> None:
 
 def node_manifest(node: topology.NodePlan) -> dict[str, object]:
     capacity = {
-        "cpu": str(topology.CPUS_PER_NODE),
+        "cpu": str(node.cpus),
         "memory": f"{topology.MEMORY_MIB_PER_NODE}Mi",
         "nvidia.com/gpu": str(topology.GPUS_PER_NODE),
         "pods": "110",

@@ -103,7 +103,7 @@ def render_slurm_conf(spec: SlurmSpec, layout: Layout, host: str) -> str:
     for node in spec.nodes:
         lines.append(
             f"NodeName={node.slurm_node} NodeHostname={host} NodeAddr={HOST} "
-            f"Port={ports.slurmd(node.index)} CPUs={topology.CPUS_PER_NODE} "
+            f"Port={ports.slurmd(node.index)} CPUs={node.cpus} "
             f"RealMemory={topology.MEMORY_MIB_PER_NODE} Gres=gpu:{topology.GPUS_PER_NODE} "
             f"Feature={','.join(node.slurm_features)} State=UNKNOWN"
         )

@@ -30,6 +30,7 @@ class NodePlan:
     slurm_node: str
     gpu_class: str
     zone: str
+    cpus: int = CPUS_PER_NODE
 
     @property
     def slurm_features(self) -> list[str]:
@@ -37,7 +38,7 @@ class NodePlan:
         return [self.gpu_class.split("_")[0].lower(), self.zone.replace("-", "_")]
 
 
-def plan(count: int) -> list[NodePlan]:
+def plan(count: int, cpus: int = CPUS_PER_NODE) -> list[NodePlan]:
     width = max(3, len(str(count)))
     nodes = []
     for i in range(1, count + 1):
@@ -49,6 +50,7 @@ def plan(count: int) -> list[NodePlan]:
                 slurm_node=f"sn-{i:0{width}d}",
                 gpu_class=GPU_CLASSES[host % 2],
                 zone=ZONES[host % 2],
+                cpus=cpus,
             )
         )
     return nodes
