@@ -105,6 +105,8 @@ class SchedulerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         # Jobs keep the hooks URL they were submitted with, so a restart keeps the port.
         self.hooks_port = hooks_port or free_port()
+        self.metrics_port = free_port()
+        self.probes_port = free_port()
 
     def start(self, *, wait: bool = True) -> SchedulerProcess:
         env = {**os.environ, **self.cluster.env(), **self.extra_env}
@@ -115,8 +117,8 @@ class SchedulerProcess:
             "scheduler",
             f"--scheduler-name={self.name}",
             f"--hooks-api-bind-address=127.0.0.1:{self.hooks_port}",
-            "--metrics-bind-address=127.0.0.1:0",
-            "--health-probe-bind-address=127.0.0.1:0",
+            f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
+            f"--health-probe-bind-address=127.0.0.1:{self.probes_port}",
             *self.args,
         ]
         offset = self.log.stat().st_size if self.log.exists() else 0

@@ -65,7 +65,8 @@ class Config:
     hooks_url: str | None = None
     hooks_secret: bytes | None = field(default=None, repr=False)
     workers: int = 16
-    slurm_poll_interval_s: float = 0.25
+    # A safety net: job starts and ends reach the scheduler through the hooks API at once.
+    slurm_poll_interval_s: float = 1.0
 
 
 def _env(name: str, default: str | None = None) -> str | None:

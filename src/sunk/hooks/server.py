@@ -30,7 +30,7 @@ class HookTarget(Protocol):
 
     async def pod_of_job(self, job_id: int) -> PodRef | None: ...
 
-    def job_started(self, ref: PodRef) -> None: ...
+    async def job_started(self, ref: PodRef, job_id: int) -> None: ...
 
     async def job_terminating(self, ref: PodRef, job_id: int) -> None: ...
 
@@ -102,8 +102,8 @@ class HooksServer:
 
         return guarded
 
-    async def _started(self, _request: web.Request, ref: PodRef, _job_id: int) -> web.Response:
-        self._target.job_started(ref)
+    async def _started(self, _request: web.Request, ref: PodRef, job_id: int) -> web.Response:
+        await self._target.job_started(ref, job_id)
         self._on_call("started")
         return web.json_response({"pod": str(ref)})
 

@@ -88,7 +88,6 @@ class Scheduler:
             pods=self.pods,
             cluster=self.cluster,
             index=self.index,
-            poller=self.poller,
             recorder=Recorder(kube, config.scheduler_name, socket.gethostname()),
             settings=Settings(config.annotation_prefix, int(config.slurm_kill_wait_s), config.scheduler_name),
             script=placeholder_script(),
@@ -117,8 +116,12 @@ class Scheduler:
     def acting_now(self) -> bool:
         return self.acting.is_set()
 
-    def job_started(self, ref: PodRef) -> None:
-        self.poller.poke()
+    async def job_started(self, ref: PodRef, job_id: int) -> None:
+        """Read just this job now, rather than waiting for (or forcing) a full listing."""
+        job = await self.slurm.job(job_id)
+        if job is not None:
+            self.index.record(ref, job)
+            self.queue.add(f"{ref.namespace}/{ref.name}")
 
     async def job_terminating(self, ref: PodRef, job_id: int) -> None:
         await self.reconciler.job_terminating(ref, job_id)

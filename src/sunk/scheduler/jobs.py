@@ -17,7 +17,6 @@ from sunk.slurm.models import SlurmJob
 from sunk.translate import PodRef, pod_of_job_name
 
 log = logging.getLogger(__name__)
-FULL_LIST_EVERY_S = 30.0
 
 
 class JobIndex:
@@ -26,14 +25,22 @@ class JobIndex:
     def __init__(self, scheduler: str) -> None:
         self.scheduler = scheduler
         self._by_id: dict[int, tuple[PodRef, SlurmJob]] = {}
+        self._recorded_at: dict[int, float] = {}
         self.synced = asyncio.Event()
 
     def __len__(self) -> int:
         return len(self._by_id)
 
-    def replace(self, jobs: list[SlurmJob]) -> list[PodRef]:
-        """Take a full listing; return the Pods whose jobs appeared, changed or vanished."""
+    def replace(self, jobs: list[SlurmJob], listed_at: float) -> list[PodRef]:
+        """Take a full listing requested at `listed_at`; return the Pods whose jobs appeared,
+        changed or vanished. Jobs recorded after the request began are kept: the listing may
+        simply predate them, and forgetting one could mean submitting its Pod twice."""
         fresh = {job.job_id: (ref, job) for job in jobs if (ref := pod_of_job_name(job.name, self.scheduler))}
+        for job_id, recorded in list(self._recorded_at.items()):
+            if recorded >= listed_at and job_id not in fresh and job_id in self._by_id:
+                fresh[job_id] = self._by_id[job_id]
+            elif recorded < listed_at:
+                del self._recorded_at[job_id]
         touched = [
             ref for job_id, (ref, job) in fresh.items() if self._by_id.get(job_id, (None, None))[1] != job
         ]
@@ -51,8 +58,9 @@ class JobIndex:
         return touched
 
     def record(self, ref: PodRef, job: SlurmJob) -> None:
-        """Remember a job we just submitted, before the next poll sees it."""
+        """Remember a job we just submitted or read, before the next listing sees it."""
         self._by_id[job.job_id] = (ref, job)
+        self._recorded_at[job.job_id] = time.monotonic()
 
     def get(self, job_id: int) -> tuple[PodRef, SlurmJob] | None:
         return self._by_id.get(job_id)
@@ -82,26 +90,20 @@ class JobPoller:
         self._index = index
         self._on_change = on_change
         self._interval = interval
-        self._wake = asyncio.Event()
         self.last_error: str | None = None
         self.last_success = 0.0
 
-    def poke(self) -> None:
-        """Poll now rather than at the next tick (e.g. right after a submit)."""
-        self._wake.set()
-
     async def run(self) -> None:
-        last_full = 0.0
         delay = self._interval
         while True:
             try:
-                # A full listing each time: cheap at our scale and it also sees purged jobs.
+                # A full listing each time: it also notices jobs that vanished.
+                listed_at = time.monotonic()
                 jobs = await self._slurm.jobs()
-                touched = self._index.replace(jobs)
-                last_full = time.monotonic()
+                touched = self._index.replace(jobs, listed_at)
                 self._index.synced.set()
                 self.last_error = None
-                self.last_success = last_full
+                self.last_success = time.monotonic()
                 for ref in touched:
                     self._on_change(ref)
                 delay = self._interval
@@ -110,8 +112,4 @@ class JobPoller:
                     log.warning("cannot list Slurm jobs: %s", err)
                 self.last_error = str(err)
                 delay = min(max(delay * 2, 0.5), 5.0)
-            self._wake.clear()
-            try:
-                await asyncio.wait_for(self._wake.wait(), timeout=delay)
-            except TimeoutError:
-                pass
+            await asyncio.sleep(delay)

@@ -24,7 +24,7 @@ from sunk.kube import events as ev
 from sunk.kube.client import KubeClient, KubeError
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.identity import submit_as
-from sunk.scheduler.jobs import JobIndex, JobPoller
+from sunk.scheduler.jobs import JobIndex
 from sunk.slurm import v0038 as dialect
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.errors import SlurmError
@@ -86,7 +86,6 @@ class Reconciler:
         pods: PodStore,
         cluster: ClusterView,
         index: JobIndex,
-        poller: JobPoller,
         recorder: ev.Recorder,
         settings: Settings,
         script: str,
@@ -98,7 +97,6 @@ class Reconciler:
         self.pods = pods
         self.cluster = cluster
         self.index = index
-        self.poller = poller
         self.recorder = recorder
         self.settings = settings
         self.script = script
@@ -383,7 +381,6 @@ class Reconciler:
             log.info("Pod %s changed during submit (%s); cancelling job %s", job.pod, err, job_id)
             await self.slurm.cancel(job_id)
             return Outcome()
-        self.poller.poke()
         metrics.ATTEMPTS.labels("submitted").inc()
         gpus = f", {job.gpus} GPU" if job.gpus else ""
         await self.recorder.event(

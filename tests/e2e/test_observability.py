@@ -1,0 +1,62 @@
+"""R8.1: metrics and probes that mean something."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import httpx
+import pytest
+
+from sunk.devcluster.kubeapi import AdminKube
+from tests.e2e.test_schedule_flow import create, wait_bound
+from tests.support import SchedulerProcess, make_pod, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def metric(proc: SchedulerProcess, name: str) -> float:
+    text = httpx.get(f"http://127.0.0.1:{proc.metrics_port}/metrics", timeout=5).text
+    return sum(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name))
+
+
+def test_r8_1_metrics_count_what_the_scheduler_did(
+    kube: AdminKube, namespace: str, own_scheduler: Any
+) -> None:
+    proc = own_scheduler()
+    create(kube, namespace, make_pod("counted", proc.name))
+    wait_bound(kube, namespace, "counted")
+    assert metric(proc, 'sunk_schedule_attempts_total{result="submitted"}') == 1
+    wait_for(
+        lambda: metric(proc, 'sunk_schedule_attempts_total{result="bound"}') == 1, timeout=5, what="bound"
+    )
+    assert metric(proc, "sunk_pod_create_to_bound_seconds_count") == 1
+    assert metric(proc, 'sunk_slurm_api_request_seconds_count{endpoint="POST /job/submit"}') == 1
+    assert metric(proc, "sunk_leader") == 1
+
+
+def test_r8_1_probes_report_health_and_readiness(own_scheduler: Any) -> None:
+    proc = own_scheduler()
+    base = f"http://127.0.0.1:{proc.probes_port}"
+    assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+    assert httpx.get(f"{base}/readyz", timeout=5).status_code == 200
+
+
+def test_r8_1_not_ready_while_slurm_is_unreachable(dev_cluster: Any, namespace: str) -> None:
+    proc = SchedulerProcess(dev_cluster, f"noslurm-{namespace}", "--slurm-api-base=http://127.0.0.1:9").start(
+        wait=False
+    )
+    try:
+        base = f"http://127.0.0.1:{proc.probes_port}"
+
+        def readyz() -> httpx.Response | None:
+            try:
+                return httpx.get(f"{base}/readyz", timeout=2)
+            except httpx.HTTPError:
+                return None
+
+        answer = wait_for(readyz, timeout=20, what="the probe server")
+        assert answer.status_code == 503
+        assert "Slurm" in answer.text or "job listing" in answer.text
+        assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+    finally:
+        proc.stop()

@@ -1,0 +1,129 @@
+"""R7 checks, config errors and structured logs: the operator-facing pure parts."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+
+import pytest
+
+from sunk import config
+from sunk.logs import JsonFormatter
+from sunk.scheduler.reconciler import static_cpu_problem
+from sunk.slurm.scontrol import memory_oversubscription_warning
+
+
+def guaranteed(cpu: str) -> dict[str, object]:
+    return {
+        "status": {"qosClass": "Guaranteed"},
+        "spec": {"containers": [{"resources": {"requests": {"cpu": cpu, "memory": "1Gi"}}}]},
+    }
+
+
+def test_r7_2_guaranteed_pods_with_whole_cpus_are_flagged() -> None:
+    assert "static CPU manager" in (static_cpu_problem(guaranteed("4")) or "")
+
+
+def test_r7_2_fractional_cpus_or_burstable_pods_are_fine() -> None:
+    assert static_cpu_problem(guaranteed("3500m")) is None
+    burstable = guaranteed("4")
+    burstable["status"] = {"qosClass": "Burstable"}
+    assert static_cpu_problem(burstable) is None
+
+
+@pytest.mark.parametrize("select", ["CR_Core_Memory", "CR_CPU_Memory", "CR_Socket_Memory,OTHER_CONS_RES"])
+def test_r7_3_memory_as_a_consumable_resource_is_fine(select: str) -> None:
+    assert memory_oversubscription_warning({"SelectTypeParameters": select}) is None
+
+
+@pytest.mark.parametrize("select", ["CR_Core", "CR_CPU", ""])
+def test_r7_3_memory_oversubscription_is_warned_about(select: str) -> None:
+    assert "memory is not a consumable resource" in (
+        memory_oversubscription_warning({"SelectTypeParameters": select}) or ""
+    )
+
+
+def parse(*argv: str) -> config.Config:
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    return config.from_arguments(parser.parse_args(list(argv)))
+
+
+def test_r1_2_flags_have_the_reference_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("SUNK_SLURM_KILL_WAIT", "SUNK_HOOKS_SECRET", "SUNK_WATCH_NAMESPACE"):
+        monkeypatch.delenv(name, raising=False)
+    cfg = parse("--scheduler-name=s", "--slurm-api-base=http://x", "--slurm-auth-token=t")
+    assert cfg.slurm_kill_wait_s == 30
+    assert cfg.hooks_bind == ("0.0.0.0", 8000)
+    assert cfg.metrics_bind == ("0.0.0.0", 8080)
+    assert cfg.health_bind == ("0.0.0.0", 8081)
+    assert cfg.watch_namespaces == ()
+
+
+def test_r1_2_the_token_never_appears_in_the_config_repr() -> None:
+    cfg = parse("--scheduler-name=s", "--slurm-api-base=http://x", "--slurm-auth-token=s3cret-token")
+    assert "s3cret-token" not in repr(cfg)
+
+
+@pytest.mark.parametrize(
+    ("argv", "message"),
+    [
+        (["--slurm-api-base=http://x", "--slurm-auth-token=t"], "--scheduler-name is required"),
+        (["--scheduler-name=s", "--slurm-auth-token=t"], "--slurm-api-base is required"),
+        (
+            [
+                "--scheduler-name=s",
+                "--slurm-api-base=http://x",
+                "--slurm-auth-token=t",
+                "--slurm-kill-wait=soon",
+            ],
+            "not a duration",
+        ),
+        (
+            [
+                "--scheduler-name=s",
+                "--slurm-api-base=http://x",
+                "--slurm-auth-token=t",
+                "--components=everything",
+            ],
+            "--components",
+        ),
+    ],
+)
+def test_r1_2_bad_flags_say_what_to_fix(
+    argv: list[str], message: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for name in ("SUNK_SCHEDULER_NAME", "SUNK_SLURM_API_BASE", "SUNK_SLURM_AUTH_TOKEN_FILE"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(ValueError, match=message):
+        parse(*argv)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("1m30s", 90), ("500ms", 0.5), ("45", 45)])
+def test_r1_2_kill_wait_takes_go_durations(text: str, seconds: float) -> None:
+    assert config.parse_duration(text) == seconds
+
+
+def test_r8_1_json_logs_are_one_object_per_line() -> None:
+    record = logging.LogRecord("sunk.x", logging.WARNING, __file__, 1, "bound %s", ("ns/p",), None)
+    entry = json.loads(JsonFormatter().format(record))
+    assert entry["level"] == "warning" and entry["msg"] == "bound ns/p" and entry["logger"] == "sunk.x"
+
+
+def test_r8_2_a_listing_older_than_a_submit_does_not_forget_the_job() -> None:
+    import time as clock
+
+    from sunk.scheduler.jobs import JobIndex
+    from sunk.slurm.models import SlurmJob
+    from sunk.translate import PodRef, job_name
+
+    index = JobIndex("sunk")
+    ref = PodRef("ns", "p", "uid-1")
+    listed_at = clock.monotonic()  # the listing is requested first…
+    job = SlurmJob(7, job_name(ref, "sunk"), "PENDING", "None", (), "", 0, 0, "batch", None, None)
+    index.record(ref, job)  # …the submit lands before its answer…
+    index.replace([], listed_at)  # …which does not contain the job yet
+    assert index.get(7) is not None
+    index.replace([], clock.monotonic())  # a listing requested later is authoritative
+    assert index.get(7) is None
