@@ -85,16 +85,24 @@ def create_all(kube: AdminKube, namespace: str, manifests: list[dict[str, Any]])
     return created
 
 
-def watch_until(kube: AdminKube, namespace: str, done: Any, count: int, within: float) -> dict[str, float]:
-    """Poll the Pod list until `done(pod)` holds for `count` Pods; first time each held."""
+def watch_until(
+    kube: AdminKube, namespace: str, done: Any, names: set[str], within: float, *, gone_counts: bool = False
+) -> dict[str, float]:
+    """Poll the Pod list until `done(pod)` held for every name; the first time each held.
+    With `gone_counts`, a Pod that has disappeared counts as done (deletions finish fast)."""
     seen: dict[str, float] = {}
     deadline = time.monotonic() + within
-    while len(seen) < count and time.monotonic() < deadline:
+    while len(seen) < len(names) and time.monotonic() < deadline:
         items = kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
         now = time.monotonic()
+        present = set()
         for item in items:
             name = item["metadata"]["name"]
+            present.add(name)
             if name not in seen and done(item):
+                seen[name] = now
+        if gone_counts:
+            for name in names - present - set(seen):
                 seen[name] = now
         time.sleep(0.05)
     return seen
@@ -170,7 +178,7 @@ def bench_ours(cluster: DevCluster, kube: AdminKube, n: int) -> tuple[Result, Re
         manifests = [pod(f"p{i}", SCHEDULER) for i in range(n)]
         t0 = time.monotonic()
         created = create_all(kube, namespace, manifests)
-        bound = watch_until(kube, namespace, lambda p: p["spec"].get("nodeName"), n, within=600)
+        bound = watch_until(kube, namespace, lambda p: p["spec"].get("nodeName"), set(created), within=600)
         cpu1, peak = proc_usage(proc.pid)
         placed = Result(
             "ours",
@@ -190,7 +198,12 @@ def bench_ours(cluster: DevCluster, kube: AdminKube, n: int) -> tuple[Result, Re
         for chunk in range(0, len(ids), 200):
             run_cli(cluster.layout, "scancel", *ids[chunk : chunk + 200], timeout=120)
         gone = watch_until(
-            kube, namespace, lambda p: p["metadata"].get("deletionTimestamp"), len(ids), within=300
+            kube,
+            namespace,
+            lambda p: p["metadata"].get("deletionTimestamp"),
+            set(bound),
+            within=300,
+            gone_counts=True,
         )
         ended = Result(
             "ours-end",
@@ -297,7 +310,7 @@ def bench_kube_scheduler(cluster: DevCluster, kube: AdminKube, n: int) -> Result
         manifests = [pod(f"k{i}", None) for i in range(n)]
         t0 = time.monotonic()
         created = create_all(kube, namespace, manifests)
-        bound = watch_until(kube, namespace, lambda p: p["spec"].get("nodeName"), n, within=600)
+        bound = watch_until(kube, namespace, lambda p: p["spec"].get("nodeName"), set(created), within=600)
         return Result(
             "kube-scheduler",
             len(bound),

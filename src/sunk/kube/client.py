@@ -60,7 +60,9 @@ class KubeClient:
         else:
             k8s_config.load_incluster_config(client_configuration=configuration)  # type: ignore[no-untyped-call]
         configuration.connection_pool_maxsize = 32
-        return cls(k8s.ApiClient(configuration))
+        api = k8s.ApiClient(configuration)
+        _skip_environment_lookups(api)
+        return cls(api)
 
     async def close(self) -> None:
         await self._api.close()
@@ -165,6 +167,18 @@ class KubeClient:
 
     async def create_event(self, namespace: str, event: Json) -> None:
         await self.request("POST", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events", body=event)
+
+
+def _skip_environment_lookups(api: k8s.ApiClient) -> None:
+    """kubernetes_asyncio opens its aiohttp session with trust_env=True, which makes every
+    request look up proxy variables and parse ~/.netrc in a thread: a fifth of the
+    scheduler's CPU under load. A scheduler talks to one API server, never via a proxy."""
+    session = api.rest_client.pool_manager
+    if not hasattr(session, "_trust_env"):
+        raise RuntimeError(
+            "aiohttp.ClientSession no longer has _trust_env: revisit _skip_environment_lookups"
+        )
+    session._trust_env = False
 
 
 def _kubeconfig_path(explicit: str | None) -> str | None:

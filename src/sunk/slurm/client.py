@@ -57,7 +57,10 @@ class SlurmClient:
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
             timeout=timeout,
-            limits=httpx.Limits(max_connections=16, max_keepalive_connections=16),
+            # No proxy or netrc lookups per request, and a small pool: httpcore checks every
+            # idle connection before each request, so a large pool costs CPU on every call.
+            trust_env=False,
+            limits=httpx.Limits(max_connections=8, max_keepalive_connections=8),
         )
 
     async def aclose(self) -> None:
