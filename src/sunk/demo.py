@@ -19,7 +19,7 @@ from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.slurmcluster import run_cli
 
 SCHEDULER = "sunk"
-NAMESPACE = "demo"
+DEMO_LABEL = "sunk.dev/demo"
 P = "sunk.coreweave.com/"
 Json = dict[str, Any]
 
@@ -106,14 +106,15 @@ def _start_scheduler(cluster: DevCluster) -> None:
     )
 
 
-def _reset_namespace(admin: AdminKube) -> None:
-    if admin.find(f"/api/v1/namespaces/{NAMESPACE}") is None:
-        admin.create("/api/v1/namespaces", {"metadata": {"name": NAMESPACE}})
-        return
-    admin.request("DELETE", f"/api/v1/namespaces/{NAMESPACE}/pods")
-    deadline = time.monotonic() + 60
-    while admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"] and time.monotonic() < deadline:
-        time.sleep(0.2)
+def _fresh_namespace(admin: AdminKube) -> str:
+    """A new namespace per run; earlier runs' namespaces (and so their Pods and jobs) go.
+    Reusing Pod names at once is avoided on purpose: kwok deletes Pods by name, and a
+    deletion it queued for an old Pod could hit a new one with the same name."""
+    for old in admin.get("/api/v1/namespaces", labelSelector=f"{DEMO_LABEL}=true")["items"]:
+        admin.delete(f"/api/v1/namespaces/{old['metadata']['name']}")
+    name = f"demo-{dt.datetime.now():%H%M%S}"
+    admin.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": {DEMO_LABEL: "true"}}})
+    return name
 
 
 def _condition(pod: Json) -> Json:
@@ -142,16 +143,16 @@ def demo(cluster: DevCluster) -> int:
     _start_scheduler(cluster)
     admin = AdminKube(cluster.layout)
     try:
-        _reset_namespace(admin)
+        namespace = _fresh_namespace(admin)
         created = {}
         for manifest in sample_pods():
-            admin.create(f"/api/v1/namespaces/{NAMESPACE}/pods", manifest)
+            admin.create(f"/api/v1/namespaces/{namespace}/pods", manifest)
             created[manifest["metadata"]["name"]] = time.monotonic()
-        print(f"\ncreated {len(created)} Pods in namespace {NAMESPACE} with schedulerName {SCHEDULER}")
+        print(f"\ncreated {len(created)} Pods in namespace {namespace} with schedulerName {SCHEDULER}")
         bound_after: dict[str, float] = {}
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            pods = admin.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+            pods = admin.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
             for pod in pods:
                 name = pod["metadata"]["name"]
                 if pod["spec"].get("nodeName") and name not in bound_after:
@@ -165,8 +166,8 @@ def demo(cluster: DevCluster) -> int:
     print(
         f"\nThe scheduler keeps running (log: {cluster.layout.logs / 'sunk-scheduler.log'}). Try:\n"
         f'  eval "$(.venv/bin/sunk dev env)"\n'
-        f"  kubectl -n {NAMESPACE} describe pod invalid-grace    # the refusal, as Event and condition\n"
-        f"  kubectl -n {NAMESPACE} delete pod cpu-shared-a        # its Slurm job is cancelled\n"
+        f"  kubectl -n {namespace} describe pod invalid-grace    # the refusal, as Event and condition\n"
+        f"  kubectl -n {namespace} delete pod cpu-shared-a        # its Slurm job is cancelled\n"
         f"  squeue -o '%i %j %T %N %k'\n"
         f"  .venv/bin/sunk dev down                               # stop everything"
     )
