@@ -108,6 +108,35 @@ def watch_until(
     return seen
 
 
+def watch_stages(
+    kube: AdminKube, slurm: httpx.Client, namespace: str, names: set[str], within: float
+) -> dict[str, dict[str, float]]:
+    """For each Pod, when it was first seen submitted (job ID on the Pod), started (the
+    placeholder's mark in Slurm) and bound. Polling slurmrestd adds a little load."""
+    stages: dict[str, dict[str, float]] = {name: {} for name in names}
+    job_of: dict[int, str] = {}
+    deadline = time.monotonic() + within
+    last_slurm = 0.0
+    while time.monotonic() < deadline and not all("bound" in s for s in stages.values()):
+        now = time.monotonic()
+        for item in kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]:
+            name = item["metadata"]["name"]
+            job_id = (item["metadata"].get("annotations") or {}).get("sunk.coreweave.com/job-id")
+            if job_id:
+                stages[name].setdefault("submitted", now)
+                job_of[int(job_id)] = name
+            if item["spec"].get("nodeName"):
+                stages[name].setdefault("bound", now)
+        if now - last_slurm > 0.2:
+            last_slurm = now
+            for job in slurm.get("/jobs").json().get("jobs", []):
+                name = job_of.get(job["job_id"])
+                if name and (job.get("comment") or "").endswith(": started"):
+                    stages[name].setdefault("started", now)
+        time.sleep(0.05)
+    return stages
+
+
 def namespace_for(kube: AdminKube, name: str) -> str:
     kube.create("/api/v1/namespaces", {"metadata": {"name": name}})
     deadline = time.monotonic() + 30
@@ -178,7 +207,9 @@ def bench_ours(cluster: DevCluster, kube: AdminKube, n: int) -> tuple[Result, Re
         manifests = [pod(f"p{i}", SCHEDULER) for i in range(n)]
         t0 = time.monotonic()
         created = create_all(kube, namespace, manifests)
-        bound = watch_until(kube, namespace, lambda p: p["spec"].get("nodeName"), set(created), within=600)
+        with rest_client(cluster) as slurm:
+            stages = watch_stages(kube, slurm, namespace, set(created), within=600)
+        bound = {name: s["bound"] for name, s in stages.items() if "bound" in s}
         cpu1, peak = proc_usage(proc.pid)
         placed = Result(
             "ours",
@@ -186,6 +217,7 @@ def bench_ours(cluster: DevCluster, kube: AdminKube, n: int) -> tuple[Result, Re
             max(bound.values()) - t0 if bound else float("nan"),
             [bound[k] - created[k] for k in bound],
             {
+                **stage_medians(created, stages),
                 "slurm_calls_per_pod": (slurm_calls(metrics_port) - calls0) / max(1, len(bound)),
                 "cpu_s": cpu1 - cpu0,
                 "peak_rss_mib": peak,
@@ -221,6 +253,26 @@ def bench_ours(cluster: DevCluster, kube: AdminKube, n: int) -> tuple[Result, Re
         kube.delete(f"/api/v1/namespaces/{namespace}")
 
 
+def stage_medians(created: dict[str, float], stages: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Median seconds spent in each stage, over the Pods that went through all of them."""
+    spans: dict[str, list[float]] = {"to_submitted_s": [], "to_started_s": [], "to_bound_s": []}
+    for name, s in stages.items():
+        if {"submitted", "started", "bound"} <= set(s):
+            spans["to_submitted_s"].append(s["submitted"] - created[name])
+            spans["to_started_s"].append(s["started"] - s["submitted"])
+            spans["to_bound_s"].append(s["bound"] - s["started"])
+    return {k: sorted(v)[len(v) // 2] if v else float("nan") for k, v in spans.items()}
+
+
+def rest_client(cluster: DevCluster) -> httpx.Client:
+    layout = cluster.layout
+    return httpx.Client(
+        base_url=f"{layout.rest_url}/slurm/{REST_VERSION}",
+        headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": layout.slurm_token.read_text().strip()},
+        timeout=30,
+    )
+
+
 RAW_SCRIPT = """#!/bin/bash
 scontrol update jobid="$SLURM_JOB_ID" comment=": started"
 trap 'exit 0' TERM
@@ -230,12 +282,7 @@ sleep infinity & wait
 
 def bench_raw_slurm(cluster: DevCluster, n: int) -> Result:
     layout = cluster.layout
-    token = layout.slurm_token.read_text().strip()
-    http = httpx.Client(
-        base_url=f"{layout.rest_url}/slurm/{REST_VERSION}",
-        headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": token},
-        timeout=30,
-    )
+    http = rest_client(cluster)
     env = {"PATH": "/usr/sbin:/usr/bin:/bin", "SLURM_CONF": str(layout.slurm_conf)}
     body = {
         "script": RAW_SCRIPT,
@@ -337,6 +384,9 @@ def row(n: int, nodes: int, label: str, r: Result, note: str = "") -> str:
 def report(n: int, nodes: int, results: dict[str, Result]) -> list[str]:
     ours, raw, kube = results["ours"], results["raw-slurm"], results["kube-scheduler"]
     usage = (
+        f"median stages: created→submitted {ours.extra['to_submitted_s']:.2f} s, "
+        f"submitted→started {ours.extra['to_started_s']:.2f} s, "
+        f"started→bound {ours.extra['to_bound_s']:.2f} s; "
         f"Slurm calls/Pod {ours.extra['slurm_calls_per_pod']:.1f}, "
         f"scheduler CPU {ours.extra['cpu_s']:.1f} s, peak RSS {ours.extra['peak_rss_mib']:.0f} MiB"
     )

@@ -64,7 +64,7 @@ class Config:
     static_cpu_pods: str = "warn"
     hooks_url: str | None = None
     hooks_secret: bytes | None = field(default=None, repr=False)
-    workers: int = 16
+    workers: int = 32  # concurrent reconciles; each mostly waits on the API server or Slurm
     # A safety net: job starts and ends reach the scheduler through the hooks API at once.
     slurm_poll_interval_s: float = 1.0
 

@@ -28,7 +28,7 @@ from sunk.scheduler.jobs import JobIndex
 from sunk.slurm import v0038 as dialect
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.errors import SlurmError
-from sunk.slurm.models import SlurmJob
+from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.slurm.scontrol import Scontrol
 from sunk.translate import PodRef, Settings, translate
 
@@ -37,6 +37,8 @@ Json = dict[str, Any]
 JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # Drain this long before KillWait ends, leaving scontrol time to act before SIGKILL.
 DRAIN_MARGIN_S = 3
+# How old Slurm's view of a node may be when deciding a binding there.
+NODE_STATE_TTL_S = 0.5
 ENDED_PHASES = ("Succeeded", "Failed")
 
 
@@ -105,6 +107,7 @@ class Reconciler:
         self.drainer = drainer
         self.hooks = HookCredentials("http://hooks-api-not-started", b"")  # set before the first submit
         self._node_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._node_states: dict[str, tuple[float, SlurmNode | None]] = {}
         self._signalled: set[int] = set()
         self._cancelled: set[int] = set()
         self._drained: set[int] = set()
@@ -383,13 +386,15 @@ class Reconciler:
             return Outcome()
         metrics.ATTEMPTS.labels("submitted").inc()
         gpus = f", {job.gpus} GPU" if job.gpus else ""
-        await self.recorder.event(
-            pod,
-            ev.PLACEHOLDER_SUBMITTED,
-            f"Submitted Slurm job {job_id} ({job.cpus} CPU, {job.memory_mib} MiB{gpus})",
-        )
-        await self.recorder.condition(
-            pod, False, ev.PENDING_IN_SLURM, f"Slurm job {job_id} submitted; waiting for Slurm"
+        await asyncio.gather(
+            self.recorder.event(
+                pod,
+                ev.PLACEHOLDER_SUBMITTED,
+                f"Submitted Slurm job {job_id} ({job.cpus} CPU, {job.memory_mib} MiB{gpus})",
+            ),
+            self.recorder.condition(
+                pod, False, ev.PENDING_IN_SLURM, f"Slurm job {job_id} submitted; waiting for Slurm"
+            ),
         )
         return Outcome()
 
@@ -399,26 +404,23 @@ class Reconciler:
         if len(job.nodes) != 1:
             return await self._reject(pod, job, None, f"Slurm allocated {len(job.nodes)} nodes, not one")
         slurm_node = job.nodes[0]
+        # The lock serialises the decision for one node (R4.3); the binding itself, a plain
+        # API call, happens outside it so a burst of Pods on one node is not queued behind it.
         async with self._node_locks[slurm_node]:
             target = self.cluster.target(slurm_node, spec)
             problem = target.problem
             if problem is None:
-                state = await self.slurm.node(slurm_node)
-                if state is None:
-                    problem = f"Slurm does not know node {slurm_node}"
-                elif state.draining:
-                    flags = "+".join((state.state, *state.flags))
-                    problem = f"Slurm node {slurm_node} is {flags} ({state.reason or 'no reason given'})"
+                problem = await self._slurm_node_problem(slurm_node)
             if problem is not None or target.node is None:
                 return await self._reject(pod, job, slurm_node, problem or "no Node")
-            node_name = target.node["metadata"]["name"]
-            meta = pod["metadata"]
-            try:
-                await self.kube.bind(meta["namespace"], meta["name"], meta["uid"], node_name)
-            except KubeError as err:
-                if err.conflict and await self._already_on(pod, node_name):
-                    return Outcome()
-                raise
+        node_name = target.node["metadata"]["name"]
+        meta = pod["metadata"]
+        try:
+            await self.kube.bind(meta["namespace"], meta["name"], meta["uid"], node_name)
+        except KubeError as err:
+            if err.conflict and await self._already_on(pod, node_name):
+                return Outcome()
+            raise
         self._observe_bound(pod, job)
         await self.recorder.event(
             pod,
@@ -427,6 +429,22 @@ class Reconciler:
             f"(Slurm job {job.job_id} on node {slurm_node})",
         )
         return Outcome()
+
+    async def _slurm_node_problem(self, slurm_node: str) -> str | None:
+        """Why Slurm's own view rules the node out (down, draining…), read at most every
+        NODE_STATE_TTL_S per node: every binding in a burst shares one fresh read."""
+        cached = self._node_states.get(slurm_node)
+        now = time.monotonic()
+        if cached is None or now - cached[0] > NODE_STATE_TTL_S:
+            cached = (now, await self.slurm.node(slurm_node))
+            self._node_states[slurm_node] = cached
+        state = cached[1]
+        if state is None:
+            return f"Slurm does not know node {slurm_node}"
+        if state.draining:
+            flags = "+".join((state.state, *state.flags))
+            return f"Slurm node {slurm_node} is {flags} ({state.reason or 'no reason given'})"
+        return None
 
     async def _already_on(self, pod: Json, node: str) -> bool:
         meta = pod["metadata"]
