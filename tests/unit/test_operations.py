@@ -127,3 +127,23 @@ def test_r8_2_a_listing_older_than_a_submit_does_not_forget_the_job() -> None:
     assert index.get(7) is not None
     index.replace([], clock.monotonic())  # a listing requested later is authoritative
     assert index.get(7) is None
+
+
+def test_r8_2_jobs_are_found_by_pod_name_across_listings_and_records() -> None:
+    import time as clock
+
+    from sunk.scheduler.jobs import JobIndex
+    from sunk.slurm.models import SlurmJob
+    from sunk.translate import PodRef, job_name
+
+    def job(job_id: int, ref: PodRef) -> SlurmJob:
+        return SlurmJob(job_id, job_name(ref, "sunk"), "RUNNING", "None", (), "", 0, 0, "batch", None, None)
+
+    index = JobIndex("sunk")
+    old, new = PodRef("ns", "web", "uid-old"), PodRef("ns", "web", "uid-new")
+    index.replace([job(1, old), job(2, PodRef("ns", "other", "u"))], clock.monotonic())
+    index.record(new, job(3, new))
+    assert sorted(j.job_id for _, j in index.for_key("ns", "web")) == [1, 3]
+    index.replace([job(3, new)], clock.monotonic())
+    assert [j.job_id for _, j in index.for_key("ns", "web")] == [3]
+    assert index.for_key("ns", "other") == []

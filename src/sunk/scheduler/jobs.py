@@ -25,6 +25,7 @@ class JobIndex:
     def __init__(self, scheduler: str) -> None:
         self.scheduler = scheduler
         self._by_id: dict[int, tuple[PodRef, SlurmJob]] = {}
+        self._by_key: dict[tuple[str, str], set[int]] = {}  # (namespace, Pod name) → job IDs
         self._recorded_at: dict[int, float] = {}
         self.synced = asyncio.Event()
 
@@ -46,27 +47,23 @@ class JobIndex:
         ]
         touched += [ref for job_id, (ref, _) in self._by_id.items() if job_id not in fresh]
         self._by_id = fresh
-        return touched
-
-    def update(self, jobs: list[SlurmJob]) -> list[PodRef]:
-        touched = []
-        for job in jobs:
-            ref = pod_of_job_name(job.name, self.scheduler)
-            if ref and self._by_id.get(job.job_id, (None, None))[1] != job:
-                self._by_id[job.job_id] = (ref, job)
-                touched.append(ref)
+        self._by_key = {}
+        for job_id, (ref, _) in fresh.items():
+            self._by_key.setdefault((ref.namespace, ref.name), set()).add(job_id)
         return touched
 
     def record(self, ref: PodRef, job: SlurmJob) -> None:
         """Remember a job we just submitted or read, before the next listing sees it."""
         self._by_id[job.job_id] = (ref, job)
+        self._by_key.setdefault((ref.namespace, ref.name), set()).add(job.job_id)
         self._recorded_at[job.job_id] = time.monotonic()
 
     def get(self, job_id: int) -> tuple[PodRef, SlurmJob] | None:
         return self._by_id.get(job_id)
 
     def for_key(self, namespace: str, name: str) -> list[tuple[PodRef, SlurmJob]]:
-        return [(r, j) for r, j in self._by_id.values() if r.namespace == namespace and r.name == name]
+        """Every job named for this Pod name, whichever Pod UID: called on each reconcile."""
+        return [self._by_id[job_id] for job_id in self._by_key.get((namespace, name), ())]
 
     def items(self) -> list[tuple[PodRef, SlurmJob]]:
         return list(self._by_id.values())
