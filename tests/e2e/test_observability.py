@@ -54,7 +54,12 @@ def test_r8_1_not_ready_while_slurm_is_unreachable(dev_cluster: Any, namespace: 
             except httpx.HTTPError:
                 return None
 
-        answer = wait_for(readyz, timeout=20, what="the probe server")
+        # Once the Kubernetes caches have synced, Slurm is the only reason left.
+        answer = wait_for(
+            lambda: (r := readyz()) is not None and "caches not synced" not in r.text and r,
+            timeout=20,
+            what="readiness to report on Slurm",
+        )
         assert answer.status_code == 503
         assert "Slurm" in answer.text or "job listing" in answer.text
         assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
