@@ -54,7 +54,13 @@ class SlurmRest:
         self.http.close()
 
     def submit(self, script: str, **job: Any) -> int:
-        body = {"script": script, "job": {"environment": {"PATH": "/usr/bin:/bin"}, **job}}
+        defaults = {
+            "environment": {"PATH": "/usr/bin:/bin"},
+            "current_working_directory": "/tmp",
+            "standard_output": "/dev/null",  # never a slurm-N.out in the checkout
+            "standard_error": "/dev/null",
+        }
+        body = {"script": script, "job": {**defaults, **job}}
         resp = self.http.post("/job/submit", json=body)
         data = resp.json()
         assert resp.status_code == 200 and not data.get("errors"), data
