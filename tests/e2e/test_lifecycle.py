@@ -183,10 +183,19 @@ def test_r5_3_a_pod_that_cannot_terminate_gets_its_node_drained_before_killwait(
             "/job/submit",
             json={
                 "script": "#!/bin/sh\nsleep 60\n",
-                "job": {"name": "must-wait", "nodelist": node, "environment": {"PATH": "/bin"}},
+                "job": {
+                    "name": "must-wait",
+                    "nodelist": node,
+                    "environment": {"PATH": "/bin"},
+                    "current_working_directory": "/tmp",
+                    "standard_output": "/dev/null",
+                    "standard_error": "/dev/null",
+                },
             },
         ).json()
         assert any(e.get("error_code") == 2068 for e in late.get("errors", [])), late
+        if late.get("job_id"):  # Slurm may queue it all the same; it must not run later
+            slurm.cancel(int(late["job_id"]))
         print(f"\nR5.3 scancel → node drained: {after:.1f} s (KillWait {kill_wait} s)")
     finally:
         kube.patch(path, {"metadata": {"finalizers": None}})

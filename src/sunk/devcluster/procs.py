@@ -81,7 +81,9 @@ def spawn(
             stdout=log,
             stderr=subprocess.STDOUT,
             env=dict(env) if env is not None else None,
-            cwd=cwd,
+            # Daemons run in the cluster's directory, never the caller's (often a checkout):
+            # slurmrestd's directory is where jobs without one write their output.
+            cwd=cwd or pid_dir.parent,
             start_new_session=True,
         )
     started = start_time(proc.pid) or 0
