@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
 
+from sunk.hooks import placeholder_script
 from sunk.hooks.auth import Verifier, pod_key, signature
 
 SECRET = b"0123456789abcdef0123456789abcdef"
@@ -50,3 +52,31 @@ def test_r5_5_an_old_call_is_refused() -> None:
 def test_r5_5_a_signature_for_another_path_is_refused() -> None:
     ts, nonce, sig = signed(path="/v1/pods/uid-1/jobs/7/started")
     assert Verifier(SECRET).check("uid-1", "POST", PATH, ts, nonce, sig) == "bad signature"
+
+
+def test_r5_5_the_placeholder_script_signs_as_the_verifier_expects() -> None:
+    """The script's `call` (bash + openssl) and the verifier agree on the signed message."""
+    script = placeholder_script()
+    function = script[script.index("call() {") : script.index("\n}\n", script.index("call() {")) + 3]
+    key = pod_key(SECRET, "uid-1")
+    env = {"PATH": "/usr/bin:/bin", "SUNK_POD_UID": "uid-1", "SLURM_JOB_ID": "7", "SUNK_HOOK_KEY": key}
+    out = subprocess.run(
+        ["bash", "-c", function + 'call terminating 10; printf "%s\\n" "${CALL[@]}"'],
+        env={**env, "SUNK_HOOK_URL": "http://hooks"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.splitlines()
+    headers = dict(line.split(": ", 1) for line in out if line.startswith("X-Sunk-"))
+    assert out[-1] == "http://hooks" + PATH
+    assert (
+        Verifier(SECRET).check(
+            "uid-1",
+            "POST",
+            PATH,
+            headers["X-Sunk-Timestamp"],
+            headers["X-Sunk-Nonce"],
+            headers["X-Sunk-Signature"],
+        )
+        is None
+    )

@@ -21,7 +21,8 @@ def pod_key(secret: bytes, pod_uid: str) -> str:
 
 
 def signature(key_hex: str, method: str, path: str, timestamp: str, nonce: str) -> str:
-    message = f"{method}\n{path}\n{timestamp}\n{nonce}".encode()
+    # One field per line, each line ended: what a shell here-string feeds to openssl.
+    message = f"{method}\n{path}\n{timestamp}\n{nonce}\n".encode()
     return hmac.new(bytes.fromhex(key_hex), message, hashlib.sha256).hexdigest()
 
 

@@ -19,18 +19,20 @@ if ! scontrol update jobid="$SLURM_JOB_ID" comment="${SUNK_COMMENT:-}: started";
   exit 1
 fi
 
-# hook EVENT MAX_SECONDS: a signed POST to the hooks API; prints the HTTP status (000 when
-# the scheduler cannot be reached). Bash builtins where possible: on a busy node every fork
-# counts, and a thousand jobs may start at once.
-hook() {
+# call EVENT MAX_SECONDS: sets CALL to the curl arguments of a signed POST to the hooks API
+# (curl prints the HTTP status; 000 when the scheduler cannot be reached). A thousand jobs
+# may start or end at once on a busy node, so forks are counted: signing costs one
+# (openssl), and the caller runs curl as a plain command, which costs one more.
+call() {
   local path="/v1/pods/${SUNK_POD_UID}/jobs/${SLURM_JOB_ID}/$1" ts=$EPOCHREALTIME sig
   local nonce="${SRANDOM}${SRANDOM}${SRANDOM}${SRANDOM}"
-  sig=$(printf '%s\n%s\n%s\n%s' POST "$path" "$ts" "$nonce" |
-    openssl dgst -sha256 -mac HMAC -macopt "hexkey:${SUNK_HOOK_KEY}" -r)
-  sig=${sig%% *}
-  curl -s -o /dev/null -w '%{http_code}' -X POST --max-time "$2" \
-    -H "X-Sunk-Timestamp: $ts" -H "X-Sunk-Nonce: $nonce" -H "X-Sunk-Signature: $sig" \
-    "${SUNK_HOOK_URL}${path}"
+  sig=$(openssl dgst -sha256 -mac HMAC -macopt "hexkey:${SUNK_HOOK_KEY}" -r <<<"POST
+$path
+$ts
+$nonce")
+  CALL=(-s -o /dev/null -w '%{http_code}' -X POST --max-time "$2"
+    -H "X-Sunk-Timestamp: $ts" -H "X-Sunk-Nonce: $nonce" -H "X-Sunk-Signature: ${sig%% *}"
+    "${SUNK_HOOK_URL}${path}")
 }
 
 # 2. On SIGTERM (cancel, preemption, time limit, or the Pod being deleted): ask the
@@ -41,9 +43,10 @@ on_term() {
   trap '' TERM
   local start=$SECONDS deadline=$(( ${SUNK_KILL_WAIT:-30} - 3 )) drained="" code
   while :; do
-    code=$(hook terminating 10)
+    call terminating 10
+    code=$(curl "${CALL[@]}")
     if [ "$code" = 200 ]; then exit 0; fi   # the Pod is gone
-    if [ -z "$drained" ] && (( SECONDS - start >= deadline )) && [ "$(id -u)" = 0 ]; then
+    if [ -z "$drained" ] && (( SECONDS - start >= deadline )) && (( EUID == 0 )); then
       scontrol update nodename="$SLURMD_NODENAME" state=drain \
         reason="sunk: Pod ${SUNK_POD} still running at KillWait (job $SLURM_JOB_ID)"
       drained=1
@@ -56,7 +59,8 @@ on_term() {
 }
 trap on_term TERM
 
-hook started 2 >/dev/null &   # lets the scheduler bind without waiting for its next poll
+call started 2
+curl "${CALL[@]}" >/dev/null &   # lets the scheduler bind without waiting for its next poll
 sleep infinity &
 wait $!
 # `wait` returns when the trap fires; the handler exits the script itself.
