@@ -40,6 +40,9 @@ DRAIN_MARGIN_S = 3
 # How old Slurm's view of a node may be when deciding a binding there.
 NODE_STATE_TTL_S = 0.5
 ENDED_PHASES = ("Succeeded", "Failed")
+# A job pending before Slurm has looked at it, or running before its script has started,
+# is reported on the Pod only if it stays so this long: usually it does not.
+TRANSIENT_S = 3.0
 
 
 @dataclass(frozen=True)
@@ -111,6 +114,10 @@ class Reconciler:
         self._signalled: set[int] = set()
         self._cancelled: set[int] = set()
         self._drained: set[int] = set()
+        # Pod key → UID of Pods this process asked the API server to delete, until they are
+        # gone: the informer may not show the deletion yet, and a second Event saying the
+        # same thing (or a second DELETE) would only add load when a thousand jobs end.
+        self._deleting: dict[str, str] = {}
         self.refuse_static_cpu = False
 
     # -- small readers --------------------------------------------------------------------
@@ -144,6 +151,8 @@ class Reconciler:
     async def reconcile(self, key: str) -> Outcome:
         namespace, name = key.split("/", 1)
         pod = self.pods.get(key)
+        if pod is None:
+            self._deleting.pop(key, None)
         for ref, other in self.index.for_key(namespace, name):
             if other.active:
                 await self._settle_job_without_owner(ref, other, pod)
@@ -194,7 +203,7 @@ class Reconciler:
             # the job must not come back later for a Pod that no longer exists.
             self._signalled.add(job.job_id)
             await self.slurm.cancel(job.job_id)
-        if not meta.get("deletionTimestamp"):
+        if not self._being_deleted(pod):
             reason, words = job.why_ending(time.time())
             where = f" on {job.nodes[0]}" if job.nodes else ""
             await self.recorder.event(
@@ -220,15 +229,23 @@ class Reconciler:
         return Outcome()
 
     async def job_terminating(self, ref: PodRef, job_id: int) -> None:
-        """The placeholder script got SIGTERM: act now rather than at the next poll."""
+        """The placeholder script got SIGTERM, which for a placeholder always means the end
+        (cancel, preemption, time limit): delete the Pod now, then ask Slurm why for the
+        Event. The call is signed with this Pod's key, so it can end only this Pod."""
         pod = self.pods.get(f"{ref.namespace}/{ref.name}")
         if pod is None or pod["metadata"].get("uid") != ref.uid:
             return
+        if self._being_deleted(pod) or self._recorded_job_id(pod) != job_id:
+            return  # already going, or not (yet) known as this Pod's job: the poll decides
+        await self._delete(pod)
         job = await self.slurm.job(job_id)
         if job is not None:
             self.index.record(ref, job)
-            if job.ending:
-                await self._job_ending(pod, job)
+        reason, words = job.why_ending(time.time()) if job is not None else (ev.JOB_ENDED, "is ending")
+        where = f" on {job.nodes[0]}" if job is not None and job.nodes else ""
+        await self.recorder.event(
+            pod, reason, f"Slurm job {job_id}{where} {words}; deleting the Pod", warning=True
+        )
 
     # -- a bound Pod ----------------------------------------------------------------------
     async def _bound(self, pod: Json) -> Outcome:
@@ -241,6 +258,11 @@ class Reconciler:
         await self._delete(pod)
         return Outcome()
 
+    def _being_deleted(self, pod: Json) -> bool:
+        meta = pod["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}"
+        return bool(meta.get("deletionTimestamp")) or self._deleting.get(key) == meta.get("uid")
+
     async def _delete(self, pod: Json) -> None:
         meta = pod["metadata"]
         try:
@@ -248,6 +270,7 @@ class Reconciler:
         except KubeError as err:
             if not (err.not_found or err.conflict):
                 raise
+        self._deleting[f"{meta['namespace']}/{meta['name']}"] = meta["uid"]
 
     # -- an unbound Pod -------------------------------------------------------------------
     async def _unbound(self, pod: Json) -> Outcome:
@@ -260,6 +283,8 @@ class Reconciler:
                 return Outcome()
             return await self._submit(pod)
         if job.pending:
+            if job.reason == "None" and (wait := _transient_for(job.submit_time)):
+                return Outcome(requeue_after=wait)  # Slurm has not looked at it yet
             await self.recorder.condition(
                 pod,
                 False,
@@ -270,6 +295,8 @@ class Reconciler:
         if job.running and dialect.started(job):
             return await self._bind(pod, job)
         if job.active:  # CONFIGURING, or RUNNING before the script marked it started
+            if wait := _transient_for(job.start_time):
+                return Outcome(requeue_after=wait)  # the script usually starts within a second
             where = ",".join(job.nodes) or "?"
             await self.recorder.condition(
                 pod,
@@ -386,15 +413,12 @@ class Reconciler:
             return Outcome()
         metrics.ATTEMPTS.labels("submitted").inc()
         gpus = f", {job.gpus} GPU" if job.gpus else ""
-        await asyncio.gather(
-            self.recorder.event(
-                pod,
-                ev.PLACEHOLDER_SUBMITTED,
-                f"Submitted Slurm job {job_id} ({job.cpus} CPU, {job.memory_mib} MiB{gpus})",
-            ),
-            self.recorder.condition(
-                pod, False, ev.PENDING_IN_SLURM, f"Slurm job {job_id} submitted; waiting for Slurm"
-            ),
+        # No condition yet: most jobs start within a second, and a Pod status write costs
+        # every Pod watcher a round. The condition comes once Slurm says why the job waits.
+        await self.recorder.event(
+            pod,
+            ev.PLACEHOLDER_SUBMITTED,
+            f"Submitted Slurm job {job_id} ({job.cpus} CPU, {job.memory_mib} MiB{gpus})",
         )
         return Outcome()
 
@@ -509,4 +533,13 @@ def _submitted(job_id: int, name: str, comment: str) -> SlurmJob:
         partition="",
         time_limit_min=None,
         priority=None,
+        submit_time=int(time.time()),
     )
+
+
+def _transient_for(since: int) -> float:
+    """Seconds left before a state entered at `since` (epoch) is worth a condition write;
+    0 once it has lasted TRANSIENT_S (or when Slurm gave no time)."""
+    if not since:
+        return 0.0
+    return max(0.0, since + TRANSIENT_S - time.time())
