@@ -98,7 +98,12 @@ class HooksServer:
                 log.warning("refused a hook call: job %s does not belong to Pod %s", job_id, uid)
                 self._on_call("forbidden")
                 return web.json_response({"error": "this job does not belong to this Pod"}, status=403)
-            return await handler(request, ref, job_id)
+            try:
+                return await handler(request, ref, job_id)
+            except Exception as err:  # the script retries; say why here, once, in one line
+                log.warning("hook call %s failed: %s: %s", request.path, type(err).__name__, err)
+                self._on_call("error")
+                return web.json_response({"error": "the scheduler could not act yet; retry"}, status=503)
 
         return guarded
 

@@ -33,6 +33,8 @@ log = logging.getLogger(__name__)
 RESYNC_EVERY_S = 30.0
 LEADER_LABEL = "sunk.coreweave.com/leader"
 SLURM_NODES_EVERY_S = 5.0
+# Single-job reads for `started` hook calls in flight at once; beyond that, a listing.
+READ_STARTED_AT_ONCE = 4
 
 
 class Scheduler:
@@ -81,6 +83,7 @@ class Scheduler:
         self.cluster = ClusterView(self.nodes, self.slurmd, config.slurm_node_label)
         self.index = JobIndex(config.scheduler_name)
         self.poller = JobPoller(slurm, self.index, self._job_changed, interval=config.slurm_poll_interval_s)
+        self._reading_started = 0
         self.pods = PodStore(self.pod_informers)
         self.reconciler = Reconciler(
             kube=kube,
@@ -117,8 +120,15 @@ class Scheduler:
         return self.acting.is_set()
 
     async def job_started(self, ref: PodRef, job_id: int) -> None:
-        """Read just this job now, rather than waiting for (or forcing) a full listing."""
-        job = await self.slurm.job(job_id)
+        """Read just this job now; when many start at once, one early listing serves them all."""
+        if self._reading_started >= READ_STARTED_AT_ONCE:
+            self.poller.nudge()
+            return
+        self._reading_started += 1
+        try:
+            job = await self.slurm.job(job_id)
+        finally:
+            self._reading_started -= 1
         if job is not None:
             self.index.record(ref, job)
             self.queue.add(f"{ref.namespace}/{ref.name}")

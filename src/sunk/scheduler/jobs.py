@@ -7,6 +7,7 @@ serves every Pod, so the cost per Pod stays flat however many Pods wait.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import time
 from collections.abc import Callable
@@ -17,6 +18,8 @@ from sunk.slurm.models import SlurmJob
 from sunk.translate import PodRef, pod_of_job_name
 
 log = logging.getLogger(__name__)
+# The least time between two listings when hook calls ask for them.
+NUDGE_GAP_S = 0.2
 
 
 class JobIndex:
@@ -89,6 +92,19 @@ class JobPoller:
         self._interval = interval
         self.last_error: str | None = None
         self.last_success = 0.0
+        self._nudged = asyncio.Event()
+
+    def nudge(self) -> None:
+        """List again soon (after at least NUDGE_GAP_S): one listing answers a burst of
+        hook calls more cheaply than one read per job."""
+        self._nudged.set()
+
+    async def _pause(self, delay: float) -> None:
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._nudged.wait(), delay)
+        if self._nudged.is_set():
+            self._nudged.clear()
+            await asyncio.sleep(NUDGE_GAP_S)
 
     async def run(self) -> None:
         delay = self._interval
@@ -109,4 +125,6 @@ class JobPoller:
                     log.warning("cannot list Slurm jobs: %s", err)
                 self.last_error = str(err)
                 delay = min(max(delay * 2, 0.5), 5.0)
-            await asyncio.sleep(delay)
+                await asyncio.sleep(delay)
+                continue
+            await self._pause(delay)

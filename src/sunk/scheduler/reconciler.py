@@ -43,6 +43,8 @@ ENDED_PHASES = ("Succeeded", "Failed")
 # A job pending before Slurm has looked at it, or running before its script has started,
 # is reported on the Pod only if it stays so this long: usually it does not.
 TRANSIENT_S = 3.0
+# Slurm reads on behalf of hook calls in flight at once; beyond that the poller answers.
+ASK_WHY_AT_ONCE = 4
 
 
 @dataclass(frozen=True)
@@ -118,6 +120,11 @@ class Reconciler:
         # gone: the informer may not show the deletion yet, and a second Event saying the
         # same thing (or a second DELETE) would only add load when a thousand jobs end.
         self._deleting: dict[str, str] = {}
+        # Job ID → its Pod, deleted on the job's `terminating` call before Slurm said why:
+        # the Event follows once the poller sees the job end (no Slurm call per job when a
+        # thousand end at once).
+        self._why_owed: dict[int, Json] = {}
+        self._asking_why = 0
         self.refuse_static_cpu = False
 
     # -- small readers --------------------------------------------------------------------
@@ -154,6 +161,9 @@ class Reconciler:
         if pod is None:
             self._deleting.pop(key, None)
         for ref, other in self.index.for_key(namespace, name):
+            owed = self._why_owed.pop(other.job_id, None) if other.ending else None
+            if owed is not None:
+                await self._say_why(owed, other)
             if other.active:
                 await self._settle_job_without_owner(ref, other, pod)
         if pod is None or ev.finally_refused(pod):
@@ -203,12 +213,10 @@ class Reconciler:
             # the job must not come back later for a Pod that no longer exists.
             self._signalled.add(job.job_id)
             await self.slurm.cancel(job.job_id)
+        if job.job_id in self._why_owed:
+            await self._say_why(self._why_owed.pop(job.job_id), job)
         if not self._being_deleted(pod):
-            reason, words = job.why_ending(time.time())
-            where = f" on {job.nodes[0]}" if job.nodes else ""
-            await self.recorder.event(
-                pod, reason, f"Slurm job {job.job_id}{where} {words}; deleting the Pod", warning=True
-            )
+            await self._say_why(pod, job)
             await self._delete(pod)
         if not (pod.get("spec") or {}).get("nodeName") or not job.active or not job.end_time:
             return Outcome()
@@ -230,21 +238,36 @@ class Reconciler:
 
     async def job_terminating(self, ref: PodRef, job_id: int) -> None:
         """The placeholder script got SIGTERM, which for a placeholder always means the end
-        (cancel, preemption, time limit): delete the Pod now, then ask Slurm why for the
-        Event. The call is signed with this Pod's key, so it can end only this Pod."""
+        (cancel, preemption, time limit): the Pod goes now. Slurm is asked why first, for
+        the Event, unless many jobs are ending at once: then the Pod goes without waiting
+        and the Event follows when the poller sees the job end. The call is signed with
+        this Pod's key, so it can end only this Pod."""
         pod = self.pods.get(f"{ref.namespace}/{ref.name}")
         if pod is None or pod["metadata"].get("uid") != ref.uid:
             return
         if self._being_deleted(pod) or self._recorded_job_id(pod) != job_id:
             return  # already going, or not (yet) known as this Pod's job: the poll decides
-        await self._delete(pod)
-        job = await self.slurm.job(job_id)
-        if job is not None:
+        job = None
+        if self._asking_why < ASK_WHY_AT_ONCE:
+            self._asking_why += 1
+            try:
+                job = await self.slurm.job(job_id)
+            except SlurmError as err:
+                log.info("cannot read job %s to say why it ends (%s); the poller will tell", job_id, err)
+            finally:
+                self._asking_why -= 1
+        if job is not None and job.ending:
             self.index.record(ref, job)
-        reason, words = job.why_ending(time.time()) if job is not None else (ev.JOB_ENDED, "is ending")
-        where = f" on {job.nodes[0]}" if job is not None and job.nodes else ""
+            await self._say_why(pod, job)
+        else:
+            self._why_owed[job_id] = pod
+        await self._delete(pod)
+
+    async def _say_why(self, pod: Json, job: SlurmJob) -> None:
+        reason, words = job.why_ending(time.time())
+        where = f" on {job.nodes[0]}" if job.nodes else ""
         await self.recorder.event(
-            pod, reason, f"Slurm job {job_id}{where} {words}; deleting the Pod", warning=True
+            pod, reason, f"Slurm job {job.job_id}{where} {words}; deleting the Pod", warning=True
         )
 
     # -- a bound Pod ----------------------------------------------------------------------
