@@ -1,16 +1,17 @@
 """Placement throughput and latency of sunk against its two limits, in one run.
 
-    python -m bench.run --nodes 64 --pods 100,1000
+    python -m bench.run --nodes 64 --pods 100,1000 [--rate 50]
 
-For each N it measures, on one fresh dev cluster:
-  ours        N Pods created at once → bound by `sunk scheduler` through Slurm
-  ours-end    scancel of all their placeholder jobs → Pods deleted
-  raw-slurm   N equivalent jobs submitted straight to slurmrestd → each running and its
-              script started (the same started mark as ours)
+For each N it measures, on one fresh dev cluster, with Pods/jobs arriving all at once or
+at a fixed rate:
+  raw-slurm   N jobs submitted straight to slurmrestd → each running, its script started
+              and the same durable started mark set as a placeholder's (the Slurm limit)
+  ours        N Pods created → bound by `sunk scheduler` through Slurm
+  ours-end    scancel of all their placeholder jobs → Pods being deleted / gone
   kube        N equivalent Pods bound by the default kube-scheduler (same Kubernetes
-              module, default client limits) to the same Nodes
-and prints rates and latency percentiles with the ratios ours/raw-slurm and ours/kube.
-A benchmark, not a test: it asserts nothing.
+              module, default client limits) to the same Nodes (the Kubernetes limit)
+and prints rates, latency percentiles, the ratios ours/raw-slurm and ours/kube, and CPU
+seconds per component for each phase. A benchmark, not a test: it asserts nothing.
 """
 
 from __future__ import annotations
@@ -18,42 +19,29 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bench.observe import ApiRequests, CpuMeter, PodWatch, Result, peak_rss_mib, percentile, read_start_marks
 from sunk.devcluster import ClusterSpec, DevCluster
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.layout import cache_dir
 from sunk.devcluster.prereqs import ensure_go_tools
-from sunk.devcluster.slurmcluster import REST_VERSION, run_cli
+from sunk.devcluster.slurmcluster import REST_VERSION, cli_env, run_cli
 
 SCHEDULER = "sunk-bench"
 POD_CPU = "1"
 POD_MEMORY = "64Mi"
-
-
-@dataclass
-class Result:
-    name: str
-    count: int
-    seconds: float  # first request → last one done
-    latencies: list[float] = field(default_factory=list)
-    extra: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def rate(self) -> float:
-        return self.count / self.seconds if self.seconds > 0 else float("inf")
-
-    def pct(self, p: float) -> float:
-        ordered = sorted(self.latencies)
-        return ordered[min(len(ordered) - 1, int(p / 100 * len(ordered)))] if ordered else float("nan")
+CLIENT_THREADS = 16  # the same for Pod creation and raw job submission
 
 
 def pod(name: str, scheduler: str | None) -> dict[str, Any]:
@@ -72,69 +60,36 @@ def pod(name: str, scheduler: str | None) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
 
 
-def create_all(kube: AdminKube, namespace: str, manifests: list[dict[str, Any]]) -> dict[str, float]:
-    """Create Pods concurrently; returns each Pod's creation time (monotonic)."""
-    created: dict[str, float] = {}
+def arrive(n: int, rate: float, one: Callable[[int], None]) -> None:
+    """Call `one(i)` for i < n from a thread pool: all at once (rate 0) or `rate` per second."""
+    with ThreadPoolExecutor(max_workers=CLIENT_THREADS) as pool:
+        if not rate:
+            list(pool.map(one, range(n)))
+            return
+        start = time.monotonic()
+        futures = []
+        for i in range(n):
+            delay = start + i / rate - time.monotonic()
+            if delay > 0:
+                time.sleep(delay)
+            futures.append(pool.submit(one, i))
+        for future in futures:
+            future.result()
 
-    def one(manifest: dict[str, Any]) -> None:
-        kube.create(f"/api/v1/namespaces/{namespace}/pods", manifest)
-        created[manifest["metadata"]["name"]] = time.monotonic()
 
-    with ThreadPoolExecutor(max_workers=16) as pool:
-        list(pool.map(one, manifests))
-    return created
-
-
-def watch_until(
-    kube: AdminKube, namespace: str, done: Any, names: set[str], within: float, *, gone_counts: bool = False
+def create_pods(
+    kube: AdminKube, namespace: str, prefix: str, n: int, rate: float, scheduler: str | None
 ) -> dict[str, float]:
-    """Poll the Pod list until `done(pod)` held for every name; the first time each held.
-    With `gone_counts`, a Pod that has disappeared counts as done (deletions finish fast)."""
-    seen: dict[str, float] = {}
-    deadline = time.monotonic() + within
-    while len(seen) < len(names) and time.monotonic() < deadline:
-        items = kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]
-        now = time.monotonic()
-        present = set()
-        for item in items:
-            name = item["metadata"]["name"]
-            present.add(name)
-            if name not in seen and done(item):
-                seen[name] = now
-        if gone_counts:
-            for name in names - present - set(seen):
-                seen[name] = now
-        time.sleep(0.05)
-    return seen
+    """Create Pods; returns when each creation request was sent (monotonic)."""
+    sent: dict[str, float] = {}
 
+    def one(i: int) -> None:
+        name = f"{prefix}{i}"
+        sent[name] = time.monotonic()
+        kube.create(f"/api/v1/namespaces/{namespace}/pods", pod(name, scheduler))
 
-def watch_stages(
-    kube: AdminKube, slurm: httpx.Client, namespace: str, names: set[str], within: float
-) -> dict[str, dict[str, float]]:
-    """For each Pod, when it was first seen submitted (job ID on the Pod), started (the
-    placeholder's mark in Slurm) and bound. Polling slurmrestd adds a little load."""
-    stages: dict[str, dict[str, float]] = {name: {} for name in names}
-    job_of: dict[int, str] = {}
-    deadline = time.monotonic() + within
-    last_slurm = 0.0
-    while time.monotonic() < deadline and not all("bound" in s for s in stages.values()):
-        now = time.monotonic()
-        for item in kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]:
-            name = item["metadata"]["name"]
-            job_id = (item["metadata"].get("annotations") or {}).get("sunk.coreweave.com/job-id")
-            if job_id:
-                stages[name].setdefault("submitted", now)
-                job_of[int(job_id)] = name
-            if item["spec"].get("nodeName"):
-                stages[name].setdefault("bound", now)
-        if now - last_slurm > 0.2:
-            last_slurm = now
-            for job in slurm.get("/jobs").json().get("jobs", []):
-                name = job_of.get(job["job_id"])
-                if name and (job.get("comment") or "").endswith(": started"):
-                    stages[name].setdefault("started", now)
-        time.sleep(0.05)
-    return stages
+    arrive(n, rate, one)
+    return sent
 
 
 def namespace_for(kube: AdminKube, name: str) -> str:
@@ -149,17 +104,11 @@ def namespace_for(kube: AdminKube, name: str) -> str:
     return name
 
 
-def proc_usage(pid: int) -> tuple[float, float]:
-    """(CPU seconds, peak RSS MiB) of a live process."""
-    stat = Path(f"/proc/{pid}/stat").read_text()
-    fields = stat[stat.rindex(")") + 2 :].split()
-    ticks = os.sysconf("SC_CLK_TCK")
-    cpu = (int(fields[11]) + int(fields[12])) / ticks
-    peak = 0.0
-    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-        if line.startswith("VmHWM:"):
-            peak = int(line.split()[1]) / 1024
-    return cpu, peak
+def delete_namespace(kube: AdminKube, namespace: str) -> None:
+    kube.delete(f"/api/v1/namespaces/{namespace}")
+    deadline = time.monotonic() + 120
+    while kube.find(f"/api/v1/namespaces/{namespace}") is not None and time.monotonic() < deadline:
+        time.sleep(0.5)
 
 
 def slurm_calls(metrics_port: int) -> float:
@@ -171,9 +120,27 @@ def slurm_calls(metrics_port: int) -> float:
     )
 
 
-def bench_ours(cluster: DevCluster, kube: AdminKube, n: int) -> tuple[Result, Result]:
-    namespace = namespace_for(kube, f"bench-ours-{n}")
-    metrics_port = 29080 + n % 1000
+def say(r: Result, n: int) -> None:
+    print(
+        f"  {r.name}: {r.count}/{n} in {r.seconds:.1f} s ({r.rate:.1f}/s), "
+        f"p50 {r.pct(50):.2f} s, p99 {r.pct(99):.2f} s",
+        flush=True,
+    )
+
+
+# Beyond KillWait (30 s on the dev cluster) the placeholder drains the node anyway.
+END_WITHIN_S = 90
+
+
+def within(n: int, rate: float) -> float:
+    """How long a phase may take before the benchmark gives up on the stragglers."""
+    arrival = n / rate if rate else 0.0
+    return 120 + arrival + n * 0.5
+
+
+def start_scheduler(
+    cluster: DevCluster, namespace: str, metrics_port: int, n: int
+) -> subprocess.Popen[bytes]:
     env = {**os.environ, **cluster.env()}
     log = open(cluster.layout.logs / f"bench-scheduler-{n}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
@@ -193,75 +160,105 @@ def bench_ours(cluster: DevCluster, kube: AdminKube, n: int) -> tuple[Result, Re
         stdout=log,
         stderr=subprocess.STDOUT,
     )
+    log.close()
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        try:
+            if httpx.get("http://127.0.0.1:29081/readyz", timeout=1).status_code == 200:
+                return proc
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.1)
+    proc.terminate()
+    raise RuntimeError("the scheduler did not become ready within 60 s; see its log")
+
+
+def profiler(pid: int, out: Path | None) -> subprocess.Popen[bytes] | None:
+    """py-spy sampling the scheduler (collapsed stacks, for flame graphs) while Pods are placed."""
+    if out is None:
+        return None
+    spy = Path(sys.executable).with_name("py-spy")
+    argv = [str(spy), "record", "--pid", str(pid), "--format", "raw", "--rate", "200", "-o", str(out)]
+    return subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def bench_ours(
+    cluster: DevCluster, kube: AdminKube, n: int, rate: float, profile: Path | None = None
+) -> tuple[Result, Result]:
+    namespace = namespace_for(kube, f"bench-ours-{n}")
+    metrics_port = 29082
+    proc = start_scheduler(cluster, namespace, metrics_port, n)
+    named = {proc.pid: "sunk scheduler", os.getpid(): "bench client"}
+    watch = PodWatch(kube, namespace)
+    spy = profiler(proc.pid, profile)
     try:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            try:
-                if httpx.get("http://127.0.0.1:29081/readyz", timeout=1).status_code == 200:
-                    break
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        cpu0, _ = proc_usage(proc.pid)
         calls0 = slurm_calls(metrics_port)
-        manifests = [pod(f"p{i}", SCHEDULER) for i in range(n)]
+        cpu, api = CpuMeter(named), ApiRequests(kube)
         t0 = time.monotonic()
-        created = create_all(kube, namespace, manifests)
-        with rest_client(cluster) as slurm:
-            stages = watch_stages(kube, slurm, namespace, set(created), within=600)
-        bound = {name: s["bound"] for name, s in stages.items() if "bound" in s}
-        cpu1, peak = proc_usage(proc.pid)
+        created = create_pods(kube, namespace, "p", n, rate, SCHEDULER)
+        bound = watch.wait_for("bound", set(created), within(n, rate))
+        writes = api.writes()
+        if spy is not None:
+            spy.send_signal(signal.SIGINT)
+            spy.wait(timeout=60)
         placed = Result(
             "ours",
             len(bound),
             max(bound.values()) - t0 if bound else float("nan"),
             [bound[k] - created[k] for k in bound],
             {
-                **stage_medians(created, stages),
+                **stage_medians(created, watch.seen),
                 "slurm_calls_per_pod": (slurm_calls(metrics_port) - calls0) / max(1, len(bound)),
-                "cpu_s": cpu1 - cpu0,
-                "peak_rss_mib": peak,
             },
+            cpu.used(),
         )
-        # Job end → Pod deleted: cancel every placeholder at once.
+        placed.writes = {k: v / max(1, len(bound)) for k, v in writes.items()}
+        say(placed, n)
+        # Job end → Pod deleted: every placeholder cancelled at once with one scancel, as an
+        # operator would, or one by one at the arrival rate through slurmrestd.
         jobs = run_cli(cluster.layout, "squeue", "-h", "-o", "%i %j").splitlines()
-        ids = [line.split()[0] for line in jobs if f":{namespace}/" in line]
+        pod_of = {
+            line.split()[0]: line.split()[1].split("/")[1].split(":")[0]
+            for line in jobs
+            if f":{namespace}/" in line
+        }
+        cpu = CpuMeter(named)
         t1 = time.monotonic()
-        for chunk in range(0, len(ids), 200):
-            run_cli(cluster.layout, "scancel", *ids[chunk : chunk + 200], timeout=120)
-        gone = watch_until(
-            kube,
-            namespace,
-            lambda p: p["metadata"].get("deletionTimestamp"),
-            set(bound),
-            within=300,
-            gone_counts=True,
-        )
+        cancelled = cancel_jobs(cluster, list(pod_of), rate)
+        scancel_s = time.monotonic() - t1
+        deleting = watch.wait_for("deleting", set(bound), END_WITHIN_S + n / (rate or n))
+        gone = watch.wait_for("gone", set(bound), END_WITHIN_S)
+        since = {pod_of[j]: t for j, t in cancelled.items()}
         ended = Result(
             "ours-end",
-            len(gone),
-            max(gone.values()) - t1 if gone else float("nan"),
-            [t - t1 for t in gone.values()],
+            len(deleting),
+            max(deleting.values()) - t1 if deleting else float("nan"),
+            [t - since[name] for name, t in deleting.items() if name in since],
+            {
+                "scancel_s": scancel_s,
+                "gone_p50": percentile([t - since[k] for k, t in gone.items() if k in since], 50),
+                "gone_p99": percentile([t - since[k] for k, t in gone.items() if k in since], 99),
+            },
+            cpu.used(),
         )
-        _, peak = proc_usage(proc.pid)
-        placed.extra["peak_rss_mib"] = peak
+        placed.extra["peak_rss_mib"] = peak_rss_mib(proc.pid)
+        say(ended, n)
         return placed, ended
     finally:
+        watch.close()
         proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
-        kube.delete(f"/api/v1/namespaces/{namespace}")
+        proc.wait(timeout=30)
+        delete_namespace(kube, namespace)
 
 
-def stage_medians(created: dict[str, float], stages: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Median seconds spent in each stage, over the Pods that went through all of them."""
-    spans: dict[str, list[float]] = {"to_submitted_s": [], "to_started_s": [], "to_bound_s": []}
-    for name, s in stages.items():
-        if {"submitted", "started", "bound"} <= set(s):
-            spans["to_submitted_s"].append(s["submitted"] - created[name])
-            spans["to_started_s"].append(s["started"] - s["submitted"])
-            spans["to_bound_s"].append(s["bound"] - s["started"])
-    return {k: sorted(v)[len(v) // 2] if v else float("nan") for k, v in spans.items()}
+def stage_medians(created: dict[str, float], seen: dict[str, dict[str, float]]) -> dict[str, float]:
+    """Median seconds from creation to the job ID on the Pod, and from there to bound."""
+    to_submitted, to_bound = [], []
+    for name, marks in seen.items():
+        if name in created and {"submitted", "bound"} <= set(marks):
+            to_submitted.append(marks["submitted"] - created[name])
+            to_bound.append(marks["bound"] - marks["submitted"])
+    return {"to_submitted_s": percentile(to_submitted, 50), "to_bound_s": percentile(to_bound, 50)}
 
 
 def rest_client(cluster: DevCluster) -> httpx.Client:
@@ -269,21 +266,28 @@ def rest_client(cluster: DevCluster) -> httpx.Client:
     return httpx.Client(
         base_url=f"{layout.rest_url}/slurm/{REST_VERSION}",
         headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": layout.slurm_token.read_text().strip()},
-        timeout=30,
+        timeout=60,
+        trust_env=False,
     )
 
 
+# The same Slurm-side work as a placeholder's start (a durable mark set with scontrol),
+# then the start time written where the benchmark reads it without asking Slurm.
 RAW_SCRIPT = """#!/bin/bash
+export LC_ALL=C
 scontrol update jobid="$SLURM_JOB_ID" comment=": started"
+echo "$EPOCHREALTIME" > "$BENCH_MARKS/$SLURM_JOB_ID"
 trap 'exit 0' TERM
 sleep infinity & wait
 """
 
 
-def bench_raw_slurm(cluster: DevCluster, n: int) -> Result:
+def bench_raw_slurm(cluster: DevCluster, n: int, rate: float) -> Result:
     layout = cluster.layout
-    http = rest_client(cluster)
-    env = {"PATH": "/usr/sbin:/usr/bin:/bin", "SLURM_CONF": str(layout.slurm_conf)}
+    marks = layout.root / f"bench-marks-{n}"
+    shutil.rmtree(marks, ignore_errors=True)
+    marks.mkdir()
+    env = {"PATH": "/usr/sbin:/usr/bin:/bin", "SLURM_CONF": str(layout.slurm_conf), "BENCH_MARKS": str(marks)}
     body = {
         "script": RAW_SCRIPT,
         "job": {
@@ -298,43 +302,72 @@ def bench_raw_slurm(cluster: DevCluster, n: int) -> Result:
             "standard_error": "/dev/null",
         },
     }
-    submitted: dict[int, float] = {}
-    t0 = time.monotonic()
+    submitted: dict[int, float] = {}  # job ID → wall-clock time its submission was sent
+    cpu = CpuMeter({os.getpid(): "bench client"})
+    with rest_client(cluster) as http:
 
-    def one(_: int) -> None:
-        job_id = http.post("/job/submit", json=body).json()["job_id"]
-        submitted[job_id] = time.monotonic()
+        def one(_: int) -> None:
+            sent = time.time()
+            submitted[http.post("/job/submit", json=body).json()["job_id"]] = sent
 
-    with ThreadPoolExecutor(max_workers=4) as pool:
-        list(pool.map(one, range(n)))
-    started: dict[int, float] = {}
-    deadline = time.monotonic() + 600
-    while len(started) < n and time.monotonic() < deadline:
-        for job in http.get("/jobs").json().get("jobs", []):
-            fresh = job["job_id"] in submitted and job["job_id"] not in started
-            if fresh and job["job_state"] == "RUNNING" and (job.get("comment") or "").endswith(": started"):
-                started[job["job_id"]] = time.monotonic()
-        time.sleep(0.05)
-    ids = [str(i) for i in submitted]
-    for chunk in range(0, len(ids), 200):
-        run_cli(layout, "scancel", *ids[chunk : chunk + 200], timeout=120)
-    wait_idle(cluster)
-    http.close()
-    return Result(
+        t0 = time.time()
+        arrive(n, rate, one)
+        started = {j: t for j, t in read_start_marks(marks, n, within(n, rate)).items() if j in submitted}
+    used = cpu.used()
+    cancel_all(cluster, list(submitted))
+    result = Result(
         "raw-slurm",
         len(started),
         max(started.values()) - t0 if started else float("nan"),
         [started[j] - submitted[j] for j in started],
+        cpu=used,
     )
+    say(result, n)
+    return result
+
+
+def scancel(cluster: DevCluster, ids: list[str]) -> None:
+    """scancel as an operator would; a busy slurmctld makes it back off and complain, and
+    jobs ending on their own make it fail for those: neither stops the benchmark."""
+    for chunk in range(0, len(ids), 500):
+        argv = ["scancel", *ids[chunk : chunk + 500]]
+        result = subprocess.run(
+            argv, env=cli_env(cluster.layout), capture_output=True, text=True, timeout=600
+        )
+        if result.returncode != 0:
+            print(f"scancel: {result.stderr.strip().splitlines()[-1:]}", flush=True)
+
+
+def cancel_jobs(cluster: DevCluster, ids: list[str], rate: float) -> dict[str, float]:
+    """Cancel jobs (all with scancel, or `rate` per second through slurmrestd); returns
+    when each cancellation was sent."""
+    if not rate:
+        sent = time.monotonic()
+        scancel(cluster, ids)
+        return dict.fromkeys(ids, sent)
+    cancelled: dict[str, float] = {}
+    with rest_client(cluster) as http:
+
+        def one(i: int) -> None:
+            cancelled[ids[i]] = time.monotonic()
+            http.delete(f"/job/{ids[i]}")
+
+        arrive(len(ids), rate, one)
+    return cancelled
+
+
+def cancel_all(cluster: DevCluster, ids: list[int]) -> None:
+    scancel(cluster, [str(i) for i in ids])
+    wait_idle(cluster)
 
 
 def wait_idle(cluster: DevCluster) -> None:
-    deadline = time.monotonic() + 120
+    deadline = time.monotonic() + 300
     while run_cli(cluster.layout, "squeue", "-h", "-o", "%i").strip() and time.monotonic() < deadline:
         time.sleep(0.5)
 
 
-def bench_kube_scheduler(cluster: DevCluster, kube: AdminKube, n: int) -> Result:
+def bench_kube_scheduler(cluster: DevCluster, kube: AdminKube, n: int, rate: float) -> Result:
     binary = ensure_go_tools(cache_dir() / "bench-build.log", ("kube-scheduler",))["kube-scheduler"]
     namespace = namespace_for(kube, f"bench-kube-{n}")
     log = open(cluster.layout.logs / f"bench-kube-scheduler-{n}.log", "wb")  # noqa: SIM115
@@ -352,62 +385,135 @@ def bench_kube_scheduler(cluster: DevCluster, kube: AdminKube, n: int) -> Result
         stdout=log,
         stderr=subprocess.STDOUT,
     )
+    log.close()
+    watch = PodWatch(kube, namespace)
     try:
-        time.sleep(3)  # its caches warm up; it has no readiness we can read without auth setup
-        manifests = [pod(f"k{i}", None) for i in range(n)]
+        wait_kube_scheduler_ready(kube)
+        cpu, api = CpuMeter({proc.pid: "kube-scheduler", os.getpid(): "bench client"}), ApiRequests(kube)
         t0 = time.monotonic()
-        created = create_all(kube, namespace, manifests)
-        bound = watch_until(kube, namespace, lambda p: p["spec"].get("nodeName"), set(created), within=600)
-        return Result(
+        created = create_pods(kube, namespace, "k", n, rate, None)
+        bound = watch.wait_for("bound", set(created), within(n, rate))
+        result = Result(
             "kube-scheduler",
             len(bound),
             max(bound.values()) - t0 if bound else float("nan"),
             [bound[k] - created[k] for k in bound],
+            cpu=cpu.used(),
         )
+        result.writes = {k: v / max(1, len(bound)) for k, v in api.writes().items()}
+        say(result, n)
+        return result
     finally:
+        watch.close()
         proc.terminate()
-        proc.wait(timeout=20)
-        log.close()
-        kube.delete(f"/api/v1/namespaces/{namespace}")
-        deadline = time.monotonic() + 60
-        while kube.find(f"/api/v1/namespaces/{namespace}") is not None and time.monotonic() < deadline:
-            time.sleep(0.5)
+        proc.wait(timeout=30)
+        delete_namespace(kube, namespace)
 
 
-def row(n: int, nodes: int, label: str, r: Result, note: str = "") -> str:
+def wait_kube_scheduler_ready(kube: AdminKube) -> None:
+    """Ready once it binds a probe Pod: its caches are warm, as ours are at /readyz."""
+    namespace = namespace_for(kube, "bench-kube-probe")
+    watch = PodWatch(kube, namespace)
+    try:
+        create_pods(kube, namespace, "probe", 1, 0, None)
+        watch.wait_for("bound", {"probe0"}, 60)
+    finally:
+        watch.close()
+        delete_namespace(kube, namespace)
+
+
+SLURM_SIDE = {"slurmctld", "slurmrestd", "slurmd", "slurmscriptd", "munged"}
+KUBE_SIDE = {"kube-apiserver", "etcd", "kwok"}
+
+
+def split_cores() -> str:
+    """Slurm (its daemons, and through slurmd every job) on one half of the CPUs; the API
+    server, etcd, kwok, the schedulers and this client on the other: as in a real cluster,
+    where they run on different machines, neither side's work slows the other down."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise RuntimeError("--split-cores needs at least 2 CPUs")
+    slurm, kube = set(cpus[: len(cpus) // 2]), set(cpus[len(cpus) // 2 :])
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            comm = Path(entry.path, "comm").read_text().strip()
+            side = slurm if comm in SLURM_SIDE else kube if comm in KUBE_SIDE else None
+            if side is not None:
+                for task in os.scandir(Path(entry.path, "task")):  # every thread, not just the first
+                    os.sched_setaffinity(int(task.name), side)
+        except OSError:
+            continue
+    os.sched_setaffinity(0, kube)  # the schedulers we start inherit it
     return (
-        f"| {n} | {nodes} | {label} | {r.count}/{n} | {r.rate:.1f}/s | "
-        f"{r.pct(50):.2f} | {r.pct(95):.2f} | {r.pct(99):.2f} | {note} |"
+        f"Slurm on CPU {','.join(map(str, sorted(slurm)))}, Kubernetes on {','.join(map(str, sorted(kube)))}"
     )
 
 
-def report(n: int, nodes: int, results: dict[str, Result]) -> list[str]:
-    ours, raw, kube = results["ours"], results["raw-slurm"], results["kube-scheduler"]
+def warm_up(cluster: DevCluster) -> None:
+    """Slurm's first scheduling pass after start is slow; let it happen outside the figures."""
+    result = bench_raw_slurm(cluster, 4, 0)
+    if result.count < 4:
+        raise RuntimeError("Slurm did not start 4 warm-up jobs; see the dev cluster's logs")
+
+
+def report(n: int, nodes: int, arrival: str, results: dict[str, Result]) -> list[str]:
+    ours, raw, kube, end = (
+        results["ours"],
+        results["raw-slurm"],
+        results["kube-scheduler"],
+        results["ours-end"],
+    )
     usage = (
-        f"median stages: created→submitted {ours.extra['to_submitted_s']:.2f} s, "
-        f"submitted→started {ours.extra['to_started_s']:.2f} s, "
-        f"started→bound {ours.extra['to_bound_s']:.2f} s; "
-        f"Slurm calls/Pod {ours.extra['slurm_calls_per_pod']:.1f}, "
-        f"scheduler CPU {ours.extra['cpu_s']:.1f} s, peak RSS {ours.extra['peak_rss_mib']:.0f} MiB"
+        f"median created→job ID {ours.extra['to_submitted_s']:.2f} s, job ID→bound "
+        f"{ours.extra['to_bound_s']:.2f} s; Slurm calls/Pod {ours.extra['slurm_calls_per_pod']:.1f}; "
+        f"scheduler CPU {ours.cpu.get('sunk scheduler', 0):.1f} s, "
+        f"peak RSS {ours.extra['peak_rss_mib']:.0f} MiB"
     )
+    at = f"{n} {arrival}"
     return [
-        row(n, nodes, "sunk: create → bound", ours, usage),
-        row(
-            n,
+        row_at(at, nodes, "sunk: create → bound", ours, usage),
+        row_at(
+            at,
             nodes,
             "raw slurmrestd: submit → started",
             raw,
             f"sunk/raw rate **{ours.rate / raw.rate:.2f}x**",
         ),
-        row(
-            n,
+        row_at(
+            at,
             nodes,
             "kube-scheduler: create → bound",
             kube,
             f"sunk/kube rate **{ours.rate / kube.rate:.2f}x**",
         ),
-        row(n, nodes, "sunk: scancel → Pod deleted", results["ours-end"]),
+        row_at(
+            at,
+            nodes,
+            "sunk: job cancelled → Pod deleting",
+            end,
+            f"cancelling took {end.extra['scancel_s']:.2f} s; "
+            f"→ Pod gone p50 {end.extra['gone_p50']:.2f} s, p99 {end.extra['gone_p99']:.2f} s",
+        ),
     ]
+
+
+def row_at(at: str, nodes: int, label: str, r: Result, note: str = "") -> str:
+    n = int(at.split()[0])
+    return (
+        f"| {at} | {nodes} | {label} | {r.count}/{n} | {r.rate:.1f}/s | "
+        f"{r.pct(50):.2f} | {r.pct(95):.2f} | {r.pct(99):.2f} | {note} |"
+    )
+
+
+def cpu_rows(at: str, results: dict[str, Result]) -> list[str]:
+    rows = []
+    for name, r in results.items():
+        writes = ", ".join(f"{k} {v:.1f}" for k, v in r.writes.items())
+        cpu = ", ".join(f"{k} {v:.1f}" for k, v in r.cpu.items())
+        rows.append(f"| {at} | {name} | {cpu} | {writes} |")
+    return rows
 
 
 def main() -> int:
@@ -416,53 +522,56 @@ def main() -> int:
     )
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--cpus-per-node", type=int, default=64)
-    parser.add_argument("--pods", default="100,1000")
+    parser.add_argument("--pods", default="100,1000", help="comma-separated N")
+    parser.add_argument("--rate", type=float, default=0, help="arrivals per second (default: all at once)")
+    parser.add_argument(
+        "--split-cores",
+        action="store_true",
+        help="run Slurm and Kubernetes on separate halves of the CPUs, as on separate machines",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
+    parser.add_argument(
+        "--profile", type=Path, help="py-spy the scheduler while it places Pods (collapsed stacks)"
+    )
     args = parser.parse_args()
     cluster = DevCluster()
     if cluster.is_running():
         print("a dev cluster is running: stop it with `sunk dev down` first", file=sys.stderr)
         return 1
-    spec = ClusterSpec(nodes=args.nodes, cpus_per_node=args.cpus_per_node)
     print(f"bringing up {args.nodes} nodes x {args.cpus_per_node} CPUs …", flush=True)
-    cluster.up(spec)
+    cluster.up(ClusterSpec(nodes=args.nodes, cpus_per_node=args.cpus_per_node))
     kube = AdminKube(cluster.layout)
+    if args.split_cores:
+        print(split_cores(), flush=True)
+    arrival = f"at {args.rate:g}/s" if args.rate else "at once"
     rows: list[str] = []
-    raw_figures: dict[str, Any] = {}
+    cpu_table: list[str] = []
+    figures: dict[str, Any] = {}
     try:
+        warm_up(cluster)
         for n in (int(x) for x in args.pods.split(",")):
-            print(f"N={n}: raw slurmrestd …", flush=True)
-            raw = bench_raw_slurm(cluster, n)
-            print(f"N={n}: sunk …", flush=True)
-            ours, end = bench_ours(cluster, kube, n)
+            print(f"N={n} {arrival}: raw slurmrestd …", flush=True)
+            raw = bench_raw_slurm(cluster, n, args.rate)
+            print(f"N={n} {arrival}: sunk …", flush=True)
+            ours, end = bench_ours(cluster, kube, n, args.rate, args.profile)
             wait_idle(cluster)
-            print(f"N={n}: kube-scheduler …", flush=True)
-            kube_result = bench_kube_scheduler(cluster, kube, n)
+            print(f"N={n} {arrival}: kube-scheduler …", flush=True)
+            kube_result = bench_kube_scheduler(cluster, kube, n, args.rate)
             results = {"ours": ours, "ours-end": end, "raw-slurm": raw, "kube-scheduler": kube_result}
-            rows += report(n, args.nodes, results)
-            raw_figures[str(n)] = {
-                k: {
-                    "count": r.count,
-                    "seconds": r.seconds,
-                    "rate": r.rate,
-                    "p50": r.pct(50),
-                    "p95": r.pct(95),
-                    "p99": r.pct(99),
-                    **r.extra,
-                }
-                for k, r in results.items()
-            }
-            print("\n".join(rows[-4:]), flush=True)
+            rows += report(n, args.nodes, arrival, results)
+            cpu_table += cpu_rows(f"{n} {arrival}", results)
+            figures[f"{n} {arrival}"] = {k: r.figures() for k, r in results.items()}
+            print("\n".join(rows[-4:] + cpu_table[-4:]), flush=True)
     finally:
         kube.close()
         cluster.down()
-    header = [
-        "| N | nodes | path | done | rate | p50 s | p95 s | p99 s | notes |",
-        "|---|---|---|---|---|---|---|---|---|",
-    ]
-    print("\n".join(header + rows))
+    print("| N | nodes | path | done | rate | p50 s | p95 s | p99 s | notes |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    print("\n".join(rows))
+    print("\n| N | phase | CPU seconds by component | API writes per Pod |\n|---|---|---|---|")
+    print("\n".join(cpu_table))
     if args.json:
-        args.json.write_text(json.dumps(raw_figures, indent=2))
+        args.json.write_text(json.dumps(figures, indent=2))
     return 0
 
 

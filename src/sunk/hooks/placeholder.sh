@@ -41,9 +41,11 @@ $nonce")
 #    KillWait ends, drain the node (only root may; otherwise the scheduler does it).
 on_term() {
   trap '' TERM
-  local start=$SECONDS deadline=$(( ${SUNK_KILL_WAIT:-30} - 3 )) drained="" code
+  local start=$SECONDS deadline=$(( ${SUNK_KILL_WAIT:-30} - 3 )) drained="" code left step=0
+  local -a backoff=(0.5 1 2 4)   # when a thousand jobs end at once, retries must not pile up
   while :; do
-    call terminating 10
+    left=$(( deadline - (SECONDS - start) ))
+    call terminating $(( left > 10 ? 10 : (left < 1 ? 1 : left) ))
     code=$(curl "${CALL[@]}")
     if [ "$code" = 200 ]; then exit 0; fi   # the Pod is gone
     if [ -z "$drained" ] && (( SECONDS - start >= deadline )) && (( EUID == 0 )); then
@@ -52,8 +54,11 @@ on_term() {
       drained=1
     fi
     case "$code" in
-      202) ;;            # long poll ended, the Pod is still terminating: ask again
-      *) sleep 0.5 ;;    # scheduler unreachable or refusing: retry
+      202) step=0 ;;     # long poll ended, the Pod is still terminating: ask again
+      *)                 # scheduler unreachable, busy or refusing: retry, backing off
+        (( left <= 5 )) && step=0
+        sleep "${backoff[step]}"
+        step=$(( step < 3 ? step + 1 : 3 )) ;;
     esac
   done
 }

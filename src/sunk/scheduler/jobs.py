@@ -113,13 +113,15 @@ class JobPoller:
                 # A full listing each time: it also notices jobs that vanished.
                 listed_at = time.monotonic()
                 jobs = await self._slurm.jobs()
+                took = time.monotonic() - listed_at
                 touched = self._index.replace(jobs, listed_at)
                 self._index.synced.set()
                 self.last_error = None
                 self.last_success = time.monotonic()
                 for ref in touched:
                     self._on_change(ref)
-                delay = self._interval
+                # Listing thousands of jobs costs slurmrestd real time: keep it to a fifth.
+                delay = max(self._interval, 4 * took)
             except SlurmError as err:
                 if self.last_error != str(err):
                     log.warning("cannot list Slurm jobs: %s", err)
