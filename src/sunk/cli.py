@@ -132,8 +132,11 @@ def run_explain(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `sunk dev status | head` ends quietly
     args = build_parser().parse_args(argv)
+    if args.command in ("dev", "explain"):
+        # `sunk dev status | head` ends quietly. Never for the scheduler: a server must
+        # outlive a client that hangs up before its answer is written.
+        signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
         if args.command == "dev":
             return run_dev(args)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import signal
+import socket
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -65,3 +68,21 @@ def test_r8_1_not_ready_while_slurm_is_unreachable(dev_cluster: Any, namespace: 
         assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
     finally:
         proc.stop()
+
+
+def test_r8_2_the_scheduler_survives_clients_that_hang_up(own_scheduler: Any) -> None:
+    """Under load, placeholder scripts give up on slow answers; the write that follows must
+    not kill the scheduler (SIGPIPE left at its default once did, silently)."""
+    proc = own_scheduler()
+    assert proc.proc is not None
+    status = Path(f"/proc/{proc.proc.pid}/status").read_text()
+    ignored = int(next(line.split()[1] for line in status.splitlines() if line.startswith("SigIgn:")), 16)
+    assert ignored & (1 << (signal.SIGPIPE - 1)), "SIGPIPE must be ignored by the scheduler"
+    request = b"POST /v1/pods/u/jobs/1/terminating HTTP/1.1\r\nHost: x\r\nContent-Length: 0\r\n\r\n" * 50
+    for _ in range(20):
+        with socket.create_connection(("127.0.0.1", proc.hooks_port), timeout=5) as conn:
+            conn.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+            conn.sendall(request)  # then close at once, with a reset, before any answer
+    base = f"http://127.0.0.1:{proc.probes_port}"
+    assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+    assert proc.proc.poll() is None
