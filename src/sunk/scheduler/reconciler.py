@@ -195,7 +195,7 @@ class Reconciler:
         if gone:
             # Nothing of the Pod runs any more: cancel; the script's hook call learns at once
             # that the Pod is gone and exits, so the job ends without waiting for KillWait.
-            if job.job_id not in self._cancelled:
+            if job.job_id not in self._cancelled and not job.ending:  # ending: Slurm is on it
                 log.info("cancelling Slurm job %s of %s: its Pod is gone or done", job.job_id, ref)
                 self._cancelled.add(job.job_id)
                 await self.slurm.cancel(job.job_id)
