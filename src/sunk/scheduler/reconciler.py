@@ -195,7 +195,7 @@ class Reconciler:
         if gone:
             # Nothing of the Pod runs any more: cancel; the script's hook call learns at once
             # that the Pod is gone and exits, so the job ends without waiting for KillWait.
-            if job.job_id not in self._cancelled and not job.ending:  # ending: Slurm is on it
+            if job.job_id not in self._cancelled:  # even if ending: that stops a requeue
                 log.info("cancelling Slurm job %s of %s: its Pod is gone or done", job.job_id, ref)
                 self._cancelled.add(job.job_id)
                 await self.slurm.cancel(job.job_id)
@@ -256,11 +256,11 @@ class Reconciler:
                 log.info("cannot read job %s to say why it ends (%s); the poller will tell", job_id, err)
             finally:
                 self._asking_why -= 1
-        if job is not None and job.ending:
+        if job is not None and (job.ending or job.gave_up_resources):
             self.index.record(ref, job)
-            await self._say_why(pod, job)
-        else:
-            self._why_owed[job_id] = pod
+            await self._job_ending(pod, job)  # says why, deletes, cancels a requeued job
+            return
+        self._why_owed[job_id] = pod
         await self._delete(pod)
 
     async def _say_why(self, pod: Json, job: SlurmJob) -> None:
