@@ -465,46 +465,29 @@ def report(n: int, nodes: int, arrival: str, results: dict[str, Result]) -> list
         results["kube-scheduler"],
         results["ours-end"],
     )
+
+    def row(label: str, r: Result, note: str) -> str:
+        return (
+            f"| {n} {arrival} | {nodes} | {label} | {r.count}/{n} | {r.rate:.1f}/s | "
+            f"{r.pct(50):.2f} | {r.pct(95):.2f} | {r.pct(99):.2f} | {note} |"
+        )
+
     usage = (
         f"median created→job ID {ours.extra['to_submitted_s']:.2f} s, job ID→bound "
         f"{ours.extra['to_bound_s']:.2f} s; Slurm calls/Pod {ours.extra['slurm_calls_per_pod']:.1f}; "
         f"scheduler CPU {ours.cpu.get('sunk scheduler', 0):.1f} s, "
         f"peak RSS {ours.extra['peak_rss_mib']:.0f} MiB"
     )
-    at = f"{n} {arrival}"
-    return [
-        row_at(at, nodes, "sunk: create → bound", ours, usage),
-        row_at(
-            at,
-            nodes,
-            "raw slurmrestd: submit → started",
-            raw,
-            f"sunk/raw rate **{ours.rate / raw.rate:.2f}x**",
-        ),
-        row_at(
-            at,
-            nodes,
-            "kube-scheduler: create → bound",
-            kube,
-            f"sunk/kube rate **{ours.rate / kube.rate:.2f}x**",
-        ),
-        row_at(
-            at,
-            nodes,
-            "sunk: job cancelled → Pod deleting",
-            end,
-            f"cancelling took {end.extra['scancel_s']:.2f} s; "
-            f"→ Pod gone p50 {end.extra['gone_p50']:.2f} s, p99 {end.extra['gone_p99']:.2f} s",
-        ),
-    ]
-
-
-def row_at(at: str, nodes: int, label: str, r: Result, note: str = "") -> str:
-    n = int(at.split()[0])
-    return (
-        f"| {at} | {nodes} | {label} | {r.count}/{n} | {r.rate:.1f}/s | "
-        f"{r.pct(50):.2f} | {r.pct(95):.2f} | {r.pct(99):.2f} | {note} |"
+    ended = (
+        f"cancelling took {end.extra['scancel_s']:.2f} s; "
+        f"→ Pod gone p50 {end.extra['gone_p50']:.2f} s, p99 {end.extra['gone_p99']:.2f} s"
     )
+    return [
+        row("sunk: create → bound", ours, usage),
+        row("raw slurmrestd: submit → started", raw, f"sunk/raw rate **{ours.rate / raw.rate:.2f}x**"),
+        row("kube-scheduler: create → bound", kube, f"sunk/kube rate **{ours.rate / kube.rate:.2f}x**"),
+        row("sunk: job cancelled → Pod deleting", end, ended),
+    ]
 
 
 def cpu_rows(at: str, results: dict[str, Result]) -> list[str]:

@@ -161,7 +161,8 @@ class Reconciler:
         if pod is None:
             self._deleting.pop(key, None)
         for ref, other in self.index.for_key(namespace, name):
-            owed = self._why_owed.pop(other.job_id, None) if other.ending else None
+            ended = other.ending or other.gave_up_resources
+            owed = self._why_owed.pop(other.job_id, None) if ended else None
             if owed is not None:
                 await self._say_why(owed, other)
             if other.active:
@@ -213,8 +214,6 @@ class Reconciler:
             # the job must not come back later for a Pod that no longer exists.
             self._signalled.add(job.job_id)
             await self.slurm.cancel(job.job_id)
-        if job.job_id in self._why_owed:
-            await self._say_why(self._why_owed.pop(job.job_id), job)
         if not self._being_deleted(pod):
             await self._say_why(pod, job)
             await self._delete(pod)
