@@ -45,6 +45,7 @@ class Config:
     slurm_token: str | None = field(default=None, repr=False)
     slurm_token_file: Path | None = None
     slurm_user: str = "root"
+    slurm_api_version: str | None = None
     slurm_kill_wait_s: float = 30
     watch_namespaces: tuple[str, ...] = ()
     annotation_prefix: str = DEFAULT_PREFIX
@@ -82,6 +83,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("slurm-auth-token", "Slurm JWT (prefer --slurm-auth-token-file or the env variable)")
     flag("slurm-auth-token-file", "file holding the Slurm JWT; re-read when it changes")
     flag("slurm-user", "user name sent with the token", "root")
+    flag(
+        "slurm-api-version",
+        "slurmrestd REST version to speak, e.g. v0.0.42 (default: the newest one both sides know)",
+    )
     flag("slurm-kill-wait", "Slurm's KillWait; Pod grace periods must stay 5s below it", "30s")
     flag("watch-namespace", "comma-separated namespaces to watch (empty: all)", "")
     flag("annotation-prefix", "prefix of the Pod annotations read", DEFAULT_PREFIX)
@@ -158,6 +163,7 @@ def from_arguments(args: argparse.Namespace) -> Config:
         slurm_token=args.slurm_auth_token or None,
         slurm_token_file=Path(args.slurm_auth_token_file) if args.slurm_auth_token_file else None,
         slurm_user=args.slurm_user,
+        slurm_api_version=args.slurm_api_version or None,
         slurm_kill_wait_s=kill_wait,
         watch_namespaces=tuple(n.strip() for n in args.watch_namespace.split(",") if n.strip()),
         annotation_prefix=args.annotation_prefix,

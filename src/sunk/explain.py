@@ -8,7 +8,7 @@ from typing import Any
 
 import yaml
 
-from sunk.slurm import v0038 as dialect
+from sunk.slurm.client import SUPPORTED_VERSIONS, make_dialect
 from sunk.translate import Exclusive, PlaceholderJob, Settings, translate
 from sunk.translate.job import KILL_WAIT_MARGIN_S
 
@@ -63,7 +63,11 @@ def first_pod(text: str) -> dict[str, Any]:
     raise ValueError("the file holds no Pod manifest")
 
 
-def explain(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
+def explain(
+    pod: dict[str, Any], settings: Settings, api_version: str = SUPPORTED_VERSIONS[0]
+) -> dict[str, Any]:
+    """The job `pod` would get from a slurmrestd speaking `api_version`, or its errors."""
+    dialect = make_dialect(api_version)
     meta = pod.setdefault("metadata", {})
     meta.setdefault("namespace", "default")
     meta.setdefault("uid", "<pod-uid>")
@@ -71,10 +75,15 @@ def explain(pod: dict[str, Any], settings: Settings) -> dict[str, Any]:
     errors = list(result.errors)
     if result.job is not None:
         errors += dialect.unsupported(result.job)
-    report: dict[str, Any] = {"valid": not errors, "errors": errors, "notes": result.notes}
+    report: dict[str, Any] = {
+        "valid": not errors,
+        "errors": errors,
+        "notes": result.notes,
+        "api_version": api_version,
+    }
     if result.job is not None:
-        body = dialect.submit_body(result.job, "<placeholder script>", {"SUNK_POD": str(result.job.pod)})
-        report["job"] = body
+        submission = dialect.submission(result.job, "<placeholder script>", {"SUNK_POD": str(result.job.pod)})
+        report["job"] = submission.body
         report["sbatch"] = sbatch_line(result.job)
     spec = pod.get("spec") or {}
     if spec.get("nodeSelector") or (spec.get("affinity") or {}).get("nodeAffinity"):
@@ -89,7 +98,7 @@ def render_text(report: dict[str, Any], settings: Settings) -> str:
     lines = []
     if report["valid"]:
         lines += ["The Pod is valid. sunk would submit:", "", "  " + report["sbatch"], ""]
-        lines += ["REST body (slurmrestd " + dialect.VERSION + "):"]
+        lines += ["REST body (slurmrestd " + report["api_version"] + "):"]
         lines += ["  " + line for line in json.dumps(report["job"], indent=2).splitlines()]
     else:
         limit = settings.kill_wait_s - KILL_WAIT_MARGIN_S

@@ -34,14 +34,12 @@ def test_r7_2_fractional_cpus_or_burstable_pods_are_fine() -> None:
 
 @pytest.mark.parametrize("select", ["CR_Core_Memory", "CR_CPU_Memory", "CR_Socket_Memory,OTHER_CONS_RES"])
 def test_r7_3_memory_as_a_consumable_resource_is_fine(select: str) -> None:
-    assert memory_oversubscription_warning({"SelectTypeParameters": select}) is None
+    assert memory_oversubscription_warning(select) is None
 
 
 @pytest.mark.parametrize("select", ["CR_Core", "CR_CPU", ""])
 def test_r7_3_memory_oversubscription_is_warned_about(select: str) -> None:
-    assert "memory is not a consumable resource" in (
-        memory_oversubscription_warning({"SelectTypeParameters": select}) or ""
-    )
+    assert "memory is not a consumable resource" in (memory_oversubscription_warning(select) or "")
 
 
 def parse(*argv: str) -> config.Config:
@@ -116,9 +114,9 @@ def test_r8_2_a_listing_older_than_a_submit_does_not_forget_the_job() -> None:
 
     from sunk.scheduler.jobs import JobIndex
     from sunk.slurm.models import SlurmJob
-    from sunk.translate import PodRef, job_name
+    from sunk.translate import PodRef, job_name, pod_of_job_name
 
-    index = JobIndex("sunk")
+    index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"))
     ref = PodRef("ns", "p", "uid-1")
     listed_at = clock.monotonic()  # the listing is requested first…
     job = SlurmJob(7, job_name(ref, "sunk"), "PENDING", "None", (), "", 0, 0, "batch", None, None)
@@ -134,12 +132,12 @@ def test_r8_2_jobs_are_found_by_pod_name_across_listings_and_records() -> None:
 
     from sunk.scheduler.jobs import JobIndex
     from sunk.slurm.models import SlurmJob
-    from sunk.translate import PodRef, job_name
+    from sunk.translate import PodRef, job_name, pod_of_job_name
 
     def job(job_id: int, ref: PodRef) -> SlurmJob:
         return SlurmJob(job_id, job_name(ref, "sunk"), "RUNNING", "None", (), "", 0, 0, "batch", None, None)
 
-    index = JobIndex("sunk")
+    index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"))
     old, new = PodRef("ns", "web", "uid-old"), PodRef("ns", "web", "uid-new")
     index.replace([job(1, old), job(2, PodRef("ns", "other", "u"))], clock.monotonic())
     index.record(new, job(3, new))

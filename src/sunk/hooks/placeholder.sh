@@ -4,17 +4,19 @@
 #
 # Environment (set by the scheduler at submission):
 #   SUNK_POD, SUNK_POD_UID   the Pod this job stands for
-#   SUNK_COMMENT             the Pod's comment annotation
+#   SUNK_MARK_FIELD          the job field that carries the started mark: `extra` on
+#                            Slurm 23.02 and later, `comment` on 22.05 (no `extra` there)
+#   SUNK_MARK_BASE           what that field held at submission
 #   SUNK_HOOK_URL            the scheduler's hooks API
 #   SUNK_HOOK_KEY            this Pod's key for signing hook calls (R5.5)
 #   SUNK_KILL_WAIT           Slurm's KillWait in seconds
 set -u
 export LC_ALL=C   # a "." in $EPOCHREALTIME, whatever the node's locale
 
-# 1. Mark the job started. Slurm 22.05 has no job `extra`, so the mark is appended to the
-#    comment; the scheduler binds the Pod only once it sees it (RUNNING alone may still
-#    mean "prolog running").
-if ! scontrol update jobid="$SLURM_JOB_ID" comment="${SUNK_COMMENT:-}: started"; then
+# 1. Mark the job started; the scheduler binds the Pod only once it sees the mark
+#    (RUNNING alone may still mean "prolog running"). No Pod annotation maps to `extra`,
+#    so on current Slurm nothing a Pod author writes can fake it.
+if ! scontrol update jobid="$SLURM_JOB_ID" "${SUNK_MARK_FIELD:-extra}=${SUNK_MARK_BASE:-}: started"; then
   echo "sunk placeholder: could not mark job $SLURM_JOB_ID started" >&2
   exit 1
 fi

@@ -23,6 +23,7 @@ JOB_ENDED = "PlaceholderJobEnded"
 NODE_DRAINED = "NodeDrained"
 STATIC_CPU = "StaticCPUPinning"
 IGNORED_ANNOTATION = "IgnoredAnnotation"
+SLURM_WARNING = "SlurmWarning"
 
 # PodScheduled condition reasons. The first two are final: the Pod is never retried.
 INVALID = "InvalidForSlurm"

@@ -24,10 +24,10 @@ from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.jobs import JobIndex, JobPoller
 from sunk.scheduler.queue import WorkQueue
 from sunk.scheduler.reconciler import HookCredentials, PodStore, Reconciler
-from sunk.slurm.client import SlurmClient, TokenSource
+from sunk.slurm.client import SlurmClient, SlurmVersionError, TokenSource
 from sunk.slurm.errors import SlurmError
-from sunk.slurm.scontrol import Scontrol, memory_oversubscription_warning
-from sunk.translate import PodRef, Settings, pod_of_job_name
+from sunk.slurm.scontrol import memory_oversubscription_warning
+from sunk.translate import PodRef, Settings
 
 log = logging.getLogger(__name__)
 RESYNC_EVERY_S = 30.0
@@ -38,7 +38,7 @@ READ_STARTED_AT_ONCE = 4
 
 
 class Scheduler:
-    def __init__(self, config: Config, kube: KubeClient, slurm: SlurmClient, tokens: TokenSource) -> None:
+    def __init__(self, config: Config, kube: KubeClient, slurm: SlurmClient) -> None:
         self.config = config
         self.kube = kube
         self.slurm = slurm
@@ -56,7 +56,6 @@ class Scheduler:
         self.hooks_server = HooksServer(
             self, Verifier(secret), on_call=lambda outcome: metrics.HOOK_CALLS.labels(outcome).inc()
         )
-        self.scontrol = Scontrol(tokens)
         self.elector = (
             LeaderElector(kube, config.leader_election_namespace, config.leader_election_id, _identity())
             if config.leader_elect
@@ -81,7 +80,7 @@ class Scheduler:
         self.nodes = Informer(kube, "/api/v1/nodes", name="nodes")
         self.slurmd = Informer(kube, slurmd_path, label_selector=config.slurmd_selector, name="slurmd")
         self.cluster = ClusterView(self.nodes, self.slurmd, config.slurm_node_label)
-        self.index = JobIndex(config.scheduler_name)
+        self.index = JobIndex(lambda job: slurm.pod_of(job, config.scheduler_name))
         self.poller = JobPoller(slurm, self.index, self._job_changed, interval=config.slurm_poll_interval_s)
         self._reading_started = 0
         self.pods = PodStore(self.pod_informers)
@@ -94,8 +93,6 @@ class Scheduler:
             recorder=Recorder(kube, config.scheduler_name, socket.gethostname()),
             settings=Settings(config.annotation_prefix, int(config.slurm_kill_wait_s), config.scheduler_name),
             script=placeholder_script(),
-            slurm_user=config.slurm_user,
-            drainer=self.scontrol,
         )
         self.reconciler.refuse_static_cpu = config.static_cpu_pods == "refuse"
         for informer in self.pod_informers.values():
@@ -114,7 +111,7 @@ class Scheduler:
         if found is not None:
             return found[0]
         job = await self.slurm.job(job_id)  # submitted a moment ago, not yet polled
-        return pod_of_job_name(job.name, self.config.scheduler_name) if job else None
+        return self.slurm.pod_of(job, self.config.scheduler_name) if job else None
 
     def acting_now(self) -> bool:
         return self.acting.is_set()
@@ -233,11 +230,15 @@ class Scheduler:
             await asyncio.sleep(2)
 
     async def _check_slurm_config(self) -> None:
-        config = await self.scontrol.config()
-        if config is None:
+        try:
+            select = await self.slurm.select_type()
+        except SlurmError as err:
+            log.info("cannot read Slurm's select type (%s); skipping the memory check (R7.3)", err)
+            return
+        if select is None:
             log.info("cannot read Slurm's configuration with scontrol; skipping the memory check (R7.3)")
             return
-        warning = memory_oversubscription_warning(config)
+        warning = memory_oversubscription_warning(select)
         if warning:
             log.warning("%s", warning)
 
@@ -327,12 +328,40 @@ def hooks_url(config: Config, port: int) -> str:
     return f"http://{host}:{port}"
 
 
+async def negotiate(slurm: SlurmClient, forced: str | None) -> None:
+    """Choose the REST version before anything else. Waits while slurmrestd cannot be
+    reached or refuses the token (it may be starting); a slurmrestd that serves no version
+    sunk speaks raises SlurmVersionError, which stops the scheduler with that sentence."""
+    delay = 0.5
+    while True:
+        try:
+            version = await slurm.negotiate(forced)
+        except SlurmError as err:
+            log.warning(
+                "cannot ask slurmrestd which REST versions it serves (%s); retrying in %.0fs", err, delay
+            )
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10)
+            continue
+        break
+    try:
+        await slurm.ping()
+    except SlurmError as err:
+        log.warning("slurmrestd ping failed: %s", err)
+    log.info("speaking slurmrestd %s to Slurm %s", version, slurm.release or "(release not reported)")
+
+
 async def run(config: Config) -> None:
-    kube = await KubeClient.connect(config.kubeconfig)
     tokens = TokenSource(config.slurm_token, config.slurm_token_file)
     slurm = SlurmClient(config.slurm_api_base, tokens, user=config.slurm_user)
     try:
-        await Scheduler(config, kube, slurm, tokens).run()
+        await negotiate(slurm, config.slurm_api_version)
+    except SlurmVersionError:
+        await slurm.aclose()
+        raise
+    kube = await KubeClient.connect(config.kubeconfig)
+    try:
+        await Scheduler(config, kube, slurm).run()
     finally:
         await slurm.aclose()
         await kube.close()

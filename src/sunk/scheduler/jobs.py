@@ -1,6 +1,7 @@
 """The scheduler's view of its placeholder jobs, kept current by polling slurmrestd.
 
-Jobs are found by the Pod identity in their names, never by job ID alone. One listing
+Jobs are recognised by the Pod identity the scheduler wrote into them (the dialect knows
+where: the job's admin_comment on current Slurm, its name on 22.05), never by job ID alone. One listing
 serves every Pod, so the cost per Pod stays flat however many Pods wait.
 """
 
@@ -15,7 +16,7 @@ from collections.abc import Callable
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.errors import SlurmError
 from sunk.slurm.models import SlurmJob
-from sunk.translate import PodRef, pod_of_job_name
+from sunk.translate import PodRef
 
 log = logging.getLogger(__name__)
 # The least time between two listings when hook calls ask for them.
@@ -23,10 +24,10 @@ NUDGE_GAP_S = 0.2
 
 
 class JobIndex:
-    """Jobs of one scheduler (by name); other schedulers' and users' jobs are not ours."""
+    """Jobs of one scheduler; other schedulers' and users' jobs are not ours."""
 
-    def __init__(self, scheduler: str) -> None:
-        self.scheduler = scheduler
+    def __init__(self, owner: Callable[[SlurmJob], PodRef | None]) -> None:
+        self._owner = owner
         self._by_id: dict[int, tuple[PodRef, SlurmJob]] = {}
         self._by_key: dict[tuple[str, str], set[int]] = {}  # (namespace, Pod name) → job IDs
         self._recorded_at: dict[int, float] = {}
@@ -39,7 +40,7 @@ class JobIndex:
         """Take a full listing requested at `listed_at`; return the Pods whose jobs appeared,
         changed or vanished. Jobs recorded after the request began are kept: the listing may
         simply predate them, and forgetting one could mean submitting its Pod twice."""
-        fresh = {job.job_id: (ref, job) for job in jobs if (ref := pod_of_job_name(job.name, self.scheduler))}
+        fresh = {job.job_id: (ref, job) for job in jobs if (ref := self._owner(job))}
         for job_id, recorded in list(self._recorded_at.items()):
             if recorded >= listed_at and job_id not in fresh and job_id in self._by_id:
                 fresh[job_id] = self._by_id[job_id]

@@ -23,13 +23,11 @@ from sunk.hooks.auth import pod_key
 from sunk.kube import events as ev
 from sunk.kube.client import KubeClient, KubeError
 from sunk.scheduler.cluster import ClusterView
-from sunk.scheduler.identity import submit_as
 from sunk.scheduler.jobs import JobIndex
-from sunk.slurm import v0038 as dialect
 from sunk.slurm.client import SlurmClient
+from sunk.slurm.dialect import mark_environment
 from sunk.slurm.errors import SlurmError
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.slurm.scontrol import Scontrol
 from sunk.translate import PodRef, Settings, translate
 
 log = logging.getLogger(__name__)
@@ -96,8 +94,6 @@ class Reconciler:
         recorder: ev.Recorder,
         settings: Settings,
         script: str,
-        slurm_user: str,
-        drainer: Scontrol,
     ) -> None:
         self.kube = kube
         self.slurm = slurm
@@ -107,9 +103,7 @@ class Reconciler:
         self.recorder = recorder
         self.settings = settings
         self.script = script
-        self.slurm_user = slurm_user
         self.prefix = settings.annotation_prefix
-        self.drainer = drainer
         self.hooks = HookCredentials("http://hooks-api-not-started", b"")  # set before the first submit
         self._node_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._node_states: dict[str, tuple[float, SlurmNode | None]] = {}
@@ -228,7 +222,7 @@ class Reconciler:
             reason = (
                 f"sunk: Pod {meta['namespace']}/{meta['name']} still running at KillWait (job {job.job_id})"
             )
-            problem = await self.drainer.drain(job.nodes[0], reason)
+            problem = await self.slurm.drain(job.nodes[0], reason)
             note = (
                 f"Drained Slurm node {job.nodes[0]}: the Pod outlived KillWait; nothing else may start there"
             )
@@ -314,7 +308,7 @@ class Reconciler:
                 f"Slurm job {job.job_id} is pending ({job.reason}) in partition {job.partition}",
             )
             return Outcome()
-        if job.running and dialect.started(job):
+        if job.running and job.started:
             return await self._bind(pod, job)
         if job.active:  # CONFIGURING, or RUNNING before the script marked it started
             if wait := _transient_for(job.start_time):
@@ -373,10 +367,7 @@ class Reconciler:
         if not result.valid or result.job is None:
             return await self._refuse(pod, ev.INVALID, result.errors)
         job = result.job
-        problems = dialect.unsupported(job)
-        identity = submit_as(job.options.user_id, job.options.group_id, self.slurm_user)
-        if identity.problem:
-            problems.append(identity.problem)
+        problems = self.slurm.dialect.unsupported(job)
         if problems:
             return await self._refuse(pod, ev.INVALID, problems)
         pinned = static_cpu_problem(pod)
@@ -407,7 +398,7 @@ class Reconciler:
 
         environment = {
             "PATH": JOB_PATH,
-            "SUNK_COMMENT": job.options.comment,
+            **mark_environment(self.slurm.dialect, job),
             "SUNK_POD": str(job.pod),
             "SUNK_POD_UID": job.pod.uid,
             "SUNK_HOOK_URL": self.hooks.url,
@@ -416,15 +407,16 @@ class Reconciler:
         }
         if os.environ.get("SLURM_CONF"):
             environment["SLURM_CONF"] = os.environ["SLURM_CONF"]
-        body = dialect.submit_body(job, self.script, environment)
+        submission = self.slurm.submission(job, self.script, environment)
         try:
-            job_id = await self.slurm.submit(body, as_user=identity.user_name)
+            submitted = await self.slurm.submit(submission)
         except SlurmError as err:
             if err.retryable:
                 await self.recorder.condition(pod, False, ev.SLURM_UNAVAILABLE, str(err))
                 raise
             return await self._refuse(pod, ev.REJECTED_BY_SLURM, [str(err)])
 
+        job_id = submitted.job_id
         self.index.record(job.pod, _submitted(job_id, job.name, job.options.comment))
         try:
             await self._record_job(pod, job_id, avoid)
@@ -442,6 +434,15 @@ class Reconciler:
             ev.PLACEHOLDER_SUBMITTED,
             f"Submitted Slurm job {job_id} ({job.cpus} CPU, {job.memory_mib} MiB{gpus})",
         )
+        if submitted.warning:
+            # Slurm queued the job but said why it may not start soon: the job stays and
+            # waits (its pending reason follows on the condition); the Pod is not refused.
+            await self.recorder.event(
+                pod,
+                ev.SLURM_WARNING,
+                f"Slurm accepted job {job_id} but says: {submitted.warning}",
+                warning=True,
+            )
         return Outcome()
 
     # -- binding (R4.3, R4.4) -------------------------------------------------------------

@@ -1,59 +1,94 @@
-"""An async slurmrestd client with JWT auth (httpx).
-
-The token comes from a string or a file; the file is re-read whenever it changes, so a
-rotated token is picked up without a restart. The token never appears in logs, reprs or
-exception messages.
-"""
+"""An async slurmrestd client with JWT auth (httpx), speaking the REST version chosen at
+start-up through one dialect (see sunk.slurm.dialect). The token never appears in logs,
+reprs or exception messages."""
 
 from __future__ import annotations
 
-import os
+import re
 import time
-from pathlib import Path
+from dataclasses import dataclass
 from typing import Any
 
 import httpx
 
 from sunk.metrics import SLURM_ERRORS, SLURM_LATENCY
-from sunk.slurm import v0038 as dialect
-from sunk.slurm.errors import SlurmError, SlurmJobGone, SlurmUnavailable, raise_for
+from sunk.slurm.dataparser import VERSIONS as DATA_PARSER_VERSIONS
+from sunk.slurm.dataparser import DataParser
+from sunk.slurm.dialect import Dialect, Submission
+from sunk.slurm.errors import (
+    SlurmError,
+    SlurmJobGone,
+    SlurmUnavailable,
+    describe,
+    error_code,
+    error_list,
+    raise_for,
+)
 from sunk.slurm.models import SlurmJob, SlurmNode
+from sunk.slurm.scontrol import Scontrol
+from sunk.slurm.tokens import TokenSource
+from sunk.slurm.v0038 import V0038
+from sunk.translate import PlaceholderJob, PodRef
+
+# Newest first: the order in which a served version is preferred.
+SUPPORTED_VERSIONS = (*reversed(DATA_PARSER_VERSIONS), V0038.version)
 
 
-class TokenSource:
-    def __init__(self, token: str | None = None, path: Path | None = None) -> None:
-        if not token and path is None:
-            raise ValueError(
-                "no Slurm token: pass --slurm-auth-token, --slurm-auth-token-file, or set "
-                "SUNK_SLURM_AUTH_TOKEN / SUNK_SLURM_AUTH_TOKEN_FILE"
+class SlurmVersionError(Exception):
+    """slurmrestd serves no REST version sunk speaks (or not the one forced)."""
+
+
+def make_dialect(version: str, *, user: str = "root") -> Dialect:
+    if version == V0038.version:
+        return V0038(default_user=user)
+    return DataParser(version)
+
+
+def choose_version(served: list[str], forced: str | None = None) -> str:
+    """The newest served version sunk speaks, or `forced` if served; else a sentence."""
+    served_text = ", ".join(sorted(served)) or "none"
+    spoken = ", ".join(sorted(SUPPORTED_VERSIONS))
+    if forced:
+        if forced not in SUPPORTED_VERSIONS:
+            raise SlurmVersionError(f"--slurm-api-version {forced} is not one sunk speaks ({spoken})")
+        if forced not in served:
+            raise SlurmVersionError(
+                f"--slurm-api-version {forced} is not served by this slurmrestd (it serves {served_text})"
             )
-        self._token = (token or "").strip()
-        self._path = path
-        self._mtime: float | None = None
+        return forced
+    for version in SUPPORTED_VERSIONS:
+        if version in served:
+            return version
+    raise SlurmVersionError(
+        f"slurmrestd serves REST versions {served_text}, and sunk speaks {spoken}: run a Slurm "
+        "release that serves one of them (23.11 to 26.05, or 22.05), or enable the matching "
+        "openapi plugin in slurmrestd (-s)"
+    )
 
-    def get(self) -> str:
-        if self._path is None:
-            return self._token
-        try:
-            mtime = os.stat(self._path).st_mtime
-        except OSError as err:
-            raise SlurmUnavailable(f"cannot read the Slurm token file {self._path}: {err.strerror}") from None
-        if mtime != self._mtime:
-            self._token = self._path.read_text().strip().removeprefix("SLURM_JWT=")
-            self._mtime = mtime
-        return self._token
 
-    def __repr__(self) -> str:
-        return f"TokenSource(path={self._path!s}, token=<redacted>)"
+@dataclass(frozen=True)
+class SubmitResult:
+    job_id: int
+    # Slurm accepted the job but said something about it (e.g. "Requested partition
+    # configuration not available now"): the job exists and waits; the words are for an Event.
+    warning: str | None = None
 
 
 class SlurmClient:
     def __init__(
-        self, base_url: str, tokens: TokenSource, *, user: str = "root", timeout: float = 15
+        self,
+        base_url: str,
+        tokens: TokenSource,
+        *,
+        user: str = "root",
+        timeout: float = 15,
+        dialect: Dialect | None = None,
     ) -> None:
         self.user = user
         self._tokens = tokens
-        self._prefix = f"/slurm/{dialect.VERSION}"
+        self.dialect: Dialect = dialect or V0038(default_user=user)
+        self.release = ""  # Slurm's release as slurmrestd reports it, once seen
+        self._scontrol = Scontrol(tokens)
         self._http = httpx.AsyncClient(
             base_url=base_url.rstrip("/"),
             timeout=timeout,
@@ -63,10 +98,54 @@ class SlurmClient:
             limits=httpx.Limits(max_connections=8, max_keepalive_connections=8),
         )
 
+    @property
+    def version(self) -> str:
+        return self.dialect.version
+
     async def aclose(self) -> None:
         await self._http.aclose()
 
-    async def _call(
+    def _headers(self, as_user: str | None = None) -> dict[str, str]:
+        return {"X-SLURM-USER-NAME": as_user or self.user, "X-SLURM-USER-TOKEN": self._tokens.get()}
+
+    # -- which versions slurmrestd serves ---------------------------------------------------
+    async def served_versions(self) -> list[str]:
+        """The REST versions slurmrestd serves, from its OpenAPI description, or by asking
+        each version sunk knows for a ping when the description is not available."""
+        try:
+            resp = await self._http.get("/openapi/v3", headers=self._headers())
+        except httpx.HTTPError as err:
+            raise SlurmUnavailable(
+                f"cannot reach slurmrestd at {self._http.base_url}: {type(err).__name__}"
+            ) from None
+        if resp.status_code in (401, 403):
+            raise_for(resp.status_code, None, resp.text, "read its OpenAPI description")
+        if resp.status_code == 200:
+            try:
+                paths = resp.json().get("paths") or {}
+            except ValueError:
+                paths = {}
+            found = {m.group(1) for p in paths if (m := re.match(r"^/slurm/(v\d+\.\d+\.\d+)/", p))}
+            if found:
+                return sorted(found)
+        served = []
+        for version in SUPPORTED_VERSIONS:
+            try:
+                probe = await self._http.get(f"/slurm/{version}/ping", headers=self._headers())
+            except httpx.HTTPError:
+                continue
+            if probe.status_code == 200:
+                served.append(version)
+        return sorted(served)
+
+    async def negotiate(self, forced: str | None = None) -> str:
+        """Pick the dialect for this slurmrestd; returns the version chosen."""
+        version = choose_version(await self.served_versions(), forced)
+        self.dialect = make_dialect(version, user=self.user)
+        return version
+
+    # -- requests ---------------------------------------------------------------------------
+    async def _request(
         self,
         method: str,
         path: str,
@@ -76,16 +155,16 @@ class SlurmClient:
         params: dict[str, Any] | None = None,
         as_user: str | None = None,
         endpoint: str = "",
-    ) -> dict[str, Any]:
-        headers = {
-            "X-SLURM-USER-NAME": as_user or self.user,
-            "X-SLURM-USER-TOKEN": self._tokens.get(),
-        }
+    ) -> tuple[int, Any, str]:
         endpoint = f"{method} {endpoint or path}"
         started = time.perf_counter()
         try:
             resp = await self._http.request(
-                method, self._prefix + path, json=json, params=params, headers=headers
+                method,
+                f"/slurm/{self.dialect.version}{path}",
+                json=json,
+                params=params,
+                headers=self._headers(as_user),
             )
         except httpx.HTTPError as err:
             SLURM_ERRORS.labels(endpoint, "unreachable").inc()
@@ -98,24 +177,50 @@ class SlurmClient:
             body = resp.json()
         except ValueError:
             body = None
+        if isinstance(body, dict) and not self.release:
+            self.release = str(((body.get("meta") or {}).get("slurm") or {}).get("release") or "")
+        return resp.status_code, body, resp.text
+
+    async def _call(self, method: str, path: str, what: str, **kw: Any) -> dict[str, Any]:
+        status, body, text = await self._request(method, path, what, **kw)
         try:
-            raise_for(resp.status_code, body, resp.text, what)
+            raise_for(status, body, text, what)
         except SlurmError as err:
-            SLURM_ERRORS.labels(endpoint, type(err).__name__).inc()
+            SLURM_ERRORS.labels(f"{method} {kw.get('endpoint') or path}", type(err).__name__).inc()
             raise
         return body if isinstance(body, dict) else {}
 
     async def ping(self) -> None:
         await self._call("GET", "/ping", "ping slurmctld")
 
-    async def submit(self, body: dict[str, Any], *, as_user: str | None = None) -> int:
-        reply = await self._call("POST", "/job/submit", "submit a job", json=body, as_user=as_user)
-        return int(reply["job_id"])
+    async def submit(self, submission: Submission) -> SubmitResult:
+        """Submit; a reply that carries a job ID means the job exists, whatever else it
+        says, so it is returned (with Slurm's words) rather than raised."""
+        what = "submit a job"
+        status, body, text = await self._request(
+            "POST", "/job/submit", what, json=submission.body, as_user=submission.as_user
+        )
+        job_id = body.get("job_id") if isinstance(body, dict) else None
+        if isinstance(job_id, int) and job_id > 0:
+            errors = error_list(body)
+            real = [e for e in errors if error_code(e)]
+            return SubmitResult(job_id, describe(real) if real else None)
+        try:
+            raise_for(status, body, text, what)
+        except SlurmError as err:
+            SLURM_ERRORS.labels("POST /job/submit", type(err).__name__).inc()
+            raise
+        raise SlurmUnavailable(f"slurmrestd accepted the submission but returned no job ID: {text[:200]}")
 
-    async def jobs(self, *, changed_since: int | None = None) -> list[SlurmJob]:
-        params = {"update_time": changed_since} if changed_since else None
-        reply = await self._call("GET", "/jobs", "list jobs", params=params)
-        return [dialect.parse_job(j) for j in reply.get("jobs") or []]
+    def submission(self, job: PlaceholderJob, script: str, environment: dict[str, str]) -> Submission:
+        return self.dialect.submission(job, script, environment)
+
+    def pod_of(self, job: SlurmJob, scheduler: str) -> PodRef | None:
+        return self.dialect.pod_of(job, scheduler)
+
+    async def jobs(self) -> list[SlurmJob]:
+        reply = await self._call("GET", "/jobs", "list jobs")
+        return [self.dialect.parse_job(j) for j in reply.get("jobs") or []]
 
     async def job(self, job_id: int) -> SlurmJob | None:
         try:
@@ -123,7 +228,7 @@ class SlurmClient:
         except SlurmJobGone:
             return None
         jobs = reply.get("jobs") or []
-        return dialect.parse_job(jobs[0]) if jobs else None
+        return self.dialect.parse_job(jobs[0]) if jobs else None
 
     async def cancel(self, job_id: int, *, signal: str | None = None) -> None:
         """Cancel (SIGKILL after KillWait) or, with `signal`, only signal the job."""
@@ -137,9 +242,37 @@ class SlurmClient:
 
     async def nodes(self) -> list[SlurmNode]:
         reply = await self._call("GET", "/nodes", "list nodes")
-        return [dialect.parse_node(n) for n in reply.get("nodes") or []]
+        return [self.dialect.parse_node(n) for n in reply.get("nodes") or []]
 
     async def node(self, name: str) -> SlurmNode | None:
         reply = await self._call("GET", f"/node/{name}", f"read node {name}", endpoint="/node/{name}")
         nodes = reply.get("nodes") or []
-        return dialect.parse_node(nodes[0]) if nodes else None
+        return self.dialect.parse_node(nodes[0]) if nodes else None
+
+    async def drain(self, node: str, reason: str) -> str | None:
+        """Drain `node` with `reason`; None on success, otherwise what went wrong."""
+        if not self.dialect.drains_over_rest:
+            return await self._scontrol.drain(node, reason)
+        try:
+            await self._call(
+                "POST",
+                f"/node/{node}",
+                f"drain node {node}",
+                json=self.dialect.drain_body(reason),
+                endpoint="/node/{name}",
+            )
+        except SlurmError as err:
+            return f"could not drain {node}: {err}"
+        return None
+
+    async def select_type(self) -> str | None:
+        """Slurm's SelectTypeParameters (for the memory check of R7.3), if it can be read."""
+        if not self.dialect.drains_over_rest:
+            config = await self._scontrol.config()
+            return None if config is None else config.get("SelectTypeParameters", "")
+        reply = await self._call("GET", "/partitions", "list partitions")
+        for partition in reply.get("partitions") or []:
+            flags = partition.get("select_type")
+            if flags:
+                return ",".join(str(f) for f in flags)
+        return ""

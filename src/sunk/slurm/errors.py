@@ -20,13 +20,15 @@ class SlurmAuthError(SlurmError):
 
 
 class SlurmRejected(SlurmError):
-    """slurmctld understood the request and refused it (bad partition, account, QoS…)."""
+    """slurmctld understood the request and refused it. Final (bad partition, account,
+    QoS…) unless the error number says a later try can succeed (limits, fail-over)."""
 
     retryable = False
 
-    def __init__(self, message: str, code: int | None = None) -> None:
+    def __init__(self, message: str, code: int | None = None, *, retryable: bool = False) -> None:
         super().__init__(message)
         self.code = code
+        self.retryable = retryable
 
 
 class SlurmJobGone(SlurmRejected):
@@ -35,6 +37,80 @@ class SlurmJobGone(SlurmRejected):
 
 # slurmctld error numbers (slurm_errno.h) that we name in messages.
 UNKNOWN_JOB = 2017
+
+# Slurm error numbers after which the same request can succeed later: slurmctld or its
+# database unreachable or failing over, socket and RPC timeouts, and limits that lift as
+# other jobs end (MaxJobCount, per-user submit limits, QoS limits). Plain errno values
+# (EINTR, EAGAIN, ETIMEDOUT, ECONNRESET, ECONNREFUSED) come through as themselves.
+RETRYABLE_CODES = frozenset(
+    {4, 11, 104, 110, 111, 112, 113}
+    | set(range(1000, 1026))  # communication errors
+    | set(range(1800, 1806))  # slurmctld unreachable, backing off
+    | {
+        2007,  # MaxJobCount reached
+        2027,  # controller in standby mode
+        2041,  # backup controller taking over
+        2050,  # accounting policy: a submit limit of the user or account
+        2074,  # a QoS limit
+        2105,  # submissions disabled for now
+        2131,  # in standby, use the backup
+        5003,  # incomplete packet
+        5004,  # socket timeout
+        5005,  # zero bytes sent
+        7000,  # slurmdbd unreachable
+        7008,  # slurmdbd connection invalid
+    }
+)
+# Error numbers that mean this request will never succeed as written: the Pod is refused
+# with Slurm's words. Anything not listed here or above is retried with a back-off, so a
+# transient error Slurm adds in a later release never refuses a Pod for good.
+FINAL_CODES = frozenset(
+    {
+        2000,  # invalid partition name
+        2001,  # no default partition
+        2002,  # access denied
+        2003,  # partition requires a group the user is not in
+        2004,  # requested nodes not in the partition
+        2005,  # too many CPUs requested
+        2006,  # invalid node count
+        2010,  # user id missing
+        2014,  # no node configuration can ever satisfy the request
+        2018,  # invalid node name
+        2029,  # invalid feature (constraints)
+        2044,  # invalid memory request
+        2045,  # invalid account
+        2051,  # invalid time limit
+        2052,  # reservation access denied
+        2053,  # invalid reservation
+        2057,  # invalid wckey
+        2066,  # invalid QoS
+        2069,  # invalid CPU count
+        2072,  # invalid GRES
+        2099,  # invalid MCS label
+        2113,  # group id missing
+        2115,  # invalid TRES
+        2119,  # invalid GRES type
+        2122,  # unsupported GRES
+        2130,  # partition not allowed for the association
+        2133,  # invalid prefer
+        2162,  # group id invalid
+        2163,  # group id unknown
+        2164,  # user id invalid
+        2165,  # user id unknown
+        2166,  # invalid association
+        2170,  # invalid extra
+    }
+)
+
+
+def classify(code: int | None) -> bool:
+    """True when a request refused with `code` may succeed if tried again later."""
+    if code is None:
+        return True
+    # 9000-9399: slurmrestd could not parse our request itself.
+    return not (code in FINAL_CODES or 9000 <= code < 9400)
+
+
 # What slurmrestd 22.05 reports when slurmctld refused the token: a generic -1 ("Unable to
 # find JobId=1", "Failed while looking for jobs") or 5005 "Zero Bytes were transmitted".
 _AUTH_FAILURE_CODES = {-1, 5005}
@@ -99,7 +175,12 @@ def raise_for(status: int, body: Any, text: str, what: str) -> None:
         )
     if status in (502, 503, 504):
         raise SlurmUnavailable(f"slurmrestd could not {what}: {detail}")
-    code = next((c for c in codes if c), None)
+    known = [c for c in codes if c]
     if status >= 500 and not errors:
         raise SlurmUnavailable(f"slurmrestd failed to {what} (HTTP {status}): {detail}")
-    raise SlurmRejected(f"Slurm refused to {what}: {detail}", code)
+    if any(c in RETRYABLE_CODES for c in known):
+        raise SlurmUnavailable(f"Slurm cannot {what} for now: {detail}")
+    code = next((c for c in known if c in FINAL_CODES), known[0] if known else None)
+    # A 400 is slurmrestd refusing to parse what we sent: retrying the same body cannot help.
+    retryable = status != 400 and classify(code) and not any(c in FINAL_CODES for c in known)
+    raise SlurmRejected(f"Slurm refused to {what}: {detail}", code, retryable=retryable)

@@ -42,6 +42,12 @@ class SlurmJob:
     start_time: int = 0
     end_time: int = 0
     preempt_time: int = 0
+    # What the placeholder script and the scheduler write into the job: whether the script
+    # has started (R4.2) and which Pod the job stands for (R3.4). The dialect that parsed
+    # the job fills them in, because where they live depends on the Slurm version.
+    started: bool = False
+    owner_tag: str = ""
+    flags: tuple[str, ...] = ()
 
     @property
     def active(self) -> bool:

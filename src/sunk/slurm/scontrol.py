@@ -1,5 +1,7 @@
 """What only scontrol can do on Slurm 22.05: drain a node (R5.3), read the configuration (R7.3).
 
+Newer Slurm (REST v0.0.40+) does both over REST; this module is used only with v0.0.38.
+
 slurmrestd 22.05 cannot update nodes, and a job may drain its own node only when it runs
 as root. The scheduler therefore drains with `scontrol`, authenticated by the same JWT it
 uses for REST (`SLURM_JWT` in scontrol's environment switches it to auth/jwt). It needs
@@ -14,7 +16,7 @@ import logging
 import os
 import shutil
 
-from sunk.slurm.client import TokenSource
+from sunk.slurm.tokens import TokenSource
 
 log = logging.getLogger(__name__)
 
@@ -51,9 +53,8 @@ class Scontrol:
         return {key.strip(): value.strip() for key, value in pairs}
 
 
-def memory_oversubscription_warning(config: dict[str, str]) -> str | None:
+def memory_oversubscription_warning(select: str) -> str | None:
     """R7.3: without a *_Memory select type, Slurm lets jobs oversubscribe memory."""
-    select = config.get("SelectTypeParameters", "")
     if "MEMORY" in select.upper():
         return None
     return (

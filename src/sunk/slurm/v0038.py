@@ -1,19 +1,21 @@
-"""Everything specific to slurmrestd's openapi/v0.0.38 (Slurm 22.05) in one place.
+"""slurmrestd's openapi/v0.0.38 (Slurm 22.05), kept while it stays cheap.
 
-A newer dialect (v0.0.40+: job `extra`, `user_id`/`group_id`, `exclusive=topo`) would be a
-sibling module with the same four functions.
+Differences from the later data_parser versions: no job `extra` (the started mark goes
+into the comment, which a Pod's own `comment` annotation can fake), no `admin_comment`
+(the Pod is recognised by the job's name alone), no `user_id`/`group_id` fields (a job for
+another user is submitted *as* that user: a root token plus the user's name in
+X-SLURM-USER-NAME, so it runs with that user's primary group), no node updates over REST
+(nodes are drained with scontrol), and no exclusive=topo.
 """
 
 from __future__ import annotations
 
+import pwd
 from typing import Any
 
+from sunk.slurm.dialect import DEFAULT_WORKDIR, STARTED_MARK, Submission, number
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.translate import Exclusive, PlaceholderJob
-
-VERSION = "v0.0.38"
-STARTED_MARK = ": started"
-DEFAULT_WORKDIR = "/tmp"
+from sunk.translate import Exclusive, PlaceholderJob, PodRef, pod_of_job_name
 
 # v0.0.38 names Slurm's OverSubscribe modes directly.
 _EXCLUSIVE = {
@@ -24,95 +26,120 @@ _EXCLUSIVE = {
 }
 
 
-def unsupported(job: PlaceholderJob) -> list[str]:
-    """Things the Pod asks for that this Slurm cannot express (R3.5): the Pod is refused."""
-    problems = []
-    if job.options.exclusive is Exclusive.TOPO:
-        problems.append(
-            "exclusive=topo needs Slurm 23.02 or newer; this cluster's slurmrestd speaks "
-            f"{VERSION} (Slurm 22.05): use none, user, ok or mcs"
+class V0038:
+    version = "v0.0.38"
+    mark_field = "comment"
+    drains_over_rest = False
+
+    def __init__(self, default_user: str = "root") -> None:
+        self.default_user = default_user
+
+    def _user_name(self, job: PlaceholderJob) -> tuple[str | None, str | None]:
+        """(user name to submit as, or None for the scheduler's own; problem in words)."""
+        user_id, group_id = job.options.user_id, job.options.group_id
+        if user_id == 0 and group_id == 0:
+            return (None if self.default_user == "root" else "root"), None
+        try:
+            entry = pwd.getpwuid(user_id)
+        except KeyError:
+            return None, (
+                f"user-id {user_id} has no user name on the scheduler's host, and Slurm 22.05's "
+                "REST API can only run a job as a named user: add the user to the scheduler's "
+                "user database (e.g. its image's /etc/passwd) or use a known user-id"
+            )
+        if entry.pw_gid != group_id:
+            return None, (
+                f"group-id {group_id} cannot be honoured: Slurm 22.05's REST API runs the job with "
+                f"user {entry.pw_name}'s primary group {entry.pw_gid}; drop the group-id annotation "
+                f"or set it to {entry.pw_gid}"
+            )
+        return entry.pw_name, None
+
+    def unsupported(self, job: PlaceholderJob) -> list[str]:
+        problems = []
+        if job.options.exclusive is Exclusive.TOPO:
+            problems.append(
+                "exclusive=topo needs Slurm 23.02 or newer; this cluster's slurmrestd speaks "
+                f"{self.version} (Slurm 22.05): use none, user, ok or mcs"
+            )
+        _, problem = self._user_name(job)
+        if problem:
+            problems.append(problem)
+        return problems
+
+    def submission(self, job: PlaceholderJob, script: str, environment: dict[str, str]) -> Submission:
+        options = job.options
+        spec: dict[str, Any] = {
+            "name": job.name,
+            "nodes": [1, 1],
+            "tasks": 1,
+            "cpus_per_task": job.cpus,
+            "memory_per_node": job.memory_mib,
+            "environment": environment,
+            "current_working_directory": options.current_working_dir or DEFAULT_WORKDIR,
+            "comment": options.comment,
+            # A requeued placeholder would come back for a Pod that is gone: never requeue.
+            "requeue": False,
+            "standard_output": "/dev/null",
+            "standard_error": "/dev/null",
+        }
+        if job.gpus:
+            spec["gres"] = f"gpu:{job.gpus}"
+        if options.exclusive is not None and options.exclusive in _EXCLUSIVE:
+            spec["exclusive"] = _EXCLUSIVE[options.exclusive]
+        if job.excluded_nodes:
+            spec["exclude_nodes"] = ",".join(job.excluded_nodes)
+        if options.required_nodes:
+            spec["nodelist"] = ",".join(options.required_nodes)
+        if options.timeout_minutes is not None:
+            spec["time_limit"] = options.timeout_minutes
+        if options.priority is not None:
+            spec["priority"] = str(options.priority)
+        for field in ("account", "partition", "qos", "reservation", "constraints", "prefer"):
+            value = getattr(options, field)
+            if value:
+                spec[field] = value
+        user, _ = self._user_name(job)
+        return Submission({"script": script, "job": spec}, as_user=user)
+
+    def parse_job(self, raw: dict[str, Any]) -> SlurmJob:
+        resources = raw.get("job_resources") or {}
+        allocated = tuple(n["nodename"] for n in resources.get("allocated_nodes") or [] if n.get("nodename"))
+        if not allocated and raw.get("nodes") and "[" not in raw["nodes"]:
+            allocated = tuple(raw["nodes"].split(","))
+        comment = raw.get("comment") or ""
+        comment = "" if comment == "(null)" else comment
+        return SlurmJob(
+            job_id=int(raw["job_id"]),
+            name=raw.get("name") or "",
+            state=str(raw.get("job_state") or "UNKNOWN"),
+            reason=str(raw.get("state_reason") or "None"),
+            nodes=allocated,
+            comment=comment,
+            user_id=number(raw.get("user_id")),
+            group_id=number(raw.get("group_id")),
+            partition=raw.get("partition") or "",
+            time_limit_min=number(raw.get("time_limit")),
+            priority=number(raw.get("priority")),
+            restarts=number(raw.get("restart_cnt")) or 0,
+            submit_time=number(raw.get("submit_time")) or 0,
+            start_time=number(raw.get("start_time")) or 0,
+            end_time=number(raw.get("end_time")) or 0,
+            preempt_time=number(raw.get("preempt_time")) or 0,
+            started=comment.endswith(STARTED_MARK),
+            owner_tag=raw.get("name") or "",
         )
-    return problems
 
+    def parse_node(self, raw: dict[str, Any]) -> SlurmNode:
+        return SlurmNode(
+            name=raw.get("name") or "",
+            state=str(raw.get("state") or "unknown"),
+            flags=tuple(raw.get("state_flags") or ()),
+            reason=raw.get("reason") or "",
+        )
 
-def submit_body(job: PlaceholderJob, script: str, environment: dict[str, str]) -> dict[str, Any]:
-    """The POST /job/submit body. The user and group are not in it: v0.0.38 refuses
-    user_id/group_id, so the client submits *as* the user instead (see SlurmClient)."""
-    options = job.options
-    spec: dict[str, Any] = {
-        "name": job.name,
-        "nodes": [1, 1],
-        "tasks": 1,
-        "cpus_per_task": job.cpus,
-        "memory_per_node": job.memory_mib,
-        "environment": environment,
-        "current_working_directory": options.current_working_dir or DEFAULT_WORKDIR,
-        "comment": options.comment,
-        # A requeued placeholder would come back for a Pod that is gone: never requeue.
-        "requeue": False,
-        "standard_output": "/dev/null",
-        "standard_error": "/dev/null",
-    }
-    if job.gpus:
-        spec["gres"] = f"gpu:{job.gpus}"
-    if options.exclusive is not None:
-        spec["exclusive"] = _EXCLUSIVE[options.exclusive]
-    if job.excluded_nodes:
-        spec["exclude_nodes"] = ",".join(job.excluded_nodes)
-    if options.required_nodes:
-        spec["nodelist"] = ",".join(options.required_nodes)
-    if options.timeout_minutes is not None:
-        spec["time_limit"] = options.timeout_minutes
-    if options.priority is not None:
-        spec["priority"] = str(options.priority)
-    for field in ("account", "partition", "qos", "reservation", "constraints", "prefer"):
-        value = getattr(options, field)
-        if value:
-            spec[field] = value
-    return {"script": script, "job": spec}
+    def pod_of(self, job: SlurmJob, scheduler: str) -> PodRef | None:
+        return pod_of_job_name(job.owner_tag, scheduler)
 
-
-def started(job: SlurmJob) -> bool:
-    """The placeholder script appends the mark to the comment once it runs (R4.2)."""
-    return job.comment.endswith(STARTED_MARK)
-
-
-def _int(value: Any) -> int | None:
-    if isinstance(value, dict):  # later dialects wrap numbers as {"set":…, "number":…}
-        value = value.get("number") if value.get("set", True) else None
-    return value if isinstance(value, int) else None
-
-
-def parse_job(raw: dict[str, Any]) -> SlurmJob:
-    resources = raw.get("job_resources") or {}
-    allocated = tuple(n["nodename"] for n in resources.get("allocated_nodes") or [] if n.get("nodename"))
-    if not allocated and raw.get("nodes") and "[" not in raw["nodes"]:
-        allocated = tuple(raw["nodes"].split(","))
-    comment = raw.get("comment") or ""
-    return SlurmJob(
-        job_id=int(raw["job_id"]),
-        name=raw.get("name") or "",
-        state=str(raw.get("job_state") or "UNKNOWN"),
-        reason=str(raw.get("state_reason") or "None"),
-        nodes=allocated,
-        comment="" if comment == "(null)" else comment,
-        user_id=_int(raw.get("user_id")),
-        group_id=_int(raw.get("group_id")),
-        partition=raw.get("partition") or "",
-        time_limit_min=_int(raw.get("time_limit")),
-        priority=_int(raw.get("priority")),
-        restarts=_int(raw.get("restart_cnt")) or 0,
-        submit_time=_int(raw.get("submit_time")) or 0,
-        start_time=_int(raw.get("start_time")) or 0,
-        end_time=_int(raw.get("end_time")) or 0,
-        preempt_time=_int(raw.get("preempt_time")) or 0,
-    )
-
-
-def parse_node(raw: dict[str, Any]) -> SlurmNode:
-    return SlurmNode(
-        name=raw.get("name") or "",
-        state=str(raw.get("state") or "unknown"),
-        flags=tuple(raw.get("state_flags") or ()),
-        reason=raw.get("reason") or "",
-    )
+    def drain_body(self, reason: str) -> dict[str, Any]:
+        raise NotImplementedError("slurmrestd v0.0.38 cannot update nodes: drain with scontrol")

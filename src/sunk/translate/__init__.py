@@ -7,7 +7,9 @@ from sunk.translate.job import (
     Settings,
     Translation,
     job_name,
+    owner_tag,
     pod_of_job_name,
+    pod_of_owner_tag,
     translate,
 )
 
@@ -20,6 +22,8 @@ __all__ = [
     "Settings",
     "Translation",
     "job_name",
+    "owner_tag",
     "pod_of_job_name",
+    "pod_of_owner_tag",
     "translate",
 ]

@@ -51,6 +51,24 @@ def pod_of_job_name(name: str, scheduler: str) -> PodRef | None:
     return PodRef(namespace, pod_name, uid)
 
 
+_RUN_AS = " runas="
+
+
+def owner_tag(pod: PodRef, scheduler: str, slurm_uid: int) -> str:
+    """What the scheduler writes into a field only its token may set (admin_comment): the
+    Pod's identity and the Slurm user the job must run as."""
+    return f"{job_name(pod, scheduler)}{_RUN_AS}{slurm_uid}"
+
+
+def pod_of_owner_tag(tag: str, scheduler: str) -> tuple[PodRef, int] | None:
+    """(Pod, Slurm uid) from an owner tag written for `scheduler`, or None."""
+    name, sep, uid = tag.rpartition(_RUN_AS)
+    if not sep or not uid.isdigit():
+        return None
+    ref = pod_of_job_name(name, scheduler)
+    return (ref, int(uid)) if ref else None
+
+
 @dataclass(frozen=True)
 class Settings:
     annotation_prefix: str = DEFAULT_PREFIX

@@ -1,0 +1,180 @@
+"""slurmrestd's data_parser versions v0.0.40 to v0.0.45 (Slurm 23.11 to 26.05).
+
+These versions share one shape for everything the scheduler uses, so one class serves
+them all, told apart by `version` where they differ (v0.0.40 cannot ask for
+exclusive=topo). Compared with v0.0.38: numbers come wrapped as {set, infinite, number},
+job and node states are lists of flags, a job's nodes are a compressed host list, the
+started mark lives in the job's `extra` field, the Pod's identity in `admin_comment`
+(which only an operator's token may set), user and group IDs are plain fields, and nodes
+are drained over REST.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sunk.slurm.dialect import DEFAULT_WORKDIR, STARTED_MARK, Submission, number
+from sunk.slurm.hostlist import expand
+from sunk.slurm.models import SlurmJob, SlurmNode
+from sunk.translate import Exclusive, PlaceholderJob, PodRef, owner_tag, pod_of_owner_tag
+
+VERSIONS = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
+
+# Who may share the node, as the job's `shared` list says it (OverSubscribe modes).
+_SHARED = {
+    Exclusive.NONE: "none",
+    Exclusive.OK: "oversubscribe",
+    Exclusive.USER: "user",
+    Exclusive.MCS: "mcs",
+    Exclusive.TOPO: "topo",
+}
+# A job's state is its base state plus flags. The scheduler reasons on one word, the one
+# `squeue` shows: a flag in this list wins over the base state, the first one found.
+_STATE_FLAGS_FIRST = (
+    "COMPLETING",
+    "CONFIGURING",
+    "RESIZING",
+    "RESV_DEL_HOLD",
+    "REQUEUED",
+    "REQUEUE_FED",
+    "REQUEUE_HOLD",
+    "SPECIAL_EXIT",
+    "STAGE_OUT",
+    "STOPPED",
+    "SIGNALING",
+)
+_BASE_STATES = (
+    "PENDING",
+    "RUNNING",
+    "SUSPENDED",
+    "COMPLETED",
+    "CANCELLED",
+    "FAILED",
+    "TIMEOUT",
+    "NODE_FAIL",
+    "PREEMPTED",
+    "BOOT_FAIL",
+    "DEADLINE",
+    "OUT_OF_MEMORY",
+)
+# Node states that are flags next to the base state (IDLE, MIXED, ALLOCATED, DOWN...).
+_NODE_BASES = ("IDLE", "DOWN", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "UNKNOWN")
+
+
+def summarize_state(states: list[str] | str | None) -> tuple[str, tuple[str, ...]]:
+    """(the one word, every flag) for a job state list such as ["RUNNING", "COMPLETING"]."""
+    if isinstance(states, str):
+        states = [states]
+    words = [str(s).upper() for s in states or []]
+    for flag in _STATE_FLAGS_FIRST:
+        if flag in words:
+            return flag, tuple(words)
+    base = next((w for w in words if w in _BASE_STATES), words[0] if words else "UNKNOWN")
+    return base, tuple(words)
+
+
+class DataParser:
+    mark_field = "extra"
+    drains_over_rest = True
+
+    def __init__(self, version: str) -> None:
+        if version not in VERSIONS:
+            raise ValueError(f"{version} is not a data_parser version sunk speaks ({', '.join(VERSIONS)})")
+        self.version = version
+
+    def unsupported(self, job: PlaceholderJob) -> list[str]:
+        if job.options.exclusive is Exclusive.TOPO and self.version == "v0.0.40":
+            return [
+                "exclusive=topo needs slurmrestd v0.0.41 or newer (Slurm 24.05+); this cluster "
+                "speaks v0.0.40: use none, user, ok or mcs"
+            ]
+        return []
+
+    def submission(self, job: PlaceholderJob, script: str, environment: dict[str, str]) -> Submission:
+        options = job.options
+        spec: dict[str, Any] = {
+            "script": script,
+            "name": job.name,
+            "nodes": "1",
+            "tasks": 1,
+            "cpus_per_task": job.cpus,
+            "memory_per_node": {"set": True, "number": job.memory_mib},
+            "environment": [f"{key}={value}" for key, value in environment.items()],
+            "current_working_directory": options.current_working_dir or DEFAULT_WORKDIR,
+            "comment": options.comment,
+            # Only an operator's token can set admin_comment: a job carrying our tag was
+            # submitted by this scheduler, whatever its name says.
+            "admin_comment": owner_tag(job.pod, job.scheduler, options.user_id),
+            # A requeued placeholder would come back for a Pod that is gone: never requeue.
+            "requeue": False,
+            "standard_output": "/dev/null",
+            "standard_error": "/dev/null",
+            "user_id": str(options.user_id),
+            "group_id": str(options.group_id),
+        }
+        if job.gpus:
+            spec["tres_per_node"] = f"gres/gpu:{job.gpus}"
+        if options.exclusive is not None:
+            spec["shared"] = [_SHARED[options.exclusive]]
+        if job.excluded_nodes:
+            spec["excluded_nodes"] = list(job.excluded_nodes)
+        if options.required_nodes:
+            spec["required_nodes"] = list(options.required_nodes)
+        if options.timeout_minutes is not None:
+            spec["time_limit"] = {"set": True, "number": options.timeout_minutes}
+        if options.priority is not None:
+            spec["priority"] = {"set": True, "number": options.priority}
+        for field in ("account", "partition", "qos", "reservation", "constraints", "prefer"):
+            value = getattr(options, field)
+            if value:
+                spec[field] = value
+        return Submission({"job": spec})
+
+    def parse_job(self, raw: dict[str, Any]) -> SlurmJob:
+        state, flags = summarize_state(raw.get("job_state"))
+        # Pending jobs may name the nodes Slurm plans to use; only an allocation counts.
+        nodes = () if "PENDING" in flags else expand(str(raw.get("nodes") or ""))
+        extra = str(raw.get("extra") or "")
+        return SlurmJob(
+            job_id=int(raw["job_id"]),
+            name=raw.get("name") or "",
+            state=state,
+            reason=str(raw.get("state_reason") or "None"),
+            nodes=nodes,
+            comment=str(raw.get("comment") or ""),
+            user_id=number(raw.get("user_id")),
+            group_id=number(raw.get("group_id")),
+            partition=raw.get("partition") or "",
+            time_limit_min=number(raw.get("time_limit")),
+            priority=number(raw.get("priority")),
+            restarts=number(raw.get("restart_cnt")) or 0,
+            submit_time=number(raw.get("submit_time")) or 0,
+            start_time=number(raw.get("start_time")) or 0,
+            end_time=number(raw.get("end_time")) or 0,
+            preempt_time=number(raw.get("preempt_time")) or 0,
+            started=extra.endswith(STARTED_MARK),
+            owner_tag=str(raw.get("admin_comment") or ""),
+            flags=flags,
+        )
+
+    def parse_node(self, raw: dict[str, Any]) -> SlurmNode:
+        words = [str(s).upper() for s in raw.get("state") or []]
+        base = next((w for w in words if w in _NODE_BASES), words[0] if words else "UNKNOWN")
+        return SlurmNode(
+            name=raw.get("name") or "",
+            state=base.lower(),
+            flags=tuple(w for w in words if w != base),
+            reason=raw.get("reason") or "",
+        )
+
+    def pod_of(self, job: SlurmJob, scheduler: str) -> PodRef | None:
+        """Our job only when the tag names a Pod of `scheduler` and the job runs as the
+        user the tag says: a tag copied onto someone else's job is not enough."""
+        found = pod_of_owner_tag(job.owner_tag, scheduler)
+        if found is None:
+            return None
+        ref, uid = found
+        return ref if job.user_id == uid else None
+
+    def drain_body(self, reason: str) -> dict[str, Any]:
+        return {"state": ["DRAIN"], "reason": reason}

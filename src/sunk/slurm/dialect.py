@@ -1,0 +1,69 @@
+"""What differs between slurmrestd versions, behind one interface.
+
+The scheduler talks to Slurm through `SlurmClient`; the client holds one `Dialect`,
+chosen at start-up from the versions slurmrestd serves. A dialect turns a placeholder job
+into a request body and Slurm's answers into `SlurmJob`/`SlurmNode`, and knows where the
+Pod's identity and the started mark live in that version.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from sunk.slurm.models import SlurmJob, SlurmNode
+from sunk.translate import PlaceholderJob, PodRef
+
+# Appended by the placeholder script to the job field the dialect names (R4.2).
+STARTED_MARK = ": started"
+DEFAULT_WORKDIR = "/tmp"
+
+
+@dataclass(frozen=True)
+class Submission:
+    """A submit request: its body, and the user name to send with the token (None: the
+    scheduler's own Slurm user)."""
+
+    body: dict[str, Any]
+    as_user: str | None = None
+
+
+class Dialect(Protocol):
+    version: str
+    # The job field the placeholder script appends STARTED_MARK to ("comment" or "extra").
+    mark_field: str
+    # True when nodes can be drained over REST; otherwise the client uses scontrol.
+    drains_over_rest: bool
+
+    def unsupported(self, job: PlaceholderJob) -> list[str]:
+        """What the Pod asks for that this version cannot express (R3.5), in words."""
+        ...
+
+    def submission(self, job: PlaceholderJob, script: str, environment: dict[str, str]) -> Submission: ...
+
+    def parse_job(self, raw: dict[str, Any]) -> SlurmJob: ...
+
+    def parse_node(self, raw: dict[str, Any]) -> SlurmNode: ...
+
+    def pod_of(self, job: SlurmJob, scheduler: str) -> PodRef | None:
+        """The Pod `job` stands for, when `scheduler` submitted it; None for anything else."""
+        ...
+
+    def drain_body(self, reason: str) -> dict[str, Any]: ...
+
+
+def number(value: Any) -> int | None:
+    """An integer from a plain value or a {set, infinite, number} wrapper."""
+    if isinstance(value, dict):
+        if not value.get("set", True) or value.get("infinite"):
+            return None
+        value = value.get("number")
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+def mark_environment(dialect: Dialect, job: PlaceholderJob) -> dict[str, str]:
+    """Tells the placeholder script which field to mark and what it holds already."""
+    base = job.options.comment if dialect.mark_field == "comment" else ""
+    return {"SUNK_MARK_FIELD": dialect.mark_field, "SUNK_MARK_BASE": base}
