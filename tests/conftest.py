@@ -18,15 +18,18 @@ from sunk.devcluster.prereqs import ensure_go_tools
 from tests.support import SlurmRest
 
 ACCOUNTING = os.environ.get("SUNK_TEST_CLUSTER") == "accounting"
+# Which Slurm the suites run on (`sunk dev up --slurm`): the default, or one CI also covers.
+SLURM = os.environ.get("SUNK_TEST_SLURM", "24.11")
 
 
 def wanted_spec() -> ClusterSpec:
     """The default suite runs on a plain cluster; SUNK_TEST_CLUSTER=accounting selects the
-    suite that needs slurmdbd (QoS preemption, PreemptMode=REQUEUE)."""
+    suite that needs slurmdbd (QoS preemption, PreemptMode=REQUEUE); SUNK_TEST_SLURM the
+    Slurm version."""
     nodes = int(os.environ.get("SUNK_TEST_NODES", "4"))
     if ACCOUNTING:
-        return ClusterSpec(nodes=nodes, accounting=True, preempt_mode="REQUEUE")
-    return ClusterSpec(nodes=nodes)
+        return ClusterSpec(nodes=nodes, accounting=True, preempt_mode="REQUEUE", slurm=SLURM)
+    return ClusterSpec(nodes=nodes, slurm=SLURM)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -55,14 +58,16 @@ def dev_cluster() -> Iterator[DevCluster]:
                 "a dev cluster is running but not healthy (see `sunk dev status`): "
                 "restart it with `sunk dev down && sunk dev up`"
             )
-        if spec is not None and (spec.accounting, spec.preempt_mode) != (
+        if spec is not None and (spec.accounting, spec.preempt_mode, spec.slurm) != (
             wanted.accounting,
             wanted.preempt_mode,
+            wanted.slurm,
         ):
             pytest.fail(
-                f"the running dev cluster (accounting={spec.accounting}, preempt mode {spec.preempt_mode}) "
-                f"is not the one this suite needs (accounting={wanted.accounting}, {wanted.preempt_mode}): "
-                "stop it with `sunk dev down` and run the tests again"
+                f"the running dev cluster (Slurm {spec.slurm}, accounting={spec.accounting}, preempt mode "
+                f"{spec.preempt_mode}) is not the one this suite needs (Slurm {wanted.slurm}, "
+                f"accounting={wanted.accounting}, {wanted.preempt_mode}): stop it with `sunk dev down` "
+                "and run the tests again"
             )
     else:
         cluster.up(wanted)

@@ -16,7 +16,7 @@ import httpx
 
 from sunk.devcluster import DevCluster, Layout
 from sunk.devcluster.kubeapi import AdminKube
-from sunk.devcluster.slurmcluster import REST_VERSION
+from sunk.devcluster.slurmcluster import rest_version
 
 T = TypeVar("T")
 
@@ -41,40 +41,104 @@ def holds_for(probe: Callable[[], bool], *, seconds: float, what: str, every: fl
         time.sleep(every)
 
 
+def _plain(value: Any) -> Any:
+    """Unwrap newer slurmrestd's {set, infinite, number} numbers."""
+    if isinstance(value, dict) and "number" in value:
+        return value["number"] if value.get("set", True) and not value.get("infinite") else None
+    return value
+
+
+# A flag in this list is the state `squeue` shows, ahead of the job's base state.
+_SHOWN_FIRST = ("COMPLETING", "CONFIGURING", "RESIZING", "REQUEUED", "REQUEUE_HOLD", "SIGNALING", "STAGE_OUT")
+
+
+def _state(value: Any) -> str:
+    if isinstance(value, list):
+        return next((f for f in _SHOWN_FIRST if f in value), value[0] if value else "UNKNOWN")
+    return str(value)
+
+
 class SlurmRest:
+    """A plain slurmrestd client for the tests, independent of the scheduler's own code.
+    It speaks the newest REST version the dev cluster serves and hands jobs back in one
+    shape on every version: numbers unwrapped, `job_state` one word as `squeue` shows it."""
+
     def __init__(self, layout: Layout) -> None:
         token = layout.slurm_token.read_text().strip()
+        self.version = rest_version(layout)
+        self.modern = self.version != "v0.0.38"
         self.http = httpx.Client(
-            base_url=f"{layout.rest_url}/slurm/{REST_VERSION}",
+            base_url=f"{layout.rest_url}/slurm/{self.version}",
             headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": token},
             timeout=30,
         )
 
+    @property
+    def mark_field(self) -> str:
+        """Where the placeholder script writes its started mark on this version."""
+        return "extra" if self.modern else "comment"
+
     def close(self) -> None:
         self.http.close()
 
-    def submit(self, script: str, **job: Any) -> int:
-        defaults = {
-            "environment": {"PATH": "/usr/bin:/bin"},
+    def job_body(
+        self,
+        script: str,
+        *,
+        nodelist: str | None = None,
+        exclusive: bool = False,
+        environment: dict[str, str] | None = None,
+        **job: Any,
+    ) -> dict[str, Any]:
+        """A submit body for this version: `nodelist` and `exclusive` are spelled as the
+        version wants; other fields are passed as they are."""
+        env = {"PATH": "/usr/bin:/bin", **(environment or {})}
+        spec: dict[str, Any] = {
             "current_working_directory": "/tmp",
             "standard_output": "/dev/null",  # never a slurm-N.out in the checkout
             "standard_error": "/dev/null",
         }
-        body = {"script": script, "job": {**defaults, **job}}
-        resp = self.http.post("/job/submit", json=body)
-        data = resp.json()
-        assert resp.status_code == 200 and not data.get("errors"), data
+        if self.modern:
+            spec["environment"] = [f"{k}={v}" for k, v in env.items()]
+            if nodelist:
+                spec["required_nodes"] = nodelist.split(",")
+            if exclusive:
+                spec["shared"] = ["none"]
+            if isinstance(job.get("memory_per_node"), int):
+                job["memory_per_node"] = {"set": True, "number": job["memory_per_node"]}
+            return {"job": {**spec, **job, "script": script}}
+        spec["environment"] = env
+        if nodelist:
+            spec["nodelist"] = nodelist
+        if exclusive:
+            spec["exclusive"] = "exclusive"
+        return {"script": script, "job": {**spec, **job}}
+
+    def post_job(self, body: dict[str, Any]) -> dict[str, Any]:
+        """POST a submit body; Slurm's whole answer (job_id and errors)."""
+        result: dict[str, Any] = self.http.post("/job/submit", json=body).json()
+        return result
+
+    def submit(self, script: str, **job: Any) -> int:
+        data = self.post_job(self.job_body(script, **job))
+        assert data.get("job_id") and not data.get("errors"), data
         return int(data["job_id"])
+
+    @staticmethod
+    def _normalize(raw: dict[str, Any]) -> dict[str, Any]:
+        job = {key: _plain(value) for key, value in raw.items()}
+        job["job_state"] = _state(raw.get("job_state"))
+        return job
 
     def job(self, job_id: int) -> dict[str, Any]:
         data = self.http.get(f"/job/{job_id}").json()
         jobs: list[dict[str, Any]] = data.get("jobs", [])
         assert jobs, data
-        return jobs[0]
+        return self._normalize(jobs[0])
 
     def jobs(self) -> list[dict[str, Any]]:
-        result: list[dict[str, Any]] = self.http.get("/jobs").json().get("jobs", [])
-        return result
+        raw: list[dict[str, Any]] = self.http.get("/jobs").json().get("jobs", [])
+        return [self._normalize(j) for j in raw]
 
     def jobs_of_pod(self, uid: str) -> list[dict[str, Any]]:
         """Every job Slurm knows for a Pod UID, finished ones included."""

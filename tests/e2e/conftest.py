@@ -23,7 +23,15 @@ def scheduler(dev_cluster: DevCluster) -> Iterator[SchedulerProcess]:
 
 
 def delete_pods_and_wait_for_their_jobs(kube: AdminKube, slurm: SlurmRest, namespace: str) -> None:
-    """The namespace's Pods go, and so must every placeholder job they had (R5.1)."""
+    """The namespace's Pods go, and so must every placeholder job they had (R5.1). Their
+    controllers go first, or they would make new Pods."""
+    for kind in (
+        "apps/v1/namespaces/{}/deployments",
+        "apps/v1/namespaces/{}/replicasets",
+        "apps/v1/namespaces/{}/statefulsets",
+        "batch/v1/namespaces/{}/jobs",
+    ):
+        kube.request("DELETE", f"/apis/{kind.format(namespace)}", propagationPolicy="Background")
     kube.request("DELETE", f"/api/v1/namespaces/{namespace}/pods")
     wait_for(
         lambda: (

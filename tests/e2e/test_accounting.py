@@ -22,7 +22,7 @@ def test_r6_1_a_slurm_job_with_a_higher_qos_preempts_a_pod(
     )
     job_id = job_of(wait_bound(kube, namespace, "low-pod"), slurm)["job_id"]
     preemptor = slurm.submit(
-        "#!/bin/sh\nsleep 300\n", name="qos-high", qos="high", nodelist=node, exclusive="exclusive"
+        "#!/bin/sh\nsleep 300\n", name="qos-high", qos="high", nodelist=node, exclusive=True
     )
     try:
         wait_for(lambda: get(kube, namespace, "low-pod") is None, timeout=30, what="the Pod to be preempted")
@@ -37,9 +37,7 @@ def test_r6_1_a_pod_with_a_higher_qos_preempts_a_slurm_job(
     kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
 ) -> None:
     node = slurm_nodes(kube)[1]
-    batch = slurm.submit(
-        "#!/bin/sh\nsleep 300\n", name="qos-low", qos="low", nodelist=node, exclusive="exclusive"
-    )
+    batch = slurm.submit("#!/bin/sh\nsleep 300\n", name="qos-low", qos="low", nodelist=node, exclusive=True)
     try:
         wait_for(lambda: job_state(slurm, batch) == "RUNNING", timeout=15, what="the low-QoS job to run")
         create(
@@ -66,7 +64,7 @@ def test_r6_1_requeue_preemption_deletes_the_pod_and_its_job_never_comes_back(
     )
     wait_bound(kube, namespace, "requeued")
     preemptor = slurm.submit(
-        "#!/bin/sh\nsleep 300\n", name="qos-urgent", qos="urgent", nodelist=node, exclusive="exclusive"
+        "#!/bin/sh\nsleep 300\n", name="qos-urgent", qos="urgent", nodelist=node, exclusive=True
     )
     try:
         wait_for(lambda: get(kube, namespace, "requeued") is None, timeout=30, what="the Pod to be preempted")

@@ -15,7 +15,7 @@ from sunk.devcluster.slurmcluster import run_cli
 from sunk.hooks.auth import pod_key, signature
 from tests.e2e.conftest import SCHEDULER
 from tests.e2e.test_schedule_flow import P, create, get, job_of, slurm_nodes, wait_bound
-from tests.support import SchedulerProcess, SlurmRest, events_for, make_pod, wait_for
+from tests.support import SchedulerProcess, SlurmRest, events_for, holds_for, make_pod, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -42,9 +42,7 @@ def test_r5_1_deleting_a_pod_ends_its_job_only_once_the_pod_is_gone(
     job_id = job_of(wait_bound(kube, namespace, "slow-exit"), slurm)["job_id"]
 
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/slow-exit")
-    waiting = slurm.submit(
-        "#!/bin/sh\nsleep 300\n", name="next-in-line", nodelist=node, exclusive="exclusive"
-    )
+    waiting = slurm.submit("#!/bin/sh\nsleep 300\n", name="next-in-line", nodelist=node, exclusive=True)
     try:
         # While the Pod terminates, its job keeps the node and the next job waits.
         while get(kube, namespace, "slow-exit") is not None:
@@ -103,7 +101,7 @@ def test_r6_1_a_higher_priority_slurm_job_preempts_a_pod(
         name="urgent-training",
         partition="high",
         nodelist=node,
-        exclusive="exclusive",
+        exclusive=True,
     )
     try:
         wait_for(lambda: get(kube, namespace, "victim") is None, timeout=30, what="the preempted Pod to go")
@@ -121,7 +119,7 @@ def test_r6_1_a_pod_in_a_higher_priority_partition_preempts_a_slurm_job(
     kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
 ) -> None:
     node = slurm_nodes(kube)[2]
-    batch = slurm.submit("#!/bin/sh\nsleep 300\n", name="batch-work", nodelist=node, exclusive="exclusive")
+    batch = slurm.submit("#!/bin/sh\nsleep 300\n", name="batch-work", nodelist=node, exclusive=True)
     try:
         wait_for(lambda: job_state(slurm, batch) == "RUNNING", timeout=15, what="the batch job to run")
         started = time.monotonic()
@@ -179,23 +177,17 @@ def test_r5_3_a_pod_that_cannot_terminate_gets_its_node_drained_before_killwait(
         assert f"Pod {namespace}/stuck still running at KillWait" in drained
         assert "NodeDrained" in reasons(kube, namespace, "stuck")
         # Nothing else may start there: Slurm refuses a job that needs this node.
-        late = slurm.http.post(
-            "/job/submit",
-            json={
-                "script": "#!/bin/sh\nsleep 60\n",
-                "job": {
-                    "name": "must-wait",
-                    "nodelist": node,
-                    "environment": {"PATH": "/bin"},
-                    "current_working_directory": "/tmp",
-                    "standard_output": "/dev/null",
-                    "standard_error": "/dev/null",
-                },
-            },
-        ).json()
-        assert any(e.get("error_code") == 2068 for e in late.get("errors", [])), late
-        if late.get("job_id"):  # Slurm may queue it all the same; it must not run later
+        late = slurm.post_job(slurm.job_body("#!/bin/sh\nsleep 60\n", name="must-wait", nodelist=node))
+        if late.get("job_id"):  # Slurm queues it (22.05 adds error 2068); it must not run
+            holds_for(
+                lambda: slurm.job(int(late["job_id"]))["job_state"] == "PENDING",
+                seconds=2,
+                what="the job that needs the drained node to wait",
+            )
             slurm.cancel(int(late["job_id"]))
+        else:
+            codes = {e.get("error_code") or e.get("error_number") for e in late.get("errors", [])}
+            assert 2068 in codes, late  # ESLURM_NODE_NOT_AVAIL
         print(f"\nR5.3 scancel → node drained: {after:.1f} s (KillWait {kill_wait} s)")
     finally:
         kube.patch(path, {"metadata": {"finalizers": None}})

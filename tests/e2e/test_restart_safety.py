@@ -9,6 +9,9 @@ import pytest
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.hooks import placeholder_script
 from sunk.hooks.auth import pod_key
+from sunk.slurm.client import make_dialect
+from sunk.slurm.dialect import mark_environment
+from sunk.translate import Settings, translate
 from tests.e2e.test_schedule_flow import P, create, get, job_of, slurm_nodes, wait_bound
 from tests.support import SlurmRest, make_pod, wait_for
 
@@ -24,7 +27,7 @@ def test_r8_2_killed_between_submit_and_bind_leaves_one_job_and_binds_after_rest
 ) -> None:
     target = slurm_nodes(kube)[0]
     # A plain Slurm job holds the whole node, so the Pod's job waits in Slurm (pass 1 done).
-    blocker = slurm.submit("#!/bin/sh\nsleep 600\n", name="blocker", nodelist=target, exclusive="exclusive")
+    blocker = slurm.submit("#!/bin/sh\nsleep 600\n", name="blocker", nodelist=target, exclusive=True)
     try:
         proc = own_scheduler()
         pod = create(
@@ -57,29 +60,22 @@ def test_r8_2_a_job_submitted_just_before_a_crash_is_adopted_not_duplicated(
     pod = create(kube, namespace, make_pod("adoptee", proc.name))
     uid = pod["metadata"]["uid"]
     secret = dev_cluster.layout.hooks_secret.read_bytes().strip()
+    # What the scheduler would have submitted just before it crashed, in this version's shape.
+    placeholder = translate(pod, Settings(scheduler_name=proc.name)).job
+    assert placeholder is not None
     env = {
         "PATH": "/usr/bin:/bin",
         "SLURM_CONF": str(dev_cluster.layout.slurm_conf),
-        "SUNK_COMMENT": "",
         "SUNK_POD": f"{namespace}/adoptee",
         "SUNK_POD_UID": uid,
         "SUNK_HOOK_URL": f"http://127.0.0.1:{proc.hooks_port}",
         "SUNK_HOOK_KEY": pod_key(secret, uid),
         "SUNK_KILL_WAIT": "30",
     }
-    orphan_id = slurm.http.post(
-        "/job/submit",
-        json={
-            "script": placeholder_script(),
-            "job": {
-                "name": f"sunk:{proc.name}:{namespace}/adoptee:{uid}",
-                "environment": env,
-                "current_working_directory": "/tmp",
-                "cpus_per_task": 1,
-                "memory_per_node": 256,
-            },
-        },
-    ).json()["job_id"]
+    dialect = make_dialect(slurm.version)
+    env.update(mark_environment(dialect, placeholder))
+    reply = slurm.post_job(dialect.submission(placeholder, placeholder_script(), env).body)
+    orphan_id = reply["job_id"]
     proc.start()
     bound = wait_bound(kube, namespace, "adoptee")
     assert job_of(bound, slurm)["job_id"] == orphan_id

@@ -1,4 +1,4 @@
-"""The async slurmrestd client against the real slurmrestd 22.05."""
+"""The async slurmrestd client against the real slurmrestd of the dev cluster's Slurm."""
 
 from __future__ import annotations
 
@@ -9,8 +9,12 @@ from typing import Any, TypeVar
 import pytest
 
 from sunk.devcluster import DevCluster
-from sunk.slurm.client import SlurmClient, TokenSource
+from sunk.devcluster.slurmcluster import rest_version, run_cli
+from sunk.slurm.client import SUPPORTED_VERSIONS, SlurmClient, SlurmVersionError, make_dialect
+from sunk.slurm.dialect import Submission
 from sunk.slurm.errors import SlurmAuthError, SlurmRejected, SlurmUnavailable
+from sunk.slurm.tokens import TokenSource
+from tests.support import SlurmRest
 
 pytestmark = pytest.mark.integration
 T = TypeVar("T")
@@ -21,54 +25,138 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-def client(cluster: DevCluster, token: str | None = None) -> SlurmClient:
+async def connected(cluster: DevCluster, token: str | None = None) -> SlurmClient:
     tokens = TokenSource(token) if token else TokenSource(path=cluster.layout.slurm_token)
-    return SlurmClient(cluster.layout.rest_url, tokens)
+    client = SlurmClient(cluster.layout.rest_url, tokens)
+    if token is None:
+        await client.negotiate()
+    return client
 
 
-def body(**job: Any) -> dict[str, Any]:
-    return {
-        "script": SCRIPT,
-        "job": {"environment": {"PATH": "/bin"}, "current_working_directory": "/tmp", **job},
-    }
-
-
-def test_submit_read_and_cancel_a_job(dev_cluster: DevCluster) -> None:
-    async def scenario() -> tuple[Any, Any]:
-        slurm = client(dev_cluster)
+def test_r11_1_the_newest_version_both_sides_speak_is_chosen(dev_cluster: DevCluster) -> None:
+    async def scenario() -> tuple[str, list[str], str]:
+        slurm = await connected(dev_cluster)
         try:
-            job_id = await slurm.submit(body(name="client-test", cpus_per_task=1))
-            job = await slurm.job(job_id)
-            await slurm.cancel(job_id)
-            return job, await slurm.job(job_id)
+            served = await slurm.served_versions()
+            await slurm.ping()
+            return slurm.version, served, slurm.release
         finally:
             await slurm.aclose()
 
-    job, after = run(scenario())
+    version, served, release = run(scenario())
+    assert version == rest_version(dev_cluster.layout)
+    assert version in served and version in SUPPORTED_VERSIONS
+    assert all(v <= version for v in served if v in SUPPORTED_VERSIONS)
+    assert release.startswith((dev_cluster.spec() or pytest.fail("no spec")).slurm)
+
+
+def test_r11_1_a_forced_version_that_is_not_served_stops_with_a_sentence(dev_cluster: DevCluster) -> None:
+    async def scenario() -> None:
+        slurm = await connected(dev_cluster)
+        try:
+            served = await slurm.served_versions()
+            missing = next(v for v in SUPPORTED_VERSIONS if v not in served)
+            await slurm.negotiate(missing)
+        finally:
+            await slurm.aclose()
+
+    with pytest.raises(SlurmVersionError, match="is not served by this slurmrestd"):
+        run(scenario())
+
+
+def test_submit_read_and_cancel_a_job(dev_cluster: DevCluster, slurm: SlurmRest) -> None:
+    async def scenario() -> tuple[Any, Any, Any]:
+        client = await connected(dev_cluster)
+        try:
+            submitted = await client.submit(
+                Submission(slurm.job_body(SCRIPT, name="client-test", cpus_per_task=1))
+            )
+            job = await client.job(submitted.job_id)
+            await client.cancel(submitted.job_id)
+            return submitted, job, await client.job(submitted.job_id)
+        finally:
+            await client.aclose()
+
+    submitted, job, after = run(scenario())
+    assert submitted.warning is None
     assert job is not None and job.name == "client-test"
     assert after is not None and after.state in ("CANCELLED", "COMPLETING")
 
 
-def test_an_unknown_partition_is_a_rejection_with_slurms_words(dev_cluster: DevCluster) -> None:
+def test_r11_3_an_unknown_partition_is_final_with_slurms_words(
+    dev_cluster: DevCluster, slurm: SlurmRest
+) -> None:
     async def scenario() -> None:
-        slurm = client(dev_cluster)
+        client = await connected(dev_cluster)
         try:
-            await slurm.submit(body(partition="nope"))
+            await client.submit(Submission(slurm.job_body(SCRIPT, partition="nope")))
         finally:
-            await slurm.aclose()
+            await client.aclose()
 
     with pytest.raises(SlurmRejected, match="Invalid partition name") as err:
         run(scenario())
-    assert err.value.code == 2000
+    assert err.value.code == 2000 and not err.value.retryable
+
+
+def test_r11_3_a_job_slurm_queues_with_an_error_is_returned_not_lost(
+    dev_cluster: DevCluster, slurm: SlurmRest
+) -> None:
+    """Slurm queues a job that needs a drained node. 22.05 answers with a job ID *and*
+    error 2068 (24.11 and later with the job ID alone): the job exists, so the client hands
+    it back, with Slurm's words when there are any, instead of raising."""
+    node = run_cli(dev_cluster.layout, "sinfo", "-h", "-N", "-o", "%N").split()[0]
+    run_cli(dev_cluster.layout, "scontrol", "update", f"nodename={node}", "state=drain", "reason=test")
+
+    async def scenario() -> Any:
+        client = await connected(dev_cluster)
+        try:
+            return await client.submit(
+                Submission(slurm.job_body(SCRIPT, name="needs-drained", nodelist=node))
+            )
+        finally:
+            await client.aclose()
+
+    try:
+        submitted = run(scenario())
+        assert submitted.job_id > 0
+        if not slurm.modern:
+            assert submitted.warning and "2068" in submitted.warning
+        assert slurm.job(submitted.job_id)["job_state"] == "PENDING"
+        slurm.cancel(submitted.job_id)
+    finally:
+        run_cli(dev_cluster.layout, "scontrol", "update", f"nodename={node}", "state=resume")
+
+
+def test_r11_2_nodes_are_drained_over_rest_where_slurm_allows(
+    dev_cluster: DevCluster, slurm: SlurmRest
+) -> None:
+    if not slurm.modern:
+        pytest.skip("slurmrestd v0.0.38 cannot update nodes; the scheduler drains with scontrol there")
+    node = run_cli(dev_cluster.layout, "sinfo", "-h", "-N", "-o", "%N").split()[-1]
+
+    async def scenario() -> str | None:
+        client = await connected(dev_cluster)
+        try:
+            return await client.drain(node, "sunk test: drained over REST")
+        finally:
+            await client.aclose()
+
+    try:
+        assert run(scenario()) is None
+        state = run_cli(dev_cluster.layout, "sinfo", "-h", "-n", node, "-o", "%T|%E").split("|")
+        assert "drain" in state[0] and state[1].strip() == "sunk test: drained over REST"
+    finally:
+        run_cli(dev_cluster.layout, "scontrol", "update", f"nodename={node}", "state=resume")
 
 
 def test_a_bad_token_is_an_auth_error(dev_cluster: DevCluster) -> None:
     async def scenario() -> None:
-        slurm = client(dev_cluster, token="not-a-token")
+        dialect = make_dialect(rest_version(dev_cluster.layout))
+        client = SlurmClient(dev_cluster.layout.rest_url, TokenSource("not-a-token"), dialect=dialect)
         try:
-            await slurm.jobs()
+            await client.jobs()
         finally:
-            await slurm.aclose()
+            await client.aclose()
 
     with pytest.raises(SlurmAuthError):
         run(scenario())
@@ -76,23 +164,23 @@ def test_a_bad_token_is_an_auth_error(dev_cluster: DevCluster) -> None:
 
 def test_unknown_jobs_read_as_none_and_cancel_quietly(dev_cluster: DevCluster) -> None:
     async def scenario() -> Any:
-        slurm = client(dev_cluster)
+        client = await connected(dev_cluster)
         try:
-            await slurm.cancel(999999)
-            return await slurm.job(999999)
+            await client.cancel(999999)
+            return await client.job(999999)
         finally:
-            await slurm.aclose()
+            await client.aclose()
 
     assert run(scenario()) is None
 
 
 def test_an_unreachable_slurmrestd_is_unavailable_not_a_crash() -> None:
     async def scenario() -> None:
-        slurm = SlurmClient("http://127.0.0.1:9", TokenSource("t"))
+        client = SlurmClient("http://127.0.0.1:9", TokenSource("t"))
         try:
-            await slurm.ping()
+            await client.negotiate()
         finally:
-            await slurm.aclose()
+            await client.aclose()
 
     with pytest.raises(SlurmUnavailable, match="cannot reach slurmrestd"):
         run(scenario())

@@ -6,7 +6,6 @@ from pathlib import Path
 
 import pytest
 
-from sunk.slurm.client import TokenSource
 from sunk.slurm.errors import (
     SlurmAuthError,
     SlurmJobGone,
@@ -14,6 +13,7 @@ from sunk.slurm.errors import (
     SlurmUnavailable,
     raise_for,
 )
+from sunk.slurm.tokens import TokenSource
 
 
 def test_200_without_errors_is_success() -> None:

@@ -1,5 +1,6 @@
-"""The Kubernetes half of the dev cluster: etcd, kube-apiserver, the controllers that a
-namespace lifecycle needs, kwok as the kubelets, and the Nodes and slurmd Pods."""
+"""The Kubernetes half of the dev cluster: etcd, kube-apiserver, kube-controller-manager's
+workload controllers (Deployment, ReplicaSet, StatefulSet, Job...), kwok as the kubelets,
+and the Nodes and slurmd Pods."""
 
 from __future__ import annotations
 
@@ -16,6 +17,19 @@ from sunk.devcluster.layout import HOST, Layout
 from sunk.devcluster.pki import make_pki
 
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
+CONTROLLERS = (
+    "namespace",
+    "serviceaccount",
+    "garbagecollector",
+    "deployment",
+    "replicaset",
+    "statefulset",
+    "job",
+    "cronjob",
+    "disruption",
+    "ttl-after-finished",
+    "podgc",
+)
 
 
 def write_kubeconfig(layout: Layout) -> None:
@@ -125,7 +139,10 @@ def start(layout: Layout, tools: dict[str, Path]) -> None:
         [
             str(tools["kube-controller-manager"]),
             f"--kubeconfig={layout.kubeconfig}",
-            "--controllers=namespace,serviceaccount,garbagecollector",
+            # The workload controllers users deploy inference and batch with, and what
+            # keeps namespaces and owners tidy. Not the node lifecycle controller: kwok keeps
+            # the Nodes Ready, and under a loaded benchmark it would taint and evict them.
+            "--controllers=" + ",".join(CONTROLLERS),
             "--leader-elect=false",
             f"--bind-address={HOST}",
             "--secure-port=0",

@@ -23,10 +23,11 @@ from sunk.metrics.server import serve_metrics, serve_probes
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.jobs import JobIndex, JobPoller
 from sunk.scheduler.queue import WorkQueue
-from sunk.scheduler.reconciler import HookCredentials, PodStore, Reconciler
-from sunk.slurm.client import SlurmClient, SlurmVersionError, TokenSource
+from sunk.scheduler.reconciler import HookCredentials, PodStore, Reconciler, finished
+from sunk.slurm.client import SlurmClient, SlurmVersionError
 from sunk.slurm.errors import SlurmError
 from sunk.slurm.scontrol import memory_oversubscription_warning
+from sunk.slurm.tokens import TokenSource
 from sunk.translate import PodRef, Settings
 
 log = logging.getLogger(__name__)
@@ -138,8 +139,9 @@ class Scheduler:
         key = f"{ref.namespace}/{ref.name}"
 
         def still_there() -> bool:
+            """The Pod may still run something: it exists and has not finished."""
             pod = self.pods.get(key)
-            return pod is not None and pod["metadata"].get("uid") == ref.uid
+            return pod is not None and pod["metadata"].get("uid") == ref.uid and not finished(pod)
 
         return await self.gone.wait(ref.uid, still_there, within)
 

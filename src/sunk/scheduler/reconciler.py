@@ -143,7 +143,7 @@ class Reconciler:
         meta = pod["metadata"]
         if meta.get("uid") != ref.uid or meta.get("deletionTimestamp"):
             return False
-        if (pod.get("status") or {}).get("phase") in ENDED_PHASES:
+        if finished(pod):
             return False
         recorded = self._recorded_job_id(pod)
         return recorded is None or recorded == job.job_id
@@ -169,7 +169,7 @@ class Reconciler:
             return await self._job_ending(pod, job)
         if pod["metadata"].get("deletionTimestamp"):
             return Outcome()
-        if (pod.get("status") or {}).get("phase") in ENDED_PHASES:
+        if finished(pod):
             return Outcome()
         if (pod.get("spec") or {}).get("nodeName"):
             return await self._bound(pod)
@@ -184,7 +184,7 @@ class Reconciler:
         gone = (
             pod is None
             or pod["metadata"].get("uid") != ref.uid
-            or (pod.get("status") or {}).get("phase") in ENDED_PHASES
+            or finished(pod)
             or self._recorded_job_id(pod) not in (None, job.job_id)
         )
         if gone:
@@ -203,6 +203,10 @@ class Reconciler:
     async def _job_ending(self, pod: Json, job: SlurmJob) -> Outcome:
         """Delete the Pod, saying why; drain the node if the Pod outlives KillWait."""
         meta = pod["metadata"]
+        if finished(pod):
+            # The Pod's containers ended on their own (a batch Job's Pod): nothing runs on the
+            # node any more, so nothing is deleted or drained; the Pod stays for its controller.
+            return Outcome()
         if job.gave_up_resources and job.active and job.job_id not in self._signalled:
             # Requeued or suspended: Slurm may hand the resources on, so the Pod must go, and
             # the job must not come back later for a Pod that no longer exists.
@@ -238,8 +242,8 @@ class Reconciler:
         pod = self.pods.get(f"{ref.namespace}/{ref.name}")
         if pod is None or pod["metadata"].get("uid") != ref.uid:
             return
-        if self._being_deleted(pod) or self._recorded_job_id(pod) != job_id:
-            return  # already going, or not (yet) known as this Pod's job: the poll decides
+        if self._being_deleted(pod) or finished(pod) or self._recorded_job_id(pod) != job_id:
+            return  # already going or done, or not (yet) known as this Pod's job: the poll decides
         job = None
         if self._asking_why < ASK_WHY_AT_ONCE:
             self._asking_why += 1
@@ -523,6 +527,11 @@ class Reconciler:
         outcome = await self._submit(pod, avoid=avoid)
         await self.slurm.cancel(job.job_id)
         return outcome
+
+
+def finished(pod: Json) -> bool:
+    """The Pod's containers have all ended for good (phase Succeeded or Failed)."""
+    return (pod.get("status") or {}).get("phase") in ENDED_PHASES
 
 
 def static_cpu_problem(pod: Json) -> str | None:

@@ -142,7 +142,10 @@ def _raw_code(err: dict[str, Any]) -> int | None:
 def describe(errors: list[dict[str, Any]]) -> str:
     parts = []
     for err in errors:
-        text = err.get("description") or err.get("error") or "unknown error"
+        # Newer slurmrestd puts what failed in `description` and why in `error`
+        # ("Batch job submission failed" / "Invalid partition name specified").
+        words = [str(w) for w in (err.get("description"), err.get("error")) if w]
+        text = ": ".join(dict.fromkeys(words)) or "unknown error"
         code = error_code(err)
         parts.append(f"{text} (Slurm error {code})" if code else str(text))
     return "; ".join(parts) or "no details given"
