@@ -36,7 +36,7 @@ from sunk.devcluster import ClusterSpec, DevCluster
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.layout import cache_dir
 from sunk.devcluster.prereqs import ensure_go_tools
-from sunk.devcluster.slurmcluster import REST_VERSION, cli_env, run_cli
+from sunk.devcluster.slurmcluster import cli_env, rest_version, run_cli, runtime
 
 SCHEDULER = "sunk-bench"
 POD_CPU = "1"
@@ -264,7 +264,7 @@ def stage_medians(created: dict[str, float], seen: dict[str, dict[str, float]]) 
 def rest_client(cluster: DevCluster) -> httpx.Client:
     layout = cluster.layout
     return httpx.Client(
-        base_url=f"{layout.rest_url}/slurm/{REST_VERSION}",
+        base_url=f"{layout.rest_url}/slurm/{rest_version(layout)}",
         headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": layout.slurm_token.read_text().strip()},
         timeout=60,
         trust_env=False,
@@ -275,7 +275,7 @@ def rest_client(cluster: DevCluster) -> httpx.Client:
 # then the start time written where the benchmark reads it without asking Slurm.
 RAW_SCRIPT = """#!/bin/bash
 export LC_ALL=C
-scontrol update jobid="$SLURM_JOB_ID" comment=": started"
+scontrol update jobid="$SLURM_JOB_ID" "$MARK_FIELD=: started"
 echo "$EPOCHREALTIME" > "$BENCH_MARKS/$SLURM_JOB_ID"
 trap 'exit 0' TERM
 sleep infinity & wait
@@ -288,20 +288,23 @@ def bench_raw_slurm(cluster: DevCluster, n: int, rate: float) -> Result:
     shutil.rmtree(marks, ignore_errors=True)
     marks.mkdir()
     env = {"PATH": "/usr/sbin:/usr/bin:/bin", "SLURM_CONF": str(layout.slurm_conf), "BENCH_MARKS": str(marks)}
-    body = {
-        "script": RAW_SCRIPT,
-        "job": {
-            "name": "raw",
-            "nodes": [1, 1],
-            "tasks": 1,
-            "cpus_per_task": int(POD_CPU),
-            "memory_per_node": 64,
-            "environment": env,
-            "current_working_directory": "/tmp",
-            "standard_output": "/dev/null",
-            "standard_error": "/dev/null",
-        },
+    job: dict[str, Any] = {
+        "name": "raw",
+        "tasks": 1,
+        "cpus_per_task": int(POD_CPU),
+        "current_working_directory": "/tmp",
+        "standard_output": "/dev/null",
+        "standard_error": "/dev/null",
     }
+    if rest_version(layout) == "v0.0.38":  # Slurm 22.05: no `extra`, older field shapes
+        env["MARK_FIELD"] = "comment"
+        job |= {"nodes": [1, 1], "memory_per_node": 64, "environment": env}
+        body: dict[str, Any] = {"script": RAW_SCRIPT, "job": job}
+    else:
+        env["MARK_FIELD"] = "extra"
+        job |= {"nodes": "1", "memory_per_node": {"set": True, "number": 64}}
+        job["environment"] = [f"{k}={v}" for k, v in env.items()]
+        body = {"job": {**job, "script": RAW_SCRIPT}}
     submitted: dict[int, float] = {}  # job ID → wall-clock time its submission was sent
     cpu = CpuMeter({os.getpid(): "bench client"})
     with rest_client(cluster) as http:
@@ -330,7 +333,7 @@ def scancel(cluster: DevCluster, ids: list[str]) -> None:
     """scancel as an operator would; a busy slurmctld makes it back off and complain, and
     jobs ending on their own make it fail for those: neither stops the benchmark."""
     for chunk in range(0, len(ids), 500):
-        argv = ["scancel", *ids[chunk : chunk + 500]]
+        argv = runtime(cluster.layout).argv(["scancel", *ids[chunk : chunk + 500]])
         result = subprocess.run(
             argv, env=cli_env(cluster.layout), capture_output=True, text=True, timeout=600
         )
@@ -506,6 +509,7 @@ def main() -> int:
     parser.add_argument("--nodes", type=int, default=64)
     parser.add_argument("--cpus-per-node", type=int, default=64)
     parser.add_argument("--pods", default="100,1000", help="comma-separated N")
+    parser.add_argument("--slurm", default="24.11", help="Slurm of the dev cluster: 24.11, 26.05 or 22.05")
     parser.add_argument("--rate", type=float, default=0, help="arrivals per second (default: all at once)")
     parser.add_argument(
         "--split-cores",
@@ -521,8 +525,8 @@ def main() -> int:
     if cluster.is_running():
         print("a dev cluster is running: stop it with `sunk dev down` first", file=sys.stderr)
         return 1
-    print(f"bringing up {args.nodes} nodes x {args.cpus_per_node} CPUs …", flush=True)
-    cluster.up(ClusterSpec(nodes=args.nodes, cpus_per_node=args.cpus_per_node))
+    print(f"bringing up {args.nodes} nodes x {args.cpus_per_node} CPUs, Slurm {args.slurm} …", flush=True)
+    cluster.up(ClusterSpec(nodes=args.nodes, cpus_per_node=args.cpus_per_node, slurm=args.slurm))
     kube = AdminKube(cluster.layout)
     if args.split_cores:
         print(split_cores(), flush=True)

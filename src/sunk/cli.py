@@ -1,4 +1,4 @@
-"""The `sunk` command: `sunk dev up|down|status|env` and `sunk demo`."""
+"""The `sunk` command: `sunk dev up|down|status|env|slurm` and `sunk demo`."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sunk import config
-from sunk.devcluster import ClusterSpec, DevCluster, DevClusterError
+from sunk.devcluster import ClusterSpec, DevCluster, DevClusterError, slurmcluster, slurmroot
 from sunk.devcluster.cluster import Status
 from sunk.translate import DEFAULT_PREFIX, Settings
 
@@ -23,9 +23,21 @@ def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up.add_argument("--kill-wait", type=int, default=30, help="Slurm KillWait in seconds (30)")
     up.add_argument("--cpus-per-node", type=int, default=8, help="CPUs of each node (8)")
     up.add_argument("--preempt-mode", default="CANCEL", choices=["CANCEL", "REQUEUE", "OFF"], help="(CANCEL)")
+    up.add_argument(
+        "--slurm",
+        default=slurmroot.DEFAULT_VERSION,
+        metavar="VERSION",
+        help=f"Slurm release line: {', '.join(slurmroot.SUPPORTED)} ({slurmroot.DEFAULT_VERSION}; "
+        "22.05 is the host's Debian 12 packages, the others run in a cached Debian root)",
+    )
     dev_sub.add_parser("down", help="stop every process of the dev cluster and wipe its state")
     dev_sub.add_parser("status", help="show what runs and whether it answers")
     dev_sub.add_parser("env", help="print `export` lines for kubectl, Slurm's CLI and sunk")
+    slurm = dev_sub.add_parser(
+        "slurm",
+        help="run a Slurm command (squeue, sinfo, scontrol, sacctmgr...) of the running cluster",
+    )
+    slurm.add_argument("slurm_argv", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,6 +53,11 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--slurm-kill-wait", default=config._env("slurm-kill-wait", "30s"))
     explain.add_argument("--annotation-prefix", default=config._env("annotation-prefix", DEFAULT_PREFIX))
     explain.add_argument("--scheduler-name", default=config._env("scheduler-name", "sunk"))
+    explain.add_argument(
+        "--slurm-api-version",
+        default=config._env("slurm-api-version"),
+        help="slurmrestd version to render the body for (default: the newest sunk speaks)",
+    )
     return parser
 
 
@@ -54,6 +71,10 @@ def print_status(cluster: DevCluster, status: Status) -> None:
         f"dev cluster under {cluster.layout.root}: {spec.nodes} nodes, "
         f"accounting {'on' if spec.accounting else 'off'}, KillWait {spec.kill_wait}s"
     )
+    release = f" ({status.slurm_release})" if status.slurm_release else ""
+    where = "host packages" if status.slurm_version == slurmroot.HOST_VERSION else "Debian root"
+    print(f"  {'Slurm':<24} {status.slurm_version or spec.slurm}{release}, {where}")
+    print(f"  {'REST versions served':<24} {', '.join(status.rest_versions) or 'unknown'}")
     slurmds = [name for name in status.processes if name.startswith("slurmd-")]
     alive_slurmds = sum(status.processes[name] for name in slurmds)
     for name, alive in status.processes.items():
@@ -71,7 +92,9 @@ def print_status(cluster: DevCluster, status: Status) -> None:
 def run_dev(args: argparse.Namespace) -> int:
     cluster = DevCluster()
     if args.dev_command == "up":
-        spec = ClusterSpec(args.nodes, args.accounting, args.kill_wait, args.preempt_mode, args.cpus_per_node)
+        spec = ClusterSpec(
+            args.nodes, args.accounting, args.kill_wait, args.preempt_mode, args.cpus_per_node, args.slurm
+        )
         seconds = cluster.up(spec)
         print(f"dev cluster up in {seconds:.1f} s")
         print_status(cluster, cluster.status())
@@ -85,7 +108,24 @@ def run_dev(args: argparse.Namespace) -> int:
     elif args.dev_command == "env":
         cluster.require_running()
         sys.stdout.write(cluster.env_text())
+    elif args.dev_command == "slurm":
+        return run_slurm_command(cluster, args.slurm_argv)
     return 0
+
+
+def run_slurm_command(cluster: DevCluster, argv: Sequence[str]) -> int:
+    """Run one Slurm CLI the way the running cluster's Slurm needs (chrooted or not)."""
+    import subprocess
+
+    argv = list(argv[1:] if argv[:1] == ["--"] else argv)
+    if not argv:
+        raise DevClusterError("name the Slurm command to run, e.g. `sunk dev slurm sinfo`")
+    cluster.require_running()
+    rt = slurmcluster.runtime(cluster.layout)
+    try:
+        return subprocess.run(rt.argv(argv), env=slurmcluster.cli_env(cluster.layout, rt)).returncode
+    except FileNotFoundError as err:
+        raise DevClusterError(f"cannot run {argv[0]}: {err}") from None
 
 
 def run_demo() -> int:
@@ -99,6 +139,7 @@ def run_scheduler(args: argparse.Namespace) -> int:
 
     from sunk import logs
     from sunk.scheduler.app import run
+    from sunk.slurm.client import SlurmVersionError
 
     try:
         settings = config.from_arguments(args)
@@ -106,7 +147,11 @@ def run_scheduler(args: argparse.Namespace) -> int:
         print(f"sunk scheduler: {err}", file=sys.stderr)
         return 2
     logs.setup(settings.log_level, settings.log_format)
-    asyncio.run(run(settings))
+    try:
+        asyncio.run(run(settings))
+    except SlurmVersionError as err:
+        print(f"sunk scheduler: {err}", file=sys.stderr)
+        return 2
     return 0
 
 
@@ -122,8 +167,17 @@ def run_explain(args: argparse.Namespace) -> int:
     except (OSError, ValueError, argparse.ArgumentTypeError) as err:
         print(f"sunk explain: {err}", file=sys.stderr)
         return 2
+    from sunk.slurm.client import SUPPORTED_VERSIONS
+
+    version = args.slurm_api_version or SUPPORTED_VERSIONS[0]
+    if version not in SUPPORTED_VERSIONS:
+        spoken = ", ".join(SUPPORTED_VERSIONS)
+        print(
+            f"sunk explain: --slurm-api-version {version} is not one sunk speaks ({spoken})", file=sys.stderr
+        )
+        return 2
     settings = Settings(args.annotation_prefix, kill_wait, args.scheduler_name)
-    report = explain(pod, settings)
+    report = explain(pod, settings, version)
     if args.output == "json":
         print(json.dumps(report, indent=2))
     else:

@@ -168,7 +168,7 @@ def demo(cluster: DevCluster) -> int:
         f'  eval "$(.venv/bin/sunk dev env)"\n'
         f"  kubectl -n {namespace} describe pod invalid-grace    # the refusal, as Event and condition\n"
         f"  kubectl -n {namespace} delete pod cpu-shared-a        # its Slurm job is cancelled\n"
-        f"  squeue -o '%i %j %T %N %k'\n"
+        f"  .venv/bin/sunk dev slurm squeue -o '%i %j %T %N %k'\n"
         f"  .venv/bin/sunk dev down                               # stop everything"
     )
     return 0

@@ -80,3 +80,19 @@ def test_a_stale_pid_file_of_a_reused_pid_does_not_count_as_running(tmp_path: Pa
 def test_cluster_size_is_validated() -> None:
     with pytest.raises(DevClusterError, match="--nodes"):
         ClusterSpec(nodes=0)
+
+
+@pytest.mark.parametrize(("version", "legacy_lines"), [("22.05", True), ("24.11", False), ("26.05", False)])
+def test_slurm_conf_keeps_lines_only_the_versions_that_accept_them(
+    tmp_path: Path, version: str, legacy_lines: bool
+) -> None:
+    """24.11 and later refuse SwitchType and JobCompType=jobcomp/none; 22.05 wants them."""
+    conf = render_slurm_conf(SlurmSpec(topology.plan(2), version=version), Layout(tmp_path), "host")
+    assert ("SwitchType=switch/none" in conf) is legacy_lines
+    assert ("JobCompType=jobcomp/none" in conf) is legacy_lines
+
+
+@pytest.mark.parametrize("version", ["23.02", "25.05", "latest", ""])
+def test_an_unsupported_slurm_version_is_named_with_the_supported_ones(version: str) -> None:
+    with pytest.raises(DevClusterError, match=r"choose one of .*24\.11.*26\.05.*22\.05"):
+        ClusterSpec(slurm=version)

@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sunk.devcluster import kubecluster, prereqs, procs, slurmcluster, topology
+from sunk.devcluster import kubecluster, prereqs, procs, slurmcluster, slurmroot, topology
 from sunk.devcluster.errors import DevClusterError
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.layout import Layout
@@ -37,8 +37,10 @@ class ClusterSpec:
     kill_wait: int = 30
     preempt_mode: str = "CANCEL"
     cpus_per_node: int = topology.CPUS_PER_NODE
+    slurm: str = slurmroot.DEFAULT_VERSION  # 24.11, 26.05 (Debian roots) or 22.05 (host)
 
     def __post_init__(self) -> None:
+        slurmroot.check_version(self.slurm)
         if not 1 <= self.nodes <= 1000:
             raise DevClusterError(f"--nodes must be between 1 and 1000, not {self.nodes}")
         if not 5 < self.kill_wait <= 600:
@@ -53,6 +55,9 @@ class Status:
     ready_nodes: int = 0
     idle_slurm_nodes: int = 0
     rest_ok: bool = False
+    slurm_version: str = ""
+    slurm_release: str = ""
+    rest_versions: tuple[str, ...] = ()
 
 
 class DevCluster:
@@ -62,8 +67,12 @@ class DevCluster:
     # -- state ---------------------------------------------------------------------------
     def spec(self) -> ClusterSpec | None:
         try:
-            return ClusterSpec(**json.loads(self.layout.state_file.read_text()))
-        except (OSError, ValueError, TypeError):
+            data = json.loads(self.layout.state_file.read_text())
+            if isinstance(data, dict) and "slurm" not in data:
+                # Written before the Slurm version was recorded: that was always the host's.
+                data["slurm"] = slurmroot.HOST_VERSION
+            return ClusterSpec(**data)
+        except (OSError, ValueError, TypeError, DevClusterError):
             return None
 
     def alive(self) -> list[procs.Tracked]:
@@ -78,23 +87,35 @@ class DevCluster:
         started = time.monotonic()
         layout = self.layout
         if self.is_running():
+            current = self.spec()
+            if current is not None and current.slurm != spec.slurm:
+                raise DevClusterError(
+                    f"a dev cluster with Slurm {current.slurm} is already running under {layout.root}: "
+                    f"stop it with `sunk dev down`, then run `sunk dev up --slurm {spec.slurm}`"
+                )
             raise DevClusterError(
                 f"a dev cluster is already running under {layout.root}: use it as it is "
                 "(`sunk dev status`) or stop it first with `sunk dev down`"
             )
-        procs.kill_all(procs.leftovers(f"SLURM_CONF={layout.slurm_conf}"))
+        self._kill_strays()
         self._wipe()
         setup_log = layout.logs / "setup.log"
         prereqs.check_ports_free(layout, spec.nodes, spec.accounting)
-        prereqs.ensure_debian_packages(spec.accounting, setup_log)
-        prereqs.ensure_job_user(topology.JOB_USER, topology.JOB_UID)
+        root: Path | None = None
+        if spec.slurm == slurmroot.HOST_VERSION:
+            prereqs.ensure_debian_packages(spec.accounting, setup_log)
+            prereqs.ensure_job_user(topology.JOB_USER, topology.JOB_UID)
+        else:
+            root, _ = slurmroot.ensure_root(spec.slurm)  # the job user lives inside the root
         tools = prereqs.ensure_go_tools(setup_log)
         nodes = topology.plan(spec.nodes, spec.cpus_per_node)
         layout.state_file.write_text(json.dumps(asdict(spec)))
         try:
             kubecluster.start(layout, tools)
             slurmcluster.start(
-                slurmcluster.SlurmSpec(nodes, spec.kill_wait, spec.accounting, spec.preempt_mode),
+                slurmcluster.SlurmSpec(
+                    nodes, spec.kill_wait, spec.accounting, spec.preempt_mode, spec.slurm, root
+                ),
                 layout,
             )
             kubecluster.populate(layout, nodes)
@@ -129,12 +150,20 @@ class DevCluster:
             if group:
                 procs.stop_many(group, pid_dir, timeout=20)
                 stopped += [p.name for p in group]
-        # Job processes (slurmstepd and job scripts) can outlive slurmd when it stops before
-        # Slurm's KillWait ends; left alone they would act on the next cluster.
-        strays = procs.leftovers(f"SLURM_CONF={self.layout.slurm_conf}")
-        procs.kill_all(strays)
-        stopped += [f"stray job process {pid}" for pid in strays]
+        stopped += [f"stray job process {pid}" for pid in self._kill_strays()]
         return stopped
+
+    def _kill_strays(self) -> list[int]:
+        """Job processes (slurmstepd and job scripts) can outlive slurmd when it stops before
+        Slurm's KillWait ends; left alone they would act on the next cluster. In a Debian
+        root, anything still living there with this cluster's directory mounted goes too."""
+        strays = set(procs.leftovers(f"SLURM_CONF={self.layout.slurm_conf}"))
+        strays |= set(slurmroot.cluster_pids(self.layout.root))
+        procs.kill_all(sorted(strays))
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline and any(procs.is_running(pid) for pid in strays):
+            time.sleep(0.05)
+        return sorted(strays)
 
     # -- status and env ------------------------------------------------------------------
     def status(self) -> Status:
@@ -151,6 +180,9 @@ class DevCluster:
                 admin.close()
         except Exception:
             pass
+        rt = slurmcluster.runtime(self.layout)
+        status.slurm_version, status.slurm_release = rt.version, rt.release
+        status.rest_versions = rt.rest_versions
         try:
             out = slurmcluster.run_cli(self.layout, "sinfo", "-h", "-N", "-t", "idle", "-o", "%N")
             status.idle_slurm_nodes = len(set(out.split()))

@@ -8,14 +8,17 @@ able to read slurm.conf, and root's home is not traversable by other users.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
+
+from sunk.devcluster.errors import DevClusterError
 
 HOST = "127.0.0.1"
 
 
 def cache_dir() -> Path:
-    """Where the Go-built tools are cached (shared by every checkout on the machine)."""
+    """Where the Go-built tools and the Debian roots for newer Slurm are cached (shared by
+    every checkout on the machine)."""
     return Path(os.environ.get("SUNK_CACHE", Path.home() / ".cache" / "sunk"))
 
 
@@ -29,6 +32,10 @@ class Ports:
     slurmrestd: int = 26820
     mariadb: int = 23306
     slurmd_base: int = 27000
+
+    def shifted(self, offset: int) -> Ports:
+        """Every port moved by `offset`, so two dev clusters can run side by side."""
+        return replace(self, **{f.name: getattr(self, f.name) + offset for f in fields(self)})
 
     def slurmd(self, index: int) -> int:
         return self.slurmd_base + index
@@ -54,7 +61,17 @@ class Layout:
 
     @classmethod
     def default(cls) -> Layout:
-        return cls(Path(os.environ.get("SUNK_DEV_DIR", "/tmp/sunk-dev")))
+        """SUNK_DEV_DIR moves the run directory; SUNK_DEV_PORT_OFFSET shifts every port."""
+        raw = os.environ.get("SUNK_DEV_PORT_OFFSET", "").strip() or "0"
+        try:
+            offset = int(raw)
+        except ValueError:
+            raise DevClusterError(f"SUNK_DEV_PORT_OFFSET must be an integer, not {raw!r}") from None
+        return cls(Path(os.environ.get("SUNK_DEV_DIR", "/tmp/sunk-dev")), Ports().shifted(offset))
+
+    @property
+    def slurm_runtime(self) -> Path:
+        return self.root / "slurm-runtime.json"
 
     @property
     def pids(self) -> Path:

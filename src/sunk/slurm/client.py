@@ -178,7 +178,9 @@ class SlurmClient:
         except ValueError:
             body = None
         if isinstance(body, dict) and not self.release:
-            self.release = str(((body.get("meta") or {}).get("slurm") or {}).get("release") or "")
+            meta = body.get("meta") or {}
+            about = meta.get("slurm") or meta.get("Slurm") or {}  # 22.05 capitalises it
+            self.release = str(about.get("release") or "")
         return resp.status_code, body, resp.text
 
     async def _call(self, method: str, path: str, what: str, **kw: Any) -> dict[str, Any]:

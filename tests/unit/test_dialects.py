@@ -1,0 +1,219 @@
+"""Each slurmrestd dialect against real answers recorded from that version
+(tests/unit/samples/slurm-<release>/<version>/, made by hack/record-slurm-samples.py)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sunk.slurm.client import SUPPORTED_VERSIONS, SlurmVersionError, choose_version, make_dialect
+from sunk.slurm.dataparser import summarize_state
+from sunk.slurm.errors import SlurmJobGone, SlurmRejected, SlurmUnavailable, raise_for
+from sunk.slurm.hostlist import expand
+from sunk.translate import PodRef, Settings, translate
+
+SAMPLES = Path(__file__).parent / "samples"
+RECORDED = sorted(p for p in SAMPLES.glob("slurm-*/v*") if p.is_dir())
+IDS = [f"{p.parent.name}/{p.name}" for p in RECORDED]
+POD = PodRef("ns", "web-0", "0000-uid")  # what the recorder wrote into its job
+
+
+def sample(directory: Path, name: str) -> tuple[int, dict[str, Any]]:
+    data = json.loads((directory / f"{name}.json").read_text())
+    return data["status"], data["body"]
+
+
+def only_job(directory: Path, name: str) -> dict[str, Any]:
+    job: dict[str, Any] = sample(directory, name)[1]["jobs"][0]
+    return job
+
+
+def test_samples_cover_every_version_sunk_speaks() -> None:
+    assert {p.name for p in RECORDED} == set(SUPPORTED_VERSIONS)
+
+
+@pytest.mark.parametrize("directory", RECORDED, ids=IDS)
+def test_r4_2_a_running_placeholder_reads_as_started_on_one_node(directory: Path) -> None:
+    job = make_dialect(directory.name).parse_job(only_job(directory, "job-running"))
+    assert (job.state, job.running, job.started) == ("RUNNING", True, True)
+    assert len(job.nodes) == 1 and job.nodes[0].startswith("sn-")
+    assert (job.time_limit_min, job.priority, job.partition) == (30, 5000, "batch")
+    assert job.submit_time > 1_700_000_000 and job.start_time >= job.submit_time
+
+
+@pytest.mark.parametrize("directory", RECORDED, ids=IDS)
+def test_r3_4_the_job_names_its_pod_where_only_the_scheduler_could_write(directory: Path) -> None:
+    dialect = make_dialect(directory.name)
+    job = dialect.parse_job(only_job(directory, "job-running"))
+    assert dialect.pod_of(job, "rec") == POD
+    assert dialect.pod_of(job, "another-scheduler") is None
+
+
+@pytest.mark.parametrize("directory", [p for p in RECORDED if p.name != "v0.0.38"], ids=str)
+def test_r11_2_a_job_name_alone_or_a_tag_on_another_users_job_is_not_ours(directory: Path) -> None:
+    dialect = make_dialect(directory.name)
+    raw = only_job(directory, "job-running")
+    job = dialect.parse_job(raw)
+    assert job.user_id == 1001
+    named_only = dialect.parse_job({**raw, "admin_comment": ""})
+    assert named_only.name.startswith("sunk:rec:") and dialect.pod_of(named_only, "rec") is None
+    other_user = replace(job, user_id=0)
+    assert dialect.pod_of(other_user, "rec") is None
+
+
+@pytest.mark.parametrize("directory", [p for p in RECORDED if p.name != "v0.0.38"], ids=str)
+def test_r11_2_the_started_mark_lives_in_extra_not_in_the_comment(directory: Path) -> None:
+    dialect = make_dialect(directory.name)
+    raw = only_job(directory, "job-running")
+    assert raw["extra"] == ": started" and raw["comment"] == "recorded"
+    forged = dialect.parse_job({**raw, "extra": "", "comment": "anything: started"})
+    assert not forged.started
+
+
+@pytest.mark.parametrize("directory", RECORDED, ids=IDS)
+def test_r4_5_a_pending_job_has_no_nodes_and_slurms_reason(directory: Path) -> None:
+    job = make_dialect(directory.name).parse_job(only_job(directory, "job-pending"))
+    assert (job.state, job.pending, job.started, job.nodes) == ("PENDING", True, False, ())
+    assert job.reason == "ReqNodeNotAvail"
+
+
+@pytest.mark.parametrize("directory", RECORDED, ids=IDS)
+def test_r5_a_cancelled_job_is_ending(directory: Path) -> None:
+    job = make_dialect(directory.name).parse_job(only_job(directory, "job-cancelled"))
+    assert job.state in ("COMPLETING", "CANCELLED") and job.ending
+    assert job.why_ending(job.end_time)[0] == "CancelledInSlurm"
+
+
+@pytest.mark.parametrize("directory", RECORDED, ids=IDS)
+def test_r4_3_a_drained_node_reads_as_draining_and_the_others_do_not(directory: Path) -> None:
+    dialect = make_dialect(directory.name)
+    nodes = [dialect.parse_node(n) for n in sample(directory, "nodes")[1]["nodes"]]
+    drained = [n for n in nodes if n.draining]
+    assert [n.reason for n in drained] == ["recorded drain"]
+    assert len(nodes) - len(drained) >= 2
+
+
+@pytest.mark.parametrize("directory", RECORDED, ids=IDS)
+def test_r11_3_a_bad_partition_is_final_with_slurms_words(directory: Path) -> None:
+    status, body = sample(directory, "submit-bad-partition")
+    with pytest.raises(SlurmRejected, match="Invalid partition name") as err:
+        raise_for(status, body, "", "submit a job")
+    assert err.value.code == 2000 and not err.value.retryable
+
+
+@pytest.mark.parametrize("directory", RECORDED, ids=IDS)
+def test_an_unknown_job_is_gone(directory: Path) -> None:
+    status, body = sample(directory, "job-unknown")
+    with pytest.raises(SlurmJobGone):
+        raise_for(status, body, "", "read job")
+
+
+@pytest.mark.parametrize("directory", RECORDED, ids=IDS)
+def test_r11_3_slurm_queues_a_job_for_a_drained_node_and_says_so_with_its_id(directory: Path) -> None:
+    _, body = sample(directory, "submit-drained-node")
+    assert isinstance(body["job_id"], int) and body["job_id"] > 0
+    codes = {e.get("error_number") or e.get("error_code") for e in body.get("errors") or []}
+    assert codes <= {2068}  # 22.05 adds ESLURM_NODE_NOT_AVAIL; later versions say nothing
+
+
+# -- what is sent -------------------------------------------------------------------------
+def placeholder(**annotations: str) -> Any:
+    pod = {
+        "metadata": {
+            "name": "web-0",
+            "namespace": "ns",
+            "uid": "0000-uid",
+            "annotations": {f"sunk.coreweave.com/{k}": v for k, v in annotations.items()},
+        },
+        "spec": {
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "c", "resources": {"requests": {"cpu": "1500m", "memory": "1Gi"}}}],
+        },
+    }
+    result = translate(pod, Settings(scheduler_name="rec"))
+    assert result.job is not None, result.errors
+    return result.job
+
+
+@pytest.mark.parametrize("version", [v for v in SUPPORTED_VERSIONS if v != "v0.0.38"])
+def test_r11_2_user_group_and_identity_are_fields_on_current_slurm(version: str) -> None:
+    submission = make_dialect(version).submission(placeholder(**{"user-id": "1001"}), "#!/bin/sh", {"A": "1"})
+    job = submission.body["job"]
+    assert submission.as_user is None  # no impersonation
+    assert (job["user_id"], job["group_id"]) == ("1001", "1001")
+    assert job["admin_comment"] == "sunk:rec:ns/web-0:0000-uid runas=1001"
+    assert job["environment"] == ["A=1"] and job["script"] == "#!/bin/sh"
+    assert job["cpus_per_task"] == 2 and job["memory_per_node"] == {"set": True, "number": 1024}
+    assert job["requeue"] is False and "extra" not in job
+
+
+@pytest.mark.parametrize(
+    ("word", "shared"), [("none", "none"), ("ok", "oversubscribe"), ("user", "user"), ("mcs", "mcs")]
+)
+def test_r3_exclusive_is_slurms_shared_list_on_current_slurm(word: str, shared: str) -> None:
+    job = make_dialect("v0.0.42").submission(placeholder(exclusive=word), "", {}).body["job"]
+    assert job["shared"] == [shared]
+
+
+def test_r3_5_exclusive_topo_is_refused_only_by_v0_0_40_and_22_05() -> None:
+    job = placeholder(exclusive="topo")
+    refusing = [v for v in SUPPORTED_VERSIONS if make_dialect(v).unsupported(job)]
+    assert refusing == ["v0.0.40", "v0.0.38"]
+
+
+def test_r11_1_the_newest_served_version_sunk_speaks_wins() -> None:
+    assert choose_version(["v0.0.40", "v0.0.41", "v0.0.42"]) == "v0.0.42"
+    assert choose_version(["v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45"]) == "v0.0.45"
+    assert choose_version(["v0.0.36", "v0.0.37", "v0.0.38"]) == "v0.0.38"
+    assert choose_version(["v0.0.40", "v0.0.41", "v0.0.42"], "v0.0.40") == "v0.0.40"
+
+
+def test_r11_1_a_slurm_serving_nothing_sunk_speaks_is_named_in_one_sentence() -> None:
+    with pytest.raises(SlurmVersionError, match=r"serves REST versions v0\.0\.39, and sunk speaks"):
+        choose_version(["v0.0.39"])
+    with pytest.raises(SlurmVersionError, match="not one sunk speaks"):
+        choose_version(["v0.0.42"], "v0.0.39")
+
+
+@pytest.mark.parametrize(
+    ("states", "word"),
+    [
+        (["RUNNING"], "RUNNING"),
+        (["CANCELLED", "COMPLETING"], "COMPLETING"),
+        (["PENDING", "REQUEUED"], "REQUEUED"),
+        (["RUNNING", "CONFIGURING"], "CONFIGURING"),
+        ([], "UNKNOWN"),
+    ],
+)
+def test_job_state_lists_read_as_the_word_squeue_shows(states: list[str], word: str) -> None:
+    assert summarize_state(states)[0] == word
+
+
+@pytest.mark.parametrize(
+    ("hostlist", "names"),
+    [
+        ("sn-001", ("sn-001",)),
+        ("sn-[001-003]", ("sn-001", "sn-002", "sn-003")),
+        ("sn-[001,004],gpu7", ("sn-001", "sn-004", "gpu7")),
+        ("rack[1-2]-n[1-2]", ("rack1-n1", "rack1-n2", "rack2-n1", "rack2-n2")),
+        ("", ()),
+    ],
+)
+def test_host_lists_expand_to_node_names(hostlist: str, names: tuple[str, ...]) -> None:
+    assert expand(hostlist) == names
+
+
+@pytest.mark.parametrize("code", [2007, 2050, 1007, 5004, 7000, 11])
+def test_r11_3_transient_slurm_errors_are_retried(code: int) -> None:
+    with pytest.raises(SlurmUnavailable):
+        raise_for(500, {"errors": [{"error_number": code, "error": "busy"}]}, "", "submit a job")
+
+
+def test_r11_3_an_error_number_sunk_does_not_know_is_retried_not_final() -> None:
+    with pytest.raises(SlurmRejected) as err:
+        raise_for(500, {"errors": [{"error_number": 2999, "error": "new in a later Slurm"}]}, "", "submit")
+    assert err.value.retryable
