@@ -73,3 +73,20 @@ def test_r8_1_only_the_leader_acts_and_the_other_takes_over_within_the_lease(
     for uid in uids:
         assert len(slurm.jobs_of_pod(uid)) == 1, f"Pod {uid} has {len(slurm.jobs_of_pod(uid))} jobs"
     print(f"\nR8.1 leader killed → follower leads after {took_over:.1f} s (Lease {LEASE_S} s)")
+
+
+def test_r8_1_a_leader_stopped_by_sigterm_hands_over_at_once(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, replicas: list[SchedulerProcess]
+) -> None:
+    """A rollout stops the leader with SIGTERM: it releases the Lease, so the follower
+    places new Pods within seconds, not after the Lease has run out."""
+    leader = wait_for(lambda: leader_of(replicas), timeout=20, what="a leader")
+    follower = next(p for p in replicas if p is not leader)
+    leader.stop()  # SIGTERM
+    stopped = time.monotonic()
+    assert leader.proc is not None and leader.proc.returncode == 0
+    create(kube, namespace, make_pod("handed-over", follower.name))
+    wait_bound(kube, namespace, "handed-over", timeout=LEASE_S)
+    took = time.monotonic() - stopped
+    assert took < LEASE_S / 2, f"the follower placed a Pod only {took:.1f} s after the SIGTERM"
+    print(f"\nR8.1 leader SIGTERMed → follower placed a Pod {took:.1f} s later (Lease {LEASE_S} s)")

@@ -10,11 +10,18 @@ from typing import Any
 import httpx
 import pytest
 
+from sunk.devcluster import DevCluster
 from sunk.devcluster.kubeapi import AdminKube
+from sunk.devcluster.slurmcluster import runtime
+from sunk.slurm.client import SUPPORTED_VERSIONS
 from tests.e2e.test_schedule_flow import create, wait_bound
-from tests.support import SchedulerProcess, make_pod, wait_for
+from tests.support import SchedulerProcess, SlurmRest, make_pod, wait_for
 
 pytestmark = pytest.mark.e2e
+
+
+def rest_versions(cluster: DevCluster) -> tuple[str, ...]:
+    return runtime(cluster.layout).rest_versions
 
 
 def metric(proc: SchedulerProcess, name: str) -> float:
@@ -44,7 +51,9 @@ def test_r8_1_probes_report_health_and_readiness(own_scheduler: Any) -> None:
     assert httpx.get(f"{base}/readyz", timeout=5).status_code == 200
 
 
-def test_r8_1_not_ready_while_slurm_is_unreachable(dev_cluster: Any, namespace: str) -> None:
+def test_r8_1_not_ready_until_slurmrestd_has_answered_once(dev_cluster: Any, namespace: str) -> None:
+    """Start-up needs slurmrestd (which REST version to speak); until then the probes answer,
+    not ready, and say why."""
     proc = SchedulerProcess(dev_cluster, f"noslurm-{namespace}", "--slurm-api-base=http://127.0.0.1:9").start(
         wait=False
     )
@@ -57,17 +66,26 @@ def test_r8_1_not_ready_while_slurm_is_unreachable(dev_cluster: Any, namespace: 
             except httpx.HTTPError:
                 return None
 
-        # Once the Kubernetes caches have synced, Slurm is the only reason left.
-        answer = wait_for(
-            lambda: (r := readyz()) is not None and "caches not synced" not in r.text and r,
-            timeout=20,
-            what="readiness to report on Slurm",
-        )
+        answer = wait_for(readyz, timeout=20, what="the probes to answer")
         assert answer.status_code == 503
-        assert "Slurm" in answer.text or "job listing" in answer.text
+        assert "slurmrestd" in answer.text
         assert httpx.get(f"{base}/healthz", timeout=5).status_code == 200
+        assert proc.alive(), "the scheduler must wait for slurmrestd, not exit"
     finally:
         proc.stop()
+
+
+def test_r11_1_a_slurmrestd_serving_no_version_sunk_speaks_stops_the_scheduler_with_a_sentence(
+    dev_cluster: Any, namespace: str, slurm: SlurmRest
+) -> None:
+    spoken = [v for v in SUPPORTED_VERSIONS if v != slurm.version]
+    forced = next(v for v in spoken if v not in rest_versions(dev_cluster))
+    proc = SchedulerProcess(dev_cluster, f"oldslurm-{namespace}", f"--slurm-api-version={forced}").start(
+        wait=False
+    )
+    assert proc.proc is not None
+    assert proc.proc.wait(timeout=30) == 2
+    assert f"--slurm-api-version {forced} is not served by this slurmrestd" in proc.output()
 
 
 def test_r8_2_the_scheduler_survives_clients_that_hang_up(own_scheduler: Any) -> None:

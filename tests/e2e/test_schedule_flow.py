@@ -353,3 +353,37 @@ def test_r1_3_pods_in_unwatched_namespaces_are_untouched(
         what="unbound",
     )
     assert slurm.jobs_of_pod(pod["metadata"]["uid"]) == []
+
+
+def test_r11_3_a_pod_slurm_cannot_fit_is_refused_or_waits_but_never_both(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    """1000 CPUs fit no node. 24.11 and later refuse the submission (the job record it makes
+    ends at once); 22.05 queues the job and says so with an error. Either the Pod is refused
+    and no job of it is left, or it waits on its one job: never a refusal beside a live job."""
+    pod = create(kube, namespace, make_pod("huge", SCHEDULER, cpu="1000"))
+    uid = pod["metadata"]["uid"]
+    settled = wait_for(
+        lambda: (
+            (p := get(kube, namespace, "huge"))
+            and condition(p).get("reason") in ("RejectedBySlurm", "PendingInSlurm")
+            and p
+        ),
+        timeout=20,
+        what="Slurm's answer to reach the Pod",
+    )
+
+    def active() -> list[dict[str, Any]]:
+        return [j for j in slurm.jobs_of_pod(uid) if j["job_state"] in ("PENDING", "RUNNING", "CONFIGURING")]
+
+    if condition(settled)["reason"] == "RejectedBySlurm":
+        assert "Slurm error" in condition(settled)["message"]
+        # A job Slurm made all the same is cancelled by the next look at the Pod.
+        wait_for(lambda: not active(), timeout=10, what="no job left beside the refusal")
+    else:
+        assert [j["job_id"] for j in active()] == [int(settled["metadata"]["annotations"][P + "job-id"])]
+        holds_for(
+            lambda: condition(get(kube, namespace, "huge") or {}).get("reason") == "PendingInSlurm",
+            seconds=2,
+            what="the Pod waiting on its job",
+        )

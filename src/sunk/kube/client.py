@@ -18,6 +18,9 @@ from kubernetes_asyncio import config as k8s_config
 from kubernetes_asyncio.client.exceptions import ApiException
 
 Json = dict[str, Any]
+# The API server sends a bookmark on every watch about once a minute: a watch that says
+# nothing for longer than this is dead, whatever the TCP connection claims.
+WATCH_READ_TIMEOUT_S = 90.0
 
 
 class KubeError(Exception):
@@ -75,7 +78,7 @@ class KubeClient:
         query: dict[str, Any] | None = None,
         body: Any = None,
         content_type: str = "application/json",
-        request_timeout: float | None = 30,
+        request_timeout: float | aiohttp.ClientTimeout | None = 30,
     ) -> Any:
         try:
             return await self._api.call_api(
@@ -111,7 +114,14 @@ class KubeClient:
 
     async def watch(self, path: str, query: dict[str, Any]) -> AsyncIterator[Json]:
         """Yield watch events ({"type", "object"}) until the server closes the stream."""
-        resp = await self._raw("GET", path, query={**query, "watch": "true"}, request_timeout=None)
+        # No total limit (the server ends the watch itself), but a read limit: a connection
+        # that went half-open would otherwise leave the cache silently stale for ever.
+        resp = await self._raw(
+            "GET",
+            path,
+            query={**query, "watch": "true"},
+            request_timeout=aiohttp.ClientTimeout(sock_connect=10, sock_read=WATCH_READ_TIMEOUT_S),
+        )
         status = _status(resp)
         if status >= 400:
             raise KubeError(status, _message(await _read(resp)))

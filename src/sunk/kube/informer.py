@@ -14,6 +14,8 @@ import random
 from collections.abc import Callable
 from typing import Any
 
+import aiohttp
+
 from sunk.kube.client import KubeClient, KubeError
 
 Json = dict[str, Any]
@@ -126,6 +128,10 @@ class Informer:
                 delay = 0.5  # a watch that ended normally just times out; re-watch
             except asyncio.CancelledError:
                 raise
+            except (TimeoutError, aiohttp.ServerTimeoutError):
+                # Nothing came, not even a bookmark: the connection is dead. Watch again from
+                # the last version seen; the server answers 410 if that is too old.
+                log.info("%s: the watch went silent; watching again", self.name)
             except KubeError as err:
                 need_list = True
                 if not err.gone:

@@ -94,6 +94,24 @@ class LeaderElector:
             raise
         return True
 
+    async def release(self) -> None:
+        """Give the Lease up if we hold it, so a follower takes over at once. Best effort:
+        if it fails, the Lease simply runs out."""
+        if not self.leading.is_set():
+            return
+        self.leading.clear()
+        try:
+            lease = await self._client.get(self._path)
+            spec = lease.get("spec") or {}
+            if spec.get("holderIdentity") != self.identity:
+                return
+            spec.update(holderIdentity="", leaseDurationSeconds=1, renewTime=_now_micro())
+            lease["spec"] = spec
+            await self._client.request("PUT", self._path, body=lease)
+            log.info("released Lease %s", self.name)
+        except KubeError as err:
+            log.warning("could not release Lease %s (%s); it expires on its own", self.name, err)
+
     async def acquire(self) -> None:
         while True:
             try:

@@ -6,6 +6,7 @@ import asyncio
 import logging
 import os
 import secrets
+import signal
 import socket
 from collections import Counter
 from contextlib import suppress
@@ -24,7 +25,7 @@ from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.jobs import JobIndex, JobPoller
 from sunk.scheduler.queue import WorkQueue
 from sunk.scheduler.reconciler import HookCredentials, PodStore, Reconciler, finished
-from sunk.slurm.client import SlurmClient, SlurmVersionError
+from sunk.slurm.client import SlurmClient
 from sunk.slurm.errors import SlurmError
 from sunk.slurm.scontrol import memory_oversubscription_warning
 from sunk.slurm.tokens import TokenSource
@@ -54,6 +55,7 @@ class Scheduler:
             secret = secrets.token_bytes(32)
         self.secret = secret
         self.acting = asyncio.Event()  # set while this replica may act (the leader, or alone)
+        self.negotiated = False  # the REST version is chosen
         self.hooks_server = HooksServer(
             self, Verifier(secret), on_call=lambda outcome: metrics.HOOK_CALLS.labels(outcome).inc()
         )
@@ -212,14 +214,16 @@ class Scheduler:
         log.info("hooks API for placeholder jobs at %s", url)
 
     def not_ready(self) -> str | None:
-        """Why /readyz fails: caches not synced, or Slurm not answering."""
+        """Why /readyz fails: start-up is not done (REST version, caches, first job
+        listing). A later Slurm outage does not count: the hooks API must stay reachable
+        through it, or ending placeholders would drain their nodes."""
+        if not self.negotiated:
+            return "waiting for slurmrestd to say which REST versions it serves"
         unsynced = [i.name for i in self.informers if not i.synced.is_set()]
         if unsynced:
             return f"caches not synced: {', '.join(unsynced)}"
         if not self.index.synced.is_set():
             return "no Slurm job listing yet"
-        if self.poller.last_error:
-            return f"Slurm unreachable: {self.poller.last_error}"
         return None
 
     async def _gauges(self) -> None:
@@ -251,10 +255,12 @@ class Scheduler:
             await serve_probes(*self.config.health_bind, self.not_ready),
         ]
         tasks = [asyncio.create_task(i.run(), name=i.name) for i in self.informers]
-        tasks.append(asyncio.create_task(self.poller.run(), name="slurm-jobs"))
-        tasks.append(asyncio.create_task(self._poll_slurm_nodes(), name="slurm-nodes"))
-        tasks.append(asyncio.create_task(self._gauges(), name="gauges"))
         try:
+            await negotiate(self.slurm, self.config.slurm_api_version)
+            self.negotiated = True
+            tasks.append(asyncio.create_task(self.poller.run(), name="slurm-jobs"))
+            tasks.append(asyncio.create_task(self._poll_slurm_nodes(), name="slurm-nodes"))
+            tasks.append(asyncio.create_task(self._gauges(), name="gauges"))
             await self._check_slurm_config()
             log.info("waiting for the Kubernetes caches and the first Slurm job listing")
             await asyncio.gather(*(i.synced.wait() for i in self.informers), self.index.synced.wait())
@@ -289,6 +295,9 @@ class Scheduler:
                 task.cancel()
             with suppress(asyncio.CancelledError):
                 await asyncio.gather(*tasks, return_exceptions=True)
+            if self.elector is not None:
+                # Hand over at once (a rolling update), not after the Lease runs out.
+                await self.elector.release()
             await self.hooks_server.stop()
             for runner in runners:
                 await runner.cleanup()
@@ -356,14 +365,16 @@ async def negotiate(slurm: SlurmClient, forced: str | None) -> None:
 async def run(config: Config) -> None:
     tokens = TokenSource(config.slurm_token, config.slurm_token_file)
     slurm = SlurmClient(config.slurm_api_base, tokens, user=config.slurm_user)
-    try:
-        await negotiate(slurm, config.slurm_api_version)
-    except SlurmVersionError:
-        await slurm.aclose()
-        raise
     kube = await KubeClient.connect(config.kubeconfig)
+    main = asyncio.current_task()
+    assert main is not None
+    # SIGTERM (a rollout, a drain of the scheduler's Node) stops acting and hands the Lease
+    # over through the normal clean-up, instead of dying mid-step.
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
     try:
         await Scheduler(config, kube, slurm).run()
+    except asyncio.CancelledError:
+        log.info("stopped by SIGTERM")
     finally:
         await slurm.aclose()
         await kube.close()

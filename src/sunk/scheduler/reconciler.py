@@ -41,6 +41,8 @@ ENDED_PHASES = ("Succeeded", "Failed")
 # A job pending before Slurm has looked at it, or running before its script has started,
 # is reported on the Pod only if it stays so this long: usually it does not.
 TRANSIENT_S = 3.0
+# A cancelled job that Slurm still runs this long after is cancelled again.
+CANCEL_CONFIRM_S = 5.0
 # Slurm reads on behalf of hook calls in flight at once; beyond that the poller answers.
 ASK_WHY_AT_ONCE = 4
 
@@ -108,7 +110,10 @@ class Reconciler:
         self._node_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._node_states: dict[str, tuple[float, SlurmNode | None]] = {}
         self._signalled: set[int] = set()
-        self._cancelled: set[int] = set()
+        # Job ID → when Slurm accepted our cancel. A cancel that failed is not recorded (the
+        # next pass tries again); one Slurm accepted but lost (a slurmctld crash) is sent
+        # again if the job still runs CANCEL_CONFIRM_S later.
+        self._cancelled: dict[int, float] = {}
         self._drained: set[int] = set()
         # Pod key → UID of Pods this process asked the API server to delete, until they are
         # gone: the informer may not show the deletion yet, and a second Event saying the
@@ -143,8 +148,8 @@ class Reconciler:
         meta = pod["metadata"]
         if meta.get("uid") != ref.uid or meta.get("deletionTimestamp"):
             return False
-        if finished(pod):
-            return False
+        if finished(pod) or ev.finally_refused(pod):
+            return False  # a refused Pod owns no job, whatever Slurm made of the refusal
         recorded = self._recorded_job_id(pod)
         return recorded is None or recorded == job.job_id
 
@@ -154,15 +159,16 @@ class Reconciler:
         pod = self.pods.get(key)
         if pod is None:
             self._deleting.pop(key, None)
+        recheck = None
         for ref, other in self.index.for_key(namespace, name):
             ended = other.ending or other.gave_up_resources
             owed = self._why_owed.pop(other.job_id, None) if ended else None
             if owed is not None:
                 await self._say_why(owed, other)
-            if other.active:
-                await self._settle_job_without_owner(ref, other, pod)
+            if other.active and await self._settle_job_without_owner(ref, other, pod):
+                recheck = Outcome(requeue_after=CANCEL_CONFIRM_S)
         if pod is None or ev.finally_refused(pod):
-            return Outcome()
+            return recheck or Outcome()
         job = self._current_job(pod)
         bound = bool((pod.get("spec") or {}).get("nodeName"))
         if job is not None and (job.ending or (bound and job.gave_up_resources)):
@@ -175,29 +181,36 @@ class Reconciler:
             return await self._bound(pod)
         return await self._unbound(pod)
 
-    async def _settle_job_without_owner(self, ref: PodRef, job: SlurmJob, pod: Json | None) -> None:
+    async def _settle_job_without_owner(self, ref: PodRef, job: SlurmJob, pod: Json | None) -> bool:
         """A job whose Pod is gone ends now; one whose Pod is being deleted is asked to end
-        (SIGTERM) but keeps its resources until the Pod is really gone (R5.1)."""
+        (SIGTERM) but keeps its resources until the Pod is really gone (R5.1). True when
+        the job was cancelled and must be looked at again until Slurm ends it."""
         if self._owns(pod, ref, job):
-            return
+            return False
         assert job.active
         gone = (
             pod is None
             or pod["metadata"].get("uid") != ref.uid
             or finished(pod)
+            or ev.finally_refused(pod)
             or self._recorded_job_id(pod) not in (None, job.job_id)
         )
         if gone:
             # Nothing of the Pod runs any more: cancel; the script's hook call learns at once
             # that the Pod is gone and exits, so the job ends without waiting for KillWait.
-            if job.job_id not in self._cancelled:  # even if ending: that stops a requeue
-                log.info("cancelling Slurm job %s of %s: its Pod is gone or done", job.job_id, ref)
-                self._cancelled.add(job.job_id)
+            sent = self._cancelled.get(job.job_id)
+            lost = sent is not None and not job.ending and time.monotonic() - sent >= CANCEL_CONFIRM_S
+            if sent is None or lost:  # even if ending: that stops a requeue
+                again = " again (Slurm did not act on the first cancel)" if lost else ""
+                log.info("cancelling Slurm job %s of %s%s: its Pod is gone or done", job.job_id, ref, again)
                 await self.slurm.cancel(job.job_id)
-        elif job.running and job.job_id not in self._signalled:
+                self._cancelled[job.job_id] = time.monotonic()
+            return not job.ending
+        if job.running and job.job_id not in self._signalled:
             log.info("asking Slurm job %s of %s to end: its Pod is being deleted", job.job_id, ref)
             await self.slurm.cancel(job.job_id, signal="TERM")
             self._signalled.add(job.job_id)
+        return False
 
     # -- Slurm ends the job (R5.2, R5.3) --------------------------------------------------
     async def _job_ending(self, pod: Json, job: SlurmJob) -> Outcome:
@@ -271,10 +284,37 @@ class Reconciler:
     async def _bound(self, pod: Json) -> Outcome:
         if not self.index.synced.is_set():
             return Outcome(requeue_after=1)
-        if self._current_job(pod) is not None:
-            return Outcome()
-        note = f"Slurm job {self._recorded_job_id(pod)} no longer exists in Slurm; deleting the Pod"
+        job = self._current_job(pod)
+        if job is not None:
+            return await self._check_still_there(pod, job)
+        job_id = self._recorded_job_id(pod)
+        if job_id is not None:
+            # A listing without the job proves nothing (a partial answer, a fail-over, a
+            # token for another user): only Slurm saying so about this very job does.
+            found = await self.slurm.job(job_id)
+            if found is not None and self.slurm.pod_of(found, self.settings.scheduler_name) == PodRef.of(pod):
+                self.index.record(PodRef.of(pod), found)
+                return Outcome(requeue_after=1) if found.ending else await self._check_still_there(pod, found)
+        note = f"Slurm job {job_id} no longer exists in Slurm; deleting the Pod"
         await self.recorder.event(pod, ev.JOB_ENDED, note, warning=True)
+        await self._delete(pod)
+        return Outcome()
+
+    async def _check_still_there(self, pod: Json, job: SlurmJob) -> Outcome:
+        """A bound Pod must stay on the Node hosting its job's node: if Slurm now runs the
+        job elsewhere (restarted after a crash, say), both sides would hand out the same
+        resources, so the Pod goes at once."""
+        if not job.running or len(job.nodes) != 1:
+            return Outcome()
+        hosts = self.cluster.host_map().get(job.nodes[0], set())
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        if not hosts or node_name in hosts:
+            return Outcome()
+        note = (
+            f"Slurm job {job.job_id} now runs on {job.nodes[0]}, hosted by {', '.join(sorted(hosts))}, "
+            f"not on this Pod's Node {node_name}; deleting the Pod"
+        )
+        await self.recorder.event(pod, ev.JOB_MOVED, note, warning=True)
         await self._delete(pod)
         return Outcome()
 
@@ -425,6 +465,10 @@ class Reconciler:
         try:
             await self._record_job(pod, job_id, avoid)
         except KubeError as err:
+            if not (err.not_found or err.conflict):
+                # The API server failed, not the Pod: the job stays recorded in the index,
+                # so the retry adopts it instead of submitting again.
+                raise
             # The Pod went away or was replaced while we submitted: the job has no owner.
             log.info("Pod %s changed during submit (%s); cancelling job %s", job.pod, err, job_id)
             await self.slurm.cancel(job_id)
