@@ -57,6 +57,8 @@ on_term() {
     fi
     case "$code" in
       202) step=0 ;;     # long poll ended, the Pod is still terminating: ask again
+      403) exit 0 ;;     # the scheduler knows this job as no Pod's (a replaced or reused
+                         # job): there is nothing to hold these resources for
       *)                 # scheduler unreachable, busy or refusing: retry, backing off
         (( left <= 5 )) && step=0
         sleep "${backoff[step]}"

@@ -34,7 +34,10 @@ class HookTarget(Protocol):
 
     async def job_terminating(self, ref: PodRef, job_id: int) -> None: ...
 
-    async def wait_pod_gone(self, ref: PodRef, within: float) -> bool: ...
+    async def wait_pod_gone(self, ref: PodRef, job_id: int, within: float) -> bool:
+        """True once the Pod no longer needs this job's resources: it is gone, it has
+        finished, or it has moved on to another job (a rejected placement)."""
+        ...
 
     def acting_now(self) -> bool: ...
 
@@ -114,7 +117,7 @@ class HooksServer:
 
     async def _terminating(self, _request: web.Request, ref: PodRef, job_id: int) -> web.Response:
         await self._target.job_terminating(ref, job_id)
-        gone = await self._target.wait_pod_gone(ref, LONG_POLL_S)
+        gone = await self._target.wait_pod_gone(ref, job_id, LONG_POLL_S)
         self._on_call("terminating_gone" if gone else "terminating_wait")
         return web.json_response({"pod": "gone" if gone else "terminating"}, status=200 if gone else 202)
 

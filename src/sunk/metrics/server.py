@@ -27,7 +27,7 @@ async def serve_metrics(host: str, port: int) -> web.AppRunner:
 
 
 async def serve_probes(host: str, port: int, not_ready: Callable[[], str | None]) -> web.AppRunner:
-    """/healthz: the event loop answers. /readyz: caches synced and Slurm reachable."""
+    """/healthz: the event loop answers. /readyz: start-up done (see Scheduler.not_ready)."""
 
     async def healthz(_request: web.Request) -> web.Response:
         return web.Response(text="ok")

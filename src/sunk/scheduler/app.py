@@ -56,6 +56,7 @@ class Scheduler:
         self.secret = secret
         self.acting = asyncio.Event()  # set while this replica may act (the leader, or alone)
         self.negotiated = False  # the REST version is chosen
+        self.leading = False  # this replica holds the Lease (or runs alone) and polls Slurm
         self.hooks_server = HooksServer(
             self, Verifier(secret), on_call=lambda outcome: metrics.HOOK_CALLS.labels(outcome).inc()
         )
@@ -84,7 +85,13 @@ class Scheduler:
         self.slurmd = Informer(kube, slurmd_path, label_selector=config.slurmd_selector, name="slurmd")
         self.cluster = ClusterView(self.nodes, self.slurmd, config.slurm_node_label)
         self.index = JobIndex(lambda job: slurm.pod_of(job, config.scheduler_name))
-        self.poller = JobPoller(slurm, self.index, self._job_changed, interval=config.slurm_poll_interval_s)
+        self.poller = JobPoller(
+            slurm,
+            self.index,
+            self._job_changed,
+            interval=config.slurm_poll_interval_s,
+            on_listing=lambda ids: self.reconciler.prune(ids),
+        )
         self._reading_started = 0
         self.pods = PodStore(self.pod_informers)
         self.reconciler = Reconciler(
@@ -137,13 +144,18 @@ class Scheduler:
         await self.reconciler.job_terminating(ref, job_id)
         self.queue.add(f"{ref.namespace}/{ref.name}")
 
-    async def wait_pod_gone(self, ref: PodRef, within: float) -> bool:
+    async def wait_pod_gone(self, ref: PodRef, job_id: int, within: float) -> bool:
         key = f"{ref.namespace}/{ref.name}"
+        annotation = self.config.annotation_prefix + "job-id"
 
         def still_there() -> bool:
-            """The Pod may still run something: it exists and has not finished."""
+            """The Pod may still run something on this job's resources: it exists, has not
+            finished, and has not been given another job since (a rejected placement)."""
             pod = self.pods.get(key)
-            return pod is not None and pod["metadata"].get("uid") == ref.uid and not finished(pod)
+            if pod is None or pod["metadata"].get("uid") != ref.uid or finished(pod):
+                return False
+            recorded = (pod["metadata"].get("annotations") or {}).get(annotation)
+            return recorded in (None, str(job_id))
 
         return await self.gone.wait(ref.uid, still_there, within)
 
@@ -222,7 +234,7 @@ class Scheduler:
         unsynced = [i.name for i in self.informers if not i.synced.is_set()]
         if unsynced:
             return f"caches not synced: {', '.join(unsynced)}"
-        if not self.index.synced.is_set():
+        if self.leading and not self.index.synced.is_set():
             return "no Slurm job listing yet"
         return None
 
@@ -258,18 +270,14 @@ class Scheduler:
         try:
             await negotiate(self.slurm, self.config.slurm_api_version)
             self.negotiated = True
-            tasks.append(asyncio.create_task(self.poller.run(), name="slurm-jobs"))
-            tasks.append(asyncio.create_task(self._poll_slurm_nodes(), name="slurm-nodes"))
             tasks.append(asyncio.create_task(self._gauges(), name="gauges"))
-            await self._check_slurm_config()
-            log.info("waiting for the Kubernetes caches and the first Slurm job listing")
-            await asyncio.gather(*(i.synced.wait() for i in self.informers), self.index.synced.wait())
+            log.info("waiting for the Kubernetes caches")
+            await asyncio.gather(*(i.synced.wait() for i in self.informers))
             log.info(
-                "caches synced: %d Pods, %d Nodes, %d slurmd Pods, %d placeholder jobs; scheduling as %s",
+                "caches synced: %d Pods, %d Nodes, %d slurmd Pods; scheduling as %s",
                 len(self.pods.all_keys()),
                 len(self.nodes.store),
                 len(self.slurmd.store),
-                len(self.index),
                 self.config.scheduler_name,
             )
             if self.elector is not None:
@@ -278,6 +286,13 @@ class Scheduler:
                 await self.elector.acquire()
                 tasks.append(asyncio.create_task(self.elector.keep(), name="lease"))
                 await self.leader_label(True)
+            # Only the replica that acts polls Slurm: followers cost slurmctld nothing.
+            self.leading = True
+            tasks.append(asyncio.create_task(self.poller.run(), name="slurm-jobs"))
+            tasks.append(asyncio.create_task(self._poll_slurm_nodes(), name="slurm-nodes"))
+            await self._check_slurm_config()
+            await self.index.synced.wait()
+            log.info("first Slurm job listing: %d placeholder jobs", len(self.index))
             metrics.LEADER.set(1)
             self.acting.set()
             self._enqueue_everything()

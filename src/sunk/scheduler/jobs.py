@@ -69,6 +69,9 @@ class JobIndex:
         """Every job named for this Pod name, whichever Pod UID: called on each reconcile."""
         return [self._by_id[job_id] for job_id in self._by_key.get((namespace, name), ())]
 
+    def job_ids(self) -> set[int]:
+        return set(self._by_id)
+
     def items(self) -> list[tuple[PodRef, SlurmJob]]:
         return list(self._by_id.values())
 
@@ -86,10 +89,12 @@ class JobPoller:
         on_change: Callable[[PodRef], None],
         *,
         interval: float = 0.25,
+        on_listing: Callable[[set[int]], None] = lambda _ids: None,
     ) -> None:
         self._slurm = slurm
         self._index = index
         self._on_change = on_change
+        self._on_listing = on_listing
         self._interval = interval
         self.last_error: str | None = None
         self.last_success = 0.0
@@ -121,6 +126,7 @@ class JobPoller:
                 self.last_success = time.monotonic()
                 for ref in touched:
                     self._on_change(ref)
+                self._on_listing(self._index.job_ids())
                 # Listing thousands of jobs costs slurmrestd real time: keep it to a fifth.
                 delay = max(self._interval, 4 * took)
             except SlurmError as err:

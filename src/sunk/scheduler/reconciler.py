@@ -126,6 +126,20 @@ class Reconciler:
         self._asking_why = 0
         self.refuse_static_cpu = False
 
+    def prune(self, live: set[int]) -> None:
+        """Forget what was remembered about jobs Slurm no longer lists: nothing here is
+        needed after a job is gone, and a process that runs for months must not grow."""
+        for memory in (self._cancelled, self._why_owed):
+            for job_id in [j for j in memory if j not in live]:
+                del memory[job_id]
+        self._signalled &= live
+        self._drained &= live
+        now = time.monotonic()
+        for node in [n for n, (at, _) in self._node_states.items() if now - at > 60]:
+            del self._node_states[node]
+        for node in [n for n, lock in self._node_locks.items() if not lock.locked()]:
+            del self._node_locks[node]
+
     # -- small readers --------------------------------------------------------------------
     def _annotation(self, pod: Json, key: str) -> str | None:
         value = ((pod.get("metadata") or {}).get("annotations") or {}).get(self.prefix + key)
