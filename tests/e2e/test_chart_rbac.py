@@ -24,15 +24,18 @@ pytestmark = pytest.mark.e2e
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
 # Every rule the chart renders in namespace scope, as "<role suffix>:<resources>:<verbs>".
-RULES = [
-    "pods:pods:get,list,watch,patch,delete",
-    "pods:pods/binding:create",
-    "pods:pods/status:patch",
-    "pods:events:create",
-    "nodes:nodes:get,list,watch",
-    "slurmd:pods:list,watch",
-    "leader:leases:get,create,update",
-]
+# Each one with the step that must break without it (the first step of
+# scheduler_does_its_job that fails): a rule whose loss broke something else, or nothing,
+# would fail the test.
+RULES = {
+    "pods:pods:get,list,watch,patch,delete": "valid Pod bound",  # no Pod cache at all
+    "pods:pods/binding:create": "valid Pod bound",
+    "pods:pods/status:patch": "invalid Pod's condition",
+    "pods:events:create": "Scheduled Event",
+    "nodes:nodes:get,list,watch": "valid Pod bound",  # no Node cache: never ready to act
+    "slurmd:pods:list,watch": "valid Pod bound",  # no Slurm node → Node map
+    "leader:leases:get,create,update": "valid Pod bound",  # never becomes the leader
+}
 
 
 def rule_id(role: dict[str, Any], rule: dict[str, Any]) -> str:
@@ -204,5 +207,5 @@ def test_r1_1_each_rbac_rule_is_needed(
         ).start()
         delete_pods_and_wait_for_their_jobs(kube, slurm, namespace)
         healthy.stop()
-    assert broken is not None, f"the scheduler did everything without {missing}"
+    assert broken == RULES[missing], f"without {missing} the step that broke was {broken!r}"
     print(f"\nwithout {missing}: {broken} fails")

@@ -11,7 +11,7 @@ from sunk.devcluster import DevCluster
 from sunk.devcluster.kubeapi import AdminKube
 from tests.e2e.conftest import delete_pods_and_wait_for_their_jobs
 from tests.e2e.test_schedule_flow import create, wait_bound
-from tests.support import SchedulerProcess, SlurmRest, free_port, make_pod, wait_for
+from tests.support import SchedulerProcess, SlurmRest, events_for, free_port, make_pod, wait_for
 
 pytestmark = pytest.mark.e2e
 LEASE_S = 15
@@ -31,6 +31,7 @@ def replicas(
             f"--leader-election-namespace={namespace}",
             instance=instance,
             hooks_port=port,
+            env={"POD_NAME": f"replica-{instance}"},  # the start of its Lease identity
         )
         for instance in ("a", "b")
     ]
@@ -43,32 +44,50 @@ def replicas(
         proc.stop()
 
 
-def leader_of(procs: list[SchedulerProcess]) -> SchedulerProcess | None:
-    leading = [p for p in procs if p.alive() and "became leader" in p.output()]
-    assert len(leading) <= 1, "two replicas lead at once"
+def holder(kube: AdminKube, namespace: str, name: str) -> str:
+    lease = kube.find(f"/apis/coordination.k8s.io/v1/namespaces/{namespace}/leases/{name}")
+    return str(((lease or {}).get("spec") or {}).get("holderIdentity") or "")
+
+
+def leader_of(kube: AdminKube, namespace: str, procs: list[SchedulerProcess]) -> SchedulerProcess | None:
+    """The live replica whose identity holds the Lease."""
+    identity = holder(kube, namespace, procs[0].name)
+    leading = [p for p in procs if p.alive() and identity.startswith(p.extra_env["POD_NAME"] + "_")]
     return leading[0] if leading else None
+
+
+def acted_for(kube: AdminKube, namespace: str, pod: str) -> set[str]:
+    """Which replicas (by identity) recorded the Pod's Scheduled Event."""
+    return {e["reportingInstance"] for e in events_for(kube, namespace, pod) if e["reason"] == "Scheduled"}
 
 
 def test_r8_1_only_the_leader_acts_and_the_other_takes_over_within_the_lease(
     kube: AdminKube, slurm: SlurmRest, namespace: str, replicas: list[SchedulerProcess]
 ) -> None:
-    leader = wait_for(lambda: leader_of(replicas), timeout=20, what="a leader")
+    leader = wait_for(lambda: leader_of(kube, namespace, replicas), timeout=20, what="a leader")
     follower = next(p for p in replicas if p is not leader)
+    first = holder(kube, namespace, leader.name)
     uids = []
     for i in range(4):
         uids.append(create(kube, namespace, make_pod(f"before-{i}", leader.name))["metadata"]["uid"])
     for i in range(4):
         wait_bound(kube, namespace, f"before-{i}")
-    assert "became leader" not in follower.output(), "the follower acted while the leader lived"
+        assert acted_for(kube, namespace, f"before-{i}") == {first}, "a replica acted without the Lease"
 
     leader.kill()
     killed = time.monotonic()
     for i in range(4):
         uids.append(create(kube, namespace, make_pod(f"after-{i}", leader.name))["metadata"]["uid"])
-    wait_for(lambda: "became leader" in follower.output(), timeout=LEASE_S + 10, what="the follower to lead")
+    second = wait_for(
+        lambda: (h := holder(kube, namespace, leader.name)) != first and h,
+        timeout=LEASE_S + 10,
+        what="the follower to take the Lease",
+    )
     took_over = time.monotonic() - killed
+    assert second.startswith(follower.extra_env["POD_NAME"] + "_")
     for i in range(4):
         wait_bound(kube, namespace, f"after-{i}")
+        assert acted_for(kube, namespace, f"after-{i}") == {second}
     assert took_over <= LEASE_S + 3, f"takeover took {took_over:.1f} s"
     for uid in uids:
         assert len(slurm.jobs_of_pod(uid)) == 1, f"Pod {uid} has {len(slurm.jobs_of_pod(uid))} jobs"
@@ -80,7 +99,7 @@ def test_r8_1_a_leader_stopped_by_sigterm_hands_over_at_once(
 ) -> None:
     """A rollout stops the leader with SIGTERM: it releases the Lease, so the follower
     places new Pods within seconds, not after the Lease has run out."""
-    leader = wait_for(lambda: leader_of(replicas), timeout=20, what="a leader")
+    leader = wait_for(lambda: leader_of(kube, namespace, replicas), timeout=20, what="a leader")
     follower = next(p for p in replicas if p is not leader)
     leader.stop()  # SIGTERM
     stopped = time.monotonic()
@@ -88,5 +107,7 @@ def test_r8_1_a_leader_stopped_by_sigterm_hands_over_at_once(
     create(kube, namespace, make_pod("handed-over", follower.name))
     wait_bound(kube, namespace, "handed-over", timeout=LEASE_S)
     took = time.monotonic() - stopped
+    assert holder(kube, namespace, follower.name).startswith(follower.extra_env["POD_NAME"] + "_")
+    assert acted_for(kube, namespace, "handed-over") == {holder(kube, namespace, follower.name)}
     assert took < LEASE_S / 2, f"the follower placed a Pod only {took:.1f} s after the SIGTERM"
     print(f"\nR8.1 leader SIGTERMed → follower placed a Pod {took:.1f} s later (Lease {LEASE_S} s)")

@@ -126,28 +126,45 @@ def test_r3_2_node_selector_restricts_the_slurm_nodes(
     assert node["metadata"]["labels"]["topology.kubernetes.io/zone"] == "zone-a"
 
 
-@pytest.mark.parametrize(("mode", "share"), [("ok", True), ("user", True), ("none", False)])
+@pytest.mark.parametrize(
+    ("mode", "first_user", "second_user", "share"),
+    [
+        ("ok", "0", str(topology.JOB_UID), True),  # anyone may share
+        ("user", str(topology.JOB_UID), str(topology.JOB_UID), True),  # the same user shares
+        ("user", str(topology.JOB_UID), "0", False),  # another user does not
+        ("none", "0", "0", False),  # nobody shares, not even the same user
+    ],
+)
 def test_r3_exclusive_decides_whether_two_pods_share_a_node(
-    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess, mode: str, share: bool
+    kube: AdminKube,
+    slurm: SlurmRest,
+    namespace: str,
+    scheduler: SchedulerProcess,
+    mode: str,
+    first_user: str,
+    second_user: str,
+    share: bool,
 ) -> None:
     target = slurm_nodes(kube)[0]
-    annotations = {P + "exclusive": mode, P + "required-nodes": target}
-    create(kube, namespace, make_pod("first", SCHEDULER, annotations=annotations))
+
+    def annotations(user: str) -> dict[str, str]:
+        return {P + "exclusive": mode, P + "required-nodes": target, P + "user-id": user}
+
+    create(kube, namespace, make_pod("first", SCHEDULER, annotations=annotations(first_user)))
     first = wait_bound(kube, namespace, "first")
-    create(kube, namespace, make_pod("second", SCHEDULER, annotations=annotations))
+    create(kube, namespace, make_pod("second", SCHEDULER, annotations=annotations(second_user)))
     if share:
         second = wait_bound(kube, namespace, "second")
         assert second["spec"]["nodeName"] == first["spec"]["nodeName"]
-    else:
-        pending = wait_for(
-            lambda: (
-                (p := get(kube, namespace, "second")) and "pending" in condition(p).get("message", "") and p
-            ),
-            timeout=15,
-            what="the second Pod to wait in Slurm",
-        )
-        assert not pending["spec"].get("nodeName")
-        assert condition(pending)["reason"] == "PendingInSlurm"
+        return
+    pending = wait_for(
+        lambda: (p := get(kube, namespace, "second")) and "pending" in condition(p).get("message", "") and p,
+        timeout=15,
+        what="the second Pod to wait in Slurm",
+    )
+    assert not pending["spec"].get("nodeName")
+    assert condition(pending)["reason"] == "PendingInSlurm"
+    assert job_of(pending, slurm)["user_id"] == int(second_user)
 
 
 def test_r3_required_nodes_are_used(

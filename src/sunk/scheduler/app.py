@@ -60,8 +60,9 @@ class Scheduler:
         self.hooks_server = HooksServer(
             self, Verifier(secret), on_call=lambda outcome: metrics.HOOK_CALLS.labels(outcome).inc()
         )
+        self.identity = _identity()
         self.elector = (
-            LeaderElector(kube, config.leader_election_namespace, config.leader_election_id, _identity())
+            LeaderElector(kube, config.leader_election_namespace, config.leader_election_id, self.identity)
             if config.leader_elect
             else None
         )
@@ -100,7 +101,8 @@ class Scheduler:
             pods=self.pods,
             cluster=self.cluster,
             index=self.index,
-            recorder=Recorder(kube, config.scheduler_name, socket.gethostname()),
+            # Events name the replica that acted (the Lease's holder identity).
+            recorder=Recorder(kube, config.scheduler_name, self.identity),
             settings=Settings(config.annotation_prefix, int(config.slurm_kill_wait_s), config.scheduler_name),
             script=placeholder_script(),
         )

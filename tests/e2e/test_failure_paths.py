@@ -1,0 +1,84 @@
+"""Paths off the happy one: a placement rejected at the last moment, and a placeholder that
+Slurm suspends under its running Pod."""
+
+from __future__ import annotations
+
+import pytest
+
+from sunk.devcluster import DevCluster
+from sunk.devcluster.kubeapi import AdminKube
+from sunk.devcluster.slurmcluster import run_cli
+from sunk.slurm.models import ACTIVE_STATES
+from tests.e2e.conftest import SCHEDULER
+from tests.e2e.test_lifecycle import job_state, reasons
+from tests.e2e.test_schedule_flow import P, create, get, host_of, job_of, slurm_nodes, wait_bound
+from tests.support import SchedulerProcess, SlurmRest, make_pod, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def test_r4_3_a_rejected_placement_ends_its_job_at_once_and_drains_nothing(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    """Slurm starts the job on a node whose Node was cordoned after the submission: the
+    Pod is not bound there, a new job avoids the node, and the old job ends at once (its
+    `terminating` call learns the Pod has moved on) instead of holding the node until
+    KillWait and draining it. The fixture checks that no node is left drained."""
+    first, second, *rest = slurm_nodes(kube)
+    blockers = {
+        n: slurm.submit("#!/bin/sh\nsleep 600\n", name="blocker", nodelist=n, exclusive=True)
+        for n in [first, second, *rest]
+    }
+    cordoned = host_of(kube, first)
+    try:
+        for job_id in blockers.values():
+            wait_for(
+                lambda j=job_id: job_state(slurm, j) == "RUNNING", timeout=30, what="the blockers to run"
+            )
+        create(kube, namespace, make_pod("moved", SCHEDULER))
+        pod = wait_for(
+            lambda: (
+                (p := get(kube, namespace, "moved"))
+                and P + "job-id" in (p["metadata"].get("annotations") or {})
+                and p
+            ),
+            timeout=15,
+            what="the Pod's first job",
+        )
+        old_job = int(pod["metadata"]["annotations"][P + "job-id"])
+        kube.patch(f"/api/v1/nodes/{cordoned}", {"spec": {"unschedulable": True}})
+        slurm.cancel(blockers.pop(first))  # the only free node is now the cordoned one
+        wait_for(
+            lambda: "PlacementRejected" in reasons(kube, namespace, "moved"), timeout=30, what="the rejection"
+        )
+        assert (
+            f"Slurm started job {old_job} on {first}"
+            in reasons(kube, namespace, "moved")["PlacementRejected"]
+        )
+        wait_for(
+            lambda: job_state(slurm, old_job) not in ACTIVE_STATES, timeout=10, what="the rejected job to end"
+        )
+        slurm.cancel(blockers.pop(second))
+        bound = wait_bound(kube, namespace, "moved", timeout=30)
+        assert bound["spec"]["nodeName"] == host_of(kube, second)
+        active = [j for j in slurm.jobs_of_pod(bound["metadata"]["uid"]) if j["job_state"] in ACTIVE_STATES]
+        assert [j["job_id"] for j in active] == [job_of(bound, slurm)["job_id"]] != [old_job]
+    finally:
+        kube.patch(f"/api/v1/nodes/{cordoned}", {"spec": {"unschedulable": None}})
+        for job_id in blockers.values():
+            slurm.cancel(job_id)
+
+
+def test_r6_1_a_placeholder_suspended_by_slurm_gives_up_its_pod(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess, dev_cluster: DevCluster
+) -> None:
+    """Suspended, the job no longer holds its resources for the Pod: the Pod goes, with
+    the reason, and the job is cancelled rather than resumed later for a Pod that is gone."""
+    create(kube, namespace, make_pod("paused", SCHEDULER))
+    job_id = job_of(wait_bound(kube, namespace, "paused"), slurm)["job_id"]
+    run_cli(dev_cluster.layout, "scontrol", "suspend", str(job_id))
+    wait_for(lambda: get(kube, namespace, "paused") is None, timeout=30, what="the Pod to go")
+    assert "was suspended by Slurm" in reasons(kube, namespace, "paused").get("Preempted", "")
+    wait_for(
+        lambda: job_state(slurm, job_id) not in ACTIVE_STATES, timeout=30, what="the job to be cancelled"
+    )

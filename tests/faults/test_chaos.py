@@ -1,0 +1,30 @@
+"""A short fault-injection run: the Pod/placeholder-job promise must hold under 30 random
+faults (scheduler, slurmctld, slurmrestd and kube-apiserver killed or frozen). The full
+run is `python -m tests.faults.chaos --faults 200`; see docs/reliability.md."""
+
+from __future__ import annotations
+
+import os
+import random
+
+import pytest
+
+from sunk.devcluster import DevCluster
+from sunk.devcluster.kubeapi import AdminKube
+from tests.faults.chaos import ChaosOptions, run_chaos
+from tests.support import SlurmRest
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.mark.timeout(480)
+def test_the_pod_job_promise_holds_under_30_random_faults(
+    dev_cluster: DevCluster, kube: AdminKube, slurm: SlurmRest
+) -> None:
+    # SUNK_CHAOS_SEED repeats a run's choices (not its timing, which the machine decides).
+    seed = int(os.environ.get("SUNK_CHAOS_SEED") or random.randrange(1_000_000))
+    report = run_chaos(dev_cluster, kube, slurm, ChaosOptions(faults=30, seed=seed, settle_s=75))
+    print(report.table())
+    summary = f"{report.table()}\n\n{report.details()}"
+    assert report.harness_error is None, summary
+    assert not report.violations, summary
