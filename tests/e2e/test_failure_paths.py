@@ -3,16 +3,19 @@ Slurm suspends under its running Pod."""
 
 from __future__ import annotations
 
+import os
+import signal
+
 import pytest
 
-from sunk.devcluster import DevCluster
+from sunk.devcluster import DevCluster, procs
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.slurmcluster import run_cli
 from sunk.slurm.models import ACTIVE_STATES
 from tests.e2e.conftest import SCHEDULER
 from tests.e2e.test_lifecycle import job_state, reasons
 from tests.e2e.test_schedule_flow import P, create, get, host_of, job_of, slurm_nodes, wait_bound
-from tests.support import SchedulerProcess, SlurmRest, make_pod, wait_for
+from tests.support import SchedulerProcess, SlurmRest, condition, make_pod, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -82,3 +85,27 @@ def test_r6_1_a_placeholder_suspended_by_slurm_gives_up_its_pod(
     wait_for(
         lambda: job_state(slurm, job_id) not in ACTIVE_STATES, timeout=30, what="the job to be cancelled"
     )
+
+
+def test_r11_3_a_submission_lost_in_a_paused_slurmrestd_gives_one_job_not_two(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess, dev_cluster: DevCluster
+) -> None:
+    """slurmrestd freezes while a Pod is submitted: the scheduler's request times out with
+    no answer, and the Pod says Slurm is unavailable. When slurmrestd wakes up it carries out
+    the stale request; the scheduler must find that job rather than submit a second one."""
+    rest = procs.load(dev_cluster.layout.pids, "slurmrestd")
+    assert rest is not None and rest.alive()
+    os.kill(rest.pid, signal.SIGSTOP)
+    try:
+        pod = create(kube, namespace, make_pod("frozen", SCHEDULER))
+        wait_for(
+            lambda: condition(get(kube, namespace, "frozen") or {}).get("reason") == "SlurmUnavailable",
+            timeout=40,
+            what="the Pod to say Slurm is unavailable",
+        )
+    finally:
+        os.kill(rest.pid, signal.SIGCONT)
+    bound = wait_bound(kube, namespace, "frozen", timeout=60)
+    jobs = slurm.jobs_of_pod(pod["metadata"]["uid"])
+    assert len(jobs) == 1, [(j["job_id"], j["job_state"]) for j in jobs]
+    assert jobs[0]["job_id"] == job_of(bound, slurm)["job_id"]

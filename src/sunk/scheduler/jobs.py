@@ -32,6 +32,8 @@ class JobIndex:
         self._by_key: dict[tuple[str, str], set[int]] = {}  # (namespace, Pod name) → job IDs
         self._recorded_at: dict[int, float] = {}
         self.synced = asyncio.Event()
+        # When the newest full listing taken in was requested (monotonic clock).
+        self.listed_at = 0.0
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -51,6 +53,7 @@ class JobIndex:
         ]
         touched += [ref for job_id, (ref, _) in self._by_id.items() if job_id not in fresh]
         self._by_id = fresh
+        self.listed_at = max(self.listed_at, listed_at)
         self._by_key = {}
         for job_id, (ref, _) in fresh.items():
             self._by_key.setdefault((ref.namespace, ref.name), set()).add(job_id)

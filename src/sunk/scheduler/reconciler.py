@@ -26,7 +26,7 @@ from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.jobs import JobIndex
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.dialect import mark_environment
-from sunk.slurm.errors import SlurmError
+from sunk.slurm.errors import SlurmError, SlurmNoAnswer
 from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.translate import PodRef, Settings, translate
 
@@ -41,6 +41,9 @@ ENDED_PHASES = ("Succeeded", "Failed")
 # A job pending before Slurm has looked at it, or running before its script has started,
 # is reported on the Pod only if it stays so this long: usually it does not.
 TRANSIENT_S = 3.0
+# A submission that got no answer is looked for in a listing requested at least this long
+# after it, before the Pod is submitted again (slurmrestd may act on it late).
+UNANSWERED_GRACE_S = 3.0
 # A cancelled job that Slurm still runs this long after is cancelled again.
 CANCEL_CONFIRM_S = 5.0
 # Slurm reads on behalf of hook calls in flight at once; beyond that the poller answers.
@@ -114,6 +117,9 @@ class Reconciler:
         # next pass tries again); one Slurm accepted but lost (a slurmctld crash) is sent
         # again if the job still runs CANCEL_CONFIRM_S later.
         self._cancelled: dict[int, float] = {}
+        # Pod UID → when a submission for it got no answer: Slurm may hold a job for it that
+        # no listing has shown yet, so it is not submitted again before one has.
+        self._unanswered: dict[str, float] = {}
         self._drained: set[int] = set()
         # Pod key → UID of Pods this process asked the API server to delete, until they are
         # gone: the informer may not show the deletion yet, and a second Event saying the
@@ -134,6 +140,8 @@ class Reconciler:
                 del memory[job_id]
         self._signalled &= live
         self._drained &= live
+        for uid in [u for u, at in self._unanswered.items() if time.monotonic() - at > 600]:
+            del self._unanswered[uid]
         now = time.monotonic()
         for node in [n for n, (at, _) in self._node_states.items() if now - at > 60]:
             del self._node_states[node]
@@ -354,7 +362,12 @@ class Reconciler:
         if job is None:
             adopted = await self._adopt(pod)
             if adopted:
+                self._unanswered.pop(pod["metadata"]["uid"], None)
                 return Outcome()
+            sent = self._unanswered.get(pod["metadata"]["uid"])
+            if sent is not None and self.index.listed_at < sent + UNANSWERED_GRACE_S:
+                return Outcome(requeue_after=1)  # wait for a listing that would show that job
+            self._unanswered.pop(pod["metadata"]["uid"], None)
             return await self._submit(pod)
         if job.pending:
             if job.reason == "None" and (wait := _transient_for(job.submit_time)):
@@ -469,6 +482,8 @@ class Reconciler:
         try:
             submitted = await self.slurm.submit(submission)
         except SlurmError as err:
+            if isinstance(err, SlurmNoAnswer):
+                self._unanswered[job.pod.uid] = time.monotonic()
             if err.retryable:
                 await self.recorder.condition(pod, False, ev.SLURM_UNAVAILABLE, str(err))
                 raise

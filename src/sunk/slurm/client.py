@@ -18,6 +18,7 @@ from sunk.slurm.dialect import Dialect, Submission
 from sunk.slurm.errors import (
     SlurmError,
     SlurmJobGone,
+    SlurmNoAnswer,
     SlurmUnavailable,
     describe,
     error_code,
@@ -166,10 +167,16 @@ class SlurmClient:
                 params=params,
                 headers=self._headers(as_user),
             )
-        except httpx.HTTPError as err:
+        except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as err:
             SLURM_ERRORS.labels(endpoint, "unreachable").inc()
             raise SlurmUnavailable(
                 f"cannot reach slurmrestd at {self._http.base_url} to {what}: {type(err).__name__}"
+            ) from None
+        except httpx.HTTPError as err:
+            # The request may have been sent, and acted on, before the answer was lost.
+            SLURM_ERRORS.labels(endpoint, "no_answer").inc()
+            raise SlurmNoAnswer(
+                f"slurmrestd at {self._http.base_url} did not answer to {what}: {type(err).__name__}"
             ) from None
         finally:
             SLURM_LATENCY.labels(endpoint).observe(time.perf_counter() - started)

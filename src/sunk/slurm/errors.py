@@ -15,6 +15,12 @@ class SlurmUnavailable(SlurmError):
     """slurmrestd or slurmctld could not be reached."""
 
 
+class SlurmNoAnswer(SlurmUnavailable):
+    """The request went out but no answer came back (a timeout, a dropped connection):
+    Slurm may have carried it out. A submission that ends so must be looked for before it
+    is sent again."""
+
+
 class SlurmAuthError(SlurmError):
     """The token was refused (slurmrestd often words this misleadingly)."""
 
