@@ -33,7 +33,6 @@ PENDING_IN_SLURM = "PendingInSlurm"
 WAITING_FOR_START = "WaitingForPlaceholder"
 UNSCHEDULABLE = "Unschedulable"
 SLURM_UNAVAILABLE = "SlurmUnavailable"
-FINAL_REASONS = frozenset({INVALID, REJECTED_BY_SLURM})
 
 
 def _now() -> str:
@@ -110,9 +109,3 @@ def scheduled_condition(pod: Json) -> Json | None:
         if condition.get("type") == "PodScheduled":
             return dict(condition)
     return None
-
-
-def finally_refused(pod: Json) -> bool:
-    """True once the Pod was refused for good (R2.4): only recreating it helps."""
-    condition = scheduled_condition(pod)
-    return bool(condition and condition.get("status") == "False" and condition.get("reason") in FINAL_REASONS)

@@ -13,6 +13,7 @@ from contextlib import suppress
 
 from sunk import metrics
 from sunk.config import Config
+from sunk.decide import finished
 from sunk.hooks import placeholder_script
 from sunk.hooks.auth import Verifier
 from sunk.hooks.server import HooksServer, PodGoneWaiters
@@ -24,7 +25,7 @@ from sunk.metrics.server import serve_metrics, serve_probes
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.jobs import JobIndex, JobPoller
 from sunk.scheduler.queue import WorkQueue
-from sunk.scheduler.reconciler import HookCredentials, PodStore, Reconciler, finished
+from sunk.scheduler.reconciler import HookCredentials, PodStore, Reconciler
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.errors import SlurmError
 from sunk.slurm.scontrol import memory_oversubscription_warning

@@ -18,7 +18,8 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sunk import metrics
+from sunk import decide, metrics
+from sunk.decide import finished
 from sunk.hooks.auth import pod_key
 from sunk.kube import events as ev
 from sunk.kube.client import KubeClient, KubeError
@@ -37,15 +38,9 @@ JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 DRAIN_MARGIN_S = 3
 # How old Slurm's view of a node may be when deciding a binding there.
 NODE_STATE_TTL_S = 0.5
-ENDED_PHASES = ("Succeeded", "Failed")
-# A job pending before Slurm has looked at it, or running before its script has started,
-# is reported on the Pod only if it stays so this long: usually it does not.
-TRANSIENT_S = 3.0
 # A submission that got no answer is looked for in a listing requested at least this long
 # after it, before the Pod is submitted again (slurmrestd may act on it late).
 UNANSWERED_GRACE_S = 3.0
-# A cancelled job that Slurm still runs this long after is cancelled again.
-CANCEL_CONFIRM_S = 5.0
 # Slurm reads on behalf of hook calls in flight at once; beyond that the poller answers.
 ASK_WHY_AT_ONCE = 4
 
@@ -164,19 +159,9 @@ class Reconciler:
             return None  # never trust a job ID alone: IDs restart when Slurm's state is wiped
         return found[1]
 
-    def _owns(self, pod: Json | None, ref: PodRef, job: SlurmJob) -> bool:
-        if pod is None:
-            return False
-        meta = pod["metadata"]
-        if meta.get("uid") != ref.uid or meta.get("deletionTimestamp"):
-            return False
-        if finished(pod) or ev.finally_refused(pod):
-            return False  # a refused Pod owns no job, whatever Slurm made of the refusal
-        recorded = self._recorded_job_id(pod)
-        return recorded is None or recorded == job.job_id
-
     # -- the entry point ------------------------------------------------------------------
     async def reconcile(self, key: str) -> Outcome:
+        """Gather what the caches know, ask sunk.decide, carry the answer out."""
         namespace, name = key.split("/", 1)
         pod = self.pods.get(key)
         if pod is None:
@@ -187,52 +172,74 @@ class Reconciler:
             owed = self._why_owed.pop(other.job_id, None) if ended else None
             if owed is not None:
                 await self._say_why(owed, other)
-            if other.active and await self._settle_job_without_owner(ref, other, pod):
-                recheck = Outcome(requeue_after=CANCEL_CONFIRM_S)
-        if pod is None or ev.finally_refused(pod):
+            if await self._settle_claim(ref, other, pod):
+                recheck = Outcome(requeue_after=decide.CANCEL_CONFIRM_S)
+        if pod is None:
             return recheck or Outcome()
         job = self._current_job(pod)
-        bound = bool((pod.get("spec") or {}).get("nodeName"))
-        if job is not None and (job.ending or (bound and job.gave_up_resources)):
-            return await self._job_ending(pod, job)
-        if pod["metadata"].get("deletionTimestamp"):
-            return Outcome()
-        if finished(pod):
-            return Outcome()
-        if (pod.get("spec") or {}).get("nodeName"):
-            return await self._bound(pod)
-        return await self._unbound(pod)
-
-    async def _settle_job_without_owner(self, ref: PodRef, job: SlurmJob, pod: Json | None) -> bool:
-        """A job whose Pod is gone ends now; one whose Pod is being deleted is asked to end
-        (SIGTERM) but keeps its resources until the Pod is really gone (R5.1). True when
-        the job was cancelled and must be looked at again until Slurm ends it."""
-        if self._owns(pod, ref, job):
-            return False
-        assert job.active
-        gone = (
-            pod is None
-            or pod["metadata"].get("uid") != ref.uid
-            or finished(pod)
-            or ev.finally_refused(pod)
-            or self._recorded_job_id(pod) not in (None, job.job_id)
+        decision = decide.for_pod(
+            pod, job, prefix=self.prefix, synced=self.index.synced.is_set(), now=time.time()
         )
-        if gone:
+        step = decision.step
+        if step is decide.Step.END_POD:
+            assert job is not None
+            return await self._job_ending(pod, job)
+        if step is decide.Step.WAIT:
+            return Outcome(requeue_after=decision.after)
+        if step is decide.Step.CHECK_BOUND:
+            assert job is not None
+            return await self._check_still_there(pod, job)
+        if step is decide.Step.CONFIRM_MISSING:
+            return await self._confirm_missing(pod)
+        if step is decide.Step.FIND_OR_SUBMIT:
+            return await self._find_or_submit(pod)
+        if step is decide.Step.REPORT_PENDING:
+            assert job is not None
+            await self.recorder.condition(
+                pod,
+                False,
+                ev.PENDING_IN_SLURM,
+                f"Slurm job {job.job_id} is pending ({job.reason}) in partition {job.partition}",
+            )
+        elif step is decide.Step.BIND:
+            assert job is not None
+            return await self._bind(pod, job)
+        elif step is decide.Step.REPORT_STARTING:
+            assert job is not None
+            await self.recorder.condition(
+                pod,
+                False,
+                ev.WAITING_FOR_START,
+                f"Slurm job {job.job_id} is {job.state} on {','.join(job.nodes) or '?'}; waiting for "
+                "its placeholder script to start",
+            )
+        return recheck or Outcome()
+
+    async def _settle_claim(self, ref: PodRef, job: SlurmJob, pod: Json | None) -> bool:
+        """Carry out decide.for_claim for one job naming this Pod key; True when the job
+        must be looked at again until Slurm ends it."""
+        verdict = decide.for_claim(
+            pod,
+            ref,
+            job,
+            prefix=self.prefix,
+            cancelled_at=self._cancelled.get(job.job_id),
+            signalled=job.job_id in self._signalled,
+            now=time.monotonic(),
+        )
+        if verdict is decide.Claim.CANCEL:
             # Nothing of the Pod runs any more: cancel; the script's hook call learns at once
             # that the Pod is gone and exits, so the job ends without waiting for KillWait.
-            sent = self._cancelled.get(job.job_id)
-            lost = sent is not None and not job.ending and time.monotonic() - sent >= CANCEL_CONFIRM_S
-            if sent is None or lost:  # even if ending: that stops a requeue
-                again = " again (Slurm did not act on the first cancel)" if lost else ""
-                log.info("cancelling Slurm job %s of %s%s: its Pod is gone or done", job.job_id, ref, again)
-                await self.slurm.cancel(job.job_id)
-                self._cancelled[job.job_id] = time.monotonic()
+            again = " again (Slurm did not act on the first cancel)" if job.job_id in self._cancelled else ""
+            log.info("cancelling Slurm job %s of %s%s: its Pod is gone or done", job.job_id, ref, again)
+            await self.slurm.cancel(job.job_id)
+            self._cancelled[job.job_id] = time.monotonic()
             return not job.ending
-        if job.running and job.job_id not in self._signalled:
+        if verdict is decide.Claim.SIGNAL:
             log.info("asking Slurm job %s of %s to end: its Pod is being deleted", job.job_id, ref)
             await self.slurm.cancel(job.job_id, signal="TERM")
             self._signalled.add(job.job_id)
-        return False
+        return verdict is decide.Claim.RECHECK
 
     # -- Slurm ends the job (R5.2, R5.3) --------------------------------------------------
     async def _job_ending(self, pod: Json, job: SlurmJob) -> Outcome:
@@ -303,16 +310,12 @@ class Reconciler:
         )
 
     # -- a bound Pod ----------------------------------------------------------------------
-    async def _bound(self, pod: Json) -> Outcome:
-        if not self.index.synced.is_set():
-            return Outcome(requeue_after=1)
-        job = self._current_job(pod)
-        if job is not None:
-            return await self._check_still_there(pod, job)
+    async def _confirm_missing(self, pod: Json) -> Outcome:
+        """A bound Pod whose job no listing shows. A listing proves nothing (a partial
+        answer, a fail-over, a token for another user): only Slurm saying so about this
+        very job does."""
         job_id = self._recorded_job_id(pod)
         if job_id is not None:
-            # A listing without the job proves nothing (a partial answer, a fail-over, a
-            # token for another user): only Slurm saying so about this very job does.
             found = await self.slurm.job(job_id)
             if found is not None and self.slurm.pod_of(found, self.settings.scheduler_name) == PodRef.of(pod):
                 self.index.record(PodRef.of(pod), found)
@@ -355,45 +358,19 @@ class Reconciler:
         self._deleting[f"{meta['namespace']}/{meta['name']}"] = meta["uid"]
 
     # -- an unbound Pod -------------------------------------------------------------------
-    async def _unbound(self, pod: Json) -> Outcome:
-        if not self.index.synced.is_set():
-            return Outcome(requeue_after=1)
-        job = self._current_job(pod)
-        if job is None:
-            adopted = await self._adopt(pod)
-            if adopted:
-                self._unanswered.pop(pod["metadata"]["uid"], None)
-                return Outcome()
-            sent = self._unanswered.get(pod["metadata"]["uid"])
-            if sent is not None and self.index.listed_at < sent + UNANSWERED_GRACE_S:
-                return Outcome(requeue_after=1)  # wait for a listing that would show that job
-            self._unanswered.pop(pod["metadata"]["uid"], None)
-            return await self._submit(pod)
-        if job.pending:
-            if job.reason == "None" and (wait := _transient_for(job.submit_time)):
-                return Outcome(requeue_after=wait)  # Slurm has not looked at it yet
-            await self.recorder.condition(
-                pod,
-                False,
-                ev.PENDING_IN_SLURM,
-                f"Slurm job {job.job_id} is pending ({job.reason}) in partition {job.partition}",
-            )
+    async def _find_or_submit(self, pod: Json) -> Outcome:
+        """No job yet: use one Slurm holds for this Pod (a crash fell between submit and
+        annotate), or submit one, unless a submission got no answer and no listing since
+        could have shown its job."""
+        uid = pod["metadata"]["uid"]
+        if await self._adopt(pod):
+            self._unanswered.pop(uid, None)
             return Outcome()
-        if job.running and job.started:
-            return await self._bind(pod, job)
-        if job.active:  # CONFIGURING, or RUNNING before the script marked it started
-            if wait := _transient_for(job.start_time):
-                return Outcome(requeue_after=wait)  # the script usually starts within a second
-            where = ",".join(job.nodes) or "?"
-            await self.recorder.condition(
-                pod,
-                False,
-                ev.WAITING_FOR_START,
-                f"Slurm job {job.job_id} is {job.state} on {where}; waiting for its placeholder "
-                "script to start",
-            )
-            return Outcome()
-        return Outcome()
+        sent = self._unanswered.get(uid)
+        if sent is not None and self.index.listed_at < sent + UNANSWERED_GRACE_S:
+            return Outcome(requeue_after=1)  # wait for a listing that would show that job
+        self._unanswered.pop(uid, None)
+        return await self._submit(pod)
 
     async def _adopt(self, pod: Json) -> bool:
         """After a restart, a job may exist that the Pod does not name yet: use it."""
@@ -602,11 +579,6 @@ class Reconciler:
         return outcome
 
 
-def finished(pod: Json) -> bool:
-    """The Pod's containers have all ended for good (phase Succeeded or Failed)."""
-    return (pod.get("status") or {}).get("phase") in ENDED_PHASES
-
-
 def static_cpu_problem(pod: Json) -> str | None:
     """R7.2: Guaranteed Pods with whole CPUs get pinned CPUs by the kubelet's static policy,
     which Slurm does not know about."""
@@ -640,11 +612,3 @@ def _submitted(job_id: int, name: str, comment: str) -> SlurmJob:
         priority=None,
         submit_time=int(time.time()),
     )
-
-
-def _transient_for(since: int) -> float:
-    """Seconds left before a state entered at `since` (epoch) is worth a condition write;
-    0 once it has lasted TRANSIENT_S (or when Slurm gave no time)."""
-    if not since:
-        return 0.0
-    return max(0.0, since + TRANSIENT_S - time.time())

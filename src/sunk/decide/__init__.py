@@ -1,0 +1,155 @@
+"""What to do next, decided without I/O (R4, R5, R8.2).
+
+The reconciler gathers what the caches know (the Pod, the jobs that claim it, what this
+process did lately) and asks these functions; it then carries the answer out. Keeping the
+decisions here, as plain functions of their inputs, is what lets every branch be tested
+with a table of cases (tests/unit/test_decide.py).
+
+Two questions are answered:
+- `for_claim`: a job names this Pod key; may it live?
+- `for_pod`: the Pod exists; what is its next step?
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from typing import Any
+
+from sunk.slurm.models import SlurmJob
+from sunk.translate import PodRef
+
+Json = dict[str, Any]
+ENDED_PHASES = ("Succeeded", "Failed")
+# PodScheduled reasons that are final: the Pod is never tried again (R2.4).
+FINAL_REASONS = frozenset({"InvalidForSlurm", "RejectedBySlurm"})
+# A cancelled job that Slurm still runs this long after is cancelled again.
+CANCEL_CONFIRM_S = 5.0
+# A pending or starting state is reported on the Pod only once it lasts this long.
+TRANSIENT_S = 3.0
+
+
+def finished(pod: Json) -> bool:
+    """The Pod's containers have all ended for good (phase Succeeded or Failed)."""
+    return (pod.get("status") or {}).get("phase") in ENDED_PHASES
+
+
+def finally_refused(pod: Json) -> bool:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled":
+            return condition.get("status") == "False" and condition.get("reason") in FINAL_REASONS
+    return False
+
+
+def recorded_job_id(pod: Json, prefix: str) -> int | None:
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(prefix + "job-id")
+    return int(raw) if isinstance(raw, str) and raw.isdigit() else None
+
+
+# -- a job that claims a Pod key -------------------------------------------------------------
+class Claim(enum.Enum):
+    KEEP = "keep"  # the Pod it names owns it (or nothing is to be done now)
+    SIGNAL = "signal"  # its Pod is being deleted: ask the script to end, keep the resources
+    CANCEL = "cancel"  # its Pod is gone, finished, refused or has another job: end it now
+    RECHECK = "recheck"  # cancelled already; look again until Slurm ends it
+
+
+def owns(pod: Json | None, ref: PodRef, job: SlurmJob, prefix: str) -> bool:
+    """The live Pod that `job` names still counts on it."""
+    if pod is None:
+        return False
+    meta = pod["metadata"]
+    if meta.get("uid") != ref.uid or meta.get("deletionTimestamp"):
+        return False
+    if finished(pod) or finally_refused(pod):
+        return False  # a refused Pod owns no job, whatever Slurm made of the refusal
+    recorded = recorded_job_id(pod, prefix)
+    return recorded is None or recorded == job.job_id
+
+
+def for_claim(
+    pod: Json | None,
+    ref: PodRef,
+    job: SlurmJob,
+    *,
+    prefix: str,
+    cancelled_at: float | None,
+    signalled: bool,
+    now: float,
+) -> Claim:
+    """R5.1 and R8.2 for one active job naming this Pod key. `cancelled_at` is when this
+    process's cancel of it was accepted (monotonic), `now` the same clock."""
+    if not job.active or owns(pod, ref, job, prefix):
+        return Claim.KEEP
+    gone = (
+        pod is None
+        or pod["metadata"].get("uid") != ref.uid
+        or finished(pod)
+        or finally_refused(pod)
+        or recorded_job_id(pod, prefix) not in (None, job.job_id)
+    )
+    if gone:
+        # Cancelled even while Slurm is ending it: that stops a requeue.
+        if cancelled_at is None:
+            return Claim.CANCEL
+        if not job.ending and now - cancelled_at >= CANCEL_CONFIRM_S:
+            return Claim.CANCEL  # accepted but lost (a slurmctld crash): again
+        return Claim.RECHECK if not job.ending else Claim.KEEP
+    # The Pod is being deleted: its containers may still run, so the job keeps the node.
+    return Claim.SIGNAL if job.running and not signalled else Claim.KEEP
+
+
+# -- the Pod's next step ----------------------------------------------------------------------
+class Step(enum.Enum):
+    NOTHING = "nothing"  # wait for the next event
+    WAIT = "wait"  # look again after `Decision.after` seconds
+    END_POD = "end-pod"  # Slurm ends (or gave up) the job: the Pod goes, saying why
+    CHECK_BOUND = "check-bound"  # bound: make sure its job still runs where the Pod is
+    CONFIRM_MISSING = "confirm-missing"  # bound, but no listing shows its job: ask Slurm
+    FIND_OR_SUBMIT = "find-or-submit"  # no job yet: adopt one of its, or submit
+    REPORT_PENDING = "report-pending"  # the job waits in Slurm: say why on the Pod
+    BIND = "bind"  # the placeholder runs: place the Pod on its node
+    REPORT_STARTING = "report-starting"  # the job runs, its script has not marked it yet
+
+
+@dataclass(frozen=True)
+class Decision:
+    step: Step
+    after: float = 0.0
+
+
+def for_pod(pod: Json, job: SlurmJob | None, *, prefix: str, synced: bool, now: float) -> Decision:
+    """The next step for a live Pod of ours, given its current job (the one its annotation
+    names, if the index knows it for this UID) and the wall-clock time `now`."""
+    if finally_refused(pod):
+        return Decision(Step.NOTHING)
+    bound = bool((pod.get("spec") or {}).get("nodeName"))
+    if job is not None and (job.ending or (bound and job.gave_up_resources)):
+        return Decision(Step.END_POD)
+    if pod["metadata"].get("deletionTimestamp") or finished(pod):
+        return Decision(Step.NOTHING)
+    if not synced:
+        return Decision(Step.WAIT, 1.0)  # no decision before the first full job listing
+    if bound:
+        return Decision(Step.CHECK_BOUND if job is not None else Step.CONFIRM_MISSING)
+    if job is None:
+        return Decision(Step.FIND_OR_SUBMIT)
+    if job.pending:
+        if job.reason == "None" and (wait := transient_for(job.submit_time, now)):
+            return Decision(Step.WAIT, wait)  # Slurm has not looked at it yet
+        return Decision(Step.REPORT_PENDING)
+    if job.running and job.started:
+        return Decision(Step.BIND)
+    if job.active:  # CONFIGURING, or RUNNING before the script marked it started
+        if wait := transient_for(job.start_time, now):
+            return Decision(Step.WAIT, wait)  # the script usually starts within a second
+        return Decision(Step.REPORT_STARTING)
+    return Decision(Step.NOTHING)
+
+
+def transient_for(since: int, now: float) -> float:
+    """Seconds left before a state entered at `since` (epoch) is worth a condition write;
+    0 once it has lasted TRANSIENT_S (or when Slurm gave no time)."""
+    if not since:
+        return 0.0
+    return max(0.0, since + TRANSIENT_S - now)

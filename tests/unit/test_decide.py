@@ -1,0 +1,308 @@
+"""The decision core, case by case: given a Pod, a job and the time, what happens next.
+Each case is one row; its id says which requirement it checks."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from sunk import decide
+from sunk.decide import Claim, Step
+from sunk.slurm.models import SlurmJob
+from sunk.translate import PodRef
+
+P = "sunk.coreweave.com/"
+NOW = 1_800_000_000.0
+REF = PodRef("ns", "web", "uid-1")
+
+
+def pod(
+    *,
+    uid: str = "uid-1",
+    job_id: int | None = 7,
+    node: str | None = None,
+    deleting: bool = False,
+    phase: str = "Pending",
+    refused: str | None = None,
+) -> dict[str, Any]:
+    meta: dict[str, Any] = {"name": "web", "namespace": "ns", "uid": uid, "annotations": {}}
+    if job_id is not None:
+        meta["annotations"][P + "job-id"] = str(job_id)
+    if deleting:
+        meta["deletionTimestamp"] = "2026-11-22T00:00:00Z"
+    status: dict[str, Any] = {"phase": phase}
+    if refused:
+        status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": refused}]
+    spec = {"nodeName": node} if node else {}
+    return {"metadata": meta, "spec": spec, "status": status}
+
+
+def job(state: str = "RUNNING", *, job_id: int = 7, started: bool = True, **kw: Any) -> SlurmJob:
+    base = SlurmJob(
+        job_id=job_id,
+        name="sunk:s:ns/web:uid-1",
+        state=state,
+        reason=kw.pop("reason", "None"),
+        nodes=("sn-1",) if state in ("RUNNING", "COMPLETING", "CONFIGURING") else (),
+        comment="",
+        user_id=0,
+        group_id=0,
+        partition="batch",
+        time_limit_min=None,
+        priority=None,
+        started=started,
+        submit_time=int(NOW) - 10,
+        start_time=int(NOW) - 10,
+    )
+    return replace(base, **kw)
+
+
+# -- a job that names this Pod key (R5.1, R8.2) -------------------------------------------------
+CLAIMS = [
+    pytest.param(pod(), job(), None, False, 0.0, Claim.KEEP, id="r8_2_the_pods_own_job_lives"),
+    pytest.param(
+        pod(job_id=None),
+        job(),
+        None,
+        False,
+        0.0,
+        Claim.KEEP,
+        id="r8_2_a_job_the_pod_does_not_name_yet_is_kept_for_adoption",
+    ),
+    pytest.param(None, job(), None, False, 0.0, Claim.CANCEL, id="r5_1_a_job_whose_pod_is_gone_is_cancelled"),
+    pytest.param(
+        pod(uid="uid-2"),
+        job(),
+        None,
+        False,
+        0.0,
+        Claim.CANCEL,
+        id="r8_2_a_job_of_an_earlier_pod_of_the_same_name_is_cancelled",
+    ),
+    pytest.param(
+        pod(job_id=8),
+        job(),
+        None,
+        False,
+        0.0,
+        Claim.CANCEL,
+        id="r4_3_a_replaced_job_of_a_rejected_placement_is_cancelled",
+    ),
+    pytest.param(
+        pod(phase="Succeeded"),
+        job(),
+        None,
+        False,
+        0.0,
+        Claim.CANCEL,
+        id="r5_a_finished_pods_job_is_cancelled",
+    ),
+    pytest.param(
+        pod(refused="RejectedBySlurm"),
+        job("PENDING", started=False),
+        None,
+        False,
+        0.0,
+        Claim.CANCEL,
+        id="r11_3_a_refused_pod_owns_no_job",
+    ),
+    pytest.param(
+        pod(deleting=True),
+        job(),
+        None,
+        False,
+        0.0,
+        Claim.SIGNAL,
+        id="r5_1_a_deleting_pods_job_is_signalled_and_keeps_its_node",
+    ),
+    pytest.param(pod(deleting=True), job(), None, True, 0.0, Claim.KEEP, id="r5_1_a_job_is_signalled_once"),
+    pytest.param(
+        pod(deleting=True),
+        job("PENDING", started=False),
+        None,
+        False,
+        0.0,
+        Claim.KEEP,
+        id="r5_1_a_pending_job_of_a_deleting_pod_waits_for_the_pod_to_go",
+    ),
+    pytest.param(
+        None, job(), 100.0, False, 101.0, Claim.RECHECK, id="r5_1_a_cancel_just_sent_is_checked_again"
+    ),
+    pytest.param(None, job(), 100.0, False, 106.0, Claim.CANCEL, id="r5_1_a_cancel_slurm_lost_is_sent_again"),
+    pytest.param(
+        None,
+        job("COMPLETING"),
+        100.0,
+        False,
+        200.0,
+        Claim.KEEP,
+        id="r5_1_a_cancelled_job_slurm_is_ending_is_left_to_end",
+    ),
+    pytest.param(
+        None,
+        job("COMPLETING"),
+        None,
+        False,
+        0.0,
+        Claim.CANCEL,
+        id="r6_1_an_ending_orphan_is_cancelled_once_to_stop_a_requeue",
+    ),
+    pytest.param(None, job("CANCELLED"), None, False, 0.0, Claim.KEEP, id="r8_2_an_ended_job_needs_nothing"),
+]
+
+
+@pytest.mark.parametrize(("the_pod", "the_job", "cancelled_at", "signalled", "now", "verdict"), CLAIMS)
+def test_a_job_claiming_a_pod_key(
+    the_pod: dict[str, Any] | None,
+    the_job: SlurmJob,
+    cancelled_at: float | None,
+    signalled: bool,
+    now: float,
+    verdict: Claim,
+) -> None:
+    got = decide.for_claim(
+        the_pod, REF, the_job, prefix=P, cancelled_at=cancelled_at, signalled=signalled, now=now
+    )
+    assert got is verdict
+
+
+# -- the Pod's next step (R4, R5.2, R6.1) -----------------------------------------------------
+PODS = [
+    pytest.param(pod(job_id=None), None, True, Step.FIND_OR_SUBMIT, 0.0, id="r4_1_a_new_pod_gets_a_job"),
+    pytest.param(
+        pod(job_id=None), None, False, Step.WAIT, 1.0, id="r8_2_nothing_is_submitted_before_the_first_listing"
+    ),
+    pytest.param(
+        pod(refused="InvalidForSlurm"),
+        None,
+        True,
+        Step.NOTHING,
+        0.0,
+        id="r2_4_a_refused_pod_is_never_tried_again",
+    ),
+    pytest.param(
+        pod(),
+        job("PENDING", started=False, reason="Resources"),
+        True,
+        Step.REPORT_PENDING,
+        0.0,
+        id="r4_5_a_pending_job_says_why",
+    ),
+    pytest.param(
+        pod(),
+        job("PENDING", started=False, submit_time=int(NOW) - 1),
+        True,
+        Step.WAIT,
+        2.0,
+        id="r4_5_a_job_slurm_has_not_looked_at_is_not_reported_yet",
+    ),
+    pytest.param(
+        pod(),
+        job("PENDING", started=False, submit_time=int(NOW) - 10),
+        True,
+        Step.REPORT_PENDING,
+        0.0,
+        id="r4_5_a_job_waiting_long_without_a_reason_is_reported",
+    ),
+    pytest.param(pod(), job(), True, Step.BIND, 0.0, id="r4_2_a_started_placeholder_gets_its_pod_bound"),
+    pytest.param(
+        pod(),
+        job(started=False, start_time=int(NOW) - 1),
+        True,
+        Step.WAIT,
+        2.0,
+        id="r4_2_running_is_not_started_wait_briefly",
+    ),
+    pytest.param(
+        pod(),
+        job(started=False),
+        True,
+        Step.REPORT_STARTING,
+        0.0,
+        id="r4_2_a_script_slow_to_start_is_reported",
+    ),
+    pytest.param(
+        pod(),
+        job("CONFIGURING", started=False),
+        True,
+        Step.REPORT_STARTING,
+        0.0,
+        id="r4_2_a_configuring_job_is_not_bound",
+    ),
+    pytest.param(
+        pod(node="n1"),
+        job(),
+        True,
+        Step.CHECK_BOUND,
+        0.0,
+        id="r4_3_a_bound_pod_is_checked_against_where_its_job_runs",
+    ),
+    pytest.param(
+        pod(node="n1"),
+        None,
+        True,
+        Step.CONFIRM_MISSING,
+        0.0,
+        id="r5_2_a_bound_pod_without_a_listed_job_asks_slurm_first",
+    ),
+    pytest.param(
+        pod(node="n1"),
+        None,
+        False,
+        Step.WAIT,
+        1.0,
+        id="r8_2_a_bound_pod_is_not_judged_before_the_first_listing",
+    ),
+    pytest.param(
+        pod(node="n1"), job("COMPLETING"), True, Step.END_POD, 0.0, id="r5_2_a_job_slurm_ends_takes_its_pod"
+    ),
+    pytest.param(
+        pod(node="n1"), job("CANCELLED"), True, Step.END_POD, 0.0, id="r5_2_a_cancelled_job_takes_its_pod"
+    ),
+    pytest.param(
+        pod(node="n1"),
+        job("PENDING", started=False, restarts=1),
+        True,
+        Step.END_POD,
+        0.0,
+        id="r6_1_a_requeued_job_gives_up_its_bound_pod",
+    ),
+    pytest.param(
+        pod(node="n1"),
+        job("SUSPENDED"),
+        True,
+        Step.END_POD,
+        0.0,
+        id="r6_1_a_suspended_job_gives_up_its_bound_pod",
+    ),
+    pytest.param(
+        pod(), job("TIMEOUT"), True, Step.END_POD, 0.0, id="r6_2_a_job_at_its_time_limit_takes_its_pod"
+    ),
+    pytest.param(
+        pod(deleting=True, node="n1"),
+        job(),
+        True,
+        Step.NOTHING,
+        0.0,
+        id="r5_1_a_deleting_pod_is_left_to_terminate",
+    ),
+    pytest.param(
+        pod(phase="Succeeded", node="n1"),
+        job(),
+        True,
+        Step.NOTHING,
+        0.0,
+        id="r5_a_finished_pod_is_left_for_its_controller",
+    ),
+]
+
+
+@pytest.mark.parametrize(("the_pod", "the_job", "synced", "step", "after"), PODS)
+def test_the_next_step_for_a_pod(
+    the_pod: dict[str, Any], the_job: SlurmJob | None, synced: bool, step: Step, after: float
+) -> None:
+    decision = decide.for_pod(the_pod, the_job, prefix=P, synced=synced, now=NOW)
+    assert decision.step is step
+    assert decision.after == pytest.approx(after)
