@@ -207,19 +207,11 @@ def _signed(uid: str, job_id: int, event: str, key: str, nonce: str = "") -> tup
     return path, headers
 
 
-def _hook(
-    scheduler: SchedulerProcess, uid: str, job_id: int, event: str, key: str | None, nonce: str = ""
-) -> httpx.Response:
-    path = f"/v1/pods/{uid}/jobs/{job_id}/{event}"
-    headers = {}
-    if key is not None:
-        ts = str(time.time())
-        nonce = nonce or f"n{time.monotonic_ns()}"
-        headers = {
-            "X-Sunk-Timestamp": ts,
-            "X-Sunk-Nonce": nonce,
-            "X-Sunk-Signature": signature(key, "POST", path, ts, nonce),
-        }
+def _hook(scheduler: SchedulerProcess, uid: str, job_id: int, event: str, key: str | None) -> httpx.Response:
+    """A hook call signed with `key`, or with no signature at all when `key` is None."""
+    path, headers = _signed(uid, job_id, event, key or "00")
+    if key is None:
+        headers = {}
     return httpx.post(f"http://127.0.0.1:{scheduler.hooks_port}{path}", headers=headers, timeout=15)
 
 

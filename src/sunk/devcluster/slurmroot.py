@@ -31,6 +31,7 @@ from pathlib import Path
 from sunk.devcluster import topology
 from sunk.devcluster.errors import DevClusterError
 from sunk.devcluster.layout import cache_dir
+from sunk.devcluster.prereqs import ACCOUNTING_PACKAGES, SLURM_PACKAGES
 
 HOST_VERSION = "22.05"
 DEFAULT_VERSION = "24.11"
@@ -38,20 +39,8 @@ DEFAULT_VERSION = "24.11"
 SUITES = {"24.11": "trixie", "26.05": "sid"}
 SUPPORTED = ("24.11", "26.05", HOST_VERSION)
 MIRROR = "http://deb.debian.org/debian"
-PACKAGES = (
-    "munge",
-    "slurmctld",
-    "slurmd",
-    "slurmrestd",
-    "slurm-client",
-    "slurm-wlm-jwt-plugin",
-    "slurmdbd",
-    "mariadb-server",
-    "mariadb-client",
-    "curl",  # the placeholder job script calls the hooks API with curl and openssl
-    "openssl",
-    "ca-certificates",
-)
+# The host's Slurm package list, and accounting always: one root serves both kinds of cluster.
+PACKAGES = (*SLURM_PACKAGES, *ACCOUNTING_PACKAGES, "ca-certificates")
 # The only device nodes a root gets: (major, minor) of each, made with mknod in the root.
 DEVICES = {
     "null": (1, 3),

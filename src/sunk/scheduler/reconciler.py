@@ -193,26 +193,12 @@ class Reconciler:
             return await self._confirm_missing(pod)
         if step is decide.Step.FIND_OR_SUBMIT:
             return await self._find_or_submit(pod)
-        if step is decide.Step.REPORT_PENDING:
-            assert job is not None
-            await self.recorder.condition(
-                pod,
-                False,
-                ev.PENDING_IN_SLURM,
-                f"Slurm job {job.job_id} is pending ({job.reason}) in partition {job.partition}",
-            )
-        elif step is decide.Step.BIND:
+        if step is decide.Step.BIND:
             assert job is not None
             return await self._bind(pod, job)
-        elif step is decide.Step.REPORT_STARTING:
+        if step in (decide.Step.REPORT_PENDING, decide.Step.REPORT_STARTING):
             assert job is not None
-            await self.recorder.condition(
-                pod,
-                False,
-                ev.WAITING_FOR_START,
-                f"Slurm job {job.job_id} is {job.state} on {','.join(job.nodes) or '?'}; waiting for "
-                "its placeholder script to start",
-            )
+            await self.recorder.condition(pod, False, *_waiting(job))
         return recheck or Outcome()
 
     async def _settle_claim(self, ref: PodRef, job: SlurmJob, pod: Json | None) -> bool:
@@ -611,4 +597,18 @@ def _submitted(job_id: int, name: str, comment: str) -> SlurmJob:
         time_limit_min=None,
         priority=None,
         submit_time=int(time.time()),
+    )
+
+
+def _waiting(job: SlurmJob) -> tuple[str, str]:
+    """(condition reason, message) for a Pod whose job waits in Slurm or to start (R4.5)."""
+    if job.pending:
+        return (
+            ev.PENDING_IN_SLURM,
+            f"Slurm job {job.job_id} is pending ({job.reason}) in partition {job.partition}",
+        )
+    where = ",".join(job.nodes) or "?"
+    return (
+        ev.WAITING_FOR_START,
+        f"Slurm job {job.job_id} is {job.state} on {where}; waiting for its placeholder script to start",
     )

@@ -63,6 +63,25 @@ def number(value: Any) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
+def shared_fields(raw: dict[str, Any]) -> dict[str, Any]:
+    """The SlurmJob fields every REST version names alike (numbers plain or wrapped)."""
+    return {
+        "job_id": int(raw["job_id"]),
+        "name": raw.get("name") or "",
+        "reason": str(raw.get("state_reason") or "None"),
+        "user_id": number(raw.get("user_id")),
+        "group_id": number(raw.get("group_id")),
+        "partition": raw.get("partition") or "",
+        "time_limit_min": number(raw.get("time_limit")),
+        "priority": number(raw.get("priority")),
+        "restarts": number(raw.get("restart_cnt")) or 0,
+        "submit_time": number(raw.get("submit_time")) or 0,
+        "start_time": number(raw.get("start_time")) or 0,
+        "end_time": number(raw.get("end_time")) or 0,
+        "preempt_time": number(raw.get("preempt_time")) or 0,
+    }
+
+
 def mark_environment(dialect: Dialect, job: PlaceholderJob) -> dict[str, str]:
     """Tells the placeholder script which field to mark and what it holds already."""
     base = job.options.comment if dialect.mark_field == "comment" else ""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import pwd
 from typing import Any
 
-from sunk.slurm.dialect import DEFAULT_WORKDIR, STARTED_MARK, Submission, number
+from sunk.slurm.dialect import DEFAULT_WORKDIR, STARTED_MARK, Submission, shared_fields
 from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.translate import Exclusive, PlaceholderJob, PodRef, pod_of_job_name
 
@@ -110,22 +110,10 @@ class V0038:
         comment = raw.get("comment") or ""
         comment = "" if comment == "(null)" else comment
         return SlurmJob(
-            job_id=int(raw["job_id"]),
-            name=raw.get("name") or "",
+            **shared_fields(raw),
             state=str(raw.get("job_state") or "UNKNOWN"),
-            reason=str(raw.get("state_reason") or "None"),
             nodes=allocated,
             comment=comment,
-            user_id=number(raw.get("user_id")),
-            group_id=number(raw.get("group_id")),
-            partition=raw.get("partition") or "",
-            time_limit_min=number(raw.get("time_limit")),
-            priority=number(raw.get("priority")),
-            restarts=number(raw.get("restart_cnt")) or 0,
-            submit_time=number(raw.get("submit_time")) or 0,
-            start_time=number(raw.get("start_time")) or 0,
-            end_time=number(raw.get("end_time")) or 0,
-            preempt_time=number(raw.get("preempt_time")) or 0,
             started=comment.endswith(STARTED_MARK),
             owner_tag=raw.get("name") or "",
         )
