@@ -1,0 +1,54 @@
+"""R9.5 `sunk explain`: the body a Pod would get from each REST version, offline."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from sunk.cli import main
+
+POD = {
+    "apiVersion": "v1",
+    "kind": "Pod",
+    "metadata": {"name": "web", "annotations": {"sunk.coreweave.com/exclusive": "topo"}},
+    "spec": {
+        "terminationGracePeriodSeconds": 5,
+        "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "memory": "1Gi"}}}],
+    },
+}
+
+
+def explain(tmp_path: Path, capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str]:
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(POD))
+    code = main(["explain", "-f", str(manifest), *args])
+    return code, capsys.readouterr().out
+
+
+def test_r9_5_the_newest_version_is_explained_by_default(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = explain(tmp_path, capsys, "-o", "json")
+    report = json.loads(out)
+    assert code == 0 and report["api_version"] == "v0.0.45"
+    assert report["job"]["job"]["shared"] == ["topo"]
+    assert report["job"]["job"]["admin_comment"].endswith(" runas=0")
+
+
+def test_r3_5_what_an_older_slurm_cannot_express_is_an_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out = explain(tmp_path, capsys, "--slurm-api-version", "v0.0.38")
+    assert code == 1 and "exclusive=topo needs Slurm 23.02" in out
+
+
+def test_an_unknown_version_is_named_with_the_ones_sunk_speaks(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    manifest = tmp_path / "pod.yaml"
+    manifest.write_text(yaml.safe_dump(POD))
+    assert main(["explain", "-f", str(manifest), "--slurm-api-version", "v0.0.39"]) == 2
+    assert "v0.0.39 is not one sunk speaks (v0.0.45," in capsys.readouterr().err
