@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
 import time
 from collections.abc import Iterator
 
 import pytest
 
-from sunk.devcluster import DevCluster
+from sunk.devcluster import DevCluster, procs
 from sunk.devcluster.kubeapi import AdminKube
 from tests.e2e.conftest import delete_pods_and_wait_for_their_jobs
 from tests.e2e.test_schedule_flow import create, wait_bound
@@ -111,3 +113,32 @@ def test_r8_1_a_leader_stopped_by_sigterm_hands_over_at_once(
     assert acted_for(kube, namespace, "handed-over") == {holder(kube, namespace, follower.name)}
     assert took < LEASE_S / 2, f"the follower placed a Pod only {took:.1f} s after the SIGTERM"
     print(f"\nR8.1 leader SIGTERMed → follower placed a Pod {took:.1f} s later (Lease {LEASE_S} s)")
+
+
+def test_r8_1_a_leader_that_cannot_renew_stops_acting_in_time_and_stays_up(
+    kube: AdminKube,
+    slurm: SlurmRest,
+    namespace: str,
+    replicas: list[SchedulerProcess],
+    dev_cluster: DevCluster,
+) -> None:
+    """The API server freezes longer than the renew deadline: the leader stops acting
+    before its Lease could expire (so no two replicas act at once), and neither replica
+    exits; once the API server is back, one of them leads and places Pods."""
+    leader = wait_for(lambda: leader_of(kube, namespace, replicas), timeout=20, what="a leader")
+    apiserver = procs.load(dev_cluster.layout.pids, "kube-apiserver")
+    assert apiserver is not None and apiserver.alive()
+    frozen_at = time.monotonic()
+    os.kill(apiserver.pid, signal.SIGSTOP)
+    try:
+        wait_for(lambda: "stopped acting" in leader.output(), timeout=LEASE_S + 5, what="the leader to stop")
+        stopped = time.monotonic() - frozen_at
+    finally:
+        os.kill(apiserver.pid, signal.SIGCONT)
+    assert stopped < LEASE_S, f"the leader acted {stopped:.1f} s into a freeze, past its Lease"
+    assert all(p.alive() for p in replicas), "a replica exited on its own"
+    wait_for(kube.ready, timeout=30, what="the API server")
+    create(kube, namespace, make_pod("after-freeze", leader.name))
+    wait_bound(kube, namespace, "after-freeze", timeout=60)
+    assert acted_for(kube, namespace, "after-freeze") == {holder(kube, namespace, leader.name)}
+    print(f"\nR8.1 API server frozen → leader stopped acting after {stopped:.1f} s (Lease {LEASE_S} s)")

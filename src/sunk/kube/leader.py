@@ -2,8 +2,8 @@
 
 Like client-go, a replica judges the Lease expired by its own clock: from the moment it
 last saw the record change, not from the timestamps written by another machine. A leader
-that cannot renew within its renew deadline gives up and the process exits, so no two
-replicas ever act at once; the Deployment restarts it as a follower.
+that cannot renew within its renew deadline stops acting before its Lease can expire, so
+no two replicas ever act at once, and goes back to waiting for the Lease.
 """
 
 from __future__ import annotations
@@ -124,17 +124,23 @@ class LeaderElector:
             await asyncio.sleep(self.retry_s)
 
     async def keep(self) -> None:
-        """Renew until renewal fails for longer than the renew deadline, then raise."""
+        """Renew until renewal fails for longer than the renew deadline, then raise. No
+        attempt may outlast the deadline (a hung API server must not keep us acting past
+        the point where another replica may take the Lease)."""
         last_ok = time.monotonic()
         while True:
             await asyncio.sleep(self.retry_s)
+            left = self.renew_deadline_s - (time.monotonic() - last_ok)
             try:
-                if await self._try():
+                if await asyncio.wait_for(self._try(), timeout=max(0.5, left)):
                     last_ok = time.monotonic()
                     continue
+                self.leading.clear()
                 raise LostLeadership(f"another replica holds Lease {self.name}")
             except KubeError as err:
                 log.warning("could not renew Lease %s: %s", self.name, err)
+            except TimeoutError:
+                log.warning("could not renew Lease %s: the API server did not answer in time", self.name)
             if time.monotonic() - last_ok > self.renew_deadline_s:
                 self.leading.clear()
                 raise LostLeadership(f"could not renew Lease {self.name} for {self.renew_deadline_s:.0f}s")

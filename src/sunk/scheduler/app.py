@@ -20,7 +20,7 @@ from sunk.hooks.server import HooksServer, PodGoneWaiters
 from sunk.kube.client import KubeClient, KubeError
 from sunk.kube.events import Recorder
 from sunk.kube.informer import Informer
-from sunk.kube.leader import LeaderElector
+from sunk.kube.leader import LeaderElector, LostLeadership
 from sunk.metrics.server import serve_metrics, serve_probes
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.jobs import JobIndex, JobPoller
@@ -283,29 +283,17 @@ class Scheduler:
                 len(self.slurmd.store),
                 self.config.scheduler_name,
             )
-            if self.elector is not None:
+            if self.elector is None:
+                await self._lead()
+            while self.elector is not None:
                 await self.leader_label(False)
                 log.info("waiting to become leader (Lease %s)", self.elector.name)
                 await self.elector.acquire()
-                tasks.append(asyncio.create_task(self.elector.keep(), name="lease"))
                 await self.leader_label(True)
-            # Only the replica that acts polls Slurm: followers cost slurmctld nothing.
-            self.leading = True
-            tasks.append(asyncio.create_task(self.poller.run(), name="slurm-jobs"))
-            tasks.append(asyncio.create_task(self._poll_slurm_nodes(), name="slurm-nodes"))
-            await self._check_slurm_config()
-            await self.index.synced.wait()
-            log.info("first Slurm job listing: %d placeholder jobs", len(self.index))
-            metrics.LEADER.set(1)
-            self.acting.set()
-            self._enqueue_everything()
-            tasks += [
-                asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self.config.workers)
-            ]
-            tasks.append(asyncio.create_task(self._resync(), name="resync"))
-            done, _ = await asyncio.wait(tasks, return_when=asyncio.FIRST_EXCEPTION)
-            for task in done:
-                task.result()
+                try:
+                    await self._lead()
+                except LostLeadership as err:
+                    log.warning("stopped acting: %s; waiting to lead again", err)
         finally:
             self.acting.clear()
             metrics.LEADER.set(0)
@@ -319,6 +307,46 @@ class Scheduler:
             await self.hooks_server.stop()
             for runner in runners:
                 await runner.cleanup()
+
+    async def _lead(self) -> None:
+        """Act (poll Slurm, run the workers) until a task of this term fails: with leader
+        election, LostLeadership when the Lease cannot be kept. Only the replica that acts
+        polls Slurm: followers cost slurmctld nothing."""
+        self.leading = True
+        self.index.synced.clear()  # a term starts from a fresh job listing
+        term = [
+            asyncio.create_task(self.poller.run(), name="slurm-jobs"),
+            asyncio.create_task(self._poll_slurm_nodes(), name="slurm-nodes"),
+        ]
+        if self.elector is not None:
+            term.append(asyncio.create_task(self.elector.keep(), name="lease"))
+        try:
+            await self._check_slurm_config()
+            listed = asyncio.create_task(self.index.synced.wait())
+            done, _ = await asyncio.wait([listed, *term], return_when=asyncio.FIRST_COMPLETED)
+            listed.cancel()
+            for task in done:
+                if task is not listed:
+                    task.result()
+            log.info("first Slurm job listing: %d placeholder jobs", len(self.index))
+            metrics.LEADER.set(1)
+            self.acting.set()
+            self._enqueue_everything()
+            term += [
+                asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self.config.workers)
+            ]
+            term.append(asyncio.create_task(self._resync(), name="resync"))
+            done, _ = await asyncio.wait(term, return_when=asyncio.FIRST_EXCEPTION)
+            for task in done:
+                task.result()
+        finally:
+            self.acting.clear()
+            self.leading = False
+            metrics.LEADER.set(0)
+            for task in term:
+                task.cancel()
+            with suppress(asyncio.CancelledError):
+                await asyncio.gather(*term, return_exceptions=True)
 
     async def leader_label(self, leading: bool) -> None:
         """Mark our own Pod so the hooks Service sends placeholder jobs to the leader only."""
