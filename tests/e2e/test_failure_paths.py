@@ -15,7 +15,7 @@ from sunk.slurm.models import ACTIVE_STATES
 from tests.e2e.conftest import SCHEDULER
 from tests.e2e.test_lifecycle import job_state, reasons
 from tests.e2e.test_schedule_flow import P, create, get, host_of, job_of, slurm_nodes, wait_bound
-from tests.support import SchedulerProcess, SlurmRest, condition, make_pod, wait_for
+from tests.support import SchedulerProcess, SlurmRest, condition, holds_for, make_pod, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -109,3 +109,32 @@ def test_r11_3_a_submission_lost_in_a_paused_slurmrestd_gives_one_job_not_two(
     jobs = slurm.jobs_of_pod(pod["metadata"]["uid"])
     assert len(jobs) == 1, [(j["job_id"], j["job_state"]) for j in jobs]
     assert jobs[0]["job_id"] == job_of(bound, slurm)["job_id"]
+
+
+def test_r5_1_a_pod_slow_to_go_keeps_its_node_past_killwait_and_nothing_is_drained(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess, dev_cluster: DevCluster
+) -> None:
+    """The Pod is deleted but stays Terminating (a finalizer) for longer than KillWait.
+    Slurm is not ending its job, so the placeholder holds the node for as long as the Pod
+    lives and drains nothing; once the Pod is gone the job ends. (Told with SIGTERM, the
+    placeholder used to drain its healthy node at KillWait.)"""
+    manifest = make_pod("lingering", SCHEDULER)
+    manifest["metadata"]["finalizers"] = ["sunk.dev/test-hold"]
+    path = f"/api/v1/namespaces/{namespace}/pods/lingering"
+    create(kube, namespace, manifest)
+    job = job_of(wait_bound(kube, namespace, "lingering"), slurm)
+    kill_wait = (dev_cluster.spec() or pytest.fail("no spec")).kill_wait
+    try:
+        kube.delete(path)
+
+        def held_and_not_drained() -> bool:
+            state = run_cli(dev_cluster.layout, "sinfo", "-h", "-n", job["nodes"], "-o", "%T")
+            return job_state(slurm, job["job_id"]) == "RUNNING" and "drain" not in state
+
+        holds_for(
+            held_and_not_drained, seconds=kill_wait + 3, what="the job holding its node, undrained", every=1
+        )
+    finally:
+        kube.patch(path, {"metadata": {"finalizers": None}})
+    wait_for(lambda: get(kube, namespace, "lingering") is None, timeout=15, what="the Pod to go")
+    wait_for(lambda: job_state(slurm, job["job_id"]) not in ACTIVE_STATES, timeout=15, what="the job to end")

@@ -37,10 +37,11 @@ $nonce")
     "${SUNK_HOOK_URL}${path}")
 }
 
-# 2. On SIGTERM (cancel, preemption, time limit, or the Pod being deleted): ask the
-#    scheduler to delete the Pod and wait until it is gone, so Slurm never reuses these
-#    resources while the Pod still runs. If the Pod is still there shortly before
-#    KillWait ends, drain the node (only root may; otherwise the scheduler does it).
+# 2. On SIGTERM Slurm is ending the job (cancel, preemption, time limit) and kills it at
+#    KillWait: ask the scheduler to delete the Pod and wait until it is gone, so Slurm
+#    never reuses these resources while the Pod still runs. If the Pod is still there
+#    shortly before KillWait ends, drain the node (only root may; otherwise the scheduler
+#    does it).
 on_term() {
   trap '' TERM
   local start=$SECONDS deadline=$(( ${SUNK_KILL_WAIT:-30} - 3 )) drained="" code left step=0
@@ -67,6 +68,25 @@ on_term() {
   done
 }
 trap on_term TERM
+
+# 3. On SIGUSR1 the scheduler says the Pod is being deleted. Slurm is not ending the job,
+#    so there is no deadline and nothing to drain: hold the resources until the Pod is gone
+#    (R5.1), then end. A SIGTERM meanwhile (Slurm ends the job after all) runs on_term.
+on_deleting() {
+  trap '' USR1
+  local code step=0
+  local -a backoff=(0.5 1 2 4)
+  while :; do
+    call terminating 10
+    code=$(curl "${CALL[@]}")
+    case "$code" in
+      200|403) exit 0 ;;  # the Pod is gone (or this job is no Pod's)
+      202) step=0 ;;
+      *) sleep "${backoff[step]}"; step=$(( step < 3 ? step + 1 : 3 )) ;;
+    esac
+  done
+}
+trap on_deleting USR1
 
 call started 2
 curl "${CALL[@]}" >/dev/null &   # lets the scheduler bind without waiting for its next poll

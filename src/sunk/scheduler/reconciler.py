@@ -222,8 +222,10 @@ class Reconciler:
             self._cancelled[job.job_id] = time.monotonic()
             return not job.ending
         if verdict is decide.Claim.SIGNAL:
-            log.info("asking Slurm job %s of %s to end: its Pod is being deleted", job.job_id, ref)
-            await self.slurm.cancel(job.job_id, signal="TERM")
+            # SIGUSR1, not SIGTERM: the script then knows Slurm is not ending the job, so it
+            # holds the node until the Pod is gone with no KillWait deadline and no drain.
+            log.info("telling Slurm job %s of %s that its Pod is being deleted", job.job_id, ref)
+            await self.slurm.cancel(job.job_id, signal="USR1")
             self._signalled.add(job.job_id)
         return verdict is decide.Claim.RECHECK
 
