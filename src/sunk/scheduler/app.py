@@ -257,7 +257,7 @@ class Scheduler:
             log.info("cannot read Slurm's select type (%s); skipping the memory check (R7.3)", err)
             return
         if select is None:
-            log.info("cannot read Slurm's configuration with scontrol; skipping the memory check (R7.3)")
+            log.info("Slurm does not tell its SelectTypeParameters here; skipping the memory check (R7.3)")
             return
         warning = memory_oversubscription_warning(select)
         if warning:

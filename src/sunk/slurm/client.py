@@ -284,4 +284,5 @@ class SlurmClient:
             flags = partition.get("select_type")
             if flags:
                 return ",".join(str(f) for f in flags)
-        return ""
+        # Partitions that do not override the cluster's setting say nothing about it.
+        return None
