@@ -24,6 +24,7 @@ import json
 import os
 import pwd
 import random
+import re
 import signal
 import subprocess
 import sys
@@ -92,7 +93,7 @@ TARGETS = ("slurmctld", "slurmrestd", "kube-apiserver")
 VIOLATION_KINDS = {
     "two-active-jobs": "1  a Pod UID with two active placeholder jobs",
     "job-without-pod": "2  an active job without a live Pod",
-    "deleted-job-alive": "3a a Pod deleted while its job had not ended",
+    "deleted-job-alive": "3a a Pod deleted while nothing had ended its job",
     "deleted-no-event": "3b a Pod deleted without an Event saying why",
     "misplaced": "4  a bound Pod off its job's Node, or its job not RUNNING",
     "drained-no-event": "5  a Slurm node drained with no Event explaining it",
@@ -117,6 +118,10 @@ TRANSIENT_ERRORS: tuple[type[BaseException], ...] = (
 
 class HarnessError(Exception):
     """The harness could not go on (a daemon did not come back): no verdict on the scheduler."""
+
+
+class DaemonExited(HarnessError):
+    """A restarted daemon exited before it answered."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +149,8 @@ class Violation:
     needles: tuple[str, ...] = ()  # what to look for in the scheduler's log
     context: str = ""  # the faults around that time
     log: list[str] = field(default_factory=list)
+    pod: str = ""  # the Pod it is about, if one
+    events: list[str] = field(default_factory=list)  # the scheduler's Events on that Pod
 
 
 @dataclass
@@ -153,6 +160,16 @@ class FaultRecord:
     started: float
     ended: float
     detail: str
+
+
+@dataclass(frozen=True)
+class Seen:
+    """One listing's word on the job a Pod named."""
+
+    at: float
+    job_id: int
+    state: str  # "MISSING" when the listing did not have it
+    start: int  # Slurm's start_time (0 when not started)
 
 
 @dataclass
@@ -169,9 +186,8 @@ class PodTrack:
     gone_at: float | None = None  # first listing without it
     deleted_by_harness: float | None = None
     bound_at: float | None = None  # first listing that showed it bound
-    # (when, job ID, state) of the job the Pod named, each time that changed; "MISSING" when
-    # Slurm's listing did not have it.
-    history: list[tuple[float, int, str]] = field(default_factory=list)
+    # The job the Pod named, each time Slurm's word on it changed.
+    history: list[Seen] = field(default_factory=list)
     # Slurm's jobs of this UID in the first successful listing after it went (None: not yet).
     jobs_after: list[Json] | None = None
 
@@ -189,6 +205,7 @@ class Report:
     nodes: int
     slurm: str
     started: float
+    source: str = ""  # the commit the scheduler ran from, "+dirty" with local changes in src/
     duration_s: float = 0.0
     faults: list[FaultRecord] = field(default_factory=list)
     violations: list[Violation] = field(default_factory=list)
@@ -208,7 +225,8 @@ class Report:
         when = dt.datetime.fromtimestamp(self.started, dt.UTC).strftime("%Y-%m-%d %H:%M UTC")
         lines = [
             f"chaos run {when}: seed {self.seed}, {len(self.faults)}/{self.faults_requested} faults, "
-            f"{self.nodes} nodes, Slurm {self.slurm}, scheduler {self.scheduler}, {self.duration_s:.0f} s",
+            f"{self.nodes} nodes, Slurm {self.slurm}, scheduler {self.scheduler}, {self.duration_s:.0f} s"
+            + (f", source {self.source}" if self.source else ""),
             "",
             f"  {'fault':<24}{'count':>6}",
         ]
@@ -217,8 +235,8 @@ class Report:
         lines += ["", f"  {'violation':<60}{'count':>6}"]
         found = self.violation_counts()
         lines += [f"  {text:<60}{found.get(kind, 0):>6}" for kind, text in VIOLATION_KINDS.items()]
-        activity = ", ".join(f"{key} {value}" for key, value in sorted(self.counters.items()))
-        lines += ["", f"  activity: {activity}"]
+        lines += ["", "  activity:"]
+        lines += [f"    {key:<46}{value:>6}" for key, value in sorted(self.counters.items())]
         settled = (
             f"settled after {self.settled_after_s:.1f} s"
             if self.settled_after_s is not None
@@ -240,6 +258,7 @@ class Report:
                 out.append(f"  - [{self.rel(v.at)}] {v.message}")
                 if v.context:
                     out.append(f"      faults: {v.context}")
+                out += [f"      event: {line}" for line in v.events[:6]]
                 out += [f"      log: {line}" for line in v.log[:log_lines]]
             if len(mine) > per_kind:
                 out.append(f"  … and {len(mine) - per_kind} more (see the JSON report)")
@@ -260,6 +279,7 @@ class Report:
             "namespace": self.namespace,
             "nodes": self.nodes,
             "slurm": self.slurm,
+            "source": self.source,
             "started": dt.datetime.fromtimestamp(self.started, dt.UTC).isoformat(),
             "duration_s": round(self.duration_s, 1),
             "fault_counts": dict(self.fault_counts()),
@@ -284,7 +304,9 @@ class Report:
                     "kind": v.kind,
                     "at": self.rel(v.at),
                     "message": v.message,
+                    "pod": v.pod,
                     "faults": v.context,
+                    "events": v.events,
                     "log": v.log,
                 }
                 for v in self.violations
@@ -337,6 +359,7 @@ class Daemons:
         self.admin = AdminKube(layout)
         self.frozen: set[str] = set()
         self.killed: set[str] = set()  # killed by us and not yet running again
+        self.retries = 0  # restarts that had to be tried again
         # Every daemon's launch, read at the start and again before each kill, so that one
         # that dies without our help can be brought back too.
         # A scheduler `sunk demo` left running is not part of the cluster.
@@ -372,7 +395,7 @@ class Daemons:
         deadline = started + timeout
         while not self.answers(proc.name):
             if not proc.alive():
-                raise HarnessError(
+                raise DaemonExited(
                     f"{proc.name} exited after its restart; see {self.layout.logs / proc.name}.log"
                 )
             if time.monotonic() > deadline:
@@ -386,14 +409,40 @@ class Daemons:
         self._signal(proc, signal.SIGKILL)
         self.killed.add(name)
         try:
-            deadline = time.monotonic() + 10
-            while proc.alive() and time.monotonic() < deadline:
+            # Gone means its port is free too: the last thread of a killed process may close
+            # the listening socket a moment after the process shows as dead.
+            port = self.port(name)
+            deadline = time.monotonic() + 15
+            while (proc.alive() or _listening(port)) and time.monotonic() < deadline:
                 time.sleep(0.02)
             time.sleep(down_s)
         finally:
+            new, back, tries = self.start_again(name, launch)
+        again = f" (started {tries} times: the earlier ones exited at once)" if tries > 1 else ""
+        return (
+            f"PID {proc.pid} killed, down {down_s:.1f} s, PID {new.pid} answering {back:.1f} s "
+            f"after start{again}"
+        )
+
+    def port(self, name: str) -> int:
+        ports = self.layout.ports
+        return {"slurmctld": ports.slurmctld, "slurmrestd": ports.slurmrestd}.get(name, ports.apiserver)
+
+    def start_again(self, name: str, launch: Launch, attempts: int = 5) -> tuple[procs.Tracked, float, int]:
+        """Start a daemon and wait for it to answer. One that exits at once (its port still
+        held by a connection the old one left, say) is started again, up to `attempts` times."""
+        for attempt in range(1, attempts + 1):
             new = self.spawn(name, launch)
-        back = self.wait_answering(new)
-        return f"PID {proc.pid} killed, down {down_s:.1f} s, PID {new.pid} answering {back:.1f} s after start"
+            if name not in TARGETS:
+                return new, 0.0, attempt
+            try:
+                return new, self.wait_answering(new), attempt
+            except DaemonExited:
+                self.retries += 1
+                if attempt == attempts:
+                    raise
+                time.sleep(1)
+        raise AssertionError("unreachable")
 
     def spawn(self, name: str, launch: Launch) -> procs.Tracked:
         new = procs.spawn(
@@ -440,15 +489,28 @@ class Daemons:
                 done.append(f"resumed {name}")
         self.frozen.clear()
         for name in sorted(set(self.dead()) | self.killed):
-            new = self.spawn(name, self.launches[name])
+            self.start_again(name, self.launches[name])
             done.append(f"restarted {name}")
-            if name in TARGETS:
-                self.wait_answering(new)
         for name in TARGETS:
             proc = self.tracked(name)
             if not self.answers(name):
                 self.wait_answering(proc)
         return done
+
+
+def _listening(port: int) -> bool:
+    """Something listens on this TCP port (any address), per /proc/net/tcp and tcp6."""
+    wanted = f":{port:04X}"
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            if len(fields) > 3 and fields[1].endswith(wanted) and fields[3] == "0A":
+                return True
+    return False
 
 
 def _stopped(pid: int) -> bool:
@@ -515,12 +577,10 @@ def _ts(value: str | None) -> float | None:
 def _job_word(job: Json) -> str:
     states = "+".join(job.get("states") or [job.get("job_state", "?")])
     where = f" on {job['nodes']}" if job.get("nodes") else ""
-    end = (
-        f", end_time {job['end_time']}"
-        if job.get("end_time") and job.get("job_state") not in ("RUNNING", "PENDING")
-        else ""
-    )
-    return f"job {job['job_id']} {states}{where}{end}"
+    times = ""
+    if job.get("job_state") not in ("RUNNING", "PENDING"):
+        times = f", start_time {job.get('start_time') or 0}, end_time {job.get('end_time') or 0}"
+    return f"job {job['job_id']} {states}{where}{times}"
 
 
 def list_jobs(slurm: SlurmRest) -> list[Json] | None:
@@ -571,11 +631,13 @@ class ChaosRun:
             nodes=spec.nodes,
             slurm=spec.slurm,
             started=time.time(),
+            source=_source(),
         )
         self.tracks: dict[str, PodTrack] = {}
         self.pods_now: dict[str, Json] | None = None  # uid → Pod, latest listing
         self.jobs_now: dict[int, Json] | None = None  # job ID → our jobs, latest listing
         self.scancels: dict[int, tuple[str, float]] = {}  # job ID → (Pod UID, when)
+        self.actions: list[str] = []  # what the harness did to Pods and jobs, for the report
         self.two_jobs_since: dict[tuple[str, frozenset[int]], float] = {}
         self.reported_pairs: set[tuple[str, frozenset[int]]] = set()
         self.hosts: dict[str, str] = {}
@@ -593,10 +655,10 @@ class ChaosRun:
 
     # -- small helpers --------------------------------------------------------------------
     def violation(
-        self, kind: str, message: str, at: float | None = None, needles: tuple[str, ...] = ()
+        self, kind: str, message: str, at: float | None = None, needles: tuple[str, ...] = (), pod: str = ""
     ) -> None:
         with self.lock:
-            self.report.violations.append(Violation(kind, message, at or time.time(), needles))
+            self.report.violations.append(Violation(kind, message, at or time.time(), needles, pod=pod))
         self.say(f"  ! {kind}: {message}")
 
     def note(self, text: str) -> None:
@@ -685,9 +747,13 @@ class ChaosRun:
             for track in self.tracks.values():
                 if not track.went and track.job_id is not None:
                     job = ours.get(track.job_id)
-                    state = job["job_state"] if job is not None and _uid_of(job) == track.uid else "MISSING"
-                    if not track.history or track.history[-1][1:] != (track.job_id, state):
-                        track.history.append((now, track.job_id, state))
+                    if job is None or _uid_of(job) != track.uid:
+                        job = None
+                    state = job["job_state"] if job is not None else "MISSING"
+                    start = int(job.get("start_time") or 0) if job is not None else 0
+                    last = track.history[-1] if track.history else None
+                    if last is None or (last.job_id, last.state, last.start) != (track.job_id, state, start):
+                        track.history.append(Seen(now, track.job_id, state, start))
                 if track.went and track.jobs_after is None and track.deleted_by_harness is None:
                     track.jobs_after = [j for j in ours.values() if _uid_of(j) == track.uid]
             active: dict[str, set[int]] = {}
@@ -712,6 +778,7 @@ class ChaosRun:
                 "during the run",
                 at=since,
                 needles=(name, *(f"job {i}" for i in ids)),
+                pod=name,
             )
 
     # -- the population -------------------------------------------------------------------
@@ -780,6 +847,7 @@ class ChaosRun:
         # Recorded before the request: a DELETE cut short by a fault may still have happened.
         with self.lock:
             track.deleted_by_harness = time.time()
+            self.actions.append(f"{self.report.rel(track.deleted_by_harness)} delete Pod {track.name}")
         try:
             self.kube.delete(self.pod_path(track.name))
         except TRANSIENT_ERRORS:
@@ -791,6 +859,7 @@ class ChaosRun:
         job_id = int(job["job_id"])
         with self.lock:
             self.scancels[job_id] = (_uid_of(job), time.time())
+            self.actions.append(f"{self.report.rel(time.time())} scancel job {job_id} of {_pod_key_of(job)}")
         try:
             run_cli(self.layout, "scancel", str(job_id), timeout=5)
         except TRANSIENT_ERRORS:
@@ -912,6 +981,7 @@ class ChaosRun:
                     f"Pod {name} ({uid}) has {len(mine)} active jobs after settling: {words}",
                     at=now,
                     needles=(name, *(f"job {j['job_id']}" for j in mine)),
+                    pod=name,
                 )
         # 2. Every active job has a live Pod.
         for uid, mine in active.items():
@@ -930,6 +1000,7 @@ class ChaosRun:
                     f"{_job_word(job)} is active but its Pod {name} ({uid}) is {fate}",
                     at=track.gone_at if track and track.gone_at else now,
                     needles=(name, f"job {job['job_id']}"),
+                    pod=name,
                 )
         # 3. A Pod the harness did not delete went only with its job ended, and an Event.
         self.check_disappearances()
@@ -960,6 +1031,7 @@ class ChaosRun:
                     f"Pod {name} ({uid}) bound to {node}: {problem}",
                     at=now,
                     needles=(name, f"job {raw}"),
+                    pod=name,
                 )
         # 5. A drained Slurm node has a NodeDrained Event naming it.
         try:
@@ -971,14 +1043,23 @@ class ChaosRun:
         for node, reason in sorted(drained.items()):
             if node in self.initially_drained:
                 continue
-            explained = [e for e in drain_events if node in (e.get("note") or "")]
-            if not explained:
-                self.violation(
-                    "drained-no-event",
-                    f"Slurm node {node} is drained ({reason!r}) and no NodeDrained Event names it",
-                    at=now,
-                    needles=(node, *reason.split()[2:3]),
-                )
+            explained = [e for e in drain_events if _mentions(e.get("note") or "", node)]
+            if explained:
+                self.count("drained nodes with a NodeDrained Event")
+                continue
+            # sunk's drains (the scheduler's or the placeholder script's) name the Pod:
+            # "sunk: Pod <namespace>/<name> still running at KillWait (job <id>)".
+            parts = reason.split()
+            ours = reason.startswith("sunk:") and len(parts) > 2
+            key = parts[2] if ours else ""
+            by = "by sunk (scheduler or placeholder script)" if ours else "by Slurm itself, not by sunk"
+            self.violation(
+                "drained-no-event",
+                f"Slurm node {node} is drained {by} ({reason!r}) and no NodeDrained Event names it",
+                at=now,
+                needles=(node, *((key,) if key else ())),
+                pod=key.split("/", 1)[-1],
+            )
         # 6. The scheduler is still running.
         self.check_scheduler()
 
@@ -1001,17 +1082,19 @@ class ChaosRun:
             event_at = _ts(why[0].get("eventTime")) if why else None
             went_at = track.deleting_since or event_at or track.gone_at or time.time()
             needles = (track.name, *((f"job {track.job_id}",) if track.job_id else ()))
+            cause = self.cause(track, went_at, why[0] if why else None)
+            self.count(f"scheduler deletions: {cause[0] if cause else 'no cause found'}")
             if not why:
                 seen = ", ".join(sorted({str(e.get("reason")) for e in events})) or "none"
                 self.violation(
                     "deleted-no-event",
                     f"Pod {track.name} ({track.uid}) was deleted by someone other than the harness at "
-                    f"{self.report.rel(went_at)} with no Event saying why "
-                    f"(its Events: {seen}; job {track.job_id})",
+                    f"{self.report.rel(went_at)} with no Event saying why (its Events: {seen}; job "
+                    f"{track.job_id}; what the harness saw: {cause[1] if cause else 'no cause'})",
                     at=went_at,
                     needles=needles,
+                    pod=track.name,
                 )
-            cause = self.cause(track, went_at, why[0] if why else None)
             if cause is None:
                 after = track.jobs_after
                 right_after = (
@@ -1020,52 +1103,69 @@ class ChaosRun:
                     else "; ".join(_job_word(j) for j in after if track.job_id in (None, j["job_id"]))
                     or "no job of it"
                 )
-                last = [h for h in track.history if h[0] <= went_at][-1:]
+                last = [h for h in track.history if h.at <= went_at][-1:]
                 before = (
-                    f"job {last[0][1]} {last[0][2]} at {self.report.rel(last[0][0])}" if last else "nothing"
+                    f"job {last[0].job_id} {last[0].state} (start_time {last[0].start}) "
+                    f"at {self.report.rel(last[0].at)}"
+                    if last
+                    else "nothing"
                 )
                 said = f"Event {why[0]['reason']}: {why[0].get('note')}" if why else "no Event"
                 self.violation(
                     "deleted-job-alive",
                     f"Pod {track.name} ({track.uid}) on {track.node or 'no Node'} was deleted at "
-                    f"{self.report.rel(went_at)} while job {track.job_id} had not ended (Slurm's last "
-                    f"listing before: {before}; first listing after: {right_after}; {said})",
+                    f"{self.report.rel(went_at)}, yet neither Slurm nor the harness had ended job "
+                    f"{track.job_id} (Slurm's last listing before: {before}; first listing after: "
+                    f"{right_after}; {said})",
                     at=went_at,
                     needles=needles,
+                    pod=track.name,
                 )
 
-    def cause(self, track: PodTrack, went_at: float, event: Json | None) -> str | None:
+    def cause(self, track: PodTrack, went_at: float, event: Json | None) -> tuple[str, str] | None:
         """Why the Pod could go, as Slurm and the harness's own actions show it; None if
-        nothing shows its job had ended."""
+        nothing shows its job had ended. The first item is a category for the tally."""
         scancelled = [
             job_id
             for job_id, (uid, at) in self.scancels.items()
             if uid == track.uid and at <= went_at + CLOCK_SLACK_S
         ]
         if scancelled:
-            return f"the harness scancelled job {scancelled[0]}"
-        before = [h for h in track.history if h[0] <= went_at]
+            return "harness scancel", f"the harness scancelled job {scancelled[0]}"
+        before = [h for h in track.history if h.at <= went_at]
         if before:
-            seen, job_id, state = before[-1]
-            if state == "MISSING":
-                return f"Slurm no longer listed job {job_id} at {self.report.rel(seen)}"
-            if state not in ("RUNNING", "PENDING", "CONFIGURING"):
-                return f"Slurm showed job {job_id} {state} at {self.report.rel(seen)}"
-            if state == "PENDING" and track.bound_at is not None and seen > track.bound_at:
-                return f"Slurm put job {job_id} back to PENDING at {self.report.rel(seen)}"
+            last = before[-1]
+            when = self.report.rel(last.at)
+            if last.state == "MISSING":
+                return "job lost by Slurm", f"Slurm no longer listed job {last.job_id} at {when}"
+            if last.state not in ("RUNNING", "PENDING", "CONFIGURING"):
+                return "job ended in Slurm", f"Slurm showed job {last.job_id} {last.state} at {when}"
+            if last.state == "PENDING" and track.bound_at is not None and last.at > track.bound_at:
+                return "job reverted by Slurm", f"Slurm put job {last.job_id} back to PENDING at {when}"
         if track.jobs_after is None:
             return None
         mine = [j for j in track.jobs_after if track.job_id is None or j["job_id"] == track.job_id]
         if not mine:
-            return "Slurm no longer had its job (lost in a slurmctld restart)"
+            return "job lost by Slurm", "Slurm no longer had its job (lost in a slurmctld restart)"
         for job in mine:
             if SLURM_MADE_STATES & set(job.get("states") or []) or int(job.get("restart_cnt") or 0):
-                return f"Slurm ended it: {_job_word(job)}"
+                return "job ended in Slurm", f"Slurm ended it: {_job_word(job)}"
+        # A slurmctld restarted from older state may bring a running job back as PENDING
+        # (and the scheduler then rightly lets the Pod go) between two of our listings: the
+        # job's start time then differs from the one it had while we saw it run.
+        ran = [h for h in before if h.state == "RUNNING" and h.start]
+        for job in mine:
+            start = int(job.get("start_time") or 0)
+            if ran and start != ran[-1].start:
+                return "job reverted by Slurm", (
+                    f"Slurm's record of job {job['job_id']} changed: it started at {ran[-1].start} while "
+                    f"seen running, Slurm now says {start or 'never'}"
+                )
         if event is not None and event.get("reason") == "PlaceholderJobMoved":
             for job in mine:
                 nodes = [n for n in str(job.get("nodes") or "").split(",") if n]
                 if job["job_state"] == "RUNNING" and nodes and self.hosts.get(nodes[0]) != track.node:
-                    return f"Slurm runs its job elsewhere: {_job_word(job)}"
+                    return "job moved by Slurm", f"Slurm runs its job elsewhere: {_job_word(job)}"
         return None
 
     # -- log excerpts ---------------------------------------------------------------------
@@ -1077,11 +1177,28 @@ class ChaosRun:
         for v in self.report.violations:
             v.context = self.context(v.at)
             needles = [n for n in v.needles if n and n != "job None"]
-            picked = []
+            # Retries repeat one line many times: keep the first of each, with a count.
+            picked: dict[str, list[Any]] = {}
             for line in lines:
                 if any(_mentions(line, n) for n in needles):
-                    picked.append(line.strip()[:300])
-            v.log = picked[:12]
+                    shape = re.sub(r"retrying in [0-9.]+s", "retrying", line[24:])
+                    picked.setdefault(shape, [line.strip()[:300], 0])[1] += 1
+            v.log = [text if n == 1 else f"{text} (x{n})" for text, n in list(picked.values())[:12]]
+
+    def attach_events(self) -> None:
+        """The scheduler's Events on each Pod a violation is about, kept before the namespace
+        (and with it the Events) is deleted."""
+        try:
+            events = self.events()
+        except TRANSIENT_ERRORS as err:
+            self.note(f"could not read the Events: {err}")
+            return
+        for v in self.report.violations:
+            mine = [e for e in events if v.pod and (e.get("regarding") or {}).get("name") == v.pod]
+            v.events = [
+                f"{e.get('eventTime')} {e.get('reason')}: {e.get('note')}"
+                for e in sorted(mine, key=lambda e: e.get("eventTime") or "")
+            ]
 
     # -- the whole run --------------------------------------------------------------------
     def run(self) -> Report:
@@ -1112,6 +1229,7 @@ class ChaosRun:
             self.say(f"{self.stamp()} faults done; settling (up to {opts.settle_s:.0f} s)")
             self.settle()
             self.check()
+            self.attach_events()
         except HarnessError as err:
             self.report.harness_error = str(err)
             self.say(f"HARNESS ERROR: {err}")
@@ -1120,6 +1238,8 @@ class ChaosRun:
                 self.cleanup()
             finally:
                 self.daemons.close()
+                if self.daemons.retries:
+                    self.report.counters["daemon restarts tried again"] = self.daemons.retries
                 self.report.duration_s = time.time() - self.report.started
                 self.attach_logs()
                 self.write_report()
@@ -1170,9 +1290,31 @@ class ChaosRun:
 
     def write_report(self) -> None:
         path = self.layout.logs / f"chaos-{self.name}.json"
+        data = self.report.to_json() | {"harness_actions": self.actions}
         with contextlib.suppress(OSError):
-            path.write_text(json.dumps(self.report.to_json(), indent=2) + "\n")
+            path.write_text(json.dumps(data, indent=2) + "\n")
             self.report.notes.append(f"JSON report: {path}; scheduler log: {self.sched.proc.log}")
+
+
+def _source() -> str:
+    """The checkout's commit, marked dirty when src/ has changes not committed yet."""
+    repo = Path(__file__).resolve().parents[2]
+    try:
+        head = subprocess.run(
+            ["git", "-C", str(repo), "rev-parse", "--short", "HEAD"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "-C", str(repo), "status", "--porcelain", "--", "src"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.TimeoutExpired):
+        return ""
+    return f"{head}+dirty" if head and dirty else head
 
 
 def _pod_key_of(job: Json) -> str:
