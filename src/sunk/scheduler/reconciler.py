@@ -107,11 +107,13 @@ class Reconciler:
         self.hooks = HookCredentials("http://hooks-api-not-started", b"")  # set before the first submit
         self._node_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._node_states: dict[str, tuple[float, SlurmNode | None]] = {}
-        self._signalled: set[int] = set()
-        # Job ID → when Slurm accepted our cancel. A cancel that failed is not recorded (the
-        # next pass tries again); one Slurm accepted but lost (a slurmctld crash) is sent
-        # again if the job still runs CANCEL_CONFIRM_S later.
-        self._cancelled: dict[int, float] = {}
+        # Jobs are remembered by (job ID, Pod UID): a slurmctld that lost its state hands
+        # the same job IDs out again, and what was done to the old job says nothing of the new.
+        self._signalled: set[tuple[int, str]] = set()
+        # → when Slurm accepted our cancel. A cancel that failed is not recorded (the next
+        # pass tries again); one Slurm accepted but lost (a slurmctld crash) is sent again if
+        # the job still runs CANCEL_CONFIRM_S later.
+        self._cancelled: dict[tuple[int, str], float] = {}
         # Pod UID → when a submission for it got no answer: Slurm may hold a job for it that
         # no listing has shown yet, so it is not submitted again before one has.
         self._unanswered: dict[str, float] = {}
@@ -130,10 +132,11 @@ class Reconciler:
     def prune(self, live: set[int]) -> None:
         """Forget what was remembered about jobs Slurm no longer lists: nothing here is
         needed after a job is gone, and a process that runs for months must not grow."""
-        for memory in (self._cancelled, self._why_owed):
-            for job_id in [j for j in memory if j not in live]:
-                del memory[job_id]
-        self._signalled &= live
+        for job_id in [j for j in self._why_owed if j not in live]:
+            del self._why_owed[job_id]
+        for key in [k for k in self._cancelled if k[0] not in live]:
+            del self._cancelled[key]
+        self._signalled = {k for k in self._signalled if k[0] in live}
         self._drained &= live
         for uid in [u for u, at in self._unanswered.items() if time.monotonic() - at > 600]:
             del self._unanswered[uid]
@@ -209,24 +212,28 @@ class Reconciler:
             ref,
             job,
             prefix=self.prefix,
-            cancelled_at=self._cancelled.get(job.job_id),
-            signalled=job.job_id in self._signalled,
+            cancelled_at=self._cancelled.get((job.job_id, ref.uid)),
+            signalled=(job.job_id, ref.uid) in self._signalled,
             now=time.monotonic(),
         )
         if verdict is decide.Claim.CANCEL:
             # Nothing of the Pod runs any more: cancel; the script's hook call learns at once
             # that the Pod is gone and exits, so the job ends without waiting for KillWait.
-            again = " again (Slurm did not act on the first cancel)" if job.job_id in self._cancelled else ""
+            again = (
+                " again (Slurm did not act on the first cancel)"
+                if (job.job_id, ref.uid) in self._cancelled
+                else ""
+            )
             log.info("cancelling Slurm job %s of %s%s: its Pod is gone or done", job.job_id, ref, again)
             await self.slurm.cancel(job.job_id)
-            self._cancelled[job.job_id] = time.monotonic()
+            self._cancelled[(job.job_id, ref.uid)] = time.monotonic()
             return not job.ending
         if verdict is decide.Claim.SIGNAL:
             # SIGUSR1, not SIGTERM: the script then knows Slurm is not ending the job, so it
             # holds the node until the Pod is gone with no KillWait deadline and no drain.
             log.info("telling Slurm job %s of %s that its Pod is being deleted", job.job_id, ref)
             await self.slurm.cancel(job.job_id, signal="USR1")
-            self._signalled.add(job.job_id)
+            self._signalled.add((job.job_id, ref.uid))
         return verdict is decide.Claim.RECHECK
 
     # -- Slurm ends the job (R5.2, R5.3) --------------------------------------------------
@@ -237,10 +244,10 @@ class Reconciler:
             # The Pod's containers ended on their own (a batch Job's Pod): nothing runs on the
             # node any more, so nothing is deleted or drained; the Pod stays for its controller.
             return Outcome()
-        if job.gave_up_resources and job.active and job.job_id not in self._signalled:
+        if job.gave_up_resources and job.active and (job.job_id, meta["uid"]) not in self._signalled:
             # Requeued or suspended: Slurm may hand the resources on, so the Pod must go, and
             # the job must not come back later for a Pod that no longer exists.
-            self._signalled.add(job.job_id)
+            self._signalled.add((job.job_id, meta["uid"]))
             await self.slurm.cancel(job.job_id)
         if not self._being_deleted(pod):
             await self._say_why(pod, job)
