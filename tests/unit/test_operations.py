@@ -145,3 +145,45 @@ def test_r8_2_jobs_are_found_by_pod_name_across_listings_and_records() -> None:
     index.replace([job(3, new)], clock.monotonic())
     assert [j.job_id for _, j in index.for_key("ns", "web")] == [3]
     assert index.for_key("ns", "other") == []
+
+
+def test_r8_2_a_listing_older_than_a_read_does_not_take_a_job_back_to_pending() -> None:
+    """A listing requested before a job started, answered late, must not replace the read
+    that saw it RUNNING: the bound Pod would look requeued and lose its job."""
+    import time as clock
+    from dataclasses import replace
+
+    from sunk.scheduler.jobs import JobIndex
+    from sunk.slurm.models import SlurmJob
+    from sunk.translate import PodRef, job_name, pod_of_job_name
+
+    index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"))
+    ref = PodRef("ns", "p", "uid-1")
+    pending = SlurmJob(7, job_name(ref, "sunk"), "PENDING", "None", (), "", 0, 0, "batch", None, None)
+    listed_at = clock.monotonic()  # the listing is requested while the job still waits…
+    index.record(
+        ref, replace(pending, state="RUNNING", nodes=("sn-1",), started=True)
+    )  # …a read sees it run…
+    index.replace([pending], listed_at)  # …and the old listing arrives
+    found = index.get(7)
+    assert found is not None and found[1].state == "RUNNING"
+
+
+def test_r8_2_a_reused_job_id_leaves_its_old_pods_key() -> None:
+    """slurmctld restarted without its state hands job ID 40 to another Pod: the old Pod's
+    key must no longer list it, or cleaning up the old Pod would cancel the new Pod's job."""
+    import time as clock
+
+    from sunk.scheduler.jobs import JobIndex
+    from sunk.slurm.models import SlurmJob
+    from sunk.translate import PodRef, job_name, pod_of_job_name
+
+    def job(ref: PodRef) -> SlurmJob:
+        return SlurmJob(40, job_name(ref, "sunk"), "RUNNING", "None", (), "", 0, 0, "batch", None, None)
+
+    index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"))
+    old, new = PodRef("ns", "old", "uid-old"), PodRef("ns", "new", "uid-new")
+    index.replace([job(old)], clock.monotonic())
+    index.record(new, job(new))
+    assert index.for_key("ns", "old") == []
+    assert [r for r, _ in index.for_key("ns", "new")] == [new]

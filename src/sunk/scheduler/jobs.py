@@ -40,11 +40,13 @@ class JobIndex:
 
     def replace(self, jobs: list[SlurmJob], listed_at: float) -> list[PodRef]:
         """Take a full listing requested at `listed_at`; return the Pods whose jobs appeared,
-        changed or vanished. Jobs recorded after the request began are kept: the listing may
-        simply predate them, and forgetting one could mean submitting its Pod twice."""
+        changed or vanished. What was recorded after the request began wins over it: the
+        listing may predate a submission (forgetting it could mean submitting its Pod twice)
+        or a fresher read (a job seen RUNNING must not go back to PENDING, which would make
+        a bound Pod look requeued)."""
         fresh = {job.job_id: (ref, job) for job in jobs if (ref := self._owner(job))}
         for job_id, recorded in list(self._recorded_at.items()):
-            if recorded >= listed_at and job_id not in fresh and job_id in self._by_id:
+            if recorded >= listed_at and job_id in self._by_id:
                 fresh[job_id] = self._by_id[job_id]
             elif recorded < listed_at:
                 del self._recorded_at[job_id]
@@ -60,7 +62,11 @@ class JobIndex:
         return touched
 
     def record(self, ref: PodRef, job: SlurmJob) -> None:
-        """Remember a job we just submitted or read, before the next listing sees it."""
+        """Remember a job we just submitted or read, before the next listing sees it. A job
+        ID a slurmctld that lost its state handed out again leaves its old Pod's key."""
+        old = self._by_id.get(job.job_id)
+        if old is not None and (old[0].namespace, old[0].name) != (ref.namespace, ref.name):
+            self._by_key.get((old[0].namespace, old[0].name), set()).discard(job.job_id)
         self._by_id[job.job_id] = (ref, job)
         self._by_key.setdefault((ref.namespace, ref.name), set()).add(job.job_id)
         self._recorded_at[job.job_id] = time.monotonic()
