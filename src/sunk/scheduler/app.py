@@ -13,7 +13,7 @@ from contextlib import suppress
 
 from sunk import metrics
 from sunk.config import Config
-from sunk.decide import finished
+from sunk.decide import finished, recorded_job_id
 from sunk.hooks import placeholder_script
 from sunk.hooks.auth import Verifier
 from sunk.hooks.server import HooksServer, PodGoneWaiters
@@ -149,7 +149,6 @@ class Scheduler:
 
     async def wait_pod_gone(self, ref: PodRef, job_id: int, within: float) -> bool:
         key = f"{ref.namespace}/{ref.name}"
-        annotation = self.config.annotation_prefix + "job-id"
 
         def still_there() -> bool:
             """The Pod may still run something on this job's resources: it exists, has not
@@ -157,8 +156,8 @@ class Scheduler:
             pod = self.pods.get(key)
             if pod is None or pod["metadata"].get("uid") != ref.uid or finished(pod):
                 return False
-            recorded = (pod["metadata"].get("annotations") or {}).get(annotation)
-            return recorded in (None, str(job_id))
+            recorded = recorded_job_id(pod, self.config.annotation_prefix)
+            return recorded in (None, job_id)
 
         return await self.gone.wait(ref.uid, still_there, within)
 

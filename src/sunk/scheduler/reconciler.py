@@ -152,8 +152,7 @@ class Reconciler:
         return str(value) if value is not None else None
 
     def _recorded_job_id(self, pod: Json) -> int | None:
-        raw = self._annotation(pod, "job-id")
-        return int(raw) if raw and raw.isdigit() else None
+        return decide.recorded_job_id(pod, self.prefix)
 
     def _current_job(self, pod: Json) -> SlurmJob | None:
         job_id = self._recorded_job_id(pod)
