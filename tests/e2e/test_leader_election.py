@@ -59,8 +59,17 @@ def leader_of(kube: AdminKube, namespace: str, procs: list[SchedulerProcess]) ->
 
 
 def acted_for(kube: AdminKube, namespace: str, pod: str) -> set[str]:
-    """Which replicas (by identity) recorded the Pod's Scheduled Event."""
-    return {e["reportingInstance"] for e in events_for(kube, namespace, pod) if e["reason"] == "Scheduled"}
+    """Which replicas (by identity) recorded the Pod's Scheduled Event.
+
+    The Event is written just after the binding, so a test that saw the Pod bound waits
+    for it rather than reading too early."""
+
+    def instances() -> set[str]:
+        return {
+            e["reportingInstance"] for e in events_for(kube, namespace, pod) if e["reason"] == "Scheduled"
+        }
+
+    return wait_for(instances, timeout=10, what=f"the Scheduled Event of {pod}")
 
 
 def test_r8_1_only_the_leader_acts_and_the_other_takes_over_within_the_lease(
