@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import Any
 
 import pytest
 
@@ -138,3 +139,34 @@ def test_r5_1_a_pod_slow_to_go_keeps_its_node_past_killwait_and_nothing_is_drain
         kube.patch(path, {"metadata": {"finalizers": None}})
     wait_for(lambda: get(kube, namespace, "lingering") is None, timeout=15, what="the Pod to go")
     wait_for(lambda: job_state(slurm, job["job_id"]) not in ACTIVE_STATES, timeout=15, what="the job to end")
+
+
+def test_r5_3_a_drain_made_by_someone_else_gets_one_event_on_its_node_across_restarts(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, own_scheduler: Any, dev_cluster: DevCluster
+) -> None:
+    """An administrator (or Slurm itself) drains a node: the scheduler records why on the
+    Node hosting it, once; a restarted scheduler seeing the same drain adds no second Event."""
+    node = slurm_nodes(kube)[2]
+    host = host_of(kube, node)
+    proc = own_scheduler()
+    reason = f"disk check for {namespace}"
+    run_cli(dev_cluster.layout, "scontrol", "update", f"nodename={node}", "state=drain", f"reason={reason}")
+
+    def drain_events() -> list[dict[str, Any]]:
+        items = kube.get(
+            "/apis/events.k8s.io/v1/namespaces/default/events", fieldSelector=f"regarding.name={host}"
+        )["items"]
+        return [
+            e for e in items if e.get("reportingController") == proc.name and e["reason"] == "NodeDrained"
+        ]
+
+    try:
+        first = wait_for(drain_events, timeout=20, what="a NodeDrained Event on the Node")
+        assert reason in first[0]["note"] and node in first[0]["note"]
+        assert first[0]["regarding"]["kind"] == "Node" and first[0]["type"] == "Warning"
+        proc.kill()
+        proc.start()
+        wait_for(lambda: reason in proc.output(), timeout=20, what="the restarted scheduler to see the drain")
+        assert len(drain_events()) == 1
+    finally:
+        run_cli(dev_cluster.layout, "scontrol", "update", f"nodename={node}", "state=resume")

@@ -175,7 +175,12 @@ def test_r5_3_a_pod_that_cannot_terminate_gets_its_node_drained_before_killwait(
         after = time.monotonic() - cancelled
         assert after < kill_wait, f"drained only after KillWait ({after:.1f} s)"
         assert f"Pod {namespace}/stuck still running at KillWait" in drained
-        assert "NodeDrained" in reasons(kube, namespace, "stuck")
+        note = wait_for(
+            lambda: reasons(kube, namespace, "stuck").get("NodeDrained"),
+            timeout=15,
+            what="the NodeDrained Event on the Pod",
+        )
+        assert node in note and "state=resume" in note
         # Nothing else may start there: Slurm refuses a job that needs this node.
         late = slurm.post_job(slurm.job_body("#!/bin/sh\nsleep 60\n", name="must-wait", nodelist=node))
         if late.get("job_id"):  # Slurm queues it (22.05 adds error 2068); it must not run
@@ -243,6 +248,28 @@ def test_r5_5_forged_replayed_and_unauthenticated_hook_calls_change_nothing(
         found = get(kube, namespace, pod)
         assert found is not None and not found["metadata"].get("deletionTimestamp"), f"{pod} was touched"
     assert job_state(slurm, job_id) == "RUNNING" and job_state(slurm, other_job) == "RUNNING"
+
+
+def test_r5_5_a_terminating_call_alone_does_not_end_a_running_pod(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess, dev_cluster: DevCluster
+) -> None:
+    """A valid `terminating` call (a placeholder's key, stolen or replayed by a buggy script)
+    while Slurm still runs the job is a claim Slurm contradicts: the Pod stays."""
+    secret = dev_cluster.layout.hooks_secret.read_bytes().strip()
+    create(kube, namespace, make_pod("claimed", SCHEDULER))
+    pod = wait_bound(kube, namespace, "claimed")
+    uid, job_id = pod["metadata"]["uid"], job_of(pod, slurm)["job_id"]
+    answer = _hook(scheduler, uid, job_id, "terminating", pod_key(secret, uid))
+    assert answer.status_code == 202, answer.text  # "still there": the script would ask again
+    holds_for(
+        lambda: (
+            (found := get(kube, namespace, "claimed")) is not None
+            and not found["metadata"].get("deletionTimestamp")
+        ),
+        seconds=2,
+        what="the Pod to stay",
+    )
+    assert job_state(slurm, job_id) == "RUNNING"
 
 
 def test_r5_2_a_job_cancelled_while_the_scheduler_is_down_still_takes_its_pod(

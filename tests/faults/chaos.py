@@ -1039,7 +1039,14 @@ class ChaosRun:
         except TRANSIENT_ERRORS as err:
             self.note(f"could not list drained nodes: {err}")
             drained = {}
-        drain_events = [e for e in self.events() if e.get("reason") == "NodeDrained"]
+        # Drains that name a Pod are told on it; others (an administrator's, Slurm's own
+        # "Duplicate jobid") on the Node hosting the Slurm node, whose Events live in `default`.
+        node_events = self.kube.get("/apis/events.k8s.io/v1/namespaces/default/events")["items"]
+        drain_events = [
+            e
+            for e in [*self.events(), *node_events]
+            if e.get("reason") == "NodeDrained" and e.get("reportingController") == self.name
+        ]
         for node, reason in sorted(drained.items()):
             if node in self.initially_drained:
                 continue

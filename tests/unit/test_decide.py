@@ -10,7 +10,7 @@ import pytest
 
 from sunk import decide
 from sunk.decide import Claim, Step
-from sunk.slurm.models import SlurmJob
+from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.translate import PodRef
 
 P = "sunk.coreweave.com/"
@@ -299,6 +299,68 @@ PODS = [
 ]
 
 
+REPORTED = [
+    pytest.param(
+        pod(node="n1"), job(), Step.CONFIRM_ENDING, id="r5_2_a_reported_ending_is_checked_with_slurm"
+    ),
+    pytest.param(
+        pod(node="n1"), None, Step.CONFIRM_ENDING, id="r5_2_a_reported_ending_of_an_unlisted_job_too"
+    ),
+    pytest.param(
+        pod(node="n1"), job("COMPLETING"), Step.END_POD, id="r5_2_a_job_slurm_shows_ending_needs_no_check"
+    ),
+    pytest.param(
+        pod(node="n1", deleting=True), job(), Step.NOTHING, id="r5_1_a_deleting_pods_report_changes_nothing"
+    ),
+    pytest.param(
+        pod(node="n1", phase="Succeeded"), job(), Step.NOTHING, id="r5_a_finished_pods_report_changes_nothing"
+    ),
+    pytest.param(pod(refused="InvalidForSlurm"), job(), Step.NOTHING, id="r2_4_a_refused_pods_report_too"),
+]
+
+
+@pytest.mark.parametrize(("the_pod", "the_job", "step"), REPORTED)
+def test_a_placeholders_word_that_its_job_ends_is_only_a_claim(
+    the_pod: dict[str, Any], the_job: SlurmJob | None, step: Step
+) -> None:
+    decision = decide.for_pod(the_pod, the_job, prefix=P, synced=True, now=NOW, ending_reported=True)
+    assert decision.step is step
+
+
+def node(
+    state: str = "idle", flags: tuple[str, ...] = ("DRAIN",), reason: str = "disk", at: int = 1
+) -> SlurmNode:
+    return SlurmNode(name="sn-1", state=state, flags=flags, reason=reason, reason_changed_at=at)
+
+
+KILL_WAIT = decide.kill_wait_drain_reason(REF, 7)
+
+
+def test_r5_3_a_node_in_use_gets_no_drain_notice() -> None:
+    assert decide.drain_notice(node(flags=()), "s") is None
+    assert decide.drain_notice(node(state="down", flags=()), "s") is None  # down is not a drain
+
+
+def test_r5_3_a_drain_for_a_pod_past_killwait_is_told_on_that_pod() -> None:
+    notice = decide.drain_notice(node(reason=KILL_WAIT), "s")
+    assert notice is not None and notice.pod == ("ns", "web")
+    assert "sn-1" in notice.note and "job 7" in notice.note and "state=resume" in notice.note
+    assert notice.name.startswith("web.drained.")
+
+
+def test_r5_3_any_other_drain_is_told_on_the_node_with_slurms_reason() -> None:
+    notice = decide.drain_notice(node(state="mixed", flags=("DRAINING",), reason="Duplicate jobid"), "s")
+    assert notice is not None and notice.pod is None
+    assert "Duplicate jobid" in notice.note and notice.name.startswith("sn-1.drained.")
+
+
+def test_r5_3_one_drain_has_one_event_name_and_a_new_drain_another() -> None:
+    first = decide.drain_notice(node(), "s")
+    assert first == decide.drain_notice(node(), "s")  # a restart records nothing new
+    assert first != decide.drain_notice(node(at=2), "s")  # drained again later: a new Event
+    assert first != decide.drain_notice(node(), "other-scheduler")
+
+
 @pytest.mark.parametrize(("the_pod", "the_job", "synced", "step", "after"), PODS)
 def test_the_next_step_for_a_pod(
     the_pod: dict[str, Any], the_job: SlurmJob | None, synced: bool, step: Step, after: float
@@ -306,3 +368,67 @@ def test_the_next_step_for_a_pod(
     decision = decide.for_pod(the_pod, the_job, prefix=P, synced=synced, now=NOW)
     assert decision.step is step
     assert decision.after == pytest.approx(after)
+
+
+# -- where a Pod may go (R4.3) --------------------------------------------------------------------
+NODES = {"sn-1", "sn-2"}
+PLACEMENTS = [
+    pytest.param((), {}, (), NODES, None, id="r4_3_any_usable_node_lets_the_pod_be_submitted"),
+    pytest.param((), {"sn-1": "cordoned"}, (), NODES, None, id="r4_3_one_usable_node_is_enough"),
+    pytest.param(
+        (),
+        {"sn-1": "cordoned"},
+        ("sn-2",),
+        NODES,
+        "no Slurm node can host this Pod: cordoned",
+        id="r4_3_no_usable_node_waits_with_the_reasons",
+    ),
+    pytest.param(
+        ("sn-1",),
+        {"sn-1": "Node n1 is not Ready"},
+        (),
+        NODES,
+        "required Slurm node(s) cannot host this Pod (sn-1: Node n1 is not Ready)",
+        id="r4_3_a_required_node_the_pod_cannot_use_is_named",
+    ),
+    pytest.param(
+        ("sn-2",),
+        {},
+        ("sn-2",),
+        NODES,
+        "required Slurm node(s) cannot host this Pod (sn-2: a placement there was rejected before)",
+        id="r4_3_a_required_node_rejected_before_is_named",
+    ),
+    pytest.param((), {}, (), set(), None, id="r4_3_before_slurm_lists_its_nodes_nothing_is_ruled_out"),
+]
+
+
+@pytest.mark.parametrize(("required", "excluded", "avoid", "nodes", "problem"), PLACEMENTS)
+def test_the_placement_problem_before_a_submit(
+    required: tuple[str, ...],
+    excluded: dict[str, str],
+    avoid: tuple[str, ...],
+    nodes: set[str],
+    problem: str | None,
+) -> None:
+    assert decide.placement_problem(required, excluded, avoid, nodes) == problem
+
+
+# -- when a node must be drained (R5.3) -----------------------------------------------------------
+ENDED = int(NOW) - 10  # Slurm began ending the job 10 s ago
+DRAINS = [
+    pytest.param(job("COMPLETING", end_time=ENDED), True, 30, 17.0, id="r5_3_drain_is_due_before_killwait"),
+    pytest.param(job("COMPLETING", end_time=ENDED), True, 12, 0.0, id="r5_3_a_late_pod_drains_now"),
+    pytest.param(job("COMPLETING", end_time=ENDED), False, 12, None, id="r5_3_an_unbound_pod_drains_nothing"),
+    pytest.param(
+        job("CANCELLED", end_time=ENDED), True, 12, None, id="r5_3_a_job_over_and_freed_drains_nothing"
+    ),
+    pytest.param(job("COMPLETING"), True, 12, None, id="r5_3_no_end_time_no_deadline"),
+]
+
+
+@pytest.mark.parametrize(("the_job", "bound", "kill_wait", "due"), DRAINS)
+def test_when_a_node_must_be_drained(
+    the_job: SlurmJob, bound: bool, kill_wait: int, due: float | None
+) -> None:
+    assert decide.drain_due(the_job, bound, kill_wait, NOW) == due

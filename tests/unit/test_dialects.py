@@ -94,6 +94,8 @@ def test_r4_3_a_drained_node_reads_as_draining_and_the_others_do_not(directory: 
     nodes = [dialect.parse_node(n) for n in sample(directory, "nodes")[1]["nodes"]]
     drained = [n for n in nodes if n.draining]
     assert [n.reason for n in drained] == ["recorded drain"]
+    assert [n.drained for n in drained] == [True] and not any(n.drained for n in nodes if not n.draining)
+    assert drained[0].reason_changed_at > 1_700_000_000  # when it was drained: tells drains apart
     assert len(nodes) - len(drained) >= 2
 
 

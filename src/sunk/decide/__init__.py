@@ -5,28 +5,35 @@ process did lately) and asks these functions; it then carries the answer out. Ke
 decisions here, as plain functions of their inputs, is what lets every branch be tested
 with a table of cases (tests/unit/test_decide.py).
 
-Two questions are answered:
+The questions answered:
 - `for_claim`: a job names this Pod key; may it live?
 - `for_pod`: the Pod exists; what is its next step?
+- `placement_problem`: before a submit, can any Slurm node host the Pod at all?
+- `drain_due`: a bound Pod outlives its ending job; when must its node be drained?
+- `drain_notice`: a Slurm node is drained; what Event explains it, on which object?
 """
 
 from __future__ import annotations
 
 import enum
+import hashlib
+import re
 from dataclasses import dataclass
 from typing import Any
 
-from sunk.slurm.models import SlurmJob
+from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.translate import PodRef
 
 Json = dict[str, Any]
 ENDED_PHASES = ("Succeeded", "Failed")
 # PodScheduled reasons that are final: the Pod is never tried again (R2.4).
-FINAL_REASONS = frozenset({"InvalidForSlurm", "RejectedBySlurm"})
+FINAL_REASONS = frozenset({"InvalidForSlurm", "RejectedBySlurm", "ForbiddenByPolicy"})
 # A cancelled job that Slurm still runs this long after is cancelled again.
 CANCEL_CONFIRM_S = 5.0
 # A pending or starting state is reported on the Pod only once it lasts this long.
 TRANSIENT_S = 3.0
+# Drain this long before KillWait ends, leaving Slurm time to act before its SIGKILL.
+DRAIN_MARGIN_S = 3
 
 
 def finished(pod: Json) -> bool:
@@ -104,6 +111,7 @@ class Step(enum.Enum):
     NOTHING = "nothing"  # wait for the next event
     WAIT = "wait"  # look again after `Decision.after` seconds
     END_POD = "end-pod"  # Slurm ends (or gave up) the job: the Pod goes, saying why
+    CONFIRM_ENDING = "confirm-ending"  # its script says Slurm ends the job: ask Slurm first
     CHECK_BOUND = "check-bound"  # bound: make sure its job still runs where the Pod is
     CONFIRM_MISSING = "confirm-missing"  # bound, but no listing shows its job: ask Slurm
     FIND_OR_SUBMIT = "find-or-submit"  # no job yet: adopt one of its, or submit
@@ -118,9 +126,19 @@ class Decision:
     after: float = 0.0
 
 
-def for_pod(pod: Json, job: SlurmJob | None, *, prefix: str, synced: bool, now: float) -> Decision:
+def for_pod(
+    pod: Json,
+    job: SlurmJob | None,
+    *,
+    prefix: str,
+    synced: bool,
+    now: float,
+    ending_reported: bool = False,
+) -> Decision:
     """The next step for a live Pod of ours, given its current job (the one its annotation
-    names, if the index knows it for this UID) and the wall-clock time `now`."""
+    names, if the index knows it for this UID) and the wall-clock time `now`.
+    `ending_reported`: that job's placeholder script said (on the hooks API) that Slurm is
+    ending it. A hook call is a claim, not a fact: the Pod goes only once Slurm agrees."""
     if finally_refused(pod):
         return Decision(Step.NOTHING)
     bound = bool((pod.get("spec") or {}).get("nodeName"))
@@ -128,6 +146,8 @@ def for_pod(pod: Json, job: SlurmJob | None, *, prefix: str, synced: bool, now: 
         return Decision(Step.END_POD)
     if pod["metadata"].get("deletionTimestamp") or finished(pod):
         return Decision(Step.NOTHING)
+    if ending_reported:
+        return Decision(Step.CONFIRM_ENDING)
     if not synced:
         return Decision(Step.WAIT, 1.0)  # no decision before the first full job listing
     if bound:
@@ -153,3 +173,85 @@ def transient_for(since: int, now: float) -> float:
     if not since:
         return 0.0
     return max(0.0, since + TRANSIENT_S - now)
+
+
+# -- where a Pod may go, and when its node must be drained -----------------------------------
+def placement_problem(
+    required: tuple[str, ...], excluded: dict[str, str], avoid: tuple[str, ...], slurm_nodes: set[str]
+) -> str | None:
+    """Why no job should be submitted for the Pod now (R4.3), or None. `excluded` maps the
+    Slurm nodes the Pod's own constraints rule out to the reason; `avoid` lists nodes where
+    a placement was rejected before; `required` are the nodes the Pod insists on."""
+    ruled_out = set(excluded) | set(avoid)
+    unusable_required = sorted(set(required) & ruled_out)
+    if unusable_required:
+        why = "; ".join(
+            f"{n}: {excluded.get(n, 'a placement there was rejected before')}" for n in unusable_required
+        )
+        return f"required Slurm node(s) cannot host this Pod ({why})"
+    if slurm_nodes and not slurm_nodes - ruled_out:
+        return "no Slurm node can host this Pod: " + "; ".join(sorted(set(excluded.values()))[:5])
+    return None
+
+
+def drain_due(job: SlurmJob, bound: bool, kill_wait_s: int, now: float) -> float | None:
+    """R5.3 for a Pod still there while Slurm ends its job: None when no drain can be due
+    (never bound, or the job is over and its resources freed), else the seconds left before
+    the node must be drained (0: now), DRAIN_MARGIN_S before Slurm's KillWait SIGKILL."""
+    if not bound or not job.active or not job.end_time or not job.nodes:
+        return None
+    return max(0.0, job.end_time + kill_wait_s - DRAIN_MARGIN_S - now)
+
+
+# -- a drained Slurm node ---------------------------------------------------------------------
+# The reason sunk gives a node it drains (the scheduler, or the placeholder script as root,
+# which writes the same words) because a Pod outlived its job's KillWait.
+_KILL_WAIT_DRAIN = re.compile(
+    r"^sunk: Pod (?P<namespace>[^/\s]+)/(?P<name>\S+) still running at KillWait \(job (?P<job>\d+)\)"
+)
+
+
+def kill_wait_drain_reason(ref: PodRef, job_id: int) -> str:
+    return f"sunk: Pod {ref.namespace}/{ref.name} still running at KillWait (job {job_id})"
+
+
+@dataclass(frozen=True)
+class DrainNotice:
+    """The Event that explains one drain. `pod` is (namespace, name) when a Pod outliving
+    KillWait caused it (the Event goes on that Pod), else None (it goes on the Node hosting
+    the Slurm node). `name` is the same for one drain whoever sees it, so a restarted
+    scheduler, or a second look, records nothing new."""
+
+    name: str
+    pod: tuple[str, str] | None
+    note: str
+
+
+def drain_notice(node: SlurmNode, scheduler: str) -> DrainNotice | None:
+    """R5.3: every drain gets an Event from the scheduler, whoever made it: sunk itself, its
+    placeholder script, an administrator, or Slurm (e.g. "Duplicate jobid" after slurmctld
+    lost state)."""
+    if not node.drained:
+        return None
+    digest = hashlib.sha256(f"{scheduler}|{node.name}|{node.reason}|{node.reason_changed_at}".encode())
+    suffix = digest.hexdigest()[:16]
+    resume = f"scontrol update nodename={node.name} state=resume"
+    ours = _KILL_WAIT_DRAIN.match(node.reason)
+    if ours:
+        return DrainNotice(
+            name=f"{ours['name']}.drained.{suffix}",
+            pod=(ours["namespace"], ours["name"]),
+            note=(
+                f"Slurm node {node.name} was drained: this Pod still ran when job {ours['job']} reached "
+                f"KillWait, so Slurm could not be trusted to free it; once the node is checked: {resume}"
+            ),
+        )
+    base = re.sub(r"[^a-z0-9.-]", "-", node.name.lower()).strip(".-") or "node"
+    return DrainNotice(
+        name=f"{base}.drained.{suffix}",
+        pod=None,
+        note=(
+            f"Slurm node {node.name} is drained ({node.reason or 'no reason given'}); no Pod is placed "
+            f"there until it is resumed: {resume}"
+        ),
+    )

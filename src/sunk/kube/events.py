@@ -26,9 +26,10 @@ STATIC_CPU = "StaticCPUPinning"
 IGNORED_ANNOTATION = "IgnoredAnnotation"
 SLURM_WARNING = "SlurmWarning"
 
-# PodScheduled condition reasons. The first two are final: the Pod is never retried.
+# PodScheduled condition reasons. The first three are final: the Pod is never retried.
 INVALID = "InvalidForSlurm"
 REJECTED_BY_SLURM = "RejectedBySlurm"
+FORBIDDEN = "ForbiddenByPolicy"
 PENDING_IN_SLURM = "PendingInSlurm"
 WAITING_FOR_START = "WaitingForPlaceholder"
 UNSCHEDULABLE = "Unschedulable"
@@ -48,12 +49,29 @@ class Recorder:
     async def event(self, pod: Json, reason: str, note: str, *, warning: bool = False) -> None:
         """Best effort: a lost Event must never stop a scheduling decision."""
         meta = pod["metadata"]
+        regarding = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "namespace": meta["namespace"],
+            "name": meta["name"],
+            "uid": meta.get("uid"),
+            "resourceVersion": meta.get("resourceVersion"),
+        }
+        await self.event_on(regarding, reason, note, warning=warning)
+
+    async def event_on(
+        self, regarding: Json, reason: str, note: str, *, warning: bool = False, name: str | None = None
+    ) -> None:
+        """An Event about any object (a Pod, a Node). A given `name` makes the Event unique:
+        whichever process records it first wins, and a restarted scheduler seeing the same
+        fact again adds nothing."""
+        namespace = regarding.get("namespace") or "default"  # cluster-scoped objects' Events
         event = {
             "apiVersion": "events.k8s.io/v1",
             "kind": "Event",
             "metadata": {
-                "name": f"{meta['name']}.{uuid.uuid4().hex[:12]}",
-                "namespace": meta["namespace"],
+                "name": name or f"{regarding['name']}.{uuid.uuid4().hex[:12]}",
+                "namespace": namespace,
             },
             "eventTime": _now(),
             "reportingController": self._component,
@@ -62,24 +80,15 @@ class Recorder:
             "reason": reason,
             "note": note[:1024],
             "type": "Warning" if warning else "Normal",
-            "regarding": {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "namespace": meta["namespace"],
-                "name": meta["name"],
-                "uid": meta.get("uid"),
-                "resourceVersion": meta.get("resourceVersion"),
-            },
+            "regarding": {k: v for k, v in regarding.items() if v is not None},
         }
         try:
-            await self._client.create_event(meta["namespace"], event)
+            await self._client.create_event(namespace, event)
         except KubeError as err:
+            if name is not None and err.conflict:
+                return  # recorded already, by this process before a restart or by another
             log.warning(
-                "could not record event %s on %s/%s: %s",
-                reason,
-                meta["namespace"],
-                meta["name"],
-                err,
+                "could not record event %s on %s %s: %s", reason, regarding["kind"], regarding["name"], err
             )
 
     async def condition(self, pod: Json, status: bool, reason: str, message: str) -> bool:

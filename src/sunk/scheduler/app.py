@@ -13,21 +13,23 @@ from contextlib import suppress
 
 from sunk import metrics
 from sunk.config import Config
-from sunk.decide import finished, recorded_job_id
+from sunk.decide import drain_notice, finished, recorded_job_id
 from sunk.hooks import placeholder_script
 from sunk.hooks.auth import Verifier
 from sunk.hooks.server import HooksServer, PodGoneWaiters
 from sunk.kube.client import KubeClient, KubeError
-from sunk.kube.events import Recorder
+from sunk.kube.events import NODE_DRAINED, Recorder
 from sunk.kube.informer import Informer
 from sunk.kube.leader import LeaderElector, LostLeadership
 from sunk.metrics.server import serve_metrics, serve_probes
+from sunk.policy import PolicyFile
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.jobs import JobIndex, JobPoller
 from sunk.scheduler.queue import WorkQueue
 from sunk.scheduler.reconciler import HookCredentials, PodStore, Reconciler
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.errors import SlurmError
+from sunk.slurm.models import SlurmNode
 from sunk.slurm.scontrol import memory_oversubscription_warning
 from sunk.slurm.tokens import TokenSource
 from sunk.translate import PodRef, Settings
@@ -108,6 +110,14 @@ class Scheduler:
             script=placeholder_script(),
         )
         self.reconciler.refuse_static_cpu = config.static_cpu_pods == "refuse"
+        self.reconciler.policy = PolicyFile(str(config.policy_file) if config.policy_file else None)
+        if self.reconciler.policy.policy.permissive:
+            log.warning(
+                "the trust policy lets Pods run Slurm jobs as root with any account, partition, QoS, "
+                "reservation and priority (%s); give --policy a file that bounds each namespace "
+                "(docs/security.md)",
+                f"policy {config.policy_file}" if config.policy_file else "no --policy given",
+            )
         for informer in self.pod_informers.values():
             informer.add_handler(self._pod_event)
 
@@ -144,7 +154,8 @@ class Scheduler:
             self.queue.add(f"{ref.namespace}/{ref.name}")
 
     async def job_terminating(self, ref: PodRef, job_id: int) -> None:
-        await self.reconciler.job_terminating(ref, job_id)
+        """Record what the placeholder said; the Pod's worker checks it with Slurm."""
+        self.reconciler.report_ending(ref, job_id)
         self.queue.add(f"{ref.namespace}/{ref.name}")
 
     async def wait_pod_gone(self, ref: PodRef, job_id: int, within: float) -> bool:
@@ -173,12 +184,54 @@ class Scheduler:
         return all(i.synced.is_set() for i in self.informers) and self.index.synced.is_set()
 
     async def _poll_slurm_nodes(self) -> None:
+        explained: set[str] = set()  # Events already recorded by this process, by name
         while True:
             try:
-                self.cluster.slurm_nodes = {n.name for n in await self.slurm.nodes()}
+                nodes = await self.slurm.nodes()
             except SlurmError as err:
                 log.warning("cannot list Slurm nodes: %s", err)
+            else:
+                self.cluster.slurm_nodes = {n.name for n in nodes}
+                explained = await self._explain_drains(nodes, explained)
             await asyncio.sleep(SLURM_NODES_EVERY_S)
+
+    async def _explain_drains(self, nodes: list[SlurmNode], explained: set[str]) -> set[str]:
+        """One Event per drain (sunk.decide.drain_notice), on the Pod that caused it or on
+        the Node hosting the Slurm node; returns the names of the drains still in force."""
+        current = set()
+        hosts = self.cluster.host_map()
+        for node in nodes:
+            notice = drain_notice(node, self.config.scheduler_name)
+            if notice is None:
+                continue
+            current.add(notice.name)
+            if notice.name in explained:
+                continue
+            if notice.pod is not None:
+                namespace, name = notice.pod
+                if not self.pods.watches(namespace):
+                    continue  # another scheduler's Pod: its own scheduler explains it
+                found = self.pods.get(f"{namespace}/{name}")
+                regarding = {
+                    "apiVersion": "v1",
+                    "kind": "Pod",
+                    "namespace": namespace,
+                    "name": name,
+                    "uid": (found or {}).get("metadata", {}).get("uid"),
+                }
+            else:
+                on = hosts.get(node.name, set())
+                if len(on) != 1:
+                    continue  # no single Node to tell: Slurm's own view says it all
+                host = next(iter(on))
+                uid = ((self.nodes.get(host) or {}).get("metadata") or {}).get("uid")
+                regarding = {"apiVersion": "v1", "kind": "Node", "name": host, "uid": uid}
+            log.warning("%s", notice.note)
+            await self.reconciler.recorder.event_on(
+                regarding, NODE_DRAINED, notice.note, warning=True, name=notice.name
+            )
+            current.add(notice.name)
+        return current
 
     async def _resync(self) -> None:
         """Look at everything now and then: a safety net for any missed event."""

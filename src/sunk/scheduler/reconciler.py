@@ -18,7 +18,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
-from sunk import decide, metrics
+from sunk import decide, metrics, policy
 from sunk.decide import finished
 from sunk.hooks.auth import pod_key
 from sunk.kube import events as ev
@@ -34,8 +34,6 @@ from sunk.translate import PodRef, Settings, translate
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
 JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-# Drain this long before KillWait ends, leaving scontrol time to act before SIGKILL.
-DRAIN_MARGIN_S = 3
 # How old Slurm's view of a node may be when deciding a binding there.
 NODE_STATE_TTL_S = 0.5
 # A submission that got no answer is looked for in a listing requested at least this long
@@ -122,18 +120,17 @@ class Reconciler:
         # gone: the informer may not show the deletion yet, and a second Event saying the
         # same thing (or a second DELETE) would only add load when a thousand jobs end.
         self._deleting: dict[str, str] = {}
-        # Job ID → its Pod, deleted on the job's `terminating` call before Slurm said why:
-        # the Event follows once the poller sees the job end (no Slurm call per job when a
-        # thousand end at once).
-        self._why_owed: dict[int, Json] = {}
-        self._asking_why = 0
+        # (job ID, Pod UID) whose placeholder said on the hooks API that Slurm is ending it:
+        # a claim to check with Slurm before the Pod goes (a stolen key must not end a Pod).
+        self._ending_reported: set[tuple[int, str]] = set()
+        self._asking_slurm = 0
         self.refuse_static_cpu = False
+        self.policy = policy.PolicyFile(None)  # the scheduler sets the configured one
 
     def prune(self, live: set[int]) -> None:
         """Forget what was remembered about jobs Slurm no longer lists: nothing here is
         needed after a job is gone, and a process that runs for months must not grow."""
-        for job_id in [j for j in self._why_owed if j not in live]:
-            del self._why_owed[job_id]
+        self._ending_reported = {k for k in self._ending_reported if k[0] in live}
         for key in [k for k in self._cancelled if k[0] not in live]:
             del self._cancelled[key]
         self._signalled = {k for k in self._signalled if k[0] in live}
@@ -170,22 +167,27 @@ class Reconciler:
             self._deleting.pop(key, None)
         recheck = None
         for ref, other in self.index.for_key(namespace, name):
-            ended = other.ending or other.gave_up_resources
-            owed = self._why_owed.pop(other.job_id, None) if ended else None
-            if owed is not None:
-                await self._say_why(owed, other)
             if await self._settle_claim(ref, other, pod):
                 recheck = Outcome(requeue_after=decide.CANCEL_CONFIRM_S)
         if pod is None:
             return recheck or Outcome()
         job = self._current_job(pod)
+        job_id = self._recorded_job_id(pod)
         decision = decide.for_pod(
-            pod, job, prefix=self.prefix, synced=self.index.synced.is_set(), now=time.time()
+            pod,
+            job,
+            prefix=self.prefix,
+            synced=self.index.synced.is_set(),
+            now=time.time(),
+            ending_reported=(job_id, pod["metadata"]["uid"]) in self._ending_reported,
         )
         step = decision.step
         if step is decide.Step.END_POD:
             assert job is not None
             return await self._job_ending(pod, job)
+        if step is decide.Step.CONFIRM_ENDING:
+            assert job_id is not None
+            return await self._confirm_ending(pod, job_id)
         if step is decide.Step.WAIT:
             return Outcome(requeue_after=decision.after)
         if step is decide.Step.CHECK_BOUND:
@@ -223,6 +225,8 @@ class Reconciler:
                 if (job.job_id, ref.uid) in self._cancelled
                 else ""
             )
+            if not await self._still_claims(ref, job.job_id):
+                return False
             log.info("cancelling Slurm job %s of %s%s: its Pod is gone or done", job.job_id, ref, again)
             await self.slurm.cancel(job.job_id)
             self._cancelled[(job.job_id, ref.uid)] = time.monotonic()
@@ -234,6 +238,20 @@ class Reconciler:
             await self.slurm.cancel(job.job_id, signal="USR1")
             self._signalled.add((job.job_id, ref.uid))
         return verdict is decide.Claim.RECHECK
+
+    async def _still_claims(self, ref: PodRef, job_id: int) -> bool:
+        """Ask Slurm whether `job_id` is still the job of `ref` before cancelling it: the index
+        was filled by a listing, and a slurmctld that lost its state since may have given
+        that ID to another Pod's new job."""
+        found = await self.slurm.job(job_id)
+        if found is not None and self.slurm.pod_of(found, self.settings.scheduler_name) == ref:
+            return True
+        log.info("not cancelling job %s: Slurm no longer holds it for %s", job_id, ref)
+        if found is not None:
+            owner = self.slurm.pod_of(found, self.settings.scheduler_name)
+            if owner is not None:
+                self.index.record(owner, found)  # the ID's new owner: the old key forgets it
+        return False
 
     # -- Slurm ends the job (R5.2, R5.3) --------------------------------------------------
     async def _job_ending(self, pod: Json, job: SlurmJob) -> Outcome:
@@ -251,50 +269,60 @@ class Reconciler:
         if not self._being_deleted(pod):
             await self._say_why(pod, job)
             await self._delete(pod)
-        if not (pod.get("spec") or {}).get("nodeName") or not job.active or not job.end_time:
+        wait = decide.drain_due(
+            job, bool((pod.get("spec") or {}).get("nodeName")), self.settings.kill_wait_s, time.time()
+        )
+        if wait is None:
             return Outcome()
-        deadline = job.end_time + self.settings.kill_wait_s - DRAIN_MARGIN_S
-        wait = deadline - time.time()
         if wait > 0:
             return Outcome(requeue_after=wait)
-        if job.job_id not in self._drained and job.nodes:
+        if job.job_id not in self._drained:
+            # The Event comes from the node watch (sunk.decide.drain_notice), which explains
+            # every drain, this one and the placeholder script's alike.
             self._drained.add(job.job_id)
-            reason = (
-                f"sunk: Pod {meta['namespace']}/{meta['name']} still running at KillWait (job {job.job_id})"
+            problem = await self.slurm.drain(
+                job.nodes[0], decide.kill_wait_drain_reason(PodRef.of(pod), job.job_id)
             )
-            problem = await self.slurm.drain(job.nodes[0], reason)
-            note = (
-                f"Drained Slurm node {job.nodes[0]}: the Pod outlived KillWait; nothing else may start there"
-            )
-            await self.recorder.event(pod, ev.NODE_DRAINED, problem or note, warning=True)
+            if problem:
+                await self.recorder.event(pod, ev.NODE_DRAINED, problem, warning=True)
         return Outcome()
 
-    async def job_terminating(self, ref: PodRef, job_id: int) -> None:
-        """The placeholder script got SIGTERM, which for a placeholder always means the end
-        (cancel, preemption, time limit): the Pod goes now. Slurm is asked why first, for
-        the Event, unless many jobs are ending at once: then the Pod goes without waiting
-        and the Event follows when the poller sees the job end. The call is signed with
-        this Pod's key, so it can end only this Pod."""
-        pod = self.pods.get(f"{ref.namespace}/{ref.name}")
-        if pod is None or pod["metadata"].get("uid") != ref.uid:
-            return
-        if self._being_deleted(pod) or finished(pod) or self._recorded_job_id(pod) != job_id:
-            return  # already going or done, or not (yet) known as this Pod's job: the poll decides
-        job = None
-        if self._asking_why < ASK_WHY_AT_ONCE:
-            self._asking_why += 1
-            try:
-                job = await self.slurm.job(job_id)
-            except SlurmError as err:
-                log.info("cannot read job %s to say why it ends (%s); the poller will tell", job_id, err)
-            finally:
-                self._asking_why -= 1
-        if job is not None and (job.ending or job.gave_up_resources):
-            self.index.record(ref, job)
-            await self._job_ending(pod, job)  # says why, deletes, cancels a requeued job
-            return
-        self._why_owed[job_id] = pod
-        await self._delete(pod)
+    def report_ending(self, ref: PodRef, job_id: int) -> None:
+        """The placeholder script got SIGTERM (Slurm cancels, preempts or times out its job)
+        and said so on the hooks API. Only recorded here: the Pod's next pass asks Slurm,
+        and the Pod goes once Slurm agrees."""
+        self._ending_reported.add((job_id, ref.uid))
+
+    async def _confirm_ending(self, pod: Json, job_id: int) -> Outcome:
+        """A placeholder said its job is ending: read that job (a few at a time; when a
+        thousand end at once, the next listing answers for the rest) and act on what Slurm
+        says, never on the call alone."""
+        ref = PodRef.of(pod)
+        if self._asking_slurm >= ASK_WHY_AT_ONCE:
+            return Outcome(requeue_after=1)
+        self._asking_slurm += 1
+        try:
+            found = await self.slurm.job(job_id)
+        except SlurmError as err:
+            log.info("cannot read job %s, said to be ending (%s); asking again", job_id, err)
+            return Outcome(requeue_after=1)
+        finally:
+            self._asking_slurm -= 1
+        self._ending_reported.discard((job_id, ref.uid))
+        if found is not None and self.slurm.pod_of(found, self.settings.scheduler_name) == ref:
+            self.index.record(ref, found)
+            if found.ending or (found.gave_up_resources and (pod.get("spec") or {}).get("nodeName")):
+                return await self._job_ending(pod, found)  # says why, deletes, drains if late
+            log.warning(
+                "the placeholder of job %s said Slurm is ending it, but Slurm says %s; the Pod %s stays",
+                job_id,
+                found.state,
+                ref,
+            )
+            return Outcome()
+        if (pod.get("spec") or {}).get("nodeName"):
+            return await self._confirm_missing(pod)
+        return Outcome()
 
     async def _say_why(self, pod: Json, job: SlurmJob) -> None:
         reason, words = job.why_ending(time.time())
@@ -399,7 +427,7 @@ class Reconciler:
     async def _refuse(self, pod: Json, reason: str, problems: list[str]) -> Outcome:
         """A final answer (R2.4): Event + condition, and the Pod is never tried again."""
         message = "; ".join(problems)
-        metrics.ATTEMPTS.labels("refused" if reason == ev.INVALID else "rejected_by_slurm").inc()
+        metrics.ATTEMPTS.labels("rejected_by_slurm" if reason == ev.REJECTED_BY_SLURM else "refused").inc()
         await self.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
         await self.recorder.condition(pod, False, reason, message)
         return Outcome()
@@ -409,6 +437,9 @@ class Reconciler:
         if not result.valid or result.job is None:
             return await self._refuse(pod, ev.INVALID, result.errors)
         job = result.job
+        job, forbidden = policy.check(self.policy.current(), pod, job, self.prefix)
+        if forbidden:
+            return await self._refuse(pod, ev.FORBIDDEN, forbidden)
         problems = self.slurm.dialect.unsupported(job)
         if problems:
             return await self._refuse(pod, ev.INVALID, problems)
@@ -422,16 +453,9 @@ class Reconciler:
 
         avoid = avoid if avoid is not None else self._avoid_nodes(pod)
         excluded = self.cluster.excluded_for(pod.get("spec") or {})
-        usable = self.cluster.slurm_nodes - set(excluded) - set(avoid)
-        unusable_required = sorted(set(job.options.required_nodes) & (set(excluded) | set(avoid)))
-        message = None
-        if unusable_required:
-            why = "; ".join(
-                f"{n}: {excluded.get(n, 'a placement there was rejected before')}" for n in unusable_required
-            )
-            message = f"required Slurm node(s) cannot host this Pod ({why})"
-        elif self.cluster.slurm_nodes and not usable:
-            message = "no Slurm node can host this Pod: " + "; ".join(sorted(set(excluded.values()))[:5])
+        message = decide.placement_problem(
+            job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes
+        )
         if message:
             if await self.recorder.condition(pod, False, ev.UNSCHEDULABLE, message):
                 await self.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)

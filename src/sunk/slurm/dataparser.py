@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sunk.slurm.dialect import DEFAULT_WORKDIR, STARTED_MARK, Submission, shared_fields
+from sunk.slurm.dialect import DEFAULT_WORKDIR, STARTED_MARK, Submission, number, shared_fields
 from sunk.slurm.hostlist import expand
 from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.translate import Exclusive, PlaceholderJob, PodRef, owner_tag, pod_of_owner_tag
@@ -153,6 +153,7 @@ class DataParser:
             state=base.lower(),
             flags=tuple(w for w in words if w != base),
             reason=raw.get("reason") or "",
+            reason_changed_at=number(raw.get("reason_changed_at")) or 0,
         )
 
     def pod_of(self, job: SlurmJob, scheduler: str) -> PodRef | None:

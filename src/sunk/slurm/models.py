@@ -93,6 +93,13 @@ class SlurmNode:
     state: str  # e.g. "idle", "mixed", "allocated", "down"
     flags: tuple[str, ...]  # e.g. ("DRAIN",)
     reason: str
+    reason_changed_at: int = 0  # epoch seconds; tells two drains with one reason apart
+
+    @property
+    def drained(self) -> bool:
+        """Drained or draining: someone (an admin, Slurm itself, sunk) took it out of use."""
+        words = {self.state.upper(), *(f.upper() for f in self.flags)}
+        return bool(words & {"DRAIN", "DRAINING", "DRAINED"})
 
     @property
     def draining(self) -> bool:

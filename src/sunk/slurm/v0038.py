@@ -124,6 +124,7 @@ class V0038:
             state=str(raw.get("state") or "unknown"),
             flags=tuple(raw.get("state_flags") or ()),
             reason=raw.get("reason") or "",
+            reason_changed_at=int(raw.get("reason_changed_at") or 0),
         )
 
     def pod_of(self, job: SlurmJob, scheduler: str) -> PodRef | None:
