@@ -58,6 +58,11 @@ def build_parser() -> argparse.ArgumentParser:
         default=config._env("slurm-api-version"),
         help="slurmrestd version to render the body for (default: the newest sunk speaks)",
     )
+    explain.add_argument(
+        "--policy",
+        default=config._env("policy"),
+        help="the scheduler's trust policy file, to judge the Pod as the scheduler would",
+    )
     return parser
 
 
@@ -159,11 +164,14 @@ def run_explain(args: argparse.Namespace) -> int:
     import json
 
     from sunk.explain import explain, first_pod, render_text
+    from sunk.policy import PERMISSIVE
+    from sunk.policy import parse as parse_policy
 
     try:
         text = sys.stdin.read() if args.filename == "-" else Path(args.filename).read_text()
         pod = first_pod(text)
         kill_wait = int(config.parse_duration(args.slurm_kill_wait))
+        policy = parse_policy(Path(args.policy).read_text(), args.policy) if args.policy else PERMISSIVE
     except (OSError, ValueError, argparse.ArgumentTypeError) as err:
         print(f"sunk explain: {err}", file=sys.stderr)
         return 2
@@ -177,7 +185,7 @@ def run_explain(args: argparse.Namespace) -> int:
         )
         return 2
     settings = Settings(args.annotation_prefix, kill_wait, args.scheduler_name)
-    report = explain(pod, settings, version)
+    report = explain(pod, settings, version, policy)
     if args.output == "json":
         print(json.dumps(report, indent=2))
     else:

@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sunk.policy import PolicyError
+from sunk.policy import parse as parse_policy
 from sunk.translate import DEFAULT_PREFIX
 
 COMPONENTS = ("scheduler", "hooks")
@@ -65,6 +67,7 @@ class Config:
     static_cpu_pods: str = "warn"
     hooks_url: str | None = None
     hooks_secret: bytes | None = field(default=None, repr=False)
+    policy_file: Path | None = None
     workers: int = 32  # concurrent reconciles; each mostly waits on the API server or Slurm
     # A safety net: job starts and ends reach the scheduler through the hooks API at once.
     slurm_poll_interval_s: float = 1.0
@@ -115,6 +118,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("leader-election-namespace", "namespace of the Lease (default: $POD_NAMESPACE or default)")
     flag("leader-election-id", "name of the Lease (default: the scheduler name)")
     flag("static-cpu-pods", "Guaranteed Pods with whole CPUs: warn (an Event) or refuse", "warn")
+    flag(
+        "policy",
+        "YAML file saying which Slurm identities, accounts, partitions, QoS, reservations and "
+        "priorities Pods of each namespace may use; re-read when it changes (default: anything, as root)",
+    )
 
 
 def from_arguments(args: argparse.Namespace) -> Config:
@@ -155,6 +163,13 @@ def from_arguments(args: argparse.Namespace) -> Config:
         raise ValueError("--log-format must be text or json")
     if args.static_cpu_pods not in ("warn", "refuse"):
         raise ValueError("--static-cpu-pods must be warn or refuse")
+    if args.policy:
+        try:
+            parse_policy(Path(args.policy).read_text(), args.policy)
+        except OSError as err:
+            raise ValueError(f"--policy: cannot read {args.policy}: {err.strerror}") from None
+        except PolicyError as err:
+            raise ValueError(f"--policy: {err}") from None
     if str(args.leader_elect).lower() not in ("true", "false"):
         raise ValueError("--leader-elect must be true or false")
     return Config(
@@ -185,4 +200,5 @@ def from_arguments(args: argparse.Namespace) -> Config:
         static_cpu_pods=args.static_cpu_pods,
         hooks_url=args.hooks_api_url or None,
         hooks_secret=secret,
+        policy_file=Path(args.policy) if args.policy else None,
     )

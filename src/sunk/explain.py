@@ -8,6 +8,7 @@ from typing import Any
 
 import yaml
 
+from sunk.policy import PERMISSIVE, Policy, check
 from sunk.slurm.client import SUPPORTED_VERSIONS, make_dialect
 from sunk.translate import Exclusive, PlaceholderJob, Settings, translate
 from sunk.translate.job import KILL_WAIT_MARGIN_S
@@ -64,27 +65,39 @@ def first_pod(text: str) -> dict[str, Any]:
 
 
 def explain(
-    pod: dict[str, Any], settings: Settings, api_version: str = SUPPORTED_VERSIONS[0]
+    pod: dict[str, Any],
+    settings: Settings,
+    api_version: str = SUPPORTED_VERSIONS[0],
+    policy: Policy = PERMISSIVE,
 ) -> dict[str, Any]:
-    """The job `pod` would get from a slurmrestd speaking `api_version`, or its errors."""
+    """The job `pod` would get from a slurmrestd speaking `api_version` under `policy`, or
+    every reason it would be refused (the scheduler's own checks, in the same order)."""
     dialect = make_dialect(api_version)
     meta = pod.setdefault("metadata", {})
     meta.setdefault("namespace", "default")
     meta.setdefault("uid", "<pod-uid>")
     result = translate(pod, settings)
     errors = list(result.errors)
-    if result.job is not None:
-        errors += dialect.unsupported(result.job)
+    job = result.job
+    if job is not None:
+        job, forbidden = check(policy, pod, job, settings.annotation_prefix)
+        errors += forbidden + dialect.unsupported(job)
     report: dict[str, Any] = {
         "valid": not errors,
         "errors": errors,
         "notes": result.notes,
         "api_version": api_version,
     }
-    if result.job is not None:
-        submission = dialect.submission(result.job, "<placeholder script>", {"SUNK_POD": str(result.job.pod)})
+    if job is not None:
+        submission = dialect.submission(job, "<placeholder script>", {"SUNK_POD": str(job.pod)})
         report["job"] = submission.body
-        report["sbatch"] = sbatch_line(result.job)
+        report["sbatch"] = sbatch_line(job)
+        rules = policy.rules_for(job.pod.namespace)
+        report["policy"] = rules.where
+        report["notes"].append(
+            f"policy: the rules {rules.where} apply to namespace {job.pod.namespace}; the job runs as "
+            f"uid {job.options.user_id}, gid {job.options.group_id}"
+        )
     spec = pod.get("spec") or {}
     if spec.get("nodeSelector") or (spec.get("affinity") or {}).get("nodeAffinity"):
         report["notes"].append(

@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from sunk.policy import Policy, parse
 from tests.chart.conftest import CHART, render
 
 
@@ -111,3 +112,30 @@ def test_r1_1_the_leader_may_label_its_pod_even_where_it_does_not_schedule(helm:
     watched_here = render(helm, "scheduler.scope.type=namespace", namespace="team")
     leader = next(r for r in of_kind(watched_here, "Role") if r["metadata"]["name"].endswith("-leader"))
     assert all("pods" not in rule["resources"] for rule in leader["rules"])
+
+
+def policy_of(objects: list[dict[str, Any]]) -> Policy:
+    [config] = [c for c in of_kind(objects, "ConfigMap") if c["metadata"]["name"].endswith("-policy")]
+    return parse(config["data"]["policy.yaml"], "chart")
+
+
+def test_r12_1_the_charts_default_policy_is_the_reference_behaviour_and_reaches_the_scheduler(
+    helm: Path,
+) -> None:
+    objects = render(helm)
+    assert policy_of(objects).permissive
+    assert flag(objects, "policy") == "/etc/sunk/policy/policy.yaml"
+    [deployment] = of_kind(objects, "Deployment")
+    mounts = deployment["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
+    assert {"name": "policy", "mountPath": "/etc/sunk/policy", "readOnly": True} in mounts
+
+
+def test_r12_1_a_namespace_policy_set_in_the_values_is_what_the_scheduler_reads(helm: Path) -> None:
+    objects = render(
+        helm,
+        "scheduler.policy.namespaces.inference.uids={1001}",
+        "scheduler.policy.namespaces.inference.defaultUid=1001",
+    )
+    rules = policy_of(objects).rules_for("inference")
+    assert rules.uids == (1001,) and rules.default_uid == 1001
+    assert policy_of(objects).rules_for("other").default_uid == 0
