@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
+import sys
 import time
+from pathlib import Path
+
+import pytest
 
 from sunk.hooks import placeholder_script
-from sunk.hooks.auth import Verifier, pod_key, signature
+from sunk.hooks.auth import Verifier, answer_signature, pod_key, signature
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 PATH = "/v1/pods/uid-1/jobs/7/terminating"
@@ -54,19 +59,48 @@ def test_r5_5_a_signature_for_another_path_is_refused() -> None:
     assert Verifier(SECRET).check("uid-1", "POST", PATH, ts, nonce, sig) == "bad signature"
 
 
-def test_r5_5_the_placeholder_script_signs_as_the_verifier_expects() -> None:
-    """The script's `call` (bash + openssl) and the verifier agree on the signed message."""
+def run_call(key: str, path: str) -> list[str]:
+    """Run the script's own `hmac` and `call` functions; return CALL, one word a line."""
     script = placeholder_script()
-    function = script[script.index("call() {") : script.index("\n}\n", script.index("call() {")) + 3]
-    key = pod_key(SECRET, "uid-1")
-    env = {"PATH": "/usr/bin:/bin", "SUNK_POD_UID": "uid-1", "SLURM_JOB_ID": "7", "SUNK_HOOK_KEY": key}
-    out = subprocess.run(
-        ["bash", "-c", function + 'call terminating 10; printf "%s\\n" "${CALL[@]}"'],
+    functions = script[script.index("hmac() {") : script.index("\n}\n", script.index("call() {")) + 3]
+    env = {"PATH": path, "SUNK_POD_UID": "uid-1", "SLURM_JOB_ID": "7", "SUNK_HOOK_KEY": key}
+    return subprocess.run(
+        ["bash", "-c", functions + 'call terminating 10; printf "%s\\n" "${CALL[@]}"'],
         env={**env, "SUNK_HOOK_URL": "http://hooks"},
         capture_output=True,
         text=True,
         check=True,
     ).stdout.splitlines()
+
+
+def test_r12_2_the_hook_key_is_never_on_a_command_line(tmp_path: Path) -> None:
+    """Every program the signing runs is recorded with its arguments (a shim in front of
+    openssl): the key, which other users of the node could read in /proc, is in none."""
+    log = tmp_path / "argv.log"
+    shim = tmp_path / "openssl"
+    shim.write_text(f'#!/bin/bash\nprintf "%s\\n" "$0 $*" >> {log}\nexec /usr/bin/openssl "$@"\n')
+    shim.chmod(0o755)
+    key = pod_key(SECRET, "uid-1")
+    out = run_call(key, f"{tmp_path}:/usr/bin:/bin")
+    recorded = log.read_text()
+    assert recorded.count("openssl") == 2  # the shim saw the signing, twice
+    assert key not in recorded and key not in " ".join(out)
+
+
+@pytest.mark.parametrize("uid", ["uid-1", "uid-2", "b1f0c4de-0000-4000-8000-000000000036"])
+def test_r5_5_the_scripts_hmac_equals_pythons_for_any_key(uid: str) -> None:
+    """HMAC built from two SHA-256 runs in bash: the same bytes as Python's hmac module."""
+    out = run_call(pod_key(SECRET, uid), "/usr/bin:/bin")
+    headers = dict(line.split(": ", 1) for line in out if line.startswith("X-Sunk-"))
+    expected = signature(
+        pod_key(SECRET, uid), "POST", PATH, headers["X-Sunk-Timestamp"], headers["X-Sunk-Nonce"]
+    )
+    assert headers["X-Sunk-Signature"] == expected
+
+
+def test_r5_5_the_placeholder_script_signs_as_the_verifier_expects() -> None:
+    """The script's `call` (bash + openssl) and the verifier agree on the signed message."""
+    out = run_call(pod_key(SECRET, "uid-1"), "/usr/bin:/bin")
     headers = dict(line.split(": ", 1) for line in out if line.startswith("X-Sunk-"))
     assert out[-1] == "http://hooks" + PATH
     assert (
@@ -80,3 +114,67 @@ def test_r5_5_the_placeholder_script_signs_as_the_verifier_expects() -> None:
         )
         is None
     )
+
+
+def script_asks(tmp_path: Path, status: int, answer: str | None) -> str:
+    """Run the script's `call` + `ask` against a curl shim that answers `status` with the
+    header `answer`, or signed properly for the call when `answer` is None; return CODE."""
+    script = placeholder_script()
+    functions = script[script.index("hmac() {") : script.index("\n}\n", script.index("ask() {")) + 3]
+    key = pod_key(SECRET, "uid-1")
+    shim = tmp_path / "curl"
+    shim.write_text(
+        "#!/bin/bash\n"
+        'for a in "$@"; do case "$a" in X-Sunk-Nonce:*) nonce=${a#X-Sunk-Nonce: } ;; esac; done\n'
+        f'printf "%s" "{status} "\n'
+        + (
+            f'printf "%s" "{answer}"\n'
+            if answer is not None
+            else f'"$SIGNER" "{key}" "{PATH}" "$nonce" {status}\n'
+        )
+    )
+    shim.chmod(0o755)
+    signer = tmp_path / "signer"
+    signer.write_text(
+        f"#!{sys.executable}\nimport sys\nfrom sunk.hooks.auth import answer_signature\n"
+        "print(answer_signature(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])), end='')\n"
+    )
+    signer.chmod(0o755)
+    env = {
+        "PATH": f"{tmp_path}:/usr/bin:/bin",
+        "SUNK_POD_UID": "uid-1",
+        "SLURM_JOB_ID": "7",
+        "SUNK_HOOK_KEY": key,
+        "SUNK_HOOK_URL": "http://hooks",
+        "SIGNER": str(signer),
+        "PYTHONPATH": os.pathsep.join(sys.path),
+    }
+    return subprocess.run(
+        ["bash", "-c", functions + 'call terminating 10; ask; echo "$CODE"'],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+
+
+@pytest.mark.parametrize("status", [200, 403])
+def test_r12_2_the_placeholder_takes_an_ending_answer_only_when_the_scheduler_signed_it(
+    tmp_path: Path, status: int
+) -> None:
+    assert script_asks(tmp_path, status, None) == str(status)
+    assert script_asks(tmp_path, status, "") == "forged"  # no signature: a forged answer
+    forged = answer_signature("ab" * 32, PATH, "n", status)  # signed with a key that is not the Pod's
+    assert script_asks(tmp_path, status, forged) == "forged"
+
+
+def test_r12_2_a_wait_answer_needs_no_signature(tmp_path: Path) -> None:
+    assert script_asks(tmp_path, 202, "") == "202"  # it only makes the script ask again
+
+
+def test_r12_2_a_call_signed_before_the_scheduler_began_acting_is_refused() -> None:
+    verifier = Verifier(SECRET)
+    captured = signed(at=time.time() - 5)
+    verifier.not_before = time.time()
+    assert "before this scheduler began acting" in str(verifier.check("uid-1", "POST", PATH, *captured))
+    assert verifier.check("uid-1", "POST", PATH, *signed(nonce="fresh")) is None

@@ -5,6 +5,15 @@ Pod's UID, so a job can speak only for its own Pod. Every call is signed with th
 over the method, path, a timestamp and a random nonce: a forged call fails the signature,
 a replayed one reuses a nonce or is too old, and a call for another Pod fails because the
 key is bound to the UID in the path.
+
+Nonces are remembered in memory, so after a restart (or on a replica that has just become
+leader) only calls signed after the process began acting are taken: a call captured before
+cannot be replayed then. Placeholders sign every attempt afresh, so a genuine call caught
+by that rule succeeds on its retry.
+
+The answer is signed too (`answer_signature`), over the call's path, nonce and the status:
+the placeholder exits only on an answer the scheduler signed for that very call, so a
+forged "200, the Pod is gone" cannot free a job's resources while its Pod still runs.
 """
 
 from __future__ import annotations
@@ -28,10 +37,21 @@ def signature(key_hex: str, method: str, path: str, timestamp: str, nonce: str) 
     return hmac.new(bytes.fromhex(key_hex), message, hashlib.sha256).hexdigest()
 
 
+def answer_signature(key_hex: str, path: str, nonce: str, status: int) -> str:
+    message = f"ANSWER\n{path}\n{nonce}\n{status}\n".encode()
+    return hmac.new(bytes.fromhex(key_hex), message, hashlib.sha256).hexdigest()
+
+
 class Verifier:
     def __init__(self, secret: bytes) -> None:
         self._secret = secret
         self._seen: dict[str, float] = {}  # nonce → when it may be forgotten
+        # Calls signed before this moment are refused: their nonces may have been seen by
+        # an earlier process (or another replica) whose memory is gone. Set when acting.
+        self.not_before = 0.0
+
+    def sign_answer(self, pod_uid: str, path: str, nonce: str, status: int) -> str:
+        return answer_signature(pod_key(self._secret, pod_uid), path, nonce, status)
 
     def check(self, pod_uid: str, method: str, path: str, timestamp: str, nonce: str, sig: str) -> str | None:
         """None if the call is genuine and fresh; otherwise why it is refused."""
@@ -47,6 +67,8 @@ class Verifier:
         expected = signature(pod_key(self._secret, pod_uid), method, path, timestamp, nonce)
         if not hmac.compare_digest(expected, sig):
             return "bad signature"
+        if sent < self.not_before:
+            return "signed before this scheduler began acting (a replay, or a call to sign again)"
         while self._seen:  # insertion order is expiry order: forget from the front
             oldest = next(iter(self._seen))
             if self._seen[oldest] > now:

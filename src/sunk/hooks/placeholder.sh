@@ -21,20 +21,59 @@ if ! scontrol update jobid="$SLURM_JOB_ID" "${SUNK_MARK_FIELD:-extra}=${SUNK_MAR
   exit 1
 fi
 
+# hmac MESSAGE: sets SIG to HMAC-SHA256 of MESSAGE under $SUNK_HOOK_KEY (hex). Built from
+# two plain SHA-256 runs fed on stdin, so the key never appears on a command line, where
+# every user of the node could read it in /proc; printf is a bash builtin, not a process.
+hmac() {
+  local key=$SUNK_HOOK_KEY inner="" ipad="" opad="" i byte
+  while (( ${#key} < 128 )); do key+=0; done   # the key padded to SHA-256's 64-byte block
+  for (( i = 0; i < 64; i++ )); do
+    byte=$(( 16#${key:i*2:2} ))
+    printf -v ipad '%s\\x%02x' "$ipad" $(( byte ^ 0x36 ))
+    printf -v opad '%s\\x%02x' "$opad" $(( byte ^ 0x5c ))
+  done
+  SIG=$(printf '%b%s' "$ipad" "$1" | openssl dgst -sha256 -r)
+  for (( i = 0; i < 64; i += 2 )); do inner+="\\x${SIG:i:2}"; done
+  SIG=$(printf '%b%b' "$opad" "$inner" | openssl dgst -sha256 -r)
+  SIG=${SIG%% *}
+}
+
 # call EVENT MAX_SECONDS: sets CALL to the curl arguments of a signed POST to the hooks API
-# (curl prints the HTTP status; 000 when the scheduler cannot be reached). A thousand jobs
-# may start or end at once on a busy node, so forks are counted: signing costs one
-# (openssl), and the caller runs curl as a plain command, which costs one more.
+# (curl prints the HTTP status, 000 when the scheduler cannot be reached, and the answer's
+# signature). A thousand jobs may start or end at once on a busy node, so forks are
+# counted: signing costs two (openssl, twice), and the caller runs curl as a plain command.
 call() {
-  local path="/v1/pods/${SUNK_POD_UID}/jobs/${SLURM_JOB_ID}/$1" ts=$EPOCHREALTIME sig
-  local nonce="${SRANDOM}${SRANDOM}${SRANDOM}${SRANDOM}"
-  sig=$(openssl dgst -sha256 -mac HMAC -macopt "hexkey:${SUNK_HOOK_KEY}" -r <<<"POST
-$path
+  CALL_PATH="/v1/pods/${SUNK_POD_UID}/jobs/${SLURM_JOB_ID}/$1"
+  CALL_NONCE="${SRANDOM}${SRANDOM}${SRANDOM}${SRANDOM}"
+  local ts=$EPOCHREALTIME
+  hmac "POST
+$CALL_PATH
 $ts
-$nonce")
-  CALL=(-s -o /dev/null -w '%{http_code}' -X POST --max-time "$2"
-    -H "X-Sunk-Timestamp: $ts" -H "X-Sunk-Nonce: $nonce" -H "X-Sunk-Signature: ${sig%% *}"
-    "${SUNK_HOOK_URL}${path}")
+$CALL_NONCE
+"
+  CALL=(-s -o /dev/null -w '%{http_code} %header{x-sunk-answer}' -X POST --max-time "$2"
+    -H "X-Sunk-Timestamp: $ts" -H "X-Sunk-Nonce: $CALL_NONCE" -H "X-Sunk-Signature: $SIG"
+    "${SUNK_HOOK_URL}${CALL_PATH}")
+}
+
+# ask: makes the call set up by `call` and sets CODE to its status, or to "forged" when the
+# answer is one that would end this job (200: the Pod is gone; 403: the job is no Pod's)
+# but the scheduler did not sign it for this very call: such an answer is ignored, so no
+# one on the path can free these resources while the Pod still runs.
+ask() {
+  local answer
+  read -r CODE answer <<<"$(curl "${CALL[@]}")"
+  if [ "$CODE" = 200 ] || [ "$CODE" = 403 ]; then
+    hmac "ANSWER
+$CALL_PATH
+$CALL_NONCE
+$CODE
+"
+    if [ "$answer" != "$SIG" ]; then
+      echo "sunk placeholder: ignored an unsigned $CODE answer to $CALL_PATH" >&2
+      CODE=forged
+    fi
+  fi
 }
 
 # 2. On SIGTERM Slurm is ending the job (cancel, preemption, time limit) and kills it at
@@ -44,19 +83,19 @@ $nonce")
 #    does it).
 on_term() {
   trap '' TERM
-  local start=$SECONDS deadline=$(( ${SUNK_KILL_WAIT:-30} - 3 )) drained="" code left step=0
+  local start=$SECONDS deadline=$(( ${SUNK_KILL_WAIT:-30} - 3 )) drained="" left step=0
   local -a backoff=(0.5 1 2 4)   # when a thousand jobs end at once, retries must not pile up
   while :; do
     left=$(( deadline - (SECONDS - start) ))
     call terminating $(( left > 10 ? 10 : (left < 1 ? 1 : left) ))
-    code=$(curl "${CALL[@]}")
-    if [ "$code" = 200 ]; then exit 0; fi   # the Pod is gone
+    ask
+    if [ "$CODE" = 200 ]; then exit 0; fi   # the Pod is gone
     if [ -z "$drained" ] && (( SECONDS - start >= deadline )) && (( EUID == 0 )); then
       scontrol update nodename="$SLURMD_NODENAME" state=drain \
         reason="sunk: Pod ${SUNK_POD} still running at KillWait (job $SLURM_JOB_ID)"
       drained=1
     fi
-    case "$code" in
+    case "$CODE" in
       202) step=0 ;;     # long poll ended, the Pod is still terminating: ask again
       403) exit 0 ;;     # the scheduler knows this job as no Pod's (a replaced or reused
                          # job): there is nothing to hold these resources for
@@ -74,12 +113,12 @@ trap on_term TERM
 #    (R5.1), then end. A SIGTERM meanwhile (Slurm ends the job after all) runs on_term.
 on_deleting() {
   trap '' USR1
-  local code step=0
+  local step=0
   local -a backoff=(0.5 1 2 4)
   while :; do
     call terminating 10
-    code=$(curl "${CALL[@]}")
-    case "$code" in
+    ask
+    case "$CODE" in
       200|403) exit 0 ;;  # the Pod is gone (or this job is no Pod's)
       202) step=0 ;;
       *) sleep "${backoff[step]}"; step=$(( step < 3 ? step + 1 : 3 )) ;;

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
@@ -23,6 +24,7 @@ from sunk.translate import PodRef
 
 log = logging.getLogger(__name__)
 LONG_POLL_S = 5.0
+REFUSAL_LOG_EVERY_S = 10.0
 
 
 class HookTarget(Protocol):
@@ -55,6 +57,7 @@ class HooksServer:
         self.app.router.add_post("/v1/pods/{uid}/jobs/{job_id}/terminating", self._guard(self._terminating))
         self._runner: web.AppRunner | None = None
         self.port = 0
+        self._refusals = RefusalLog()
 
     async def start(self, host: str, port: int) -> int:
         self._runner = web.AppRunner(self.app, access_log=None)
@@ -86,7 +89,7 @@ class HooksServer:
                 headers.get("X-Sunk-Signature", ""),
             )
             if problem is not None:
-                log.warning("refused a hook call to %s from %s: %s", request.path, request.remote, problem)
+                self._refusals.note(f"{request.path} from {request.remote}: {problem}")
                 self._on_call("unauthenticated")
                 return web.json_response({"error": problem}, status=401)
             if not job_text.isdigit():
@@ -100,13 +103,22 @@ class HooksServer:
             if ref is None or ref.uid != uid:
                 log.warning("refused a hook call: job %s does not belong to Pod %s", job_id, uid)
                 self._on_call("forbidden")
-                return web.json_response({"error": "this job does not belong to this Pod"}, status=403)
+                forbidden = web.json_response({"error": "this job does not belong to this Pod"}, status=403)
+                forbidden.headers["X-Sunk-Answer"] = self._verifier.sign_answer(
+                    uid, request.path, headers.get("X-Sunk-Nonce", ""), 403
+                )
+                return forbidden
             try:
-                return await handler(request, ref, job_id)
+                response = await handler(request, ref, job_id)
             except Exception as err:  # the script retries; say why here, once, in one line
                 log.warning("hook call %s failed: %s: %s", request.path, type(err).__name__, err)
                 self._on_call("error")
-                return web.json_response({"error": "the scheduler could not act yet; retry"}, status=503)
+                response = web.json_response({"error": "the scheduler could not act yet; retry"}, status=503)
+            # Only an authenticated call gets a signed answer, and only for that call.
+            response.headers["X-Sunk-Answer"] = self._verifier.sign_answer(
+                uid, request.path, headers.get("X-Sunk-Nonce", ""), response.status
+            )
+            return response
 
         return guarded
 
@@ -120,6 +132,24 @@ class HooksServer:
         gone = await self._target.wait_pod_gone(ref, job_id, LONG_POLL_S)
         self._on_call("terminating_gone" if gone else "terminating_wait")
         return web.json_response({"pod": "gone" if gone else "terminating"}, status=200 if gone else 202)
+
+
+class RefusalLog:
+    """Unauthenticated calls, logged at most once per REFUSAL_LOG_EVERY_S with a count: a
+    flood of forged calls must not flood the log (or the disk) too."""
+
+    def __init__(self) -> None:
+        self._last = -REFUSAL_LOG_EVERY_S
+        self._unlogged = 0
+
+    def note(self, what: str) -> None:
+        now = time.monotonic()
+        if now - self._last < REFUSAL_LOG_EVERY_S:
+            self._unlogged += 1
+            return
+        more = f" ({self._unlogged} more since the last such line)" if self._unlogged else ""
+        log.warning("refused an unauthenticated hook call to %s%s", what, more)
+        self._last, self._unlogged = now, 0
 
 
 class PodGoneWaiters:

@@ -8,6 +8,7 @@ import os
 import secrets
 import signal
 import socket
+import time
 from collections import Counter
 from contextlib import suppress
 
@@ -60,8 +61,9 @@ class Scheduler:
         self.acting = asyncio.Event()  # set while this replica may act (the leader, or alone)
         self.negotiated = False  # the REST version is chosen
         self.leading = False  # this replica holds the Lease (or runs alone) and polls Slurm
+        self.verifier = Verifier(secret)
         self.hooks_server = HooksServer(
-            self, Verifier(secret), on_call=lambda outcome: metrics.HOOK_CALLS.labels(outcome).inc()
+            self, self.verifier, on_call=lambda outcome: metrics.HOOK_CALLS.labels(outcome).inc()
         )
         self.identity = _identity()
         self.elector = (
@@ -382,6 +384,9 @@ class Scheduler:
                     task.result()
             log.info("first Slurm job listing: %d placeholder jobs", len(self.index))
             metrics.LEADER.set(1)
+            # Nonces seen before this term are not remembered here: refuse what was signed
+            # before it (placeholders sign each retry afresh).
+            self.verifier.not_before = time.time()
             self.acting.set()
             self._enqueue_everything()
             term += [

@@ -1,0 +1,110 @@
+"""The hooks channel under attack (issue #12): a replay after a restart, and a forged answer
+from someone on the path between a placeholder and the scheduler."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any, ClassVar
+
+import httpx
+import pytest
+
+from sunk.devcluster import DevCluster
+from sunk.devcluster.kubeapi import AdminKube
+from sunk.devcluster.slurmcluster import run_cli
+from sunk.hooks.auth import pod_key
+from tests.e2e.test_lifecycle import _signed, job_state
+from tests.e2e.test_schedule_flow import create, job_of, wait_bound
+from tests.support import SchedulerProcess, SlurmRest, free_port, holds_for, make_pod, wait_for
+
+pytestmark = pytest.mark.e2e
+
+
+def test_r12_2_a_call_replayed_after_a_scheduler_restart_is_refused(
+    kube: AdminKube,
+    slurm: SlurmRest,
+    namespace: str,
+    own_scheduler: Callable[..., SchedulerProcess],
+    dev_cluster: DevCluster,
+) -> None:
+    proc = own_scheduler()
+    create(kube, namespace, make_pod("watched", proc.name))
+    pod = wait_bound(kube, namespace, "watched")
+    uid, job_id = pod["metadata"]["uid"], job_of(pod, slurm)["job_id"]
+    key = pod_key(dev_cluster.layout.hooks_secret.read_bytes().strip(), uid)
+    path, headers = _signed(uid, job_id, "started", key)
+    url = f"http://127.0.0.1:{proc.hooks_port}{path}"
+    assert httpx.post(url, headers=headers, timeout=15).status_code == 200
+    proc.kill()
+    proc.start()
+    wait_for(lambda: "first Slurm job listing" in proc.output(), timeout=30, what="the new process to act")
+    replayed = httpx.post(url, headers=headers, timeout=15)
+    assert replayed.status_code == 401 and "before this scheduler began acting" in replayed.text
+    fresh_path, fresh = _signed(uid, job_id, "started", key)
+    assert (
+        httpx.post(f"http://127.0.0.1:{proc.hooks_port}{fresh_path}", headers=fresh, timeout=15).status_code
+        == 200
+    )
+
+
+class _Forger(BaseHTTPRequestHandler):
+    """Someone on the path: answers every hook call "200, the Pod is gone", unsigned."""
+
+    calls: ClassVar[list[str]] = []
+
+    def do_POST(self) -> None:
+        _Forger.calls.append(self.path)
+        body = b'{"pod": "gone"}'
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def forger() -> Iterator[str]:
+    _Forger.calls = []
+    server = ThreadingHTTPServer(("127.0.0.1", free_port()), _Forger)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+
+
+def test_r12_2_a_forged_200_does_not_make_a_placeholder_exit(
+    kube: AdminKube,
+    slurm: SlurmRest,
+    namespace: str,
+    own_scheduler: Callable[..., SchedulerProcess],
+    dev_cluster: DevCluster,
+    forger: str,
+) -> None:
+    """The placeholders reach a forger instead of the scheduler (a hijacked address). When
+    Slurm ends the job, the forger's unsigned "Pod gone" must not end it early: the job
+    holds its node until KillWait, as if the scheduler could not be reached."""
+    proc = own_scheduler(f"--hooks-api-url={forger}")
+    create(kube, namespace, make_pod("hijacked", proc.name))
+    pod = wait_bound(kube, namespace, "hijacked", timeout=60)  # bound by the poller, not the hook
+    job = job_of(pod, slurm)
+    node = job["nodes"]
+    run_cli(dev_cluster.layout, "scancel", str(job["job_id"]))
+    wait_for(lambda: any("terminating" in c for c in _Forger.calls), timeout=15, what="a call to the forger")
+    holds_for(
+        lambda: job_state(slurm, job["job_id"]) == "COMPLETING",
+        seconds=4,
+        what="the job to hold its node despite the forged answers",
+    )
+    assert sum("terminating" in c for c in _Forger.calls) >= 2  # it kept asking
+    # The script (root here) drains its node just before KillWait; Slurm then kills it.
+    kill_wait = (dev_cluster.spec() or pytest.fail("no spec")).kill_wait
+    wait_for(
+        lambda: job_state(slurm, job["job_id"]) != "COMPLETING",
+        timeout=kill_wait + 30,
+        what="KillWait to end it",
+    )
+    run_cli(dev_cluster.layout, "scontrol", "update", f"nodename={node}", "state=resume")
