@@ -59,6 +59,11 @@ def build_parser() -> argparse.ArgumentParser:
         help="slurmrestd version to render the body for (default: the newest sunk speaks)",
     )
     explain.add_argument(
+        "--device-gres",
+        default=config._env("device-gres", "nvidia.com/gpu=gpu,rdma/ib="),
+        help="the scheduler's device table: extended resource=GRES pairs",
+    )
+    explain.add_argument(
         "--policy",
         default=config._env("policy"),
         help="the scheduler's trust policy file, to judge the Pod as the scheduler would",
@@ -172,6 +177,7 @@ def run_explain(args: argparse.Namespace) -> int:
         pod = first_pod(text)
         kill_wait = int(config.parse_duration(args.slurm_kill_wait))
         policy = parse_policy(Path(args.policy).read_text(), args.policy) if args.policy else PERMISSIVE
+        devices = config.parse_devices(args.device_gres)
     except (OSError, ValueError, argparse.ArgumentTypeError) as err:
         print(f"sunk explain: {err}", file=sys.stderr)
         return 2
@@ -184,7 +190,7 @@ def run_explain(args: argparse.Namespace) -> int:
             f"sunk explain: --slurm-api-version {version} is not one sunk speaks ({spoken})", file=sys.stderr
         )
         return 2
-    settings = Settings(args.annotation_prefix, kill_wait, args.scheduler_name)
+    settings = Settings(args.annotation_prefix, kill_wait, args.scheduler_name, devices)
     report = explain(pod, settings, version, policy)
     if args.output == "json":
         print(json.dumps(report, indent=2))

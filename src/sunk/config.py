@@ -16,6 +16,8 @@ from pathlib import Path
 from sunk.policy import PolicyError
 from sunk.policy import parse as parse_policy
 from sunk.translate import DEFAULT_PREFIX
+from sunk.translate.job import DEFAULT_DEVICES
+from sunk.translate.resources import is_extended
 
 COMPONENTS = ("scheduler", "hooks")
 
@@ -68,6 +70,7 @@ class Config:
     hooks_url: str | None = None
     hooks_secret: bytes | None = field(default=None, repr=False)
     policy_file: Path | None = None
+    devices: tuple[tuple[str, str], ...] = DEFAULT_DEVICES
     workers: int = 32  # concurrent reconciles; each mostly waits on the API server or Slurm
     # A safety net: job starts and ends reach the scheduler through the hooks API at once.
     slurm_poll_interval_s: float = 1.0
@@ -118,6 +121,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("leader-election-namespace", "namespace of the Lease (default: $POD_NAMESPACE or default)")
     flag("leader-election-id", "name of the Lease (default: the scheduler name)")
     flag("static-cpu-pods", "Guaranteed Pods with whole CPUs: warn (an Event) or refuse", "warn")
+    flag(
+        "device-gres",
+        "extended resource=GRES pairs, comma-separated; an empty GRES allows the resource without one; "
+        "a Pod requesting a resource not listed is refused",
+        "nvidia.com/gpu=gpu,rdma/ib=",
+    )
     flag(
         "policy",
         "YAML file saying which Slurm identities, accounts, partitions, QoS, reservations and "
@@ -170,6 +179,7 @@ def from_arguments(args: argparse.Namespace) -> Config:
             raise ValueError(f"--policy: cannot read {args.policy}: {err.strerror}") from None
         except PolicyError as err:
             raise ValueError(f"--policy: {err}") from None
+    devices = parse_devices(args.device_gres)
     if str(args.leader_elect).lower() not in ("true", "false"):
         raise ValueError("--leader-elect must be true or false")
     return Config(
@@ -201,4 +211,25 @@ def from_arguments(args: argparse.Namespace) -> Config:
         hooks_url=args.hooks_api_url or None,
         hooks_secret=secret,
         policy_file=Path(args.policy) if args.policy else None,
+        devices=devices,
     )
+
+
+def parse_devices(text: str) -> tuple[tuple[str, str], ...]:
+    """ "nvidia.com/gpu=gpu,rdma/ib=" → (("nvidia.com/gpu", "gpu"), ("rdma/ib", ""))."""
+    pairs = []
+    for item in (part.strip() for part in text.split(",")):
+        if not item:
+            continue
+        resource, sep, gres = item.partition("=")
+        if (
+            not sep
+            or not is_extended(resource.strip())
+            or not re.fullmatch(r"[A-Za-z0-9_.:-]*", gres.strip())
+        ):
+            raise ValueError(
+                f'--device-gres: "{item}" is not resource=GRES (examples: "nvidia.com/gpu=gpu", '
+                '"nvidia.com/mig-1g.10gb=gpu:1g.10gb", "rdma/ib=" for no GRES)'
+            )
+        pairs.append((resource.strip(), gres.strip()))
+    return tuple(pairs)

@@ -10,7 +10,7 @@ import yaml
 
 from sunk.policy import PERMISSIVE, Policy, check
 from sunk.slurm.client import SUPPORTED_VERSIONS, make_dialect
-from sunk.translate import Exclusive, PlaceholderJob, Settings, translate
+from sunk.translate import Exclusive, PlaceholderJob, Settings, gres_text, translate
 from sunk.translate.job import KILL_WAIT_MARGIN_S
 
 _SBATCH_EXCLUSIVE = {
@@ -33,8 +33,8 @@ def sbatch_line(job: PlaceholderJob) -> str:
         f"--mem={job.memory_mib}M",
         "--no-requeue",
     ]
-    if job.gpus:
-        args.append(f"--gres=gpu:{job.gpus}")
+    if job.gres:
+        args.append(f"--gres={gres_text(job.gres)}")
     if o.exclusive is not None:
         args.append(_SBATCH_EXCLUSIVE[o.exclusive])
     pairs = [

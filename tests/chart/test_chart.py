@@ -6,6 +6,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+from sunk.config import parse_devices
 from sunk.policy import Policy, parse
 from tests.chart.conftest import CHART, render
 
@@ -139,3 +140,8 @@ def test_r12_1_a_namespace_policy_set_in_the_values_is_what_the_scheduler_reads(
     rules = policy_of(objects).rules_for("inference")
     assert rules.uids == (1001,) and rules.default_uid == 1001
     assert policy_of(objects).rules_for("other").default_uid == 0
+
+
+def test_r12_3_the_device_table_reaches_the_scheduler(helm: Path) -> None:
+    assert flag(render(helm), "device-gres") == "nvidia.com/gpu=gpu,rdma/ib="
+    assert parse_devices(flag(render(helm), "device-gres")) == (("nvidia.com/gpu", "gpu"), ("rdma/ib", ""))

@@ -432,3 +432,64 @@ def test_when_a_node_must_be_drained(
     the_job: SlurmJob, bound: bool, kill_wait: int, due: float | None
 ) -> None:
     assert decide.drain_due(the_job, bound, kill_wait, NOW) == due
+
+
+# -- the allocation a Pod is bound to (R4.3, issue #12) ---------------------------------------------
+ALLOCATIONS = [
+    pytest.param("cpu=2,mem=1G,node=1,billing=2", (), 2, 1024, (), None, id="r12_3_what_was_asked_is_bound"),
+    pytest.param("cpu=4,mem=2048M,node=1", (), 2, 1024, (), None, id="r12_3_more_than_asked_is_fine"),
+    pytest.param("cpu=1,mem=1G,node=1", (), 2, 1024, (), "1 CPUs for 2", id="r12_3_fewer_cpus_are_rejected"),
+    pytest.param(
+        "cpu=2,mem=512M,node=1",
+        (),
+        2,
+        1024,
+        (),
+        "512M of memory for 1024 MiB",
+        id="r12_3_less_memory_is_rejected",
+    ),
+    pytest.param(
+        "cpu=2,mem=1G,node=1",
+        ("gpu:1(IDX:0)",),
+        2,
+        1024,
+        (("gpu", 2),),
+        "1 gpu for 2",
+        id="r12_3_fewer_gpus_are_rejected",
+    ),
+    pytest.param(
+        "cpu=2,mem=1G,node=1",
+        ("gpu:a100:2(IDX:0-1)",),
+        2,
+        1024,
+        (("gpu", 2),),
+        None,
+        id="r12_3_typed_gpus_count_as_gpus",
+    ),
+    pytest.param(
+        "cpu=2,mem=1G,gres/gpu=1",
+        (),
+        2,
+        1024,
+        (("gpu", 2),),
+        "1 gpu for 2",
+        id="r12_3_gres_tracked_as_tres_are_judged",
+    ),
+    pytest.param("", (), 2, 1024, (("gpu", 1),), None, id="r12_3_what_slurm_does_not_report_is_not_judged"),
+]
+
+
+@pytest.mark.parametrize(("tres", "detail", "cpus", "mib", "gres", "problem"), ALLOCATIONS)
+def test_the_allocation_checked_before_binding(
+    tres: str,
+    detail: tuple[str, ...],
+    cpus: int,
+    mib: int,
+    gres: tuple[tuple[str, int], ...],
+    problem: str | None,
+) -> None:
+    found = decide.allocation_problem(job(allocated=tres, gres_detail=detail), cpus, mib, gres)
+    if problem is None:
+        assert found is None
+    else:
+        assert found is not None and problem in found and "job 7" in found

@@ -219,3 +219,10 @@ def test_r11_3_an_error_number_sunk_does_not_know_is_retried_not_final() -> None
     with pytest.raises(SlurmRejected) as err:
         raise_for(500, {"errors": [{"error_number": 2999, "error": "new in a later Slurm"}]}, "", "submit")
     assert err.value.retryable
+
+
+@pytest.mark.parametrize("version", [v for v in SUPPORTED_VERSIONS if v != "v0.0.38"])
+def test_r12_3_every_mapped_device_is_a_gres_of_the_job_on_current_slurm(version: str) -> None:
+    job = replace(placeholder(), gres=(("gpu", 1), ("gpu:1g.10gb", 2)))
+    body = make_dialect(version).submission(job, "", {}).body["job"]
+    assert body["tres_per_node"] == "gres/gpu:1,gres/gpu:1g.10gb:2"

@@ -370,3 +370,48 @@ def test_placeholder_is_never_requeued_and_asks_for_one_node() -> None:
     assert body["requeue"] is False
     assert body["nodes"] == [1, 1]
     assert body["environment"] == {"A": "1"}
+
+
+# -- devices: extended resources → GRES (issue #12) ------------------------------------------------
+MIG = Settings(
+    devices=(("nvidia.com/gpu", "gpu"), ("nvidia.com/mig-1g.10gb", "gpu:1g.10gb"), ("rdma/ib", ""))
+)
+
+
+def requesting(devices: dict[str, str], key: str = "requests") -> dict[str, Any]:
+    manifest = pod()
+    resources = manifest["spec"]["containers"][0]["resources"]
+    resources.setdefault(key, {}).update(devices)
+    return manifest
+
+
+def test_r12_3_an_extended_resource_the_table_does_not_know_is_refused() -> None:
+    result = translate(requesting({"example.com/fpga": "1"}), DEFAULTS)
+    assert not result.valid
+    assert "example.com/fpga, which this scheduler does not map to a Slurm GRES" in result.errors[0]
+    assert "nvidia.com/gpu" in result.errors[0] and "--device-gres" in result.errors[0]
+
+
+def test_r12_3_rdma_is_allowed_without_a_gres() -> None:
+    job = ok(requesting({"rdma/ib": "1"}))
+    assert job.gres == () and job.gpus == 0
+
+
+def test_r12_3_mig_slices_map_to_their_gres_type() -> None:
+    job = ok(requesting({"nvidia.com/mig-1g.10gb": "2", "nvidia.com/gpu": "1"}), MIG)
+    assert job.gres == (("gpu", 1), ("gpu:1g.10gb", 2)) and job.gpus == 3
+    assert V0038().submission(job, "#!/bin/sh", {}).body["job"]["gres"] == "gpu:1,gpu:1g.10gb:2"
+
+
+def test_r12_3_a_limit_only_device_counts_as_its_request() -> None:
+    assert ok(requesting({"nvidia.com/gpu": "1"}, key="limits")).gres == (("gpu", 1),)
+
+
+def test_r12_3_native_resources_are_not_devices() -> None:
+    job = ok(requesting({"ephemeral-storage": "1Gi", "hugepages-2Mi": "2Mi", "kubernetes.io/example": "1"}))
+    assert job.gres == ()
+
+
+def test_r12_3_a_fractional_device_is_refused() -> None:
+    result = translate(requesting({"rdma/ib": "500m"}), DEFAULTS)
+    assert any("rdma/ib request must be a whole number" in e for e in result.errors)

@@ -194,6 +194,53 @@ def placement_problem(
     return None
 
 
+_MIB_PER = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, "P": 1024**3}
+_GRES_DETAIL = re.compile(r"^(?P<name>[^:(]+(?::[^:(]+)?):(?P<count>\d+)")
+
+
+def allocation_problem(
+    job: SlurmJob, cpus: int, memory_mib: int, gres: tuple[tuple[str, int], ...]
+) -> str | None:
+    """Why the job's allocation cannot hold the Pod (R4.3, issue #12), or None: fewer CPUs,
+    less memory or fewer GRES than the Pod asks for (say, its owner shrank the pending job
+    with `scontrol update`). Slurm may give more (whole cores); that is fine. What Slurm
+    does not report is not judged."""
+    tres = dict(part.split("=", 1) for part in job.allocated.split(",") if "=" in part)
+    short = []
+    if tres.get("cpu", "").isdigit() and int(tres["cpu"]) < cpus:
+        short.append(f"{tres['cpu']} CPUs for {cpus}")
+    memory = re.fullmatch(r"(\d+(?:\.\d+)?)([KMGTP]?)", tres.get("mem", ""))
+    if memory:
+        mib = float(memory[1]) * _MIB_PER[memory[2] or "M"]
+        if mib < memory_mib:
+            short.append(f"{tres['mem']} of memory for {memory_mib} MiB")
+    held: dict[str, int] = {}
+    for key, value in tres.items():  # "gres/gpu=2", "gres/gpu:a100=2" when Slurm tracks GRES as TRES
+        if key.startswith("gres/") and value.isdigit():
+            held[key[5:]] = max(held.get(key[5:], 0), int(value))
+    from_detail: dict[str, int] = {}
+    for detail in job.gres_detail:
+        found = _GRES_DETAIL.match(detail)
+        if found:
+            name, count = found["name"], int(found["count"])
+            base = name.split(":", 1)[0]
+            from_detail[name] = from_detail.get(name, 0) + count
+            if base != name:
+                from_detail[base] = from_detail.get(base, 0) + count  # a typed GPU is also a GPU
+    for name, count in from_detail.items():
+        held[name] = max(held.get(name, 0), count)
+    if held:  # Slurm reports the job's GRES: judge them
+        for name, count in gres:
+            if held.get(name, 0) < count:
+                short.append(f"{held.get(name, 0)} {name} for {count}")
+    if not short:
+        return None
+    given = ", ".join(short)
+    return (
+        f"Slurm job {job.job_id} was given {given} the Pod requests (was the job changed after submission?)"
+    )
+
+
 def drain_due(job: SlurmJob, bound: bool, kill_wait_s: int, now: float) -> float | None:
     """R5.3 for a Pod still there while Slurm ends its job: None when no drain can be due
     (never bound, or the job is over and its resources freed), else the seconds left before

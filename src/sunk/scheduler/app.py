@@ -108,7 +108,9 @@ class Scheduler:
             index=self.index,
             # Events name the replica that acted (the Lease's holder identity).
             recorder=Recorder(kube, config.scheduler_name, self.identity),
-            settings=Settings(config.annotation_prefix, int(config.slurm_kill_wait_s), config.scheduler_name),
+            settings=Settings(
+                config.annotation_prefix, int(config.slurm_kill_wait_s), config.scheduler_name, config.devices
+            ),
             script=placeholder_script(),
         )
         self.reconciler.refuse_static_cpu = config.static_cpu_pods == "refuse"

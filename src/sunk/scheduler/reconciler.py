@@ -29,7 +29,7 @@ from sunk.slurm.client import SlurmClient
 from sunk.slurm.dialect import mark_environment
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.translate import PodRef, Settings, translate
+from sunk.translate import PodRef, Settings, gres_text, translate
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -498,7 +498,7 @@ class Reconciler:
             await self.slurm.cancel(job_id)
             return Outcome()
         metrics.ATTEMPTS.labels("submitted").inc()
-        gpus = f", {job.gpus} GPU" if job.gpus else ""
+        gpus = f", GRES {gres_text(job.gres)}" if job.gres else ""
         # No condition yet: most jobs start within a second, and a Pod status write costs
         # every Pod watcher a round. The condition comes once Slurm says why the job waits.
         await self.recorder.event(
@@ -523,6 +523,12 @@ class Reconciler:
         if len(job.nodes) != 1:
             return await self._reject(pod, job, None, f"Slurm allocated {len(job.nodes)} nodes, not one")
         slurm_node = job.nodes[0]
+        wanted = translate(pod, self.settings).job
+        short = (
+            decide.allocation_problem(job, wanted.cpus, wanted.memory_mib, wanted.gres) if wanted else None
+        )
+        if short:
+            return await self._reject(pod, job, slurm_node, short, avoid_node=False)
         # The lock serialises the decision for one node (R4.3); the binding itself, a plain
         # API call, happens outside it so a burst of Pods on one node is not queued behind it.
         async with self._node_locks[slurm_node]:
@@ -581,15 +587,18 @@ class Reconciler:
         if job.submit_time:
             metrics.SUBMIT_TO_STARTED.observe(max(0.0, now - job.submit_time))
 
-    async def _reject(self, pod: Json, job: SlurmJob, slurm_node: str | None, problem: str) -> Outcome:
-        """Strict node locking: never bind to a doubtful node; resubmit without it."""
+    async def _reject(
+        self, pod: Json, job: SlurmJob, slurm_node: str | None, problem: str, *, avoid_node: bool = True
+    ) -> Outcome:
+        """Strict node locking: never bind to a doubtful node or allocation; resubmit (without
+        the node, when the node is the problem)."""
         metrics.ATTEMPTS.labels("placement_rejected").inc()
-        avoid = self._avoid_nodes(pod) + ((slurm_node,) if slurm_node else ())
+        avoid = self._avoid_nodes(pod) + ((slurm_node,) if slurm_node and avoid_node else ())
+        what = "submitting a new job that avoids it" if avoid_node else "submitting a new job"
         await self.recorder.event(
             pod,
             ev.NODE_REJECTED,
-            f"Slurm started job {job.job_id} on {slurm_node or '?'} but {problem}; "
-            "submitting a new job that avoids it",
+            f"Slurm started job {job.job_id} on {slurm_node or '?'} but {problem}; {what}",
             warning=True,
         )
         outcome = await self._submit(pod, avoid=avoid)

@@ -16,7 +16,7 @@ from typing import Any
 from sunk.slurm.dialect import DEFAULT_WORKDIR, STARTED_MARK, Submission, number, shared_fields
 from sunk.slurm.hostlist import expand
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.translate import Exclusive, PlaceholderJob, PodRef, owner_tag, pod_of_owner_tag
+from sunk.translate import Exclusive, PlaceholderJob, PodRef, gres_text, owner_tag, pod_of_owner_tag
 
 VERSIONS = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
 
@@ -112,8 +112,8 @@ class DataParser:
             "user_id": str(options.user_id),
             "group_id": str(options.group_id),
         }
-        if job.gpus:
-            spec["tres_per_node"] = f"gres/gpu:{job.gpus}"
+        if job.gres:
+            spec["tres_per_node"] = gres_text(job.gres, "gres/")
         if options.exclusive is not None:
             spec["shared"] = [_SHARED[options.exclusive]]
         if job.excluded_nodes:

@@ -79,6 +79,8 @@ def shared_fields(raw: dict[str, Any]) -> dict[str, Any]:
         "start_time": number(raw.get("start_time")) or 0,
         "end_time": number(raw.get("end_time")) or 0,
         "preempt_time": number(raw.get("preempt_time")) or 0,
+        "allocated": str(raw.get("tres_alloc_str") or ""),
+        "gres_detail": tuple(str(g) for g in raw.get("gres_detail") or ()),
     }
 
 

@@ -48,6 +48,10 @@ class SlurmJob:
     started: bool = False
     owner_tag: str = ""
     flags: tuple[str, ...] = ()
+    # What Slurm gave the job once it runs: its TRES ("cpu=2,mem=512M,node=1,...") and the
+    # GRES on its node ("gpu:1(IDX:0)"), checked against the Pod before binding.
+    allocated: str = ""
+    gres_detail: tuple[str, ...] = ()
 
     @property
     def active(self) -> bool:

@@ -15,7 +15,7 @@ from typing import Any
 
 from sunk.slurm.dialect import DEFAULT_WORKDIR, STARTED_MARK, Submission, shared_fields
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.translate import Exclusive, PlaceholderJob, PodRef, pod_of_job_name
+from sunk.translate import Exclusive, PlaceholderJob, PodRef, gres_text, pod_of_job_name
 
 # v0.0.38 names Slurm's OverSubscribe modes directly.
 _EXCLUSIVE = {
@@ -83,8 +83,8 @@ class V0038:
             "standard_output": "/dev/null",
             "standard_error": "/dev/null",
         }
-        if job.gpus:
-            spec["gres"] = f"gpu:{job.gpus}"
+        if job.gres:
+            spec["gres"] = gres_text(job.gres)
         if options.exclusive is not None and options.exclusive in _EXCLUSIVE:
             spec["exclusive"] = _EXCLUSIVE[options.exclusive]
         if job.excluded_nodes:

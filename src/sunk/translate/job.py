@@ -69,11 +69,22 @@ def pod_of_owner_tag(tag: str, scheduler: str) -> tuple[PodRef, int] | None:
     return (ref, int(uid)) if ref else None
 
 
+# Extended resource → the GRES Slurm knows it as ("" = allowed, but Slurm tracks no GRES
+# for it: the RDMA device of the source documents' full-node example).
+DEFAULT_DEVICES: tuple[tuple[str, str], ...] = (("nvidia.com/gpu", "gpu"), ("rdma/ib", ""))
+
+
 @dataclass(frozen=True)
 class Settings:
     annotation_prefix: str = DEFAULT_PREFIX
     kill_wait_s: int = 30
     scheduler_name: str = "sunk"
+    devices: tuple[tuple[str, str], ...] = DEFAULT_DEVICES
+
+
+def gres_text(gres: tuple[tuple[str, int], ...], prefix: str = "") -> str:
+    """Slurm's spelling of a GRES request: "gpu:2,gpu:1g.10gb:1" (with "gres/" for TRES)."""
+    return ",".join(f"{prefix}{name}:{count}" for name, count in gres)
 
 
 @dataclass(frozen=True)
@@ -82,13 +93,17 @@ class PlaceholderJob:
     scheduler: str
     cpus: int
     memory_mib: int
-    gpus: int
     options: JobOptions
+    gres: tuple[tuple[str, int], ...] = ()  # e.g. (("gpu", 2),): from the device table
     avoid_nodes: tuple[str, ...] = ()  # added by the scheduler: Nodes the Pod cannot use
 
     @property
     def name(self) -> str:
         return job_name(self.pod, self.scheduler)
+
+    @property
+    def gpus(self) -> int:
+        return sum(count for name, count in self.gres if name == "gpu" or name.startswith("gpu:"))
 
     @property
     def excluded_nodes(self) -> tuple[str, ...]:
@@ -123,6 +138,27 @@ def check_grace_period(spec: dict[str, Any], kill_wait_s: int) -> str | None:
     )
 
 
+def map_devices(
+    devices: tuple[tuple[str, Any], ...], table: tuple[tuple[str, str], ...]
+) -> tuple[tuple[tuple[str, int], ...], list[str]]:
+    """The GRES for a Pod's extended resources, and a problem for each one the table does
+    not know: Kubernetes would hand out a device Slurm does not know is taken (R3.1)."""
+    known = dict(table)
+    gres: dict[str, int] = {}
+    errors = []
+    for resource, count in devices:
+        if resource not in known:
+            listed = ", ".join(sorted(known)) or "none"
+            errors.append(
+                f"the Pod requests {resource}, which this scheduler does not map to a Slurm GRES, so Slurm "
+                f"could not account for it; known devices: {listed} (an operator adds one with "
+                "--device-gres, chart value scheduler.devices)"
+            )
+        elif known[resource]:
+            gres[known[resource]] = gres.get(known[resource], 0) + int(count)
+    return tuple(sorted(gres.items())), errors
+
+
 def translate(pod: dict[str, Any], settings: Settings) -> Translation:
     spec = pod.get("spec") or {}
     annotations = (pod.get("metadata") or {}).get("annotations") or {}
@@ -132,6 +168,8 @@ def translate(pod: dict[str, Any], settings: Settings) -> Translation:
         errors.append(grace_error)
     options, annotation_errors = parse_annotations(annotations, settings.annotation_prefix)
     errors += annotation_errors
+    gres, device_errors = map_devices(requests.devices, settings.devices)
+    errors += device_errors
     if errors:
         return Translation(None, errors, options.notes)
     job = PlaceholderJob(
@@ -139,7 +177,7 @@ def translate(pod: dict[str, Any], settings: Settings) -> Translation:
         scheduler=settings.scheduler_name,
         cpus=requests.whole_cpus,
         memory_mib=requests.memory_mib,
-        gpus=int(requests.gpus),
         options=options,
+        gres=gres,
     )
     return Translation(job, [], options.notes)

@@ -4,6 +4,10 @@ A Pod needs the larger of two amounts: what its long-running containers (app con
 plus restartable init "sidecar" containers) use together, and what the busiest moment of
 its init sequence uses (one init container plus the sidecars started before it). Pod
 overhead is added on top. Only requests count: they are what Slurm must set aside.
+
+Extended resources (GPUs, MIG slices, RDMA devices: any request named `domain/name`
+outside kubernetes.io) are summed the same way, per name; which of them Slurm knows as a
+GRES is the scheduler's device table's business (sunk.translate.job).
 """
 
 from __future__ import annotations
@@ -15,21 +19,29 @@ from typing import Any
 
 from sunk.translate.quantity import QuantityError, parse_quantity
 
-GPU_RESOURCE = "nvidia.com/gpu"
 MIB = Decimal(2**20)
+
+
+def is_extended(resource: str) -> bool:
+    """A device or other extended resource, as Kubernetes defines them: a qualified name
+    outside the kubernetes.io domain (hugepages-*, ephemeral-storage are native)."""
+    domain, slash, _ = resource.partition("/")
+    return bool(slash) and not (domain == "kubernetes.io" or domain.endswith(".kubernetes.io"))
 
 
 @dataclass(frozen=True)
 class Requests:
     cpu: Decimal = Decimal(0)
     memory: Decimal = Decimal(0)
-    gpus: Decimal = Decimal(0)
+    devices: tuple[tuple[str, Decimal], ...] = ()  # extended resource → count, sorted by name
 
     def __add__(self, other: Requests) -> Requests:
-        return Requests(self.cpu + other.cpu, self.memory + other.memory, self.gpus + other.gpus)
+        return Requests(
+            self.cpu + other.cpu, self.memory + other.memory, _merge(self, other, lambda a, b: a + b)
+        )
 
     def max(self, other: Requests) -> Requests:
-        return Requests(max(self.cpu, other.cpu), max(self.memory, other.memory), max(self.gpus, other.gpus))
+        return Requests(max(self.cpu, other.cpu), max(self.memory, other.memory), _merge(self, other, max))
 
     @property
     def whole_cpus(self) -> int:
@@ -41,11 +53,24 @@ class Requests:
         return math.ceil(self.memory / MIB)
 
 
+def _merge(a: Requests, b: Requests, combine: Any) -> tuple[tuple[str, Decimal], ...]:
+    left, right = dict(a.devices), dict(b.devices)
+    return tuple(
+        (name, combine(left.get(name, Decimal(0)), right.get(name, Decimal(0))))
+        for name in sorted(left | right)
+    )
+
+
 def _container_requests(container: dict[str, Any], errors: list[str], *, required: bool) -> Requests:
     name = container.get("name", "?")
-    requests = (container.get("resources") or {}).get("requests") or {}
+    resources = container.get("resources") or {}
+    # Kubernetes takes the limit as the request of an extended resource that names no request.
+    requests = {
+        **{k: v for k, v in (resources.get("limits") or {}).items() if is_extended(k)},
+        **(resources.get("requests") or {}),
+    }
     values: dict[str, Decimal] = {}
-    for key in ("cpu", "memory", GPU_RESOURCE):
+    for key in ("cpu", "memory", *sorted(k for k in requests if is_extended(k))):
         if key not in requests:
             continue
         try:
@@ -60,10 +85,13 @@ def _container_requests(container: dict[str, Any], errors: list[str], *, require
                     f'container "{name}": {key} request {state}; Slurm must know what to set '
                     f"aside, so set resources.requests.{key} (for example {example})"
                 )
-    gpus = values.get(GPU_RESOURCE, Decimal(0))
-    if gpus != gpus.to_integral_value():
-        errors.append(f'container "{name}": {GPU_RESOURCE} request must be a whole number')
-    return Requests(values.get("cpu", Decimal(0)), values.get("memory", Decimal(0)), gpus)
+    devices = []
+    for key in sorted(k for k in values if is_extended(k)):
+        if values[key] != values[key].to_integral_value():
+            errors.append(f'container "{name}": {key} request must be a whole number')
+        elif values[key] > 0:
+            devices.append((key, values[key]))
+    return Requests(values.get("cpu", Decimal(0)), values.get("memory", Decimal(0)), tuple(devices))
 
 
 def pod_requests(spec: dict[str, Any]) -> tuple[Requests, list[str]]:
