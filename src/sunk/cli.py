@@ -47,6 +47,13 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="bring the dev cluster up (if needed) and show it working")
     scheduler = sub.add_parser("scheduler", help="run the scheduler (flags also read SUNK_* variables)")
     config.add_arguments(scheduler)
+    ensure = sub.add_parser(
+        "ensure-hooks-secret",
+        help="create the hooks secret if it is missing, never change it (the chart runs this as a Job)",
+    )
+    ensure.add_argument("--namespace", required=True)
+    ensure.add_argument("--name", required=True)
+    ensure.add_argument("--kubeconfig", default=config._env("kubeconfig"))
     explain = sub.add_parser("explain", help="show the placeholder job a Pod manifest would get, offline")
     explain.add_argument("-f", "--filename", required=True, help="Pod manifest (YAML or JSON; - for stdin)")
     explain.add_argument("-o", "--output", choices=["text", "json"], default="text")
@@ -165,6 +172,28 @@ def run_scheduler(args: argparse.Namespace) -> int:
     return 0
 
 
+def run_ensure_hooks_secret(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from sunk.kube.client import KubeClient, KubeError
+    from sunk.kube.secret import ensure_hooks_secret
+
+    async def ensure() -> bool:
+        kube = await KubeClient.connect(args.kubeconfig)
+        try:
+            return await ensure_hooks_secret(kube, args.namespace, args.name)
+        finally:
+            await kube.close()
+
+    try:
+        made = asyncio.run(ensure())
+    except (KubeError, ValueError) as err:
+        print(f"sunk ensure-hooks-secret: {err}", file=sys.stderr)
+        return 1
+    print(f"Secret {args.namespace}/{args.name} {'created' if made else 'exists; left as it is'}")
+    return 0
+
+
 def run_explain(args: argparse.Namespace) -> int:
     import json
 
@@ -214,6 +243,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_scheduler(args)
         if args.command == "explain":
             return run_explain(args)
+        if args.command == "ensure-hooks-secret":
+            return run_ensure_hooks_secret(args)
     except DevClusterError as err:
         print(f"sunk: {err}", file=sys.stderr)
         return 1

@@ -6,6 +6,8 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from sunk.config import parse_devices
 from sunk.policy import Policy, parse
 from tests.chart.conftest import CHART, render
@@ -62,14 +64,30 @@ def test_r1_1_cluster_scope_renders_a_cluster_role_and_watches_everything(helm: 
 
 
 def test_r1_1_rbac_is_least_privilege(helm: Path) -> None:
-    """No wildcard, no secrets, nodes read-only, nothing but what the scheduler calls."""
+    """No wildcard, no secrets for the scheduler, nodes read-only, nothing but what the
+    scheduler calls; the hooks-secret Job alone may create a Secret and read its own."""
     objects = render(helm, "scheduler.scope.type=cluster")
     for role in of_kind(objects, "ClusterRole") + of_kind(objects, "Role"):
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]
+            if role["metadata"]["name"].endswith("-hooks-secret"):
+                assert rule["resources"] == ["secrets"] and rule.get(
+                    "resourceNames", ["r1-sunk-scheduler-hooks"]
+                )
+                assert rule["verbs"] in (["create"], ["get"])
+                assert rule["verbs"] == ["create"] or rule["resourceNames"] == ["r1-sunk-scheduler-hooks"]
+                continue
             assert "secrets" not in rule["resources"]
             if "nodes" in rule["resources"]:
                 assert set(rule["verbs"]) == {"get", "list", "watch"}
+            if "leases" in rule["resources"] and rule["verbs"] != ["create"]:
+                assert rule["resourceNames"] == ["team-r1"]  # the Lease named after the scheduler
+
+
+def test_r12_4_the_chart_renders_the_same_thing_every_time(helm: Path) -> None:
+    """GitOps renders the chart on every sync: nothing random may be in it."""
+    assert render(helm) == render(helm)
+    assert not of_kind(render(helm), "Secret")
 
 
 def test_r1_1_kill_wait_feeds_the_flag(helm: Path) -> None:
@@ -145,3 +163,30 @@ def test_r12_1_a_namespace_policy_set_in_the_values_is_what_the_scheduler_reads(
 def test_r12_3_the_device_table_reaches_the_scheduler(helm: Path) -> None:
     assert flag(render(helm), "device-gres") == "nvidia.com/gpu=gpu,rdma/ib="
     assert parse_devices(flag(render(helm), "device-gres")) == (("nvidia.com/gpu", "gpu"), ("rdma/ib", ""))
+
+
+def test_r12_4_the_network_policy_lets_only_the_named_peers_reach_the_hooks_port(helm: Path) -> None:
+    assert not of_kind(render(helm), "NetworkPolicy")  # off by default
+    objects = render(
+        helm,
+        "scheduler.networkPolicy.enabled=true",
+        "scheduler.networkPolicy.hooksFrom[0].ipBlock.cidr=10.20.0.0/16",
+    )
+    [policy] = of_kind(objects, "NetworkPolicy")
+    hooks, others = policy["spec"]["ingress"]
+    assert hooks == {
+        "from": [{"ipBlock": {"cidr": "10.20.0.0/16"}}],
+        "ports": [{"port": 8000, "protocol": "TCP"}],
+    }
+    assert "from" not in others and {p["port"] for p in others["ports"]} == {8080, 8081}
+
+
+def test_r12_4_a_network_policy_without_peers_is_refused_at_render(helm: Path) -> None:
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        render(helm, "scheduler.networkPolicy.enabled=true")
+    assert "hooksFrom must name the Slurm nodes" in failed.value.stderr
+
+
+def test_r12_4_the_grace_period_ends_before_the_lease_could_hand_over(helm: Path) -> None:
+    [deployment] = of_kind(render(helm), "Deployment")
+    assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] < 15  # the Lease duration

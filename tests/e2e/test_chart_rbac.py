@@ -4,6 +4,8 @@ every single rule in it is needed (dropping any one of them breaks a named step)
 from __future__ import annotations
 
 import copy
+import subprocess
+import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,7 +36,8 @@ RULES = {
     "pods:events:create": "Scheduled Event",
     "nodes:nodes:get,list,watch": "valid Pod bound",  # no Node cache: never ready to act
     "slurmd:pods:list,watch": "valid Pod bound",  # no Slurm node → Node map
-    "leader:leases:get,create,update": "valid Pod bound",  # never becomes the leader
+    "leader:leases:create": "valid Pod bound",  # cannot make its Lease: never the leader
+    "leader:leases:get,update": "valid Pod bound",  # cannot read or renew it (named: no other Lease)
 }
 
 
@@ -66,6 +69,7 @@ def chart_rbac(helm: Path, namespace: str, kube: AdminKube) -> Iterator[list[dic
         o
         for o in objects
         if o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+        and not o["metadata"]["name"].endswith("-hooks-secret")  # the secret Job's own (test below)
     ]
     yield rbac
     for obj in rbac:
@@ -120,6 +124,9 @@ def scheduler_as_serviceaccount(
         f"--slurmd-namespace={topology.SLURMD_NAMESPACE}",
         "--leader-elect=true",
         f"--leader-election-namespace={namespace}",
+        # The chart names the Lease after its scheduler name (<namespace>-<release>), and
+        # its rule allows that Lease only.
+        f"--leader-election-id={namespace}-rbac",
         env={"POD_NAME": "scheduler-self", "POD_NAMESPACE": namespace},
     )
 
@@ -209,3 +216,69 @@ def test_r1_1_each_rbac_rule_is_needed(
         healthy.stop()
     assert broken == RULES[missing], f"without {missing} the step that broke was {broken!r}"
     print(f"\nwithout {missing}: {broken} fails")
+
+
+def token_for(kube: AdminKube, namespace: str, account: str) -> str:
+    return str(
+        kube.create(
+            f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+        )["status"]["token"]
+    )
+
+
+def test_r12_4_the_hooks_secret_job_makes_the_secret_once_with_only_its_own_rights(
+    helm: Path, kube: AdminKube, dev_cluster: DevCluster, namespace: str, tmp_path: Path
+) -> None:
+    """The chart renders no secret (so `helm template` is stable); its Job, with the Role the
+    chart gives it, creates the Secret once and never changes it."""
+    objects = render(helm, namespace=namespace, release="rbac")
+    assert not [o for o in objects if o["kind"] == "Secret"]
+    [job] = [o for o in objects if o["kind"] == "Job"]
+    own = [o for o in objects if o["metadata"]["name"].endswith("-hooks-secret") and o["kind"] != "Job"]
+    apply(kube, own)
+    kubeconfig = tmp_path / "job.kubeconfig"
+    kubeconfig.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "dev",
+                        "cluster": {
+                            "server": dev_cluster.layout.apiserver_url,
+                            "certificate-authority": str(dev_cluster.layout.kube / "ca.crt"),
+                        },
+                    }
+                ],
+                "users": [
+                    {
+                        "name": "job",
+                        "user": {"token": token_for(kube, namespace, "rbac-sunk-scheduler-hooks-secret")},
+                    }
+                ],
+                "contexts": [{"name": "job", "context": {"cluster": "dev", "user": "job"}}],
+                "current-context": "job",
+            }
+        )
+    )
+    argv = [sys.executable, "-m", "sunk.cli", *job["spec"]["template"]["spec"]["containers"][0]["args"]]
+    try:
+        first = subprocess.run(
+            [*argv, f"--kubeconfig={kubeconfig}"], capture_output=True, text=True, check=True
+        )
+        assert "created" in first.stdout
+        made = kube.get(f"/api/v1/namespaces/{namespace}/secrets/rbac-sunk-scheduler-hooks")["data"]["secret"]
+        second = subprocess.run(
+            [*argv, f"--kubeconfig={kubeconfig}"], capture_output=True, text=True, check=True
+        )
+        assert "left as it is" in second.stdout
+        assert (
+            kube.get(f"/api/v1/namespaces/{namespace}/secrets/rbac-sunk-scheduler-hooks")["data"]["secret"]
+            == made
+        )
+        assert render(helm, namespace=namespace, release="rbac") == objects  # the same on every render
+    finally:
+        for obj in own:
+            kube.delete(f"{collection(obj)}/{obj['metadata']['name']}")
