@@ -152,6 +152,7 @@ def start_scheduler(
             f"--scheduler-name={SCHEDULER}",
             f"--watch-namespace={namespace}",
             "--hooks-api-bind-address=127.0.0.1:29000",
+            "--hooks-insecure-http=true",
             f"--metrics-bind-address=127.0.0.1:{metrics_port}",
             "--health-probe-bind-address=127.0.0.1:29081",
             "--log-level=warning",

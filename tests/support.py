@@ -187,6 +187,11 @@ class SchedulerProcess:
             "scheduler",
             f"--scheduler-name={self.name}",
             f"--hooks-api-bind-address=127.0.0.1:{self.hooks_port}",
+            *(
+                ()
+                if any(a.startswith("--hooks-tls-") for a in self.args)
+                else ("--hooks-insecure-http=true",)
+            ),
             f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
             f"--health-probe-bind-address=127.0.0.1:{self.probes_port}",
             *self.args,

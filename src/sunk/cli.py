@@ -54,6 +54,10 @@ def build_parser() -> argparse.ArgumentParser:
     ensure.add_argument("--namespace", required=True)
     ensure.add_argument("--name", required=True)
     ensure.add_argument("--kubeconfig", default=config._env("kubeconfig"))
+    ensure.add_argument("--tls-secret", help="also make this kubernetes.io/tls Secret for the hooks API")
+    ensure.add_argument(
+        "--tls-host", action="append", default=[], help="a DNS name or address of the hooks API (repeat)"
+    )
     explain = sub.add_parser("explain", help="show the placeholder job a Pod manifest would get, offline")
     explain.add_argument("-f", "--filename", required=True, help="Pod manifest (YAML or JSON; - for stdin)")
     explain.add_argument("-o", "--output", choices=["text", "json"], default="text")
@@ -176,21 +180,30 @@ def run_ensure_hooks_secret(args: argparse.Namespace) -> int:
     import asyncio
 
     from sunk.kube.client import KubeClient, KubeError
-    from sunk.kube.secret import ensure_hooks_secret
+    from sunk.kube.secret import ensure_hooks_secret, ensure_tls_secret
 
-    async def ensure() -> bool:
+    if args.tls_secret and not args.tls_host:
+        print("sunk ensure-hooks-secret: --tls-secret needs at least one --tls-host", file=sys.stderr)
+        return 2
+
+    async def ensure() -> list[tuple[str, bool]]:
         kube = await KubeClient.connect(args.kubeconfig)
         try:
-            return await ensure_hooks_secret(kube, args.namespace, args.name)
+            made = [(args.name, await ensure_hooks_secret(kube, args.namespace, args.name))]
+            if args.tls_secret:
+                tls = await ensure_tls_secret(kube, args.namespace, args.tls_secret, args.tls_host)
+                made.append((args.tls_secret, tls))
+            return made
         finally:
             await kube.close()
 
     try:
-        made = asyncio.run(ensure())
+        results = asyncio.run(ensure())
     except (KubeError, ValueError) as err:
         print(f"sunk ensure-hooks-secret: {err}", file=sys.stderr)
         return 1
-    print(f"Secret {args.namespace}/{args.name} {'created' if made else 'exists; left as it is'}")
+    for name, made in results:
+        print(f"Secret {args.namespace}/{name} {'created' if made else 'exists; left as it is'}")
     return 0
 
 

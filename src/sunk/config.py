@@ -69,6 +69,10 @@ class Config:
     static_cpu_pods: str = "warn"
     hooks_url: str | None = None
     hooks_secret: bytes | None = field(default=None, repr=False)
+    hooks_tls_cert: Path | None = None
+    hooks_tls_key: Path | None = None
+    hooks_tls_ca: Path | None = None
+    hooks_insecure_http: bool = False
     policy_file: Path | None = None
     devices: tuple[tuple[str, str], ...] = DEFAULT_DEVICES
     workers: int = 32  # concurrent reconciles; each mostly waits on the API server or Slurm
@@ -99,6 +103,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("hooks-api-bind-address", "address of the hooks API", ":8000")
     flag("hooks-api-url", "URL placeholder jobs use to reach the hooks API (default: from the bind address)")
     flag("hooks-secret-file", "file with the secret that signs hook credentials (or SUNK_HOOKS_SECRET)")
+    flag("hooks-tls-cert-file", "certificate (PEM) the hooks API serves; re-read when it changes")
+    flag("hooks-tls-key-file", "its private key (PEM)")
+    flag(
+        "hooks-tls-ca-file", "CA (PEM) placeholder jobs verify the hooks API with (default: the certificate)"
+    )
+    flag(
+        "hooks-insecure-http",
+        "true: serve the hooks API over plain HTTP (a local dev cluster only: calls and answers "
+        "can then be read on the network)",
+        "false",
+    )
     flag("metrics-bind-address", "address of the Prometheus metrics endpoint", ":8080")
     flag("health-probe-bind-address", "address of /healthz and /readyz", ":8081")
     flag(
@@ -180,6 +195,22 @@ def from_arguments(args: argparse.Namespace) -> Config:
         except PolicyError as err:
             raise ValueError(f"--policy: {err}") from None
     devices = parse_devices(args.device_gres)
+    insecure = str(args.hooks_insecure_http).lower()
+    if insecure not in ("true", "false"):
+        raise ValueError("--hooks-insecure-http must be true or false")
+    if bool(args.hooks_tls_cert_file) != bool(args.hooks_tls_key_file):
+        raise ValueError("--hooks-tls-cert-file and --hooks-tls-key-file go together")
+    components_serving_hooks = "hooks" in components
+    if components_serving_hooks and insecure == "false" and not args.hooks_tls_cert_file:
+        raise ValueError(
+            "the hooks API serves TLS: give --hooks-tls-cert-file and --hooks-tls-key-file (e.g. a "
+            "kubernetes.io/tls Secret; the chart makes one), or --hooks-insecure-http=true for a local "
+            "dev cluster"
+        )
+    for name in ("hooks_tls_cert_file", "hooks_tls_key_file", "hooks_tls_ca_file"):
+        value = getattr(args, name)
+        if value and not Path(value).is_file():
+            raise ValueError(f"--{name.replace('_', '-')}: {value} is not a readable file")
     if str(args.leader_elect).lower() not in ("true", "false"):
         raise ValueError("--leader-elect must be true or false")
     return Config(
@@ -212,6 +243,12 @@ def from_arguments(args: argparse.Namespace) -> Config:
         hooks_secret=secret,
         policy_file=Path(args.policy) if args.policy else None,
         devices=devices,
+        hooks_tls_cert=Path(args.hooks_tls_cert_file) if args.hooks_tls_cert_file else None,
+        hooks_tls_key=Path(args.hooks_tls_key_file) if args.hooks_tls_key_file else None,
+        hooks_tls_ca=Path(args.hooks_tls_ca_file or args.hooks_tls_cert_file)
+        if args.hooks_tls_cert_file
+        else None,
+        hooks_insecure_http=insecure == "true",
     )
 
 

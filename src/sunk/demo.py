@@ -89,6 +89,7 @@ def _start_scheduler(cluster: DevCluster) -> None:
             "scheduler",
             f"--scheduler-name={SCHEDULER}",
             "--hooks-api-bind-address=127.0.0.1:28000",
+            "--hooks-insecure-http=true",  # a local dev cluster: no certificate to manage
             "--metrics-bind-address=127.0.0.1:28080",
             "--health-probe-bind-address=127.0.0.1:28081",
         ],

@@ -71,11 +71,9 @@ def test_r1_1_rbac_is_least_privilege(helm: Path) -> None:
         for rule in role["rules"]:
             assert "*" not in rule["verbs"] and "*" not in rule["resources"]
             if role["metadata"]["name"].endswith("-hooks-secret"):
-                assert rule["resources"] == ["secrets"] and rule.get(
-                    "resourceNames", ["r1-sunk-scheduler-hooks"]
-                )
-                assert rule["verbs"] in (["create"], ["get"])
-                assert rule["verbs"] == ["create"] or rule["resourceNames"] == ["r1-sunk-scheduler-hooks"]
+                assert rule["resources"] == ["secrets"] and rule["verbs"] in (["create"], ["get"])
+                own = ["r1-sunk-scheduler-hooks", "r1-sunk-scheduler-hooks-tls"]
+                assert rule["verbs"] == ["create"] or rule["resourceNames"] == own
                 continue
             assert "secrets" not in rule["resources"]
             if "nodes" in rule["resources"]:
@@ -102,7 +100,23 @@ def test_r1_1_hooks_service_targets_only_the_leader(helm: Path) -> None:
     objects = render(helm)
     hooks = next(s for s in of_kind(objects, "Service") if s["metadata"]["name"].endswith("-hooks"))
     assert hooks["spec"]["selector"]["sunk.coreweave.com/leader"] == "true"
-    assert flag(objects, "hooks-api-url") == "http://r1-sunk-scheduler-hooks.team.svc:8000"
+    assert flag(objects, "hooks-api-url") == "https://r1-sunk-scheduler-hooks.team.svc:8000"
+
+
+def test_r12_2_the_hooks_api_serves_tls_from_a_secret_the_job_makes_for_the_services_names(
+    helm: Path,
+) -> None:
+    objects = render(helm)
+    assert flag(objects, "hooks-tls-cert-file") == "/var/run/secrets/sunk-hooks-tls/tls.crt"
+    assert flag(objects, "hooks-tls-ca-file") == "/var/run/secrets/sunk-hooks-tls/ca.crt"
+    assert not [a for a in args(objects) if a.startswith("--hooks-insecure-http")]
+    [job] = of_kind(objects, "Job")
+    job_args = job["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--tls-secret=r1-sunk-scheduler-hooks-tls" in job_args
+    assert "--tls-host=r1-sunk-scheduler-hooks.team.svc" in job_args
+    given = render(helm, "scheduler.hooks.tls.secretName=from-cert-manager")
+    [job] = of_kind(given, "Job")
+    assert not [a for a in job["spec"]["template"]["spec"]["containers"][0]["args"] if a.startswith("--tls")]
 
 
 def test_r1_2_every_documented_flag_is_passed(helm: Path) -> None:

@@ -1,11 +1,14 @@
-"""The hooks channel under attack (issue #12): a replay after a restart, and a forged answer
-from someone on the path between a placeholder and the scheduler."""
+"""The hooks channel (issue #12): TLS end to end, a replay after a restart, and a forged
+answer from someone on the path between a placeholder and the scheduler."""
 
 from __future__ import annotations
 
+import re
 import threading
+import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any, ClassVar
 
 import httpx
@@ -15,8 +18,10 @@ from sunk.devcluster import DevCluster
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.slurmcluster import run_cli
 from sunk.hooks.auth import pod_key
+from sunk.kube.secret import self_signed
+from sunk.slurm.models import ACTIVE_STATES
 from tests.e2e.test_lifecycle import _signed, job_state
-from tests.e2e.test_schedule_flow import create, job_of, wait_bound
+from tests.e2e.test_schedule_flow import create, get, job_of, wait_bound
 from tests.support import SchedulerProcess, SlurmRest, free_port, holds_for, make_pod, wait_for
 
 pytestmark = pytest.mark.e2e
@@ -108,3 +113,40 @@ def test_r12_2_a_forged_200_does_not_make_a_placeholder_exit(
         what="KillWait to end it",
     )
     run_cli(dev_cluster.layout, "scontrol", "update", f"nodename={node}", "state=resume")
+
+
+def hook_calls(proc: SchedulerProcess, outcome: str) -> float:
+    text = httpx.get(f"http://127.0.0.1:{proc.metrics_port}/metrics", timeout=5).text
+    found = re.search(rf'^sunk_hook_calls_total{{outcome="{outcome}"}} (\S+)$', text, re.MULTILINE)
+    return float(found.group(1)) if found else 0.0
+
+
+def test_r12_2_placeholders_reach_the_hooks_api_over_verified_tls(
+    kube: AdminKube,
+    slurm: SlurmRest,
+    namespace: str,
+    own_scheduler: Callable[..., SchedulerProcess],
+    dev_cluster: DevCluster,
+    tmp_path: Path,
+) -> None:
+    """With a certificate, the hooks API speaks only TLS; placeholders verify it with the CA
+    handed to them and their calls work end to end: the job ends as soon as its Pod is gone,
+    well before KillWait."""
+    cert, key = self_signed(["127.0.0.1"])
+    (tmp_path / "tls.crt").write_bytes(cert)
+    (tmp_path / "tls.key").write_bytes(key)
+    proc = own_scheduler(
+        f"--hooks-tls-cert-file={tmp_path / 'tls.crt'}", f"--hooks-tls-key-file={tmp_path / 'tls.key'}"
+    )
+    assert f"https://127.0.0.1:{proc.hooks_port}" in proc.output()
+    create(kube, namespace, make_pod("private", proc.name))
+    job_id = job_of(wait_bound(kube, namespace, "private"), slurm)["job_id"]
+    wait_for(lambda: hook_calls(proc, "started") >= 1, timeout=15, what="the started call over TLS")
+    with pytest.raises(httpx.HTTPError):  # plain HTTP is not spoken
+        httpx.post(f"http://127.0.0.1:{proc.hooks_port}/v1/pods/x/jobs/1/started", timeout=5)
+    cancelled = time.monotonic()
+    run_cli(dev_cluster.layout, "scancel", str(job_id))
+    wait_for(lambda: get(kube, namespace, "private") is None, timeout=15, what="the Pod to go")
+    wait_for(lambda: job_state(slurm, job_id) not in ACTIVE_STATES, timeout=15, what="the job to end")
+    assert time.monotonic() - cancelled < (dev_cluster.spec() or pytest.fail("no spec")).kill_wait
+    assert hook_calls(proc, "terminating_gone") >= 1 and hook_calls(proc, "unauthenticated") == 0

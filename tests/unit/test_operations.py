@@ -51,7 +51,12 @@ def parse(*argv: str) -> config.Config:
 def test_r1_2_flags_have_the_reference_defaults(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("SUNK_SLURM_KILL_WAIT", "SUNK_HOOKS_SECRET", "SUNK_WATCH_NAMESPACE"):
         monkeypatch.delenv(name, raising=False)
-    cfg = parse("--scheduler-name=s", "--slurm-api-base=http://x", "--slurm-auth-token=t")
+    cfg = parse(
+        "--scheduler-name=s",
+        "--slurm-api-base=http://x",
+        "--slurm-auth-token=t",
+        "--hooks-insecure-http=true",
+    )
     assert cfg.slurm_kill_wait_s == 30
     assert cfg.hooks_bind == ("0.0.0.0", 8000)
     assert cfg.metrics_bind == ("0.0.0.0", 8080)
@@ -60,7 +65,12 @@ def test_r1_2_flags_have_the_reference_defaults(monkeypatch: pytest.MonkeyPatch)
 
 
 def test_r1_2_the_token_never_appears_in_the_config_repr() -> None:
-    cfg = parse("--scheduler-name=s", "--slurm-api-base=http://x", "--slurm-auth-token=s3cret-token")
+    cfg = parse(
+        "--scheduler-name=s",
+        "--slurm-api-base=http://x",
+        "--slurm-auth-token=s3cret-token",
+        "--hooks-insecure-http=true",
+    )
     assert "s3cret-token" not in repr(cfg)
 
 
@@ -86,6 +96,19 @@ def test_r1_2_the_token_never_appears_in_the_config_repr() -> None:
                 "--components=everything",
             ],
             "--components",
+        ),
+        (
+            ["--scheduler-name=s", "--slurm-api-base=http://x", "--slurm-auth-token=t"],
+            "the hooks API serves TLS: give --hooks-tls-cert-file and --hooks-tls-key-file",
+        ),
+        (
+            [
+                "--scheduler-name=s",
+                "--slurm-api-base=http://x",
+                "--slurm-auth-token=t",
+                "--hooks-tls-cert-file=/c",
+            ],
+            "go together",
         ),
     ],
 )

@@ -22,6 +22,10 @@
 {{- default .Release.Namespace .Values.scheduler.slurmd.namespace -}}
 {{- end -}}
 
+{{- define "sunk.hooksTLSSecret" -}}
+{{- default (printf "%s-hooks-tls" (include "sunk.fullname" .)) .Values.scheduler.hooks.tls.secretName -}}
+{{- end -}}
+
 {{- define "sunk.hooksSecret" -}}
 {{- default (printf "%s-hooks" (include "sunk.fullname" .)) .Values.scheduler.hooks.secretName -}}
 {{- end -}}

@@ -10,6 +10,8 @@
 #   SUNK_HOOK_URL            the scheduler's hooks API
 #   SUNK_HOOK_KEY            this Pod's key for signing hook calls (R5.5)
 #   SUNK_KILL_WAIT           Slurm's KillWait in seconds
+#   SUNK_HOOK_CA             the CA (PEM) that signed the hooks API's certificate; absent
+#                            when the scheduler serves plain HTTP (a local dev cluster)
 set -u
 export LC_ALL=C   # a "." in $EPOCHREALTIME, whatever the node's locale
 
@@ -19,6 +21,13 @@ export LC_ALL=C   # a "." in $EPOCHREALTIME, whatever the node's locale
 if ! scontrol update jobid="$SLURM_JOB_ID" "${SUNK_MARK_FIELD:-extra}=${SUNK_MARK_BASE:-}: started"; then
   echo "sunk placeholder: could not mark job $SLURM_JOB_ID started" >&2
   exit 1
+fi
+
+# The CA goes to a file for curl: it is public, so only its lifetime needs care.
+TLS=()
+if [ -n "${SUNK_HOOK_CA:-}" ]; then
+  HOOK_CA=$(mktemp) && printf '%s\n' "$SUNK_HOOK_CA" > "$HOOK_CA" && TLS=(--cacert "$HOOK_CA")
+  trap 'rm -f "$HOOK_CA"' EXIT
 fi
 
 # hmac MESSAGE: sets SIG to HMAC-SHA256 of MESSAGE under $SUNK_HOOK_KEY (hex). Built from
@@ -51,7 +60,7 @@ $CALL_PATH
 $ts
 $CALL_NONCE
 "
-  CALL=(-s -o /dev/null -w '%{http_code} %header{x-sunk-answer}' -X POST --max-time "$2"
+  CALL=("${TLS[@]}" -s -o /dev/null -w '%{http_code} %header{x-sunk-answer}' -X POST --max-time "$2"
     -H "X-Sunk-Timestamp: $ts" -H "X-Sunk-Nonce: $CALL_NONCE" -H "X-Sunk-Signature: $SIG"
     "${SUNK_HOOK_URL}${CALL_PATH}")
 }

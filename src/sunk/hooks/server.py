@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import ssl
 import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
@@ -59,11 +60,11 @@ class HooksServer:
         self.port = 0
         self._refusals = RefusalLog()
 
-    async def start(self, host: str, port: int) -> int:
+    async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
         self._runner = web.AppRunner(self.app, access_log=None)
         await self._runner.setup()
         # Replicas on one host may share the port (followers answer 503), as behind a Service.
-        site = web.TCPSite(self._runner, host, port, reuse_port=True)
+        site = web.TCPSite(self._runner, host, port, reuse_port=True, ssl_context=tls)
         await site.start()
         sockets = getattr(site._server, "sockets", None) or []  # the port actually bound
         self.port = sockets[0].getsockname()[1] if sockets else port

@@ -1,17 +1,27 @@
-"""`sunk ensure-hooks-secret`: make the hooks secret once, keep it forever.
+"""`sunk ensure-hooks-secret`: make the hooks secrets once, keep them forever.
 
-The chart cannot generate the secret in a template: `helm template` (and every GitOps tool
-built on it) would render a new random value on each run and break the key of every running
-placeholder job. Instead a small Job runs this before the scheduler starts: it creates the
+The chart cannot generate secrets in a template: `helm template` (and every GitOps tool
+built on it) would render new random values on each run and break the key of every running
+placeholder job. Instead a small Job runs this before the scheduler starts: it creates each
 Secret when it is missing and leaves an existing one untouched, so the rendered manifests
 hold no secret at all and stay the same from one render to the next.
+
+Two Secrets: the one that signs hook credentials, and (optionally) a TLS certificate for
+the hooks API that is its own CA, handed to placeholder jobs so they can verify it.
 """
 
 from __future__ import annotations
 
 import base64
+import datetime as dt
+import ipaddress
 import logging
 import secrets
+
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 
 from sunk.kube.client import KubeClient, KubeError
 
@@ -19,8 +29,56 @@ log = logging.getLogger(__name__)
 KEY = "secret"
 
 
+def _b64(data: bytes) -> str:
+    return base64.b64encode(data).decode()
+
+
 async def ensure_hooks_secret(kube: KubeClient, namespace: str, name: str) -> bool:
     """Create Secret `name` with a fresh random `secret` key unless it exists; True if made."""
+    data = {KEY: _b64(secrets.token_urlsafe(48).encode())}
+    return await _ensure(kube, namespace, name, "Opaque", data, KEY)
+
+
+async def ensure_tls_secret(kube: KubeClient, namespace: str, name: str, hosts: list[str]) -> bool:
+    """Create a kubernetes.io/tls Secret for the hooks API unless it exists; True if made.
+    The certificate is its own CA (ca.crt), handed to placeholder jobs to verify it."""
+    cert, key = self_signed(hosts)
+    data = {"tls.crt": _b64(cert), "tls.key": _b64(key), "ca.crt": _b64(cert)}
+    return await _ensure(kube, namespace, name, "kubernetes.io/tls", data, "tls.crt")
+
+
+def self_signed(hosts: list[str], days: int = 3650) -> tuple[bytes, bytes]:
+    """(certificate, key) in PEM for `hosts` (DNS names or IP addresses), valid `days`."""
+    key = ec.generate_private_key(ec.SECP256R1())
+    names: list[x509.GeneralName] = []
+    for host in hosts:
+        try:
+            names.append(x509.IPAddress(ipaddress.ip_address(host)))
+        except ValueError:
+            names.append(x509.DNSName(host))
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])])
+    now = dt.datetime.now(dt.UTC)
+    cert = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(subject)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + dt.timedelta(days=days))
+        .add_extension(x509.SubjectAlternativeName(names), critical=False)
+        .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+        .sign(key, hashes.SHA256())
+    )
+    key_pem = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8, serialization.NoEncryption()
+    )
+    return cert.public_bytes(serialization.Encoding.PEM), key_pem
+
+
+async def _ensure(
+    kube: KubeClient, namespace: str, name: str, kind: str, data: dict[str, str], needed: str
+) -> bool:
     path = f"/api/v1/namespaces/{namespace}/secrets"
     try:
         existing = await kube.request("GET", f"{path}/{name}")
@@ -28,19 +86,18 @@ async def ensure_hooks_secret(kube: KubeClient, namespace: str, name: str) -> bo
         if not err.not_found:
             raise
     else:
-        if not ((existing.get("data") or {}).get(KEY)):
-            raise ValueError(f"Secret {namespace}/{name} exists but has no key {KEY!r}; add one or delete it")
+        if not ((existing.get("data") or {}).get(needed)):
+            raise ValueError(
+                f"Secret {namespace}/{name} exists but has no key {needed!r}; add one or delete it"
+            )
         return False
+    labels = {"app.kubernetes.io/name": "sunk-scheduler"}
     body = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {
-            "name": name,
-            "namespace": namespace,
-            "labels": {"app.kubernetes.io/name": "sunk-scheduler"},
-        },
-        "type": "Opaque",
-        "data": {KEY: base64.b64encode(secrets.token_urlsafe(48).encode()).decode()},
+        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "type": kind,
+        "data": data,
     }
     try:
         await kube.request("POST", path, body=body)

@@ -8,9 +8,11 @@ import os
 import secrets
 import signal
 import socket
+import ssl
 import time
 from collections import Counter
 from contextlib import suppress
+from dataclasses import replace
 
 from sunk import metrics
 from sunk.config import Config
@@ -39,6 +41,7 @@ log = logging.getLogger(__name__)
 RESYNC_EVERY_S = 30.0
 LEADER_LABEL = "sunk.coreweave.com/leader"
 SLURM_NODES_EVERY_S = 5.0
+TLS_RELOAD_EVERY_S = 60.0
 # Single-job reads for `started` hook calls in flight at once; beyond that, a listing.
 READ_STARTED_AT_ONCE = 4
 
@@ -59,6 +62,7 @@ class Scheduler:
             secret = secrets.token_bytes(32)
         self.secret = secret
         self.acting = asyncio.Event()  # set while this replica may act (the leader, or alone)
+        self.tls: HooksTLS | None = None
         self.negotiated = False  # the REST version is chosen
         self.leading = False  # this replica holds the Lease (or runs alone) and polls Slurm
         self.verifier = Verifier(secret)
@@ -276,13 +280,27 @@ class Scheduler:
 
     async def _serve_hooks(self) -> None:
         """Start the hooks API first: its address goes into every job submitted."""
+        self.tls = HooksTLS(self.config) if self.config.hooks_tls_cert else None
         if "hooks" in self.config.components:
-            port = await self.hooks_server.start(*self.config.hooks_bind)
+            context = self.tls.context if self.tls else None
+            port = await self.hooks_server.start(*self.config.hooks_bind, context)
         else:
             port = self.config.hooks_bind[1]
         url = hooks_url(self.config, port)
-        self.reconciler.hooks = HookCredentials(url, self.secret)
-        log.info("hooks API for placeholder jobs at %s", url)
+        self.reconciler.hooks = HookCredentials(url, self.secret, self.tls.ca_pem if self.tls else "")
+        log.info("hooks API for placeholder jobs at %s%s", url, "" if self.tls else " (plain HTTP)")
+
+    async def _reload_tls(self) -> None:
+        """A renewed certificate (cert-manager rewrites the mounted Secret) is served to new
+        connections, and its CA handed to new jobs, without a restart."""
+        while self.tls is not None:
+            await asyncio.sleep(TLS_RELOAD_EVERY_S)
+            try:
+                if self.tls.reload():
+                    self.reconciler.hooks = replace(self.reconciler.hooks, ca_pem=self.tls.ca_pem)
+                    log.info("hooks API: reloaded its TLS certificate")
+            except (OSError, ssl.SSLError) as err:
+                log.error("hooks API: cannot reload its TLS certificate (%s); serving the old one", err)
 
     def not_ready(self) -> str | None:
         """Why /readyz fails: start-up is not done (REST version, caches, first job
@@ -326,6 +344,7 @@ class Scheduler:
             await serve_probes(*self.config.health_bind, self.not_ready),
         ]
         tasks = [asyncio.create_task(i.run(), name=i.name) for i in self.informers]
+        tasks.append(asyncio.create_task(self._reload_tls(), name="tls"))
         try:
             await negotiate(self.slurm, self.config.slurm_api_version)
             self.negotiated = True
@@ -441,7 +460,31 @@ def hooks_url(config: Config, port: int) -> str:
     host = config.hooks_bind[0]
     if host in ("0.0.0.0", "::", ""):
         host = socket.getfqdn()
-    return f"http://{host}:{port}"
+    return f"{'https' if config.hooks_tls_cert else 'http'}://{host}:{port}"
+
+
+class HooksTLS:
+    """The hooks API's certificate, and the CA placeholders check it with, from files."""
+
+    def __init__(self, config: Config) -> None:
+        assert config.hooks_tls_cert and config.hooks_tls_key and config.hooks_tls_ca
+        self._files = (config.hooks_tls_cert, config.hooks_tls_key, config.hooks_tls_ca)
+        self.context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+        self.context.minimum_version = ssl.TLSVersion.TLSv1_2
+        self._stamp: tuple[float, ...] = ()
+        self.ca_pem = ""
+        self.reload()
+
+    def reload(self) -> bool:
+        """Load the files if they changed since the last load; True if they did."""
+        stamp = tuple(os.stat(f).st_mtime for f in self._files)
+        if stamp == self._stamp:
+            return False
+        cert, key, ca = self._files
+        self.context.load_cert_chain(cert, key)
+        self.ca_pem = ca.read_text()
+        self._stamp = stamp
+        return True
 
 
 async def negotiate(slurm: SlurmClient, forced: str | None) -> None:

@@ -49,6 +49,7 @@ class HookCredentials:
 
     url: str
     secret: bytes = field(repr=False)
+    ca_pem: str = ""  # what placeholders verify the hooks API's certificate with ("": plain HTTP)
 
     def key_for(self, pod_uid: str) -> str:
         return pod_key(self.secret, pod_uid)
@@ -469,6 +470,7 @@ class Reconciler:
             "SUNK_POD_UID": job.pod.uid,
             "SUNK_HOOK_URL": self.hooks.url,
             "SUNK_HOOK_KEY": self.hooks.key_for(job.pod.uid),
+            **({"SUNK_HOOK_CA": self.hooks.ca_pem} if self.hooks.ca_pem else {}),
             "SUNK_KILL_WAIT": str(self.settings.kill_wait_s),
         }
         if os.environ.get("SLURM_CONF"):
