@@ -1168,6 +1168,23 @@ class ChaosRun:
                     f"Slurm's record of job {job['job_id']} changed: it started at {ran[-1].start} while "
                     f"seen running, Slurm now says {start or 'never'}"
                 )
+        # The same, when no listing saw it run: the Pod was bound (its job had started),
+        # slurmctld was killed just before, and Slurm's record now says the job was
+        # cancelled without ever running (start = end): restarted from state saved before
+        # the start, it had the job PENDING again.
+        restarted = [
+            f
+            for f in self.report.faults
+            if f.kind == "kill-slurmctld" and went_at - 15 <= f.started <= went_at
+        ]
+        if track.bound_at is not None and restarted:
+            for job in mine:
+                start, end = int(job.get("start_time") or 0), int(job.get("end_time") or 0)
+                if job["job_state"] == "CANCELLED" and start and start == end:
+                    return "job reverted by Slurm", (
+                        f"the Pod was bound to job {job['job_id']} once it ran, yet after slurmctld's "
+                        f"restart (fault #{restarted[-1].index}) Slurm records it cancelled before it ran"
+                    )
         if event is not None and event.get("reason") == "PlaceholderJobMoved":
             for job in mine:
                 nodes = [n for n in str(job.get("nodes") or "").split(",") if n]

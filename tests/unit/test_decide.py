@@ -493,3 +493,10 @@ def test_the_allocation_checked_before_binding(
         assert found is None
     else:
         assert found is not None and problem in found and "job 7" in found
+
+
+def test_r5_2_a_started_job_pending_again_without_a_requeue_is_said_to_be_lost_not_cancelled() -> None:
+    """slurmctld restarted from state saved before the start: nobody cancelled anything."""
+    reason, words = job("PENDING", started=False).why_ending(NOW)
+    assert reason == "PlaceholderJobEnded" and "PENDING again" in words
+    assert job("PENDING", started=False, restarts=1).why_ending(NOW)[0] == "Preempted"

@@ -79,6 +79,14 @@ class SlurmJob:
         """(Event reason, words) for a job Slurm is ending, as far as Slurm tells."""
         if self.state in ("REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED") or (self.pending and self.restarts):
             return "Preempted", "was requeued by Slurm (preempted)"
+        if self.pending:
+            # Pending again with no requeue: slurmctld restarted from state saved before
+            # the job started, and no longer holds its resources.
+            return (
+                "PlaceholderJobEnded",
+                "is PENDING again although it had started (slurmctld lost its record of the start, "
+                "e.g. in a restart); its resources are no longer held",
+            )
         if self.state == "SUSPENDED":
             return "Preempted", "was suspended by Slurm (preempted)"
         if self.preempt_time or self.state == "PREEMPTED":
