@@ -170,3 +170,47 @@ def test_r5_3_a_drain_made_by_someone_else_gets_one_event_on_its_node_across_res
         assert len(drain_events()) == 1
     finally:
         run_cli(dev_cluster.layout, "scontrol", "update", f"nodename={node}", "state=resume")
+
+
+def test_r11_2_the_api_server_down_while_a_submit_is_answered_gives_one_job_not_two(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess, dev_cluster: DevCluster
+) -> None:
+    """Slurm accepts the Pod's job while the API server is frozen, so the scheduler cannot
+    write the job's ID on the Pod. When the API server is back, the Pod is bound to that
+    job: it is found, not submitted again, and not cancelled."""
+    rest = procs.load(dev_cluster.layout.pids, "slurmrestd")
+    apiserver = procs.load(dev_cluster.layout.pids, "kube-apiserver")
+    assert rest is not None and rest.alive() and apiserver is not None and apiserver.alive()
+    os.kill(rest.pid, signal.SIGSTOP)  # the submit waits in slurmrestd's socket
+    try:
+        uid = create(kube, namespace, make_pod("unrecorded", SCHEDULER))["metadata"]["uid"]
+        holds_for(
+            lambda: (
+                P + "job-id"
+                not in ((get(kube, namespace, "unrecorded") or {})["metadata"].get("annotations") or {})
+            ),
+            seconds=1,
+            what="the Pod to wait for its submit",
+        )
+        os.kill(apiserver.pid, signal.SIGSTOP)
+        try:
+            os.kill(rest.pid, signal.SIGCONT)
+            wait_for(
+                lambda: uid in run_cli(dev_cluster.layout, "squeue", "-h", "-o", "%j"),
+                timeout=20,
+                what="Slurm to accept the job while the API server is frozen",
+            )
+            wait_for(  # the job ID's write times out (the client gives up after 30 s)
+                lambda: f"reconcile {namespace}/unrecorded failed" in scheduler.output(),
+                timeout=45,
+                what="the scheduler to fail writing the job ID",
+            )
+        finally:
+            os.kill(apiserver.pid, signal.SIGCONT)
+    finally:
+        os.kill(rest.pid, signal.SIGCONT)
+    wait_for(kube.ready, timeout=30, what="the API server")
+    bound = wait_bound(kube, namespace, "unrecorded", timeout=60)
+    jobs = slurm.jobs_of_pod(uid)
+    assert len(jobs) == 1, [(j["job_id"], j["job_state"]) for j in jobs]
+    assert jobs[0]["job_id"] == job_of(bound, slurm)["job_id"] and jobs[0]["job_state"] == "RUNNING"
