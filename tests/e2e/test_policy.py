@@ -32,6 +32,7 @@ namespaces:
     defaultUid: {UID}
     accounts: []
     partitions: [batch]
+    qos: [normal]
     priority: {{min: 0, max: {max_priority}}}
 """
 
@@ -69,6 +70,7 @@ def refused(kube: AdminKube, slurm: SlurmRest, namespace: str, name: str) -> str
         pytest.param({"user-id": "0"}, "may not run jobs as uid 0", id="root"),
         pytest.param({"account": "finance"}, 'may not use account "finance"', id="another_account"),
         pytest.param({"partition": "high"}, 'may not use partition "high"', id="a_preempting_partition"),
+        pytest.param({"qos": "high"}, 'may not use qos "high"', id="a_high_priority_qos"),
         pytest.param({"priority": "100000"}, "may not set priority 100000", id="a_high_priority"),
     ],
 )
