@@ -25,6 +25,7 @@ NODE_DRAINED = "NodeDrained"
 STATIC_CPU = "StaticCPUPinning"
 IGNORED_ANNOTATION = "IgnoredAnnotation"
 SLURM_WARNING = "SlurmWarning"
+RULE_NOT_HONOURED = "SchedulingRuleNotHonoured"
 
 # PodScheduled condition reasons. The first three are final: the Pod is never retried.
 INVALID = "InvalidForSlurm"

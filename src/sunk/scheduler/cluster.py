@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.kube.informer import Informer
-from sunk.translate.nodefilter import node_ready, why_not
+from sunk.translate import podaffinity
+from sunk.translate.nodefilter import affinity_allows, node_ready, why_not
 
 Json = dict[str, Any]
 
@@ -38,8 +39,16 @@ class ClusterView:
                 mapping.setdefault(name, set()).add(spec["nodeName"])
         return mapping
 
-    def target(self, slurm_node: str, pod_spec: Json, mapping: dict[str, set[str]] | None = None) -> Target:
-        """The Node for `slurm_node`, or why the Pod must not be placed there (R4.3)."""
+    def target(
+        self,
+        slurm_node: str,
+        pod: Json,
+        placed: list[Json],
+        mapping: dict[str, set[str]] | None = None,
+    ) -> Target:
+        """The Node for `slurm_node`, or why the Pod must not be placed there (R4.3, R9.3).
+        `placed`: the Pods already on Nodes, for the Pod's affinity and spread rules."""
+        pod_spec = pod.get("spec") or {}
         hosts = set((mapping or self.host_map()).get(slurm_node, ()))
         if not hosts:
             return Target(slurm_node, None, f"no slurmd Pod for Slurm node {slurm_node} is bound to a Node")
@@ -55,14 +64,24 @@ class ClusterView:
             return Target(slurm_node, None, f"Node {host} hosting Slurm node {slurm_node} does not exist")
         if not node_ready(node):
             return Target(slurm_node, node, f"Node {host} is not Ready")
-        return Target(slurm_node, node, why_not(pod_spec, node))
+        problem = why_not(pod_spec, node)
+        if problem is None and podaffinity.has_rules(pod):
+            candidates = [
+                n
+                for names in (mapping or self.host_map()).values()
+                if len(names) == 1
+                and (n := self.nodes.get(next(iter(names)))) is not None
+                and affinity_allows(pod_spec, n)
+            ]
+            problem = podaffinity.problem(pod, node, self.nodes.store, placed, candidates)
+        return Target(slurm_node, node, problem)
 
-    def excluded_for(self, pod_spec: Json) -> dict[str, str]:
+    def excluded_for(self, pod: Json, placed: list[Json]) -> dict[str, str]:
         """Slurm nodes the Pod must avoid, each with the reason."""
         mapping = self.host_map()
         excluded = {}
         for slurm_node in sorted(self.slurm_nodes | set(mapping)):
-            problem = self.target(slurm_node, pod_spec, mapping).problem
+            problem = self.target(slurm_node, pod, placed, mapping).problem
             if problem:
                 excluded[slurm_node] = problem
         return excluded

@@ -10,6 +10,7 @@ where the last process stopped, without a second job for the same Pod.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import logging
 import os
@@ -29,7 +30,7 @@ from sunk.slurm.client import SlurmClient
 from sunk.slurm.dialect import mark_environment
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.translate import PodRef, Settings, gres_text, translate
+from sunk.translate import PodRef, Settings, gres_text, podaffinity, translate
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -39,6 +40,8 @@ NODE_STATE_TTL_S = 0.5
 # A submission that got no answer is looked for in a listing requested at least this long
 # after it, before the Pod is submitted again (slurmrestd may act on it late).
 UNANSWERED_GRACE_S = 3.0
+# How long a binding this process made counts for affinity rules before the informer shows it.
+PLACING_TTL_S = 30.0
 # Slurm reads on behalf of hook calls in flight at once; beyond that the poller answers.
 ASK_WHY_AT_ONCE = 4
 
@@ -105,6 +108,10 @@ class Reconciler:
         self.prefix = settings.annotation_prefix
         self.hooks = HookCredentials("http://hooks-api-not-started", b"")  # set before the first submit
         self._node_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._rules_lock = asyncio.Lock()
+        # Pod UID → (when, the Pod as bound), from the decision until the informer shows the
+        # binding (or PLACING_TTL_S, should the Pod go first).
+        self._placing: dict[str, tuple[float, Json]] = {}
         self._node_states: dict[str, tuple[float, SlurmNode | None]] = {}
         # Jobs are remembered by (job ID, Pod UID): a slurmctld that lost its state hands
         # the same job IDs out again, and what was done to the old job says nothing of the new.
@@ -451,9 +458,13 @@ class Reconciler:
             await self.recorder.event(pod, ev.STATIC_CPU, pinned, warning=True)
         for note in result.notes:
             await self.recorder.event(pod, ev.IGNORED_ANNOTATION, note, warning=True)
+        ignored = podaffinity.not_honoured(pod)
+        if ignored:
+            note = "sunk does not apply: " + "; ".join(ignored)
+            await self.recorder.event(pod, ev.RULE_NOT_HONOURED, note, warning=True)
 
         avoid = avoid if avoid is not None else self._avoid_nodes(pod)
-        excluded = self.cluster.excluded_for(pod.get("spec") or {})
+        excluded = self.cluster.excluded_for(pod, self._placed(pod))
         message = decide.placement_problem(
             job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes
         )
@@ -533,20 +544,26 @@ class Reconciler:
             return await self._reject(pod, job, slurm_node, short, avoid_node=False)
         # The lock serialises the decision for one node (R4.3); the binding itself, a plain
         # API call, happens outside it so a burst of Pods on one node is not queued behind it.
-        async with self._node_locks[slurm_node]:
-            target = self.cluster.target(slurm_node, spec)
+        # A Pod with affinity or spread rules also takes one lock shared by all such Pods:
+        # their rules span Nodes (a zone), and each must count the others' placements.
+        rules = self._rules_lock if podaffinity.has_rules(pod) else contextlib.nullcontext()
+        meta = pod["metadata"]
+        async with rules, self._node_locks[slurm_node]:
+            target = self.cluster.target(slurm_node, pod, self._placed(pod))
             problem = target.problem
             if problem is None:
                 problem = await self._slurm_node_problem(slurm_node)
             if problem is not None or target.node is None:
                 return await self._reject(pod, job, slurm_node, problem or "no Node")
-        node_name = target.node["metadata"]["name"]
-        meta = pod["metadata"]
+            node_name = target.node["metadata"]["name"]
+            # Counted as placed from now on, before the informer shows it bound.
+            self._placing[meta["uid"]] = (time.monotonic(), {**pod, "spec": {**spec, "nodeName": node_name}})
         try:
             await self.kube.bind(meta["namespace"], meta["name"], meta["uid"], node_name)
         except KubeError as err:
             if err.conflict and await self._already_on(pod, node_name):
                 return Outcome()
+            self._placing.pop(meta["uid"], None)
             raise
         self._observe_bound(pod, job)
         await self.recorder.event(
@@ -556,6 +573,28 @@ class Reconciler:
             f"(Slurm job {job.job_id} on node {slurm_node})",
         )
         return Outcome()
+
+    def _placed(self, pod: Json) -> list[Json]:
+        """The Pods of this scheduler on a Node (or being bound to one), but `pod`: what its
+        affinity and spread rules count. Terminating and finished Pods do not count."""
+        uid = pod["metadata"].get("uid")
+        placed: dict[str, Json] = {}
+        for key in self.pods.all_keys():
+            other = self.pods.get(key)
+            if other is None or not (other.get("spec") or {}).get("nodeName"):
+                continue
+            placed[other["metadata"].get("uid", key)] = other
+        now = time.monotonic()
+        for other_uid in [
+            u for u, (at, _) in self._placing.items() if u in placed or now - at > PLACING_TTL_S
+        ]:
+            del self._placing[other_uid]  # the informer shows it now (or it went meanwhile)
+        placed.update({u: p for u, (_, p) in self._placing.items()})
+        return [
+            p
+            for u, p in placed.items()
+            if u != uid and not p["metadata"].get("deletionTimestamp") and not finished(p)
+        ]
 
     async def _slurm_node_problem(self, slurm_node: str) -> str | None:
         """Why Slurm's own view rules the node out (down, draining…), read at most every

@@ -1,0 +1,75 @@
+"""R9.3: required Pod anti-affinity and topology spread, honoured before Slurm chooses, for
+Pods made by a Deployment (the real controller), counting the Pods already placed."""
+
+from __future__ import annotations
+
+from collections import Counter
+from typing import Any
+
+import pytest
+
+from sunk.devcluster.kubeapi import AdminKube
+from tests.e2e.test_lifecycle import reasons
+from tests.e2e.test_workloads import all_bound, assert_each_pod_on_its_jobs_node, template
+from tests.support import SchedulerProcess, SlurmRest, wait_for
+
+pytestmark = pytest.mark.e2e
+ZONE = "topology.kubernetes.io/zone"
+SELECT = {"labelSelector": {"matchLabels": {"app": "spread"}}}
+
+
+def deploy(kube: AdminKube, namespace: str, app: str, replicas: int, **spec: Any) -> None:
+    kube.create(
+        f"/apis/apps/v1/namespaces/{namespace}/deployments",
+        {
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": {"name": app},
+            "spec": {
+                "replicas": replicas,
+                "selector": {"matchLabels": {"app": app}},
+                "template": template(app, **spec),
+            },
+        },
+    )
+
+
+def zone_of(kube: AdminKube, node: str) -> str:
+    return str(kube.get(f"/api/v1/nodes/{node}")["metadata"]["labels"][ZONE])
+
+
+def test_r9_3_replicas_with_required_hostname_anti_affinity_land_on_different_nodes(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    apart = {
+        "podAntiAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": [
+                {"topologyKey": "kubernetes.io/hostname", "labelSelector": {"matchLabels": {"app": "apart"}}}
+            ]
+        }
+    }
+    deploy(kube, namespace, "apart", 3, affinity=apart)
+    pods = wait_for(lambda: all_bound(kube, namespace, "apart", 3), timeout=90, what="3 replicas bound")
+    assert len({p["spec"]["nodeName"] for p in pods}) == 3
+    assert_each_pod_on_its_jobs_node(kube, slurm, namespace, pods)
+
+
+def test_r9_3_a_zone_spread_with_max_skew_1_holds(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    spread = [{"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "DoNotSchedule", **SELECT}]
+    deploy(kube, namespace, "spread", 4, topologySpreadConstraints=spread)
+    pods = wait_for(lambda: all_bound(kube, namespace, "spread", 4), timeout=90, what="4 replicas bound")
+    zones = Counter(zone_of(kube, p["spec"]["nodeName"]) for p in pods)
+    assert sorted(zones.values()) == [2, 2], zones
+    assert_each_pod_on_its_jobs_node(kube, slurm, namespace, pods)
+
+
+def test_r9_3_a_rule_sunk_does_not_apply_is_said_in_an_event(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    soft = [{"maxSkew": 1, "topologyKey": ZONE, "whenUnsatisfiable": "ScheduleAnyway", **SELECT}]
+    deploy(kube, namespace, "soft", 1, topologySpreadConstraints=soft)
+    [pod] = wait_for(lambda: all_bound(kube, namespace, "soft", 1), timeout=60, what="the replica bound")
+    note = reasons(kube, namespace, pod["metadata"]["name"]).get("SchedulingRuleNotHonoured", "")
+    assert "ScheduleAnyway" in note
