@@ -11,7 +11,7 @@ import pytest
 from sunk.devcluster.kubeapi import AdminKube
 from tests.e2e.test_lifecycle import reasons
 from tests.e2e.test_workloads import all_bound, assert_each_pod_on_its_jobs_node, template
-from tests.support import SchedulerProcess, SlurmRest, wait_for
+from tests.support import SchedulerProcess, SlurmRest, holds_for, wait_for
 
 pytestmark = pytest.mark.e2e
 ZONE = "topology.kubernetes.io/zone"
@@ -73,3 +73,40 @@ def test_r9_3_a_rule_sunk_does_not_apply_is_said_in_an_event(
     [pod] = wait_for(lambda: all_bound(kube, namespace, "soft", 1), timeout=60, what="the replica bound")
     note = reasons(kube, namespace, pod["metadata"]["name"]).get("SchedulingRuleNotHonoured", "")
     assert "ScheduleAnyway" in note
+
+
+def test_r9_4_nodes_cordoned_or_being_removed_are_never_chosen(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    """One Node cordoned, one tainted by the cluster autoscaler for removal: eight Pods that
+    would fill the cluster all land on the other two Nodes; the rest wait."""
+    first, second, *_ = sorted(n["metadata"]["name"] for n in kube.get("/api/v1/nodes")["items"])
+    autoscaler = {"key": "ToBeDeletedByClusterAutoscaler", "value": "1795000000", "effect": "NoSchedule"}
+    kube.patch(f"/api/v1/nodes/{first}", {"spec": {"unschedulable": True}})
+    kube.patch(f"/api/v1/nodes/{second}", {"spec": {"taints": [autoscaler]}})
+    try:
+        big = [
+            {"name": "main", "image": "busybox", "resources": {"requests": {"cpu": "4", "memory": "128Mi"}}}
+        ]
+        deploy(kube, namespace, "many", 8, containers=big)  # two per Node: the cluster holds eight
+        wait_for(
+            lambda: len([p for p in all_pods(kube, namespace, "many") if p["spec"].get("nodeName")]) >= 4,
+            timeout=60,
+            what="Pods bound on the usable Nodes",
+        )
+        holds_for(
+            lambda: len([p for p in all_pods(kube, namespace, "many") if p["spec"].get("nodeName")]) == 4,
+            seconds=3,
+            what="the other four to wait",
+        )
+        placed = {
+            p["spec"]["nodeName"] for p in all_pods(kube, namespace, "many") if p["spec"].get("nodeName")
+        }
+        assert placed.isdisjoint({first, second}), placed
+    finally:
+        kube.patch(f"/api/v1/nodes/{first}", {"spec": {"unschedulable": None}})
+        kube.patch(f"/api/v1/nodes/{second}", {"spec": {"taints": None}})
+
+
+def all_pods(kube: AdminKube, namespace: str, app: str) -> list[dict[str, Any]]:
+    return list(kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"app={app}")["items"])
