@@ -75,6 +75,7 @@ class Config:
     hooks_insecure_http: bool = False
     policy_file: Path | None = None
     devices: tuple[tuple[str, str], ...] = DEFAULT_DEVICES
+    drain_cordoned_nodes: bool = False
     workers: int = 32  # concurrent reconciles; each mostly waits on the API server or Slurm
     # A safety net: job starts and ends reach the scheduler through the hooks API at once.
     slurm_poll_interval_s: float = 1.0
@@ -137,6 +138,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("leader-election-id", "name of the Lease (default: the scheduler name)")
     flag("static-cpu-pods", "Guaranteed Pods with whole CPUs: warn (an Event) or refuse", "warn")
     flag(
+        "drain-cordoned-nodes",
+        "true: cordoning a Node drains its Slurm node (reason: cordoned in Kubernetes), and "
+        "uncordoning resumes it if sunk drained it",
+        "false",
+    )
+    flag(
         "device-gres",
         "extended resource=GRES pairs, comma-separated; an empty GRES allows the resource without one; "
         "a Pod requesting a resource not listed is refused",
@@ -195,6 +202,8 @@ def from_arguments(args: argparse.Namespace) -> Config:
         except PolicyError as err:
             raise ValueError(f"--policy: {err}") from None
     devices = parse_devices(args.device_gres)
+    if str(args.drain_cordoned_nodes).lower() not in ("true", "false"):
+        raise ValueError("--drain-cordoned-nodes must be true or false")
     insecure = str(args.hooks_insecure_http).lower()
     if insecure not in ("true", "false"):
         raise ValueError("--hooks-insecure-http must be true or false")
@@ -249,6 +258,7 @@ def from_arguments(args: argparse.Namespace) -> Config:
         if args.hooks_tls_cert_file
         else None,
         hooks_insecure_http=insecure == "true",
+        drain_cordoned_nodes=str(args.drain_cordoned_nodes).lower() == "true",
     )
 
 

@@ -1,15 +1,20 @@
-"""R9.3: required Pod anti-affinity and topology spread, honoured before Slurm chooses, for
-Pods made by a Deployment (the real controller), counting the Pods already placed."""
+"""R9.3 and R9.4: required Pod anti-affinity and topology spread, honoured before Slurm
+chooses, for Pods made by a Deployment (the real controller), counting the Pods already
+placed; Nodes cordoned or being removed."""
 
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
+from sunk.devcluster import DevCluster
 from sunk.devcluster.kubeapi import AdminKube
+from sunk.devcluster.slurmcluster import run_cli
 from tests.e2e.test_lifecycle import reasons
+from tests.e2e.test_schedule_flow import host_of, slurm_nodes
 from tests.e2e.test_workloads import all_bound, assert_each_pod_on_its_jobs_node, template
 from tests.support import SchedulerProcess, SlurmRest, holds_for, wait_for
 
@@ -110,3 +115,43 @@ def test_r9_4_nodes_cordoned_or_being_removed_are_never_chosen(
 
 def all_pods(kube: AdminKube, namespace: str, app: str) -> list[dict[str, Any]]:
     return list(kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"app={app}")["items"])
+
+
+def test_r9_4_with_the_flag_a_cordon_drains_the_slurm_node_and_an_uncordon_resumes_only_its_own_drain(
+    kube: AdminKube,
+    slurm: SlurmRest,
+    namespace: str,
+    own_scheduler: Callable[..., SchedulerProcess],
+    dev_cluster: DevCluster,
+) -> None:
+    own_scheduler("--drain-cordoned-nodes=true")
+    cordoned, other = slurm_nodes(kube)[:2]
+    host, other_host = host_of(kube, cordoned), host_of(kube, other)
+
+    def state(slurm_node: str) -> str:
+        return run_cli(dev_cluster.layout, "sinfo", "-h", "-n", slurm_node, "-o", "%T|%E").strip()
+
+    run_cli(
+        dev_cluster.layout, "scontrol", "update", f"nodename={other}", "state=drain", "reason=admin check"
+    )
+    try:
+        kube.patch(f"/api/v1/nodes/{host}", {"spec": {"unschedulable": True}})
+        kube.patch(f"/api/v1/nodes/{other_host}", {"spec": {"unschedulable": True}})
+        drained = wait_for(
+            lambda: (s := state(cordoned)).startswith("drain") and s,
+            timeout=20,
+            what="the cordoned Node's drain",
+        )
+        assert f"Node {host} is cordoned in Kubernetes" in drained
+        kube.patch(f"/api/v1/nodes/{host}", {"spec": {"unschedulable": None}})
+        kube.patch(f"/api/v1/nodes/{other_host}", {"spec": {"unschedulable": None}})
+        wait_for(
+            lambda: not state(cordoned).startswith("drain"), timeout=20, what="the uncordoned Node's resume"
+        )
+        holds_for(lambda: "admin check" in state(other), seconds=6, what="the admin's drain to stay")
+    finally:
+        for name in (host, other_host):
+            kube.patch(f"/api/v1/nodes/{name}", {"spec": {"unschedulable": None}})
+        for slurm_node in (cordoned, other):
+            if state(slurm_node).startswith("drain"):
+                run_cli(dev_cluster.layout, "scontrol", "update", f"nodename={slurm_node}", "state=resume")

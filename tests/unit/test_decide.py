@@ -500,3 +500,22 @@ def test_r5_2_a_started_job_pending_again_without_a_requeue_is_said_to_be_lost_n
     reason, words = job("PENDING", started=False).why_ending(NOW)
     assert reason == "PlaceholderJobEnded" and "PENDING again" in words
     assert job("PENDING", started=False, restarts=1).why_ending(NOW)[0] == "Preempted"
+
+
+# -- cordoned Nodes (R9.4, --drain-cordoned-nodes) --------------------------------------------------
+OURS = decide.cordon_drain_reason("n1")
+CORDONS = [
+    pytest.param(True, node(flags=()), "drain", id="r9_4_a_cordoned_nodes_slurm_node_is_drained"),
+    pytest.param(True, node(reason=OURS), None, id="r9_4_drained_once_is_enough"),
+    pytest.param(True, node(reason="admin: disk"), None, id="r9_4_an_admins_drain_stands"),
+    pytest.param(False, node(reason=OURS), "resume", id="r9_4_uncordoned_sunk_resumes_its_own_drain"),
+    pytest.param(False, node(reason="admin: disk"), None, id="r9_4_uncordoned_someone_elses_drain_stays"),
+    pytest.param(False, node(flags=()), None, id="r9_4_a_node_in_use_is_left_alone"),
+]
+
+
+@pytest.mark.parametrize(("cordoned", "slurm_node", "action"), CORDONS)
+def test_what_a_cordon_does_to_the_slurm_node(
+    cordoned: bool, slurm_node: SlurmNode, action: str | None
+) -> None:
+    assert decide.for_cordon(cordoned, "n1", slurm_node) == action

@@ -250,6 +250,23 @@ def drain_due(job: SlurmJob, bound: bool, kill_wait_s: int, now: float) -> float
     return max(0.0, job.end_time + kill_wait_s - DRAIN_MARGIN_S - now)
 
 
+# -- a cordoned Node (--drain-cordoned-nodes) ---------------------------------------------------
+def cordon_drain_reason(node_name: str) -> str:
+    return f"sunk: Node {node_name} is cordoned in Kubernetes"
+
+
+def for_cordon(cordoned: bool, node_name: str, slurm_node: SlurmNode) -> str | None:
+    """R9.4: "drain" a Slurm node whose Node is cordoned, "resume" one sunk drained for that
+    reason once the Node is uncordoned, else None. A drain someone else made (an admin,
+    Slurm, a Pod outliving KillWait) is never resumed here."""
+    ours = slurm_node.reason == cordon_drain_reason(node_name)
+    if cordoned and not slurm_node.drained:
+        return "drain"
+    if not cordoned and slurm_node.drained and ours:
+        return "resume"
+    return None
+
+
 # -- a drained Slurm node ---------------------------------------------------------------------
 # The reason sunk gives a node it drains (the scheduler, or the placeholder script as root,
 # which writes the same words) because a Pod outlived its job's KillWait.

@@ -16,7 +16,7 @@ from dataclasses import replace
 
 from sunk import metrics
 from sunk.config import Config
-from sunk.decide import drain_notice, finished, recorded_job_id
+from sunk.decide import cordon_drain_reason, drain_notice, finished, for_cordon, recorded_job_id
 from sunk.hooks import placeholder_script
 from sunk.hooks.auth import Verifier
 from sunk.hooks.server import HooksServer, PodGoneWaiters
@@ -200,8 +200,33 @@ class Scheduler:
                 log.warning("cannot list Slurm nodes: %s", err)
             else:
                 self.cluster.slurm_nodes = {n.name for n in nodes}
+                if self.config.drain_cordoned_nodes:
+                    await self._follow_cordons(nodes)
                 explained = await self._explain_drains(nodes, explained)
             await asyncio.sleep(SLURM_NODES_EVERY_S)
+
+    async def _follow_cordons(self, nodes: list[SlurmNode]) -> None:
+        """--drain-cordoned-nodes: a cordoned Node's Slurm node is drained (so Slurm jobs
+        leave it too, before the Node is removed), and resumed when sunk drained it and the
+        Node is uncordoned (sunk.decide.for_cordon)."""
+        hosts = self.cluster.host_map()
+        for slurm_node in nodes:
+            on = hosts.get(slurm_node.name, set())
+            node = self.nodes.get(next(iter(on))) if len(on) == 1 else None
+            if node is None:
+                continue
+            name = node["metadata"]["name"]
+            action = for_cordon(bool((node.get("spec") or {}).get("unschedulable")), name, slurm_node)
+            if action == "drain":
+                problem = await self.slurm.drain(slurm_node.name, cordon_drain_reason(name))
+            elif action == "resume":
+                problem = await self.slurm.resume(slurm_node.name)
+                if problem is None:
+                    log.info("resumed Slurm node %s: Node %s is no longer cordoned", slurm_node.name, name)
+            else:
+                continue
+            if problem:
+                log.warning("%s", problem)
 
     async def _explain_drains(self, nodes: list[SlurmNode], explained: set[str]) -> set[str]:
         """One Event per drain (sunk.decide.drain_notice), on the Pod that caused it or on

@@ -274,6 +274,22 @@ class SlurmClient:
             return f"could not drain {node}: {err}"
         return None
 
+    async def resume(self, node: str) -> str | None:
+        """Resume a drained `node`; None on success, otherwise what went wrong."""
+        if not self.dialect.drains_over_rest:
+            return await self._scontrol.resume(node)
+        try:
+            await self._call(
+                "POST",
+                f"/node/{node}",
+                f"resume node {node}",
+                json={"state": ["RESUME"]},
+                endpoint="/node/{name}",
+            )
+        except SlurmError as err:
+            return f"could not resume {node}: {err}"
+        return None
+
     async def select_type(self) -> str | None:
         """Slurm's SelectTypeParameters (for the memory check of R7.3), if it can be read."""
         if not self.dialect.drains_over_rest:

@@ -44,6 +44,12 @@ class Scontrol:
         log.warning("drained Slurm node %s: %s", node, reason)
         return None
 
+    async def resume(self, node: str) -> str | None:
+        code, _, err = await self._run("update", f"nodename={node}", "state=resume")
+        if code != 0:
+            return f"could not resume {node}: {err}"
+        return None
+
     async def config(self) -> dict[str, str] | None:
         """`scontrol show config` as a dict, or None when it cannot be read."""
         code, out, _ = await self._run("show", "config")
