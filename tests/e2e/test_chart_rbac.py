@@ -86,33 +86,33 @@ def apply(kube: AdminKube, objects: list[dict[str, Any]]) -> None:
             kube.request("PUT", f"{collection(obj)}/{obj['metadata']['name']}", obj)
 
 
+def kubeconfig_of(dev_cluster: DevCluster, kube: AdminKube, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig acting as ServiceAccount `account`: what its Pod would be allowed."""
+    token = kube.create(
+        f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )["status"]["token"]
+    cluster = {
+        "server": dev_cluster.layout.apiserver_url,
+        "certificate-authority": str(dev_cluster.layout.kube / "ca.crt"),
+    }
+    config = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "dev", "cluster": cluster}],
+        "users": [{"name": "sa", "user": {"token": token}}],
+        "contexts": [{"name": "sa", "context": {"cluster": "dev", "user": "sa"}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(config))
+    return path
+
+
 def scheduler_as_serviceaccount(
     dev_cluster: DevCluster, kube: AdminKube, namespace: str, tmp_path: Path
 ) -> SchedulerProcess:
-    token = kube.create(
-        f"/api/v1/namespaces/{namespace}/serviceaccounts/rbac-sunk-scheduler/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )["status"]["token"]
-    kubeconfig = tmp_path / "sa.kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "dev",
-                        "cluster": {
-                            "server": dev_cluster.layout.apiserver_url,
-                            "certificate-authority": str(dev_cluster.layout.kube / "ca.crt"),
-                        },
-                    }
-                ],
-                "users": [{"name": "sa", "user": {"token": token}}],
-                "contexts": [{"name": "sa", "context": {"cluster": "dev", "user": "sa"}}],
-                "current-context": "sa",
-            }
-        )
+    kubeconfig = kubeconfig_of(
+        dev_cluster, kube, namespace, "rbac-sunk-scheduler", tmp_path / "sa.kubeconfig"
     )
     # A stand-in for the scheduler's own Pod, which the leader labels.
     create(kube, namespace, make_pod("scheduler-self", "nobody"))
@@ -218,15 +218,6 @@ def test_r1_1_each_rbac_rule_is_needed(
     print(f"\nwithout {missing}: {broken} fails")
 
 
-def token_for(kube: AdminKube, namespace: str, account: str) -> str:
-    return str(
-        kube.create(
-            f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
-            {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-        )["status"]["token"]
-    )
-
-
 def test_r12_4_the_hooks_secret_job_makes_the_secret_once_with_only_its_own_rights(
     helm: Path, kube: AdminKube, dev_cluster: DevCluster, namespace: str, tmp_path: Path
 ) -> None:
@@ -237,32 +228,8 @@ def test_r12_4_the_hooks_secret_job_makes_the_secret_once_with_only_its_own_righ
     [job] = [o for o in objects if o["kind"] == "Job"]
     own = [o for o in objects if o["metadata"]["name"].endswith("-hooks-secret") and o["kind"] != "Job"]
     apply(kube, own)
-    kubeconfig = tmp_path / "job.kubeconfig"
-    kubeconfig.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "dev",
-                        "cluster": {
-                            "server": dev_cluster.layout.apiserver_url,
-                            "certificate-authority": str(dev_cluster.layout.kube / "ca.crt"),
-                        },
-                    }
-                ],
-                "users": [
-                    {
-                        "name": "job",
-                        "user": {"token": token_for(kube, namespace, "rbac-sunk-scheduler-hooks-secret")},
-                    }
-                ],
-                "contexts": [{"name": "job", "context": {"cluster": "dev", "user": "job"}}],
-                "current-context": "job",
-            }
-        )
-    )
+    account = "rbac-sunk-scheduler-hooks-secret"
+    kubeconfig = kubeconfig_of(dev_cluster, kube, namespace, account, tmp_path / "job.kubeconfig")
     argv = [sys.executable, "-m", "sunk.cli", *job["spec"]["template"]["spec"]["containers"][0]["args"]]
     try:
         first = subprocess.run(
