@@ -232,10 +232,8 @@ def test_r12_4_the_hooks_secret_job_makes_the_secret_once_with_only_its_own_righ
     kubeconfig = kubeconfig_of(dev_cluster, kube, namespace, account, tmp_path / "job.kubeconfig")
     argv = [sys.executable, "-m", "sunk.cli", *job["spec"]["template"]["spec"]["containers"][0]["args"]]
     try:
-        first = subprocess.run(
-            [*argv, f"--kubeconfig={kubeconfig}"], capture_output=True, text=True, check=True
-        )
-        assert "created" in first.stdout
+        first = subprocess.run([*argv, f"--kubeconfig={kubeconfig}"], capture_output=True, text=True)
+        assert first.returncode == 0 and "created" in first.stdout, first.stderr
         made = kube.get(f"/api/v1/namespaces/{namespace}/secrets/rbac-sunk-scheduler-hooks")["data"]["secret"]
         second = subprocess.run(
             [*argv, f"--kubeconfig={kubeconfig}"], capture_output=True, text=True, check=True
