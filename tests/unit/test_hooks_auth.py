@@ -178,3 +178,20 @@ def test_r12_2_a_call_signed_before_the_scheduler_began_acting_is_refused() -> N
     verifier.not_before = time.time()
     assert "before this scheduler began acting" in str(verifier.check("uid-1", "POST", PATH, *captured))
     assert verifier.check("uid-1", "POST", PATH, *signed(nonce="fresh")) is None
+
+
+def test_r12_2_a_flood_of_unauthenticated_calls_logs_one_line_per_period(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from sunk.hooks import server
+
+    clock = [1000.0]
+    refusals = server.RefusalLog(clock=lambda: clock[0])
+    with caplog.at_level("WARNING", logger="sunk.hooks.server"):
+        for _ in range(500):
+            refusals.note("/v1/pods/x/jobs/1/started from 10.0.0.9: bad signature")
+        clock[0] += server.REFUSAL_LOG_EVERY_S
+        refusals.note("/v1/pods/x/jobs/1/started from 10.0.0.9: bad signature")
+    lines = [r.getMessage() for r in caplog.records]
+    assert len(lines) == 2
+    assert "(499 more since the last such line)" in lines[1]

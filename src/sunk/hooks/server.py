@@ -139,12 +139,13 @@ class RefusalLog:
     """Unauthenticated calls, logged at most once per REFUSAL_LOG_EVERY_S with a count: a
     flood of forged calls must not flood the log (or the disk) too."""
 
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._clock = clock
         self._last = -REFUSAL_LOG_EVERY_S
         self._unlogged = 0
 
     def note(self, what: str) -> None:
-        now = time.monotonic()
+        now = self._clock()
         if now - self._last < REFUSAL_LOG_EVERY_S:
             self._unlogged += 1
             return
