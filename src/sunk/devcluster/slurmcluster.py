@@ -512,7 +512,13 @@ def _start_accounting(layout: Layout, rt: SlurmRuntime) -> None:
         + "\n"
     )
     conf.chmod(0o600)  # slurmdbd refuses a readable slurmdbd.conf
-    dbd = procs.spawn("slurmdbd", rt.argv(["slurmdbd", "-D"]), *dirs, env=cli_env(layout, rt))
+    env = cli_env(layout, rt)
+    if (
+        rt.root is not None
+        and (rt.root / slurmroot.CLIENT_LIBRARY_DIR.lstrip("/") / "libmariadb.so.3").exists()
+    ):
+        env["LD_LIBRARY_PATH"] = slurmroot.CLIENT_LIBRARY_DIR  # see slurmroot.CLIENT_LIBRARY_FROM
+    dbd = procs.spawn("slurmdbd", rt.argv(["slurmdbd", "-D"]), *dirs, env=env)
     procs.wait_until(
         lambda: run_cli(layout, "sacctmgr", "-n", "show", "cluster", timeout=10) is not None,
         timeout=60,

@@ -52,11 +52,14 @@ DEVICES = {
 }
 MARKER = ".sunk-root.json"
 # Bumped whenever the way a root is built changes, so older roots are no longer picked up.
-RECIPE = 2
-# sid's libmariadb3 (11.8.9) rejects every result set slurmdbd 26.05 reads ("Number of
-# columns in result (=1) set exceeds maximum allowed number of columns (=0)"), so roots of
-# these suites take the client library from the suite named here (trixie's 11.8.6 works).
-CLIENT_LIBRARY_FROM = {"sid": "trixie"}
+RECIPE = 3
+# libmariadb3 11.8.9 (sid, and trixie since its late-2026 point release) rejects every result
+# set slurmdbd reads ("Number of columns in result (=1) set exceeds maximum allowed number
+# of columns (=0)"), so slurmdbd would not start. Each root keeps its own package (the
+# mariadb CLI depends on it) and gets bookworm's client library (10.11) beside it, which
+# slurmdbd is started with (sunk.devcluster.slurmcluster).
+CLIENT_LIBRARY_FROM = "bookworm"
+CLIENT_LIBRARY_DIR = "/opt/sunk/libmariadb"
 ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -209,9 +212,7 @@ def _build(suite: str, version: str) -> tuple[Path, str]:
             f"installing Slurm in the {suite} root",
             env,
         )
-        donor = CLIENT_LIBRARY_FROM.get(suite)
-        if donor:
-            _pin_client_library(work, donor, log, env)
+        _add_client_library(work, log, env)
         _run_logged(launcher(work, ["apt-get", "clean"]), log, "apt-get clean", env)
         _add_job_user(work, log, env)
         release = subprocess.run(
@@ -290,21 +291,24 @@ def _configure(root: Path, suite: str) -> None:
         shutil.copyfile("/etc/resolv.conf", resolv)
 
 
-def _pin_client_library(root: Path, donor: str, log: Path, env: dict[str, str]) -> None:
-    """Replace the root's libmariadb3 with the `donor` suite's and hold it there."""
+def _add_client_library(root: Path, log: Path, env: dict[str, str]) -> None:
+    """Put CLIENT_LIBRARY_FROM's libmariadb.so.3 into CLIENT_LIBRARY_DIR of the root."""
+    donor = CLIENT_LIBRARY_FROM
     sources = root / "etc" / "apt" / "sources.list.d" / f"sunk-{donor}.list"
     sources.write_text(f"deb {MIRROR} {donor} main\n")
+    (root / CLIENT_LIBRARY_DIR.lstrip("/")).mkdir(parents=True, exist_ok=True)
+    fetch = (
+        f"cd {CLIENT_LIBRARY_DIR} && apt-get download -q libmariadb3/{donor} && "
+        "dpkg-deb -x libmariadb3_*.deb unpacked && "
+        "find unpacked -name libmariadb.so.3 -exec cp -L {} . ';' && "
+        "rm -rf unpacked libmariadb3_*.deb && test -s libmariadb.so.3"
+    )
     try:
         _run_logged(launcher(root, ["apt-get", "update", "-q"]), log, f"apt-get update with {donor}", env)
-        _run_logged(
-            launcher(root, ["apt-get", "install", "-y", "-q", "--allow-downgrades", f"libmariadb3/{donor}"]),
-            log,
-            f"installing {donor}'s libmariadb3",
-            env,
-        )
-        _run_logged(launcher(root, ["apt-mark", "hold", "libmariadb3"]), log, "apt-mark hold", env)
+        _run_logged(launcher(root, ["sh", "-c", fetch]), log, f"fetching {donor}'s libmariadb3", env)
     finally:
         sources.unlink(missing_ok=True)
+    _run_logged(launcher(root, ["apt-get", "update", "-q"]), log, f"apt-get update without {donor}", env)
 
 
 def _add_job_user(root: Path, log: Path, env: dict[str, str]) -> None:
