@@ -22,6 +22,7 @@ def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     up.add_argument("--accounting", action="store_true", help="also run MariaDB + slurmdbd (QoS, accounts)")
     up.add_argument("--kill-wait", type=int, default=30, help="Slurm KillWait in seconds (30)")
     up.add_argument("--cpus-per-node", type=int, default=8, help="CPUs of each node (8)")
+    up.add_argument("--gpus-per-node", type=int, default=4, help="(fake) GPUs of each node (4)")
     up.add_argument("--preempt-mode", default="CANCEL", choices=["CANCEL", "REQUEUE", "OFF"], help="(CANCEL)")
     up.add_argument(
         "--slurm",
@@ -114,7 +115,13 @@ def run_dev(args: argparse.Namespace) -> int:
     cluster = DevCluster()
     if args.dev_command == "up":
         spec = ClusterSpec(
-            args.nodes, args.accounting, args.kill_wait, args.preempt_mode, args.cpus_per_node, args.slurm
+            args.nodes,
+            args.accounting,
+            args.kill_wait,
+            args.preempt_mode,
+            args.cpus_per_node,
+            args.slurm,
+            args.gpus_per_node,
         )
         seconds = cluster.up(spec)
         print(f"dev cluster up in {seconds:.1f} s")

@@ -38,11 +38,14 @@ class ClusterSpec:
     preempt_mode: str = "CANCEL"
     cpus_per_node: int = topology.CPUS_PER_NODE
     slurm: str = slurmroot.DEFAULT_VERSION  # 24.11, 26.05 (Debian roots) or 22.05 (host)
+    gpus_per_node: int = topology.GPUS_PER_NODE
 
     def __post_init__(self) -> None:
         slurmroot.check_version(self.slurm)
         if not 1 <= self.nodes <= 1000:
             raise DevClusterError(f"--nodes must be between 1 and 1000, not {self.nodes}")
+        if not 1 <= self.gpus_per_node <= 16:
+            raise DevClusterError(f"--gpus-per-node must be between 1 and 16, not {self.gpus_per_node}")
         if not 5 < self.kill_wait <= 600:
             raise DevClusterError(f"--kill-wait must be between 6 and 600 s, not {self.kill_wait}")
 
@@ -108,7 +111,7 @@ class DevCluster:
         else:
             root, _ = slurmroot.ensure_root(spec.slurm)  # the job user lives inside the root
         tools = prereqs.ensure_go_tools(setup_log)
-        nodes = topology.plan(spec.nodes, spec.cpus_per_node)
+        nodes = topology.plan(spec.nodes, spec.cpus_per_node, spec.gpus_per_node)
         layout.state_file.write_text(json.dumps(asdict(spec)))
         try:
             kubecluster.start(layout, tools)

@@ -172,7 +172,7 @@ def node_manifest(node: topology.NodePlan) -> dict[str, object]:
     capacity = {
         "cpu": str(node.cpus),
         "memory": f"{topology.MEMORY_MIB_PER_NODE}Mi",
-        "nvidia.com/gpu": str(topology.GPUS_PER_NODE),
+        "nvidia.com/gpu": str(node.gpus),
         "pods": "110",
     }
     return {

@@ -186,7 +186,7 @@ def render_slurm_conf(spec: SlurmSpec, layout: Layout, host: str) -> str:
         lines.append(
             f"NodeName={node.slurm_node} NodeHostname={host} NodeAddr={HOST} "
             f"Port={ports.slurmd(node.index)} CPUs={node.cpus} "
-            f"RealMemory={topology.MEMORY_MIB_PER_NODE} Gres=gpu:{topology.GPUS_PER_NODE} "
+            f"RealMemory={topology.MEMORY_MIB_PER_NODE} Gres=gpu:{node.gpus} "
             f"Feature={','.join(node.slurm_features)} State=UNKNOWN"
         )
     lines += [
@@ -239,13 +239,13 @@ def _prepare_files(spec: SlurmSpec, layout: Layout, rt: SlurmRuntime) -> None:
     # gres/gpu drops GPUs without a device file, so every fake GPU is a character device:
     # NVIDIA's major (195) for newer Slurm, /dev/null's numbers for 22.05 as before. They live
     # in the run directory, which a root sees at the same path.
-    for i in range(topology.GPUS_PER_NODE):
+    gpus = max((node.gpus for node in spec.nodes), default=1)
+    for i in range(gpus):
         dev = layout.slurm / "fakedev" / f"gpu{i}"
         if not dev.exists():
             os.mknod(dev, stat.S_IFCHR | 0o666, os.makedev(195, i) if spec.modern else os.makedev(1, 3))
     layout.slurm_conf.write_text(render_slurm_conf(spec, layout, short_hostname()))
-    last_gpu = topology.GPUS_PER_NODE - 1
-    (etc / "gres.conf").write_text(f"Name=gpu File={layout.slurm / 'fakedev'}/gpu[0-{last_gpu}]\n")
+    (etc / "gres.conf").write_text(f"Name=gpu File={layout.slurm / 'fakedev'}/gpu[0-{gpus - 1}]\n")
     confs = [layout.slurm_conf, etc / "gres.conf"]
     if spec.modern:
         # No cgroups for the pretend nodes: they all share this host.

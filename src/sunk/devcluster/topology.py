@@ -31,6 +31,7 @@ class NodePlan:
     gpu_class: str
     zone: str
     cpus: int = CPUS_PER_NODE
+    gpus: int = GPUS_PER_NODE
 
     @property
     def slurm_features(self) -> list[str]:
@@ -38,7 +39,7 @@ class NodePlan:
         return [self.gpu_class.split("_")[0].lower(), self.zone.replace("-", "_")]
 
 
-def plan(count: int, cpus: int = CPUS_PER_NODE) -> list[NodePlan]:
+def plan(count: int, cpus: int = CPUS_PER_NODE, gpus: int = GPUS_PER_NODE) -> list[NodePlan]:
     width = max(3, len(str(count)))
     nodes = []
     for i in range(1, count + 1):
@@ -51,6 +52,7 @@ def plan(count: int, cpus: int = CPUS_PER_NODE) -> list[NodePlan]:
                 gpu_class=GPU_CLASSES[host % 2],
                 zone=ZONES[host % 2],
                 cpus=cpus,
+                gpus=gpus,
             )
         )
     return nodes
