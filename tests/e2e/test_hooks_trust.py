@@ -4,6 +4,7 @@ answer from someone on the path between a placeholder and the scheduler."""
 from __future__ import annotations
 
 import re
+import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -150,3 +151,68 @@ def test_r12_2_placeholders_reach_the_hooks_api_over_verified_tls(
     wait_for(lambda: job_state(slurm, job_id) not in ACTIVE_STATES, timeout=15, what="the job to end")
     assert time.monotonic() - cancelled < (dev_cluster.spec() or pytest.fail("no spec")).kill_wait
     assert hook_calls(proc, "terminating_gone") >= 1 and hook_calls(proc, "unauthenticated") == 0
+
+
+class CommandLines(threading.Thread):
+    """Reads every process's command line, over and over, as any user of the node could."""
+
+    def __init__(self) -> None:
+        super().__init__(daemon=True)
+        self.seen: set[str] = set()
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            for entry in Path("/proc").iterdir():
+                if entry.name.isdigit():
+                    try:
+                        self.seen.add(
+                            (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                        )
+                    except OSError:
+                        pass
+
+
+def environment_of_placeholder(uid: str) -> tuple[int, str] | None:
+    """(PID, environment) of the placeholder script of the Pod `uid`, read as root."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            environ = (entry / "environ").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if f"SUNK_POD_UID={uid}\0" in environ and "bash" in (entry / "cmdline").read_bytes().decode(
+            errors="replace"
+        ):
+            return int(entry.name), environ
+    return None
+
+
+def test_r12_2_a_placeholders_key_cannot_be_read_from_proc_by_another_user(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess, dev_cluster: DevCluster
+) -> None:
+    """The key is in the job's environment, which another user cannot read; and no command
+    line seen while the placeholder starts, signs its calls and ends holds it. (The scanner
+    may miss a short-lived process; the unit test
+    test_r12_2_the_hook_key_is_never_on_a_command_line records every openssl run.)"""
+    scanner = CommandLines()
+    scanner.start()
+    try:
+        uid = create(kube, namespace, make_pod("secretive", scheduler.name))["metadata"]["uid"]
+        job_id = job_of(wait_bound(kube, namespace, "secretive"), slurm)["job_id"]
+        found = wait_for(lambda: environment_of_placeholder(uid), timeout=15, what="the placeholder process")
+        pid, environ = found
+        key = pod_key(dev_cluster.layout.hooks_secret.read_bytes().strip(), uid)
+        assert f"SUNK_HOOK_KEY={key}" in environ  # the right process, read as root
+        as_nobody = subprocess.run(
+            ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", f"/proc/{pid}/environ"],
+            capture_output=True,
+        )
+        assert as_nobody.returncode != 0 and key.encode() not in as_nobody.stdout
+        run_cli(dev_cluster.layout, "scancel", str(job_id))
+        wait_for(lambda: job_state(slurm, job_id) not in ACTIVE_STATES, timeout=30, what="the job to end")
+    finally:
+        scanner.done.set()
+        scanner.join(timeout=10)
+    assert not [line for line in scanner.seen if key in line]
