@@ -204,6 +204,8 @@ class DevCluster:
             "SUNK_SLURM_USER": "root",
             "SUNK_SLURM_KILL_WAIT": f"{(self.spec() or ClusterSpec()).kill_wait}s",
             "SUNK_HOOKS_SECRET_FILE": str(layout.hooks_secret),
+            # Everything listens on 127.0.0.1 here: the hooks API may speak plain HTTP.
+            "SUNK_HOOKS_INSECURE_HTTP": "true",
         }
 
     def env_text(self) -> str:
