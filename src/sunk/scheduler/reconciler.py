@@ -150,6 +150,8 @@ class Reconciler:
             del self._node_states[node]
         for node in [n for n, lock in self._node_locks.items() if not lock.locked()]:
             del self._node_locks[node]
+        for uid in [u for u, (at, _) in self._placing.items() if now - at > PLACING_TTL_S]:
+            del self._placing[uid]
 
     # -- small readers --------------------------------------------------------------------
     def _annotation(self, pod: Json, key: str) -> str | None:
@@ -464,7 +466,7 @@ class Reconciler:
             await self.recorder.event(pod, ev.RULE_NOT_HONOURED, note, warning=True)
 
         avoid = avoid if avoid is not None else self._avoid_nodes(pod)
-        excluded = self.cluster.excluded_for(pod, self._placed(pod))
+        excluded = self.cluster.excluded_for(pod, self._placed(pod) if podaffinity.has_rules(pod) else [])
         message = decide.placement_problem(
             job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes
         )
@@ -546,10 +548,11 @@ class Reconciler:
         # API call, happens outside it so a burst of Pods on one node is not queued behind it.
         # A Pod with affinity or spread rules also takes one lock shared by all such Pods:
         # their rules span Nodes (a zone), and each must count the others' placements.
-        rules = self._rules_lock if podaffinity.has_rules(pod) else contextlib.nullcontext()
+        rules_apply = podaffinity.has_rules(pod)
+        rules = self._rules_lock if rules_apply else contextlib.nullcontext()
         meta = pod["metadata"]
         async with rules, self._node_locks[slurm_node]:
-            target = self.cluster.target(slurm_node, pod, self._placed(pod))
+            target = self.cluster.target(slurm_node, pod, self._placed(pod) if rules_apply else [])
             problem = target.problem
             if problem is None:
                 problem = await self._slurm_node_problem(slurm_node)
