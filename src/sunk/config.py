@@ -209,8 +209,7 @@ def from_arguments(args: argparse.Namespace) -> Config:
         raise ValueError("--hooks-insecure-http must be true or false")
     if bool(args.hooks_tls_cert_file) != bool(args.hooks_tls_key_file):
         raise ValueError("--hooks-tls-cert-file and --hooks-tls-key-file go together")
-    components_serving_hooks = "hooks" in components
-    if components_serving_hooks and insecure == "false" and not args.hooks_tls_cert_file:
+    if "hooks" in components and insecure == "false" and not args.hooks_tls_cert_file:
         raise ValueError(
             "the hooks API serves TLS: give --hooks-tls-cert-file and --hooks-tls-key-file (e.g. a "
             "kubernetes.io/tls Secret; the chart makes one), or --hooks-insecure-http=true for a local "

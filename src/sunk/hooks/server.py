@@ -93,6 +93,14 @@ class HooksServer:
                 self._refusals.note(f"{request.path} from {request.remote}: {problem}")
                 self._on_call("unauthenticated")
                 return web.json_response({"error": problem}, status=401)
+            response = await answer(request, uid, job_text)
+            # Only an authenticated call gets a signed answer, and only for that call.
+            response.headers["X-Sunk-Answer"] = self._verifier.sign_answer(
+                uid, request.path, headers.get("X-Sunk-Nonce", ""), response.status
+            )
+            return response
+
+        async def answer(request: web.Request, uid: str, job_text: str) -> web.Response:
             if not job_text.isdigit():
                 self._on_call("bad_request")
                 return web.json_response({"error": "job id must be a number"}, status=400)
@@ -104,22 +112,13 @@ class HooksServer:
             if ref is None or ref.uid != uid:
                 log.warning("refused a hook call: job %s does not belong to Pod %s", job_id, uid)
                 self._on_call("forbidden")
-                forbidden = web.json_response({"error": "this job does not belong to this Pod"}, status=403)
-                forbidden.headers["X-Sunk-Answer"] = self._verifier.sign_answer(
-                    uid, request.path, headers.get("X-Sunk-Nonce", ""), 403
-                )
-                return forbidden
+                return web.json_response({"error": "this job does not belong to this Pod"}, status=403)
             try:
-                response = await handler(request, ref, job_id)
+                return await handler(request, ref, job_id)
             except Exception as err:  # the script retries; say why here, once, in one line
                 log.warning("hook call %s failed: %s: %s", request.path, type(err).__name__, err)
                 self._on_call("error")
-                response = web.json_response({"error": "the scheduler could not act yet; retry"}, status=503)
-            # Only an authenticated call gets a signed answer, and only for that call.
-            response.headers["X-Sunk-Answer"] = self._verifier.sign_answer(
-                uid, request.path, headers.get("X-Sunk-Nonce", ""), response.status
-            )
-            return response
+                return web.json_response({"error": "the scheduler could not act yet; retry"}, status=503)
 
         return guarded
 

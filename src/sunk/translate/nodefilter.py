@@ -12,7 +12,7 @@ from typing import Any
 Json = dict[str, Any]
 
 
-def _expression_matches(expr: Json, labels: dict[str, str]) -> bool:
+def expression_matches(expr: Json, labels: dict[str, str]) -> bool:
     key, op = expr.get("key", ""), expr.get("operator", "")
     values = expr.get("values") or []
     present = key in labels
@@ -40,8 +40,8 @@ def _term_matches(term: Json, node: Json) -> bool:
     field_expressions = term.get("matchFields") or []
     if not expressions and not field_expressions:
         return False  # an empty term matches nothing, as in kube-scheduler
-    return all(_expression_matches(e, labels) for e in expressions) and all(
-        _expression_matches(e, fields) for e in field_expressions
+    return all(expression_matches(e, labels) for e in expressions) and all(
+        expression_matches(e, fields) for e in field_expressions
     )
 
 

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from sunk.translate.nodefilter import _expression_matches
+from sunk.translate.nodefilter import expression_matches
 
 Json = dict[str, Any]
 
@@ -29,7 +29,7 @@ def selector_matches(selector: Json | None, labels: dict[str, str]) -> bool:
         return False
     if any(labels.get(k) != v for k, v in (selector.get("matchLabels") or {}).items()):
         return False
-    return all(_expression_matches(e, labels) for e in selector.get("matchExpressions") or [])
+    return all(expression_matches(e, labels) for e in selector.get("matchExpressions") or [])
 
 
 def _labels(obj: Json) -> dict[str, str]:
