@@ -34,6 +34,7 @@ RULES = {
     "pods:pods/binding:create": "valid Pod bound",
     "pods:pods/status:patch": "invalid Pod's condition",
     "pods:events:create": "Scheduled Event",
+    "pods:podgroups:get": "PodGroup member bound",  # cannot read its group: waits
     "nodes:nodes:get,list,watch": "valid Pod bound",  # no Node cache: never ready to act
     "slurmd:pods:list,watch": "valid Pod bound",  # no Slurm node → Node map
     "leader:leases:create": "valid Pod bound",  # cannot make its Lease: never the leader
@@ -137,6 +138,13 @@ def scheduler_does_its_job(
     """None if every step works; otherwise the first step that did not."""
     create(kube, namespace, make_pod("valid", name))
     create(kube, namespace, make_pod("invalid", name, grace=30))
+    kube.create(
+        f"/apis/scheduling.x-k8s.io/v1alpha1/namespaces/{namespace}/podgroups",
+        {"apiVersion": "scheduling.x-k8s.io/v1alpha1", "kind": "PodGroup", "metadata": {"name": "g"}},
+    )
+    gang_member = make_pod("member", name)
+    gang_member["metadata"]["labels"] = {"scheduling.x-k8s.io/pod-group": "g"}
+    create(kube, namespace, gang_member)
     steps = {
         "valid Pod bound": lambda: (p := get(kube, namespace, "valid")) and p["spec"].get("nodeName"),
         "Scheduled Event": lambda: any(
@@ -151,6 +159,7 @@ def scheduler_does_its_job(
             .get("sunk.coreweave.com/leader")
             == "true"
         ),
+        "PodGroup member bound": lambda: (p := get(kube, namespace, "member")) and p["spec"].get("nodeName"),
     }
     deadline = time.monotonic() + within
     for step, probe in steps.items():
@@ -158,11 +167,12 @@ def scheduler_does_its_job(
             if time.monotonic() > deadline:
                 return step
             time.sleep(0.1)
-    run_cli(dev_cluster.layout, "scancel", str(job_of(get(kube, namespace, "valid") or {}, slurm)["job_id"]))
-    while get(kube, namespace, "valid") is not None:
-        if time.monotonic() > deadline:
-            return "Pod deleted after its job was cancelled"
-        time.sleep(0.1)
+    for pod in ("valid", "member"):
+        run_cli(dev_cluster.layout, "scancel", str(job_of(get(kube, namespace, pod) or {}, slurm)["job_id"]))
+        while get(kube, namespace, pod) is not None:
+            if time.monotonic() > deadline:
+                return "Pod deleted after its job was cancelled"
+            time.sleep(0.1)
     return None
 
 

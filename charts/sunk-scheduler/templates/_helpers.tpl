@@ -56,4 +56,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 - apiGroups: [events.k8s.io]
   resources: [events]
   verbs: [create]
+- apiGroups: [scheduling.x-k8s.io]
+  resources: [podgroups]
+  verbs: [get]
 {{- end -}}

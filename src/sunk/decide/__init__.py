@@ -11,6 +11,7 @@ The questions answered:
 - `placement_problem`: before a submit, can any Slurm node host the Pod at all?
 - `drain_due`: a bound Pod outlives its ending job; when must its node be drained?
 - `drain_notice`: a Slurm node is drained; what Event explains it, on which object?
+- `group_bind`: a gang's job runs; may its members be bound, all of them?
 """
 
 from __future__ import annotations
@@ -83,10 +84,22 @@ def for_claim(
     cancelled_at: float | None,
     signalled: bool,
     now: float,
+    others_running: bool = False,
 ) -> Claim:
     """R5.1 and R8.2 for one active job naming this Pod key. `cancelled_at` is when this
-    process's cancel of it was accepted (monotonic), `now` the same clock."""
+    process's cancel of it was accepted (monotonic), `now` the same clock. For a component
+    of a gang's job, `others_running` says another member still runs: a member that
+    succeeded waits for them (the group's job ends as one), a member that failed ends it."""
     if not job.active or owns(pod, ref, job, prefix):
+        return Claim.KEEP
+    group = job.group_leader is not None
+    if (
+        group
+        and others_running
+        and pod is not None
+        and pod["metadata"].get("uid") == ref.uid
+        and (pod.get("status") or {}).get("phase") == "Succeeded"
+    ):
         return Claim.KEEP
     gone = (
         pod is None
@@ -103,7 +116,8 @@ def for_claim(
             return Claim.CANCEL  # accepted but lost (a slurmctld crash): again
         return Claim.RECHECK if not job.ending else Claim.KEEP
     # The Pod is being deleted: its containers may still run, so the job keeps the node.
-    return Claim.SIGNAL if job.running and not signalled else Claim.KEEP
+    # A gang's member is not signalled: the group's job ends as one once the Pod is gone.
+    return Claim.SIGNAL if job.running and not signalled and not group else Claim.KEEP
 
 
 # -- the Pod's next step ----------------------------------------------------------------------
@@ -118,6 +132,7 @@ class Step(enum.Enum):
     REPORT_PENDING = "report-pending"  # the job waits in Slurm: say why on the Pod
     BIND = "bind"  # the placeholder runs: place the Pod on its node
     REPORT_STARTING = "report-starting"  # the job runs, its script has not marked it yet
+    GROUP_TIMED_OUT = "group-timed-out"  # a gang's job waited longer than its PodGroup allows
 
 
 @dataclass(frozen=True)
@@ -134,11 +149,14 @@ def for_pod(
     synced: bool,
     now: float,
     ending_reported: bool = False,
+    group_timed_out: bool = False,
 ) -> Decision:
     """The next step for a live Pod of ours, given its current job (the one its annotation
     names, if the index knows it for this UID) and the wall-clock time `now`.
     `ending_reported`: that job's placeholder script said (on the hooks API) that Slurm is
-    ending it. A hook call is a claim, not a fact: the Pod goes only once Slurm agrees."""
+    ending it. A hook call is a claim, not a fact: the Pod goes only once Slurm agrees.
+    `group_timed_out`: the Pod's gang has waited for its job longer than its PodGroup's
+    scheduleTimeoutSeconds."""
     if finally_refused(pod):
         return Decision(Step.NOTHING)
     bound = bool((pod.get("spec") or {}).get("nodeName"))
@@ -155,6 +173,8 @@ def for_pod(
     if job is None:
         return Decision(Step.FIND_OR_SUBMIT)
     if job.pending:
+        if group_timed_out:
+            return Decision(Step.GROUP_TIMED_OUT)
         if job.reason == "None" and (wait := transient_for(job.submit_time, now)):
             return Decision(Step.WAIT, wait)  # Slurm has not looked at it yet
         return Decision(Step.REPORT_PENDING)
@@ -173,6 +193,25 @@ def transient_for(since: int, now: float) -> float:
     if not since:
         return 0.0
     return max(0.0, since + TRANSIENT_S - now)
+
+
+# -- a gang's job runs -------------------------------------------------------------------------
+def group_bind(components: list[SlurmJob]) -> str | None:
+    """R9.1: why the members of a gang cannot all be bound now, or None when they can. Every
+    component must run on its one node and the script (which runs in the first component
+    only) must have marked the job started; Slurm starts all components at once, so this
+    holds for all of them or none, and no member is bound before the others can be."""
+    offsets = sorted(c.het_job_offset for c in components)
+    if not components or offsets != list(range(len(components))):
+        return f"the listing shows components {offsets} of the group's job, not all of them"
+    leader = min(components, key=lambda c: c.het_job_offset)
+    if not all(c.running for c in components):
+        return "not every component of the group's job runs yet"
+    if not leader.started:
+        return "the group's placeholder script has not started yet"
+    if any(len(c.nodes) != 1 for c in components):
+        return "a component of the group's job holds more than one node"
+    return None
 
 
 # -- where a Pod may go, and when its node must be drained -----------------------------------

@@ -224,10 +224,31 @@ def slurmd_pod_manifest(node: topology.NodePlan) -> dict[str, object]:
     }
 
 
+# The chart's PodGroup CRD (gangs, R9.1): the dev cluster serves it like a cluster where
+# scheduler-plugins or the chart installed it.
+PODGROUP_CRD = (
+    Path(__file__).resolve().parents[3] / "charts" / "sunk-scheduler" / "files" / "podgroup-crd.yaml"
+)
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def _install_podgroup_crd(admin: AdminKube) -> None:
+    crd = yaml.safe_load(PODGROUP_CRD.read_text())
+    _create(admin, CRDS, crd)
+
+    def established() -> bool:
+        found = admin.find(f"{CRDS}/{crd['metadata']['name']}") or {}
+        conditions = (found.get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+    procs.wait_until(established, timeout=30, interval=0.2, what="the PodGroup CRD to be served")
+
+
 def populate(layout: Layout, nodes: list[topology.NodePlan]) -> None:
     """Create the Nodes and slurmd Pods, then wait until kwok reports them Ready/Running."""
     admin = AdminKube(layout)
     try:
+        _install_podgroup_crd(admin)
         _create(admin, "/api/v1/namespaces", {"metadata": {"name": topology.SLURMD_NAMESPACE}})
         pods_path = f"/api/v1/namespaces/{topology.SLURMD_NAMESPACE}/pods"
         with ThreadPoolExecutor(max_workers=8) as pool:

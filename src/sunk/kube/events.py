@@ -26,6 +26,8 @@ STATIC_CPU = "StaticCPUPinning"
 IGNORED_ANNOTATION = "IgnoredAnnotation"
 SLURM_WARNING = "SlurmWarning"
 RULE_NOT_HONOURED = "SchedulingRuleNotHonoured"
+GROUP_TIMED_OUT = "PodGroupTimedOut"
+GROUP_RELEASED = "PodGroupReleased"
 
 # PodScheduled condition reasons. The first three are final: the Pod is never retried.
 INVALID = "InvalidForSlurm"
@@ -35,6 +37,7 @@ PENDING_IN_SLURM = "PendingInSlurm"
 WAITING_FOR_START = "WaitingForPlaceholder"
 UNSCHEDULABLE = "Unschedulable"
 SLURM_UNAVAILABLE = "SlurmUnavailable"
+WAITING_FOR_GROUP = "WaitingForPodGroup"
 
 
 def _now() -> str:

@@ -154,12 +154,15 @@ class Scheduler:
             return
         self._reading_started += 1
         try:
-            job = await self.slurm.job(job_id)
+            # A gang's job is read whole: every member's Pod may be bound now.
+            jobs = await self.slurm.job_group(job_id)
         finally:
             self._reading_started -= 1
-        if job is not None:
-            self.index.record(ref, job)
-            self.queue.add(f"{ref.namespace}/{ref.name}")
+        for job in jobs:
+            owner = ref if job.job_id == job_id else self.slurm.pod_of(job, self.config.scheduler_name)
+            if owner is not None:
+                self.index.record(owner, job)
+                self.queue.add(f"{owner.namespace}/{owner.name}")
 
     async def job_terminating(self, ref: PodRef, job_id: int) -> None:
         """Record what the placeholder said; the Pod's worker checks it with Slurm."""
@@ -167,18 +170,29 @@ class Scheduler:
         self.queue.add(f"{ref.namespace}/{ref.name}")
 
     async def wait_pod_gone(self, ref: PodRef, job_id: int, within: float) -> bool:
-        key = f"{ref.namespace}/{ref.name}"
+        """True once the Pod of the job is gone; for a gang's job (whose script runs for
+        the whole group), once every member is."""
+        members = [(ref, job_id)] + [
+            (other, job.job_id)
+            for other, job in self.reconciler.gangs.components(job_id)
+            if job.job_id != job_id
+        ]
+        deadline = time.monotonic() + within
+        for member, member_job in members:
+            key = f"{member.namespace}/{member.name}"
 
-        def still_there() -> bool:
-            """The Pod may still run something on this job's resources: it exists, has not
-            finished, and has not been given another job since (a rejected placement)."""
-            pod = self.pods.get(key)
-            if pod is None or pod["metadata"].get("uid") != ref.uid or finished(pod):
+            def still_there(key: str = key, member: PodRef = member, member_job: int = member_job) -> bool:
+                """The Pod may still run something on this job's resources: it exists, has
+                not finished, and has not been given another job since (a rejected placement)."""
+                pod = self.pods.get(key)
+                if pod is None or pod["metadata"].get("uid") != member.uid or finished(pod):
+                    return False
+                recorded = recorded_job_id(pod, self.config.annotation_prefix)
+                return recorded in (None, member_job)
+
+            if not await self.gone.wait(member.uid, still_there, max(0.0, deadline - time.monotonic())):
                 return False
-            recorded = recorded_job_id(pod, self.config.annotation_prefix)
-            return recorded in (None, job_id)
-
-        return await self.gone.wait(ref.uid, still_there, within)
+        return True
 
     def _job_changed(self, ref: PodRef) -> None:
         if self.pods.watches(ref.namespace):

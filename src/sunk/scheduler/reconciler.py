@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import datetime as dt
 import logging
 import os
@@ -25,16 +26,16 @@ from sunk.hooks.auth import pod_key
 from sunk.kube import events as ev
 from sunk.kube.client import KubeClient, KubeError
 from sunk.scheduler.cluster import ClusterView
+from sunk.scheduler.gangs import Gangs
 from sunk.scheduler.jobs import JobIndex
 from sunk.slurm.client import SlurmClient
-from sunk.slurm.dialect import mark_environment
+from sunk.slurm.dialect import JOB_PATH, mark_environment
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.translate import PodRef, Settings, gres_text, podaffinity, translate
+from sunk.translate import PlaceholderJob, PodRef, Settings, gang, gres_text, podaffinity, translate
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
-JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 # How old Slurm's view of a node may be when deciding a binding there.
 NODE_STATE_TTL_S = 0.5
 # A submission that got no answer is looked for in a listing requested at least this long
@@ -134,6 +135,7 @@ class Reconciler:
         self._asking_slurm = 0
         self.refuse_static_cpu = False
         self.policy = policy.PolicyFile(None)  # the scheduler sets the configured one
+        self.gangs = Gangs(self)
 
     def prune(self, live: set[int]) -> None:
         """Forget what was remembered about jobs Slurm no longer lists: nothing here is
@@ -152,6 +154,7 @@ class Reconciler:
             del self._node_locks[node]
         for uid in [u for u, (at, _) in self._placing.items() if now - at > PLACING_TTL_S]:
             del self._placing[uid]
+        self.gangs.prune()
 
     # -- small readers --------------------------------------------------------------------
     def _annotation(self, pod: Json, key: str) -> str | None:
@@ -166,7 +169,24 @@ class Reconciler:
         found = self.index.get(job_id) if job_id is not None else None
         if found is None or found[0].uid != pod["metadata"]["uid"]:
             return None  # never trust a job ID alone: IDs restart when Slurm's state is wiped
-        return found[1]
+        return self.with_group_mark(found[1])
+
+    def with_group_mark(self, job: SlurmJob) -> SlurmJob:
+        """A gang's placeholder script runs in the first component only and marks that one
+        started; the other components count as started when it is."""
+        if job.group_leader is None or job.het_job_offset == 0:
+            return job
+        leader = self.index.get(job.group_leader)
+        return dataclasses.replace(job, started=leader is not None and leader[1].started)
+
+    async def _group_timed_out(self, pod: Json, job: SlurmJob | None) -> bool:
+        name = gang.group_of(pod)
+        if name is None or job is None or job.group_leader is None or not job.pending:
+            return False
+        group, _ = await self.gangs.podgroup(pod["metadata"]["namespace"], name)
+        leader = self.index.get(job.group_leader)
+        submitted = leader[1].submit_time if leader else job.submit_time
+        return group is not None and gang.timed_out(group, submitted, time.time())
 
     # -- the entry point ------------------------------------------------------------------
     async def reconcile(self, key: str) -> Outcome:
@@ -190,6 +210,7 @@ class Reconciler:
             synced=self.index.synced.is_set(),
             now=time.time(),
             ending_reported=(job_id, pod["metadata"]["uid"]) in self._ending_reported,
+            group_timed_out=await self._group_timed_out(pod, job),
         )
         step = decision.step
         if step is decide.Step.END_POD:
@@ -206,7 +227,11 @@ class Reconciler:
         if step is decide.Step.CONFIRM_MISSING:
             return await self._confirm_missing(pod)
         if step is decide.Step.FIND_OR_SUBMIT:
-            return await self._find_or_submit(pod)
+            group = gang.group_of(pod)
+            return await (self.gangs.find_or_submit(pod, group) if group else self._find_or_submit(pod))
+        if step is decide.Step.GROUP_TIMED_OUT:
+            assert job is not None
+            return await self.gangs.timed_out(pod, job)
         if step is decide.Step.BIND:
             assert job is not None
             return await self._bind(pod, job)
@@ -226,7 +251,13 @@ class Reconciler:
             cancelled_at=self._cancelled.get((job.job_id, ref.uid)),
             signalled=(job.job_id, ref.uid) in self._signalled,
             now=time.monotonic(),
+            others_running=job.group_leader is not None and self.gangs.others_running(ref, job),
         )
+        if verdict is decide.Claim.CANCEL and job.group_leader is not None and job.pending:
+            if (job.job_id, ref.uid) not in self._cancelled and await self._still_claims(ref, job.job_id):
+                self._cancelled[(job.job_id, ref.uid)] = time.monotonic()
+                await self.gangs.member_left(ref, job)
+            return False
         if verdict is decide.Claim.CANCEL:
             # Nothing of the Pod runs any more: cancel; the script's hook call learns at once
             # that the Pod is gone and exits, so the job ends without waiting for KillWait.
@@ -237,8 +268,10 @@ class Reconciler:
             )
             if not await self._still_claims(ref, job.job_id):
                 return False
-            log.info("cancelling Slurm job %s of %s%s: its Pod is gone or done", job.job_id, ref, again)
-            await self.slurm.cancel(job.job_id)
+            # A gang's job ends as one: cancelling its leader ends every component.
+            target = job.group_leader or job.job_id
+            log.info("cancelling Slurm job %s of %s%s: its Pod is gone or done", target, ref, again)
+            await self.slurm.cancel(target)
             self._cancelled[(job.job_id, ref.uid)] = time.monotonic()
             return not job.ending
         if verdict is decide.Claim.SIGNAL:
@@ -276,6 +309,15 @@ class Reconciler:
             # the job must not come back later for a Pod that no longer exists.
             self._signalled.add((job.job_id, meta["uid"]))
             await self.slurm.cancel(job.job_id)
+        leader = self.index.get(job.group_leader) if job.group_leader else None
+        if leader is not None and not leader[1].ending and (job.job_id, meta["uid"]) not in self._signalled:
+            # One component ended (say, an administrator cancelled just that one): the
+            # group lives and dies as one job, so the others end with it.
+            self._signalled.add((job.job_id, meta["uid"]))
+            log.info(
+                "cancelling job %s: its component %s for %s ended", leader[1].job_id, job.job_id, meta["name"]
+            )
+            await self.slurm.cancel(leader[1].job_id)
         if not self._being_deleted(pod):
             await self._say_why(pod, job)
             await self._delete(pod)
@@ -442,7 +484,9 @@ class Reconciler:
         await self.recorder.condition(pod, False, reason, message)
         return Outcome()
 
-    async def _submit(self, pod: Json, avoid: tuple[str, ...] | None = None) -> Outcome:
+    async def _prepare(self, pod: Json, avoid: tuple[str, ...]) -> PlaceholderJob | Outcome:
+        """The job to submit for `pod`, or what was done instead: refused for good (invalid,
+        forbidden, unsupported) or told why no node can take it now."""
         result = translate(pod, self.settings)
         if not result.valid or result.job is None:
             return await self._refuse(pod, ev.INVALID, result.errors)
@@ -465,7 +509,6 @@ class Reconciler:
             note = "sunk does not apply: " + "; ".join(ignored)
             await self.recorder.event(pod, ev.RULE_NOT_HONOURED, note, warning=True)
 
-        avoid = avoid if avoid is not None else self._avoid_nodes(pod)
         excluded = self.cluster.excluded_for(pod, self._placed(pod) if podaffinity.has_rules(pod) else [])
         message = decide.placement_problem(
             job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes
@@ -474,8 +517,10 @@ class Reconciler:
             if await self.recorder.condition(pod, False, ev.UNSCHEDULABLE, message):
                 await self.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
             return Outcome(requeue_after=5)
-        job = job.avoiding(tuple(excluded) + avoid)
+        return job.avoiding(tuple(excluded) + avoid)
 
+    def environment(self, job: PlaceholderJob) -> dict[str, str]:
+        """What the placeholder script of `job` is told (its Pod, the hooks API, its key)."""
         environment = {
             "PATH": JOB_PATH,
             **mark_environment(self.slurm.dialect, job),
@@ -488,7 +533,15 @@ class Reconciler:
         }
         if os.environ.get("SLURM_CONF"):
             environment["SLURM_CONF"] = os.environ["SLURM_CONF"]
-        submission = self.slurm.submission(job, self.script, environment)
+        return environment
+
+    async def _submit(self, pod: Json, avoid: tuple[str, ...] | None = None) -> Outcome:
+        avoid = avoid if avoid is not None else self._avoid_nodes(pod)
+        prepared = await self._prepare(pod, avoid)
+        if isinstance(prepared, Outcome):
+            return prepared
+        job = prepared
+        submission = self.slurm.submission(job, self.script, self.environment(job))
         try:
             submitted = await self.slurm.submit(submission)
         except SlurmError as err:
@@ -534,33 +587,55 @@ class Reconciler:
 
     # -- binding (R4.3, R4.4) -------------------------------------------------------------
     async def _bind(self, pod: Json, job: SlurmJob) -> Outcome:
-        spec = pod.get("spec") or {}
+        if job.group_leader is not None and gang.group_of(pod):
+            return await self.gangs.bind(pod, job)
+        node_name, problem, avoid_node = await self.placement(pod, job)
+        if node_name is None:
+            return await self._reject(
+                pod, job, job.nodes[0] if job.nodes else None, problem, avoid_node=avoid_node
+            )
+        return await self.bind_to(pod, job, node_name)
+
+    async def placement(self, pod: Json, job: SlurmJob) -> tuple[str | None, str, bool]:
+        """(the Node to bind `pod` to, "", _) or (None, why not, whether the node is the
+        problem). Strict node locking: never a doubtful node or allocation. A Node chosen is
+        counted as placed at once, before the informer shows the binding."""
         if len(job.nodes) != 1:
-            return await self._reject(pod, job, None, f"Slurm allocated {len(job.nodes)} nodes, not one")
+            return None, f"Slurm allocated {len(job.nodes)} nodes, not one", True
         slurm_node = job.nodes[0]
         wanted = translate(pod, self.settings).job
         short = (
             decide.allocation_problem(job, wanted.cpus, wanted.memory_mib, wanted.gres) if wanted else None
         )
         if short:
-            return await self._reject(pod, job, slurm_node, short, avoid_node=False)
+            return None, short, False
         # The lock serialises the decision for one node (R4.3); the binding itself, a plain
         # API call, happens outside it so a burst of Pods on one node is not queued behind it.
         # A Pod with affinity or spread rules also takes one lock shared by all such Pods:
         # their rules span Nodes (a zone), and each must count the others' placements.
         rules_apply = podaffinity.has_rules(pod)
         rules = self._rules_lock if rules_apply else contextlib.nullcontext()
-        meta = pod["metadata"]
         async with rules, self._node_locks[slurm_node]:
             target = self.cluster.target(slurm_node, pod, self._placed(pod) if rules_apply else [])
             problem = target.problem
             if problem is None:
                 problem = await self._slurm_node_problem(slurm_node)
             if problem is not None or target.node is None:
-                return await self._reject(pod, job, slurm_node, problem or "no Node")
-            node_name = target.node["metadata"]["name"]
-            # Counted as placed from now on, before the informer shows it bound.
-            self._placing[meta["uid"]] = (time.monotonic(), {**pod, "spec": {**spec, "nodeName": node_name}})
+                return None, problem or "no Node", True
+            node_name: str = target.node["metadata"]["name"]
+            self.placing(pod, node_name)
+        return node_name, "", False
+
+    def placing(self, pod: Json, node_name: str) -> None:
+        """Count `pod` as placed on `node_name` from now on (affinity and spread rules)."""
+        spec = pod.get("spec") or {}
+        self._placing[pod["metadata"]["uid"]] = (
+            time.monotonic(),
+            {**pod, "spec": {**spec, "nodeName": node_name}},
+        )
+
+    async def bind_to(self, pod: Json, job: SlurmJob, node_name: str, note: str = "") -> Outcome:
+        meta = pod["metadata"]
         try:
             await self.kube.bind(meta["namespace"], meta["name"], meta["uid"], node_name)
         except KubeError as err:
@@ -573,7 +648,7 @@ class Reconciler:
             pod,
             ev.SCHEDULED,
             f"Successfully assigned {meta['namespace']}/{meta['name']} to {node_name} "
-            f"(Slurm job {job.job_id} on node {slurm_node})",
+            f"(Slurm job {job.job_id} on node {job.nodes[0]}{note})",
         )
         return Outcome()
 

@@ -239,6 +239,15 @@ class SlurmClient:
         jobs = reply.get("jobs") or []
         return self.dialect.parse_job(jobs[0]) if jobs else None
 
+    async def job_group(self, job_id: int) -> list[SlurmJob]:
+        """A heterogeneous job's leader read with every component (Slurm answers a read of
+        the leader's ID with all of them), or just the job; [] when Slurm has none."""
+        try:
+            reply = await self._call("GET", f"/job/{job_id}", f"read job {job_id}", endpoint="/job/{id}")
+        except SlurmJobGone:
+            return []
+        return [self.dialect.parse_job(j) for j in reply.get("jobs") or []]
+
     async def cancel(self, job_id: int, *, signal: str | None = None) -> None:
         """Cancel (SIGKILL after KillWait) or, with `signal`, only signal the job."""
         params = {"signal": signal} if signal else None

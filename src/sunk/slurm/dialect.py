@@ -17,6 +17,8 @@ from sunk.translate import PlaceholderJob, PodRef
 # Appended by the placeholder script to the job field the dialect names (R4.2).
 STARTED_MARK = ": started"
 DEFAULT_WORKDIR = "/tmp"
+# The PATH placeholder jobs run with.
+JOB_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
 @dataclass(frozen=True)
@@ -81,7 +83,26 @@ def shared_fields(raw: dict[str, Any]) -> dict[str, Any]:
         "preempt_time": number(raw.get("preempt_time")) or 0,
         "allocated": str(raw.get("tres_alloc_str") or ""),
         "gres_detail": tuple(str(g) for g in raw.get("gres_detail") or ()),
+        "het_job_id": number(raw.get("het_job_id")) or 0,
+        "het_job_offset": number(raw.get("het_job_offset")) or 0,
     }
+
+
+def group_submission(parts: list[Submission]) -> Submission:
+    """One heterogeneous job from the members' own submissions (R9.1): every REST version
+    takes a list of job descriptions under `jobs` and one batch script, which runs in the
+    first component only. The script and the user are the first member's."""
+    users = {part.as_user for part in parts}
+    if len(users) != 1:
+        raise ValueError("the members of one heterogeneous job must run as one Slurm user")
+    specs = []
+    script = None
+    for part in parts:
+        spec = dict(part.body["job"])
+        found = spec.pop("script", None) or part.body.get("script")
+        script = script or found
+        specs.append(spec)
+    return Submission({"script": script, "jobs": specs}, as_user=parts[0].as_user)
 
 
 def mark_environment(dialect: Dialect, job: PlaceholderJob) -> dict[str, str]:

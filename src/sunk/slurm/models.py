@@ -52,6 +52,16 @@ class SlurmJob:
     # GRES on its node ("gpu:1(IDX:0)"), checked against the Pod before binding.
     allocated: str = ""
     gres_detail: tuple[str, ...] = ()
+    # A component of a heterogeneous job (a gang, R9.1): the leader's job ID (0: not one)
+    # and this component's place in it. Each component is listed as a job of its own.
+    het_job_id: int = 0
+    het_job_offset: int = 0
+
+    @property
+    def group_leader(self) -> int | None:
+        """The job ID that stands for the whole heterogeneous job (cancelling it ends every
+        component; cancelling a component ends only that one), or None for a plain job."""
+        return self.het_job_id or None
 
     @property
     def active(self) -> bool:

@@ -1,0 +1,389 @@
+"""Carrying out gang placement (R9.1): one heterogeneous Slurm job per PodGroup.
+
+Each member Pod gets one component of the group's job; the component carries the member's
+identity as any placeholder does, so everything that follows one Pod and its job (the
+index, adoption after a restart, Events, the drain at KillWait) works per member. What
+this module adds is what concerns the group as a whole, always under the group's lock:
+submitting once enough members are here, binding all members together, and giving the
+members back their freedom (cancelling the job) when the group times out, loses a member
+before it starts, or a placement is rejected. What is decided lives in sunk.translate.gang
+and sunk.decide (pure); this module only does the I/O.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from collections import defaultdict
+from typing import TYPE_CHECKING, Any
+
+from sunk import decide, metrics
+from sunk.kube import events as ev
+from sunk.kube.client import KubeError
+from sunk.slurm.dialect import JOB_PATH, group_submission
+from sunk.slurm.errors import SlurmError, SlurmNoAnswer
+from sunk.slurm.models import SlurmJob
+from sunk.translate import PlaceholderJob, PodRef, gang
+
+if TYPE_CHECKING:
+    from sunk.scheduler.reconciler import Outcome, Reconciler
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+# How long a PodGroup read from the API server is used before it is read again.
+GROUP_TTL_S = 5.0
+# As for one Pod: a group whose submit got no answer waits for a listing this much later.
+UNANSWERED_GRACE_S = 3.0
+# How often a group short of members, or waiting for its PodGroup, is looked at again.
+GROUP_WAIT_S = 5.0
+
+
+class Gangs:
+    def __init__(self, reconciler: Reconciler) -> None:
+        self.rec = reconciler
+        self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+        self._groups: dict[str, tuple[float, gang.PodGroup | None, str | None]] = {}
+        # Group key → monotonic time before which no new job is submitted for it (after a
+        # timeout, the PodGroup's own timeout: the cluster is busy, do not ask at once).
+        self._retry_at: dict[str, float] = {}
+
+    def prune(self) -> None:
+        now = time.monotonic()
+        for key in [k for k, (at, _, _) in self._groups.items() if now - at > 60]:
+            del self._groups[key]
+        for key in [k for k, at in self._retry_at.items() if at < now]:
+            del self._retry_at[key]
+        for key in [k for k, lock in self._locks.items() if not lock.locked()]:
+            del self._locks[key]
+
+    # -- readers --------------------------------------------------------------------------
+    async def podgroup(self, namespace: str, name: str) -> tuple[gang.PodGroup | None, str | None]:
+        key = f"{namespace}/{name}"
+        cached = self._groups.get(key)
+        now = time.monotonic()
+        if cached is not None and now - cached[0] < GROUP_TTL_S:
+            return cached[1], cached[2]
+        try:
+            found, problem = gang.parse(await self.rec.kube.get(gang.path(namespace, name)))
+        except KubeError as err:
+            if not err.not_found:
+                raise
+            found, problem = (
+                None,
+                (
+                    f"PodGroup {key} does not exist: create it (scheduling.x-k8s.io/v1alpha1, minMember), "
+                    "or drop the label scheduling.x-k8s.io/pod-group; the CRD comes with the chart "
+                    "(podGroups.installCRD=true)"
+                ),
+            )
+        self._groups[key] = (now, found, problem)
+        return found, problem
+
+    def components(self, leader: int) -> list[tuple[PodRef, SlurmJob]]:
+        """The components of one heterogeneous job the index knows, by offset."""
+        found = [(ref, job) for ref, job in self.rec.index.items() if job.het_job_id == leader]
+        return sorted(found, key=lambda pair: pair[1].het_job_offset)
+
+    def others_running(self, ref: PodRef, job: SlurmJob) -> bool:
+        """Another member of this job's group is there and has not finished."""
+        assert job.group_leader is not None
+        for other, _ in self.components(job.group_leader):
+            pod = self.rec.pods.get(f"{other.namespace}/{other.name}")
+            mine = pod is not None and pod["metadata"].get("uid") == other.uid
+            if other.uid != ref.uid and mine and pod is not None and not decide.finished(pod):
+                return True
+        return False
+
+    def _members_waiting(self, namespace: str, name: str) -> tuple[list[Json], bool]:
+        """(members with no job yet, whether some member has one): the live, unbound,
+        not refused Pods of ours that join the group."""
+        waiting, placed = [], False
+        for key in self.rec.pods.all_keys():
+            if not key.startswith(namespace + "/"):
+                continue
+            pod = self.rec.pods.get(key)
+            if pod is None or gang.group_of(pod) != name or pod["metadata"].get("deletionTimestamp"):
+                continue
+            if decide.finished(pod) or decide.finally_refused(pod):
+                continue
+            has_job = (pod.get("spec") or {}).get("nodeName") or any(
+                ref.uid == pod["metadata"]["uid"] and job.active
+                for ref, job in self.rec.index.for_key(namespace, pod["metadata"]["name"])
+            )
+            if has_job:
+                placed = True
+            else:
+                waiting.append(pod)
+        return sorted(waiting, key=lambda p: str(p["metadata"]["name"])), placed
+
+    async def _say_waiting(self, pods: list[Json], reason: str, message: str) -> None:
+        """Condition on every member; an Event only when the reason is new (the count of
+        members waiting changes with each arrival: one Event each would be a flood)."""
+        for pod in pods:
+            before = (ev.scheduled_condition(pod) or {}).get("reason")
+            if await self.rec.recorder.condition(pod, False, reason, message) and before != reason:
+                await self.rec.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
+
+    # -- submitting -----------------------------------------------------------------------
+    async def find_or_submit(self, pod: Json, name: str) -> Outcome:
+        """A member with no job: adopt its component, or, once the group has its members,
+        submit one job for all of them (whichever member's turn comes first does it)."""
+        from sunk.scheduler.reconciler import Outcome
+
+        namespace = pod["metadata"]["namespace"]
+        key = f"{namespace}/{name}"
+        async with self._locks[key]:
+            if await self.rec._adopt(pod):
+                return Outcome()
+            group, problem = await self.podgroup(namespace, name)
+            if group is None:
+                await self._say_waiting([pod], ev.WAITING_FOR_GROUP, problem or "no PodGroup")
+                return Outcome(requeue_after=GROUP_WAIT_S)
+            waiting, placed = self._members_waiting(namespace, name)
+            if placed:
+                # The group's job exists already: a member beyond it (more replicas than
+                # minMember, or one that came back) is placed on its own, as the
+                # coscheduling plugin does once a group is scheduled.
+                return await self.rec._submit(pod)
+            retry = self._retry_at.get(key, 0.0) - time.monotonic()
+            if retry > 0:
+                return Outcome(requeue_after=retry)
+            message = gang.waiting_for_members(group, [str(p["metadata"]["name"]) for p in waiting])
+            if message:
+                await self._say_waiting(waiting, ev.WAITING_FOR_GROUP, message)
+                return Outcome(requeue_after=GROUP_WAIT_S)
+            unanswered = [self.rec._unanswered.get(p["metadata"]["uid"], 0.0) for p in waiting]
+            if max(unanswered) and self.rec.index.listed_at < max(unanswered) + UNANSWERED_GRACE_S:
+                return Outcome(requeue_after=1)  # a listing may yet show the job of that submit
+            return await self._submit(group, waiting)
+
+    async def _submit(self, group: gang.PodGroup, members: list[Json]) -> Outcome:
+        from sunk.scheduler.reconciler import Outcome
+
+        jobs: list[PlaceholderJob] = []
+        for pod in members:
+            prepared = await self.rec._prepare(pod, self.rec._avoid_nodes(pod))
+            if not isinstance(prepared, PlaceholderJob):
+                return Outcome(requeue_after=GROUP_WAIT_S)  # that member says why; the rest wait
+            jobs.append(prepared)
+        users = sorted({(j.options.user_id, j.options.group_id) for j in jobs})
+        if len(users) > 1:
+            message = (
+                f"the members of PodGroup {group} ask for different Slurm users ("
+                + ", ".join(f"uid {u} gid {g}" for u, g in users)
+                + "); one Slurm job runs as one user: give them the same user-id and group-id annotations"
+            )
+            await self._say_waiting(members, ev.UNSCHEDULABLE, message)
+            return Outcome(requeue_after=30)
+        # The batch script runs in the first component only, so only it needs the script's
+        # environment (its Pod, the hooks API, its key); Slurm wants one for each.
+        parts = [
+            self.rec.slurm.submission(
+                job, self.rec.script, self.rec.environment(job) if i == 0 else {"PATH": JOB_PATH}
+            )
+            for i, job in enumerate(jobs)
+        ]
+        try:
+            submitted = await self.rec.slurm.submit(group_submission(parts))
+        except SlurmError as err:
+            if isinstance(err, SlurmNoAnswer):
+                for job in jobs:
+                    self.rec._unanswered[job.pod.uid] = time.monotonic()
+            if err.retryable:
+                for pod in members:
+                    await self.rec.recorder.condition(pod, False, ev.SLURM_UNAVAILABLE, str(err))
+                raise
+            for pod in members:
+                await self.rec._refuse(pod, ev.REJECTED_BY_SLURM, [f"PodGroup {group}: {err}"])
+            return Outcome()
+        leader = submitted.job_id
+        try:
+            components = {
+                ref.uid: job
+                for job in await self.rec.slurm.job_group(leader)
+                if (ref := self.rec.slurm.pod_of(job, self.rec.settings.scheduler_name))
+            }
+        except SlurmError:
+            components = {}
+        if len(components) != len(jobs):
+            # The job exists; the next listing shows its components and each member adopts
+            # its own. Until then no member is submitted again.
+            for job in jobs:
+                self.rec._unanswered[job.pod.uid] = time.monotonic()
+            return Outcome(requeue_after=1)
+        for job in jobs:
+            self.rec.index.record(job.pod, components[job.pod.uid])
+        for pod, job in zip(members, jobs, strict=True):
+            component = components[job.pod.uid]
+            try:
+                await self.rec._record_job(pod, component.job_id, self.rec._avoid_nodes(pod))
+            except KubeError as err:
+                if not (err.not_found or err.conflict):
+                    raise  # the index holds the components: the retry adopts them
+                return await self.release(
+                    group,
+                    leader,
+                    ev.GROUP_RELEASED,
+                    f"member {job.pod.name} went away while its PodGroup {group}'s job was submitted; "
+                    "that job was cancelled and the group waits for its members again",
+                )
+        metrics.ATTEMPTS.labels("submitted").inc(len(jobs))
+        for pod, job in zip(members, jobs, strict=True):
+            component = components[job.pod.uid]
+            await self.rec.recorder.event(
+                pod,
+                ev.PLACEHOLDER_SUBMITTED,
+                f"Submitted Slurm job {component.job_id} ({job.cpus} CPU, {job.memory_mib} MiB), component "
+                f"{component.het_job_offset} of job {leader} for the {len(jobs)} members of PodGroup {group}",
+            )
+        if submitted.warning:
+            for pod in members:
+                await self.rec.recorder.event(
+                    pod,
+                    ev.SLURM_WARNING,
+                    f"Slurm accepted job {leader} but says: {submitted.warning}",
+                    warning=True,
+                )
+        return Outcome()
+
+    # -- giving the members back ------------------------------------------------------------
+    async def release(
+        self,
+        group: gang.PodGroup | None,
+        leader: int,
+        reason: str,
+        message: str,
+        *,
+        retry_after: float = 0.0,
+        avoid: dict[str, str] | None = None,
+    ) -> Outcome:
+        """Cancel the group's job and let its live members wait for a new one, saying why.
+        The members stop naming the job before it is cancelled, so none of them is deleted
+        for its ending; should this process stop in between, the members adopt the job
+        again and the next pass comes to the same decision."""
+        from sunk.scheduler.reconciler import Outcome
+
+        members = []
+        for ref, _ in self.components(leader):
+            pod = self.rec.pods.get(f"{ref.namespace}/{ref.name}")
+            if (
+                pod is None
+                or pod["metadata"].get("uid") != ref.uid
+                or pod["metadata"].get("deletionTimestamp")
+            ):
+                continue
+            if (pod.get("spec") or {}).get("nodeName"):
+                continue  # bound already: its job ending deletes it (never happens before all are)
+            avoided = self.rec._avoid_nodes(pod) + ((avoid[ref.uid],) if avoid and ref.uid in avoid else ())
+            annotations: dict[str, str | None] = {
+                self.rec.prefix + "job-id": None,
+                self.rec.prefix + "avoid-nodes": ",".join(avoided) or None,
+            }
+            meta = pod["metadata"]
+            try:
+                await self.rec.kube.patch_pod(
+                    meta["namespace"], meta["name"], meta["uid"], {"metadata": {"annotations": annotations}}
+                )
+            except KubeError as err:
+                if not (err.not_found or err.conflict):
+                    raise
+                continue
+            members.append(pod)
+        log.info("cancelling job %s of PodGroup %s: %s", leader, group, message)
+        await self.rec.slurm.cancel(leader)
+        for ref, job in self.components(leader):
+            self.rec.index.record(ref, dataclasses.replace(job, state="CANCELLED"))
+        if group is not None and retry_after:
+            self._retry_at[str(group)] = time.monotonic() + retry_after
+        for pod in members:
+            await self.rec.recorder.event(pod, reason, message, warning=True)
+            await self.rec.recorder.condition(pod, False, ev.WAITING_FOR_GROUP, message)
+        return Outcome(requeue_after=retry_after or 1)
+
+    async def timed_out(self, pod: Json, job: SlurmJob) -> Outcome:
+        from sunk.scheduler.reconciler import Outcome
+
+        name = gang.group_of(pod)
+        leader = job.group_leader
+        if name is None or leader is None:
+            return Outcome()
+        namespace = pod["metadata"]["namespace"]
+        async with self._locks[f"{namespace}/{name}"]:
+            group, _ = await self.podgroup(namespace, name)
+            current = self.rec.index.get(leader)
+            if group is None or current is None or not current[1].pending:
+                return Outcome(requeue_after=1)  # it started meanwhile, or is gone: look again
+            return await self.release(
+                group,
+                leader,
+                ev.GROUP_TIMED_OUT,
+                gang.timeout_message(group, leader, current[1].reason),
+                retry_after=group.timeout_s,
+            )
+
+    async def member_left(self, ref: PodRef, job: SlurmJob) -> None:
+        """A member went away (or finished) before the group's job started: the others are
+        not deleted for it; the job is cancelled and they wait for the group again."""
+        leader = job.group_leader
+        assert leader is not None
+        pod = None
+        for other, _ in self.components(leader):
+            pod = pod or self.rec.pods.get(f"{other.namespace}/{other.name}")
+        name = gang.group_of(pod) if pod else None
+        group = None
+        if name is not None:
+            group, _ = await self.podgroup(ref.namespace, name)
+        await self.release(
+            group,
+            leader,
+            ev.GROUP_RELEASED,
+            f"member {ref.name} left before the group's Slurm job {leader} started; that job was cancelled "
+            "and the group waits for its members again",
+        )
+
+    # -- binding all members together --------------------------------------------------------
+    async def bind(self, pod: Json, job: SlurmJob) -> Outcome:
+        """The group's job runs: check every member's node, then bind them all; if any one
+        cannot go where Slurm put it, none is bound and the group gets a new job."""
+        from sunk.scheduler.reconciler import Outcome
+
+        leader = job.group_leader
+        name = gang.group_of(pod)
+        assert leader is not None
+        namespace = pod["metadata"]["namespace"]
+        async with self._locks[f"{namespace}/{name}"]:
+            components = self.components(leader)
+            jobs = [self.rec.with_group_mark(c) for _, c in components]
+            waiting = decide.group_bind(jobs)
+            if waiting:
+                return Outcome(requeue_after=1)
+            members: list[tuple[Json, SlurmJob]] = []
+            for (ref, _), component in zip(components, jobs, strict=True):
+                member = self.rec.pods.get(f"{ref.namespace}/{ref.name}")
+                if member is None or member["metadata"].get("uid") != ref.uid:
+                    return Outcome(requeue_after=1)  # its claim is settled on its own pass
+                members.append((member, component))
+            targets: list[tuple[Json, SlurmJob, str]] = []
+            for member, component in members:
+                if (member.get("spec") or {}).get("nodeName"):
+                    continue
+                node_name, problem, _ = await self.rec.placement(member, component)
+                if node_name is None:
+                    slurm_node = component.nodes[0]
+                    group, _ = await self.podgroup(namespace, str(name))
+                    note = (
+                        f"Slurm started job {leader} but member {member['metadata']['name']} cannot go to "
+                        f"{slurm_node}: {problem}; no member is bound; the group gets a new job avoiding it"
+                    )
+                    metrics.ATTEMPTS.labels("placement_rejected").inc()
+                    return await self.release(
+                        group, leader, ev.NODE_REJECTED, note, avoid={member["metadata"]["uid"]: slurm_node}
+                    )
+                targets.append((member, component, node_name))
+        for member, component, node_name in targets:
+            await self.rec.bind_to(
+                member, component, node_name, f"; all members of PodGroup {namespace}/{name} together"
+            )
+        return Outcome()
