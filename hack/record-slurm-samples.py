@@ -8,7 +8,7 @@ cancelled, a submit that works, one Slurm refuses, one it queues with an error, 
 node list with a drained node. The samples are Slurm's own words, so the unit tests of
 each dialect never rest on a guess.
 
-    .venv/bin/python hack/record-slurm-samples.py
+    .venv/bin/python hack/record-slurm-samples.py [group]   (group: only a gang's job)
 """
 
 from __future__ import annotations
@@ -53,7 +53,9 @@ def record(version: str, http: httpx.Client, cluster: DevCluster, out: Path) -> 
 
     def save(name: str, resp: httpx.Response) -> dict[str, Any]:
         data: dict[str, Any] = resp.json()
-        (out / f"{name}.json").write_text(json.dumps({"status": resp.status_code, "body": data}, indent=1) + "\n")
+        (out / f"{name}.json").write_text(
+            json.dumps({"status": resp.status_code, "body": data}, indent=1) + "\n"
+        )
         return data
 
     def job_state(job_id: int) -> list[str] | str:
@@ -63,7 +65,11 @@ def record(version: str, http: httpx.Client, cluster: DevCluster, out: Path) -> 
 
     modern = version != "v0.0.38"
     mark = "extra" if modern else "comment"
-    running: dict[str, Any] = {"name": "sunk:rec:ns/web-0:0000-uid", "cpus_per_task": 1, "comment": "recorded"}
+    running: dict[str, Any] = {
+        "name": "sunk:rec:ns/web-0:0000-uid",
+        "cpus_per_task": 1,
+        "comment": "recorded",
+    }
     script = f'#!/bin/bash\nscontrol update jobid=$SLURM_JOB_ID {mark}="{"recorded" if not modern else ""}: started"\nsleep 300\n'
     if modern:
         running |= {
@@ -93,7 +99,9 @@ def record(version: str, http: httpx.Client, cluster: DevCluster, out: Path) -> 
         nodelist = {"required_nodes": [node]} if modern else {"nodelist": node}
         queued = save(
             "submit-drained-node",
-            http.post("/job/submit", json=body(version, "#!/bin/sh\nsleep 60\n", name="needs-drained", **nodelist)),
+            http.post(
+                "/job/submit", json=body(version, "#!/bin/sh\nsleep 60\n", name="needs-drained", **nodelist)
+            ),
         )
         if queued.get("job_id"):
             wait(lambda: "PENDING" in job_state(int(queued["job_id"])), "the queued job")
@@ -111,6 +119,39 @@ def record(version: str, http: httpx.Client, cluster: DevCluster, out: Path) -> 
     save("job-unknown", http.get("/job/999999"))
 
 
+def record_group(version: str, http: httpx.Client, out: Path) -> None:
+    """A gang's job: two components of different shapes, each naming its own member."""
+    out.mkdir(parents=True, exist_ok=True)
+    modern = version != "v0.0.38"
+    env: Any = ["PATH=/usr/bin:/bin"] if modern else {"PATH": "/usr/bin:/bin"}
+    parts = []
+    for offset, cpus in ((0, 1), (1, 2)):
+        name = f"sunk:rec:ns/train-{offset}:000{offset}-uid"
+        part: dict[str, Any] = {
+            "name": name,
+            "cpus_per_task": cpus,
+            "environment": env,
+            "current_working_directory": "/tmp",
+            "standard_output": "/dev/null",
+        }
+        if modern:
+            part |= {"admin_comment": f"sunk:rec:ns/train-{offset}:000{offset}-uid runas=0", "user_id": "0"}
+        parts.append(part)
+    submitted = http.post("/job/submit", json={"script": "#!/bin/sh\nsleep 300\n", "jobs": parts}).json()
+    leader = int(submitted["job_id"])
+
+    def both_running() -> bool:
+        jobs = http.get(f"/job/{leader}").json().get("jobs") or []
+        return len(jobs) == 2 and all("RUNNING" in str(j.get("job_state")) for j in jobs)
+
+    wait(both_running, "the group's job to run")
+    reply = http.get(f"/job/{leader}")
+    (out / "job-group.json").write_text(
+        json.dumps({"status": reply.status_code, "body": reply.json()}, indent=1) + "\n"
+    )
+    http.delete(f"/job/{leader}")
+
+
 def main() -> int:
     cluster = DevCluster()
     spec = cluster.require_running()
@@ -120,10 +161,14 @@ def main() -> int:
     for version in rt.rest_versions:
         if version not in SUPPORTED_VERSIONS:
             continue
-        http = httpx.Client(base_url=f"{cluster.layout.rest_url}/slurm/{version}", headers=headers, timeout=30)
+        http = httpx.Client(
+            base_url=f"{cluster.layout.rest_url}/slurm/{version}", headers=headers, timeout=30
+        )
         try:
             out = OUT / f"slurm-{rt.release or spec.slurm}" / version
-            record(version, http, cluster, out)
+            if sys.argv[1:] != ["group"]:
+                record(version, http, cluster, out)
+            record_group(version, http, out)
             print(f"recorded {version} into {out}")
         finally:
             http.close()

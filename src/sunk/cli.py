@@ -60,7 +60,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--tls-host", action="append", default=[], help="a DNS name or address of the hooks API (repeat)"
     )
     explain = sub.add_parser("explain", help="show the placeholder job a Pod manifest would get, offline")
-    explain.add_argument("-f", "--filename", required=True, help="Pod manifest (YAML or JSON; - for stdin)")
+    explain.add_argument(
+        "-f",
+        "--filename",
+        required=True,
+        action="append",
+        help="Pod manifest (YAML or JSON; - for stdin); repeat, or give several documents, for a PodGroup",
+    )
     explain.add_argument("-o", "--output", choices=["text", "json"], default="text")
     explain.add_argument("--slurm-kill-wait", default=config._env("slurm-kill-wait", "30s"))
     explain.add_argument("--annotation-prefix", default=config._env("annotation-prefix", DEFAULT_PREFIX))
@@ -217,13 +223,14 @@ def run_ensure_hooks_secret(args: argparse.Namespace) -> int:
 def run_explain(args: argparse.Namespace) -> int:
     import json
 
-    from sunk.explain import explain, first_pod, render_text
+    from sunk.explain import explain, explain_group, manifests, render_text
     from sunk.policy import PERMISSIVE
     from sunk.policy import parse as parse_policy
+    from sunk.translate import gang
 
     try:
-        text = sys.stdin.read() if args.filename == "-" else Path(args.filename).read_text()
-        pod = first_pod(text)
+        texts = [sys.stdin.read() if f == "-" else Path(f).read_text() for f in args.filename]
+        pods, groups = manifests(texts)
         kill_wait = int(config.parse_duration(args.slurm_kill_wait))
         policy = parse_policy(Path(args.policy).read_text(), args.policy) if args.policy else PERMISSIVE
         devices = config.parse_devices(args.device_gres)
@@ -240,7 +247,11 @@ def run_explain(args: argparse.Namespace) -> int:
         )
         return 2
     settings = Settings(args.annotation_prefix, kill_wait, args.scheduler_name, devices)
-    report = explain(pod, settings, version, policy)
+    group = next((name for p in pods if (name := gang.group_of(p))), None)
+    if group:
+        report = explain_group(group, pods, groups, settings, version, policy)
+    else:
+        report = explain(pods[0], settings, version, policy)
     if args.output == "json":
         print(json.dumps(report, indent=2))
     else:

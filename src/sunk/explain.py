@@ -10,7 +10,8 @@ import yaml
 
 from sunk.policy import PERMISSIVE, Policy, check
 from sunk.slurm.client import SUPPORTED_VERSIONS, make_dialect
-from sunk.translate import Exclusive, PlaceholderJob, Settings, gres_text, translate
+from sunk.slurm.dialect import group_submission
+from sunk.translate import Exclusive, PlaceholderJob, Settings, gang, gres_text, translate
 from sunk.translate.job import KILL_WAIT_MARGIN_S
 
 _SBATCH_EXCLUSIVE = {
@@ -57,11 +58,79 @@ def sbatch_line(job: PlaceholderJob) -> str:
     return shlex.join(args) + " placeholder.sh"
 
 
-def first_pod(text: str) -> dict[str, Any]:
-    for doc in yaml.safe_load_all(text):
-        if isinstance(doc, dict) and doc.get("kind", "Pod") == "Pod":
-            return doc
-    raise ValueError("the file holds no Pod manifest")
+def manifests(texts: list[str]) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(Pods, PodGroups) in the files, in order."""
+    pods, groups = [], []
+    for text in texts:
+        for doc in yaml.safe_load_all(text):
+            if isinstance(doc, dict) and doc.get("kind", "Pod") == "Pod":
+                pods.append(doc)
+            elif isinstance(doc, dict) and doc.get("kind") == "PodGroup":
+                groups.append(doc)
+    if not pods:
+        raise ValueError("the files hold no Pod manifest")
+    return pods, groups
+
+
+def explain_group(
+    name: str,
+    pods: list[dict[str, Any]],
+    groups: list[dict[str, Any]],
+    settings: Settings,
+    api_version: str = SUPPORTED_VERSIONS[0],
+    policy: Policy = PERMISSIVE,
+) -> dict[str, Any]:
+    """The one heterogeneous job the members of PodGroup `name` among `pods` would get
+    (R9.1), or why they would wait or be refused."""
+    members = sorted(
+        (p for p in pods if gang.group_of(p) == name),
+        key=lambda p: str((p.get("metadata") or {}).get("name")),
+    )
+    reports = [explain(p, settings, api_version, policy) for p in members]
+    errors = [
+        f"{p['metadata'].get('name')}: {e}"
+        for p, r in zip(members, reports, strict=True)
+        for e in r["errors"]
+    ]
+    notes = [
+        f"{p['metadata'].get('name')}: {n}" for p, r in zip(members, reports, strict=True) for n in r["notes"]
+    ]
+    found = [g for g in groups if (g.get("metadata") or {}).get("name") == name]
+    if found:
+        found[0].setdefault("metadata", {}).setdefault("namespace", members[0]["metadata"]["namespace"])
+        group, problem = gang.parse(found[0])
+        if problem:
+            errors.append(problem)
+        elif group is not None:
+            waiting = gang.waiting_for_members(group, [str(p["metadata"].get("name")) for p in members])
+            notes.append(waiting or f"PodGroup {name}: {len(members)} members, minMember {group.min_member}")
+            notes.append(f"the job is cancelled and tried again if it waits over {group.timeout_s}s in Slurm")
+    else:
+        notes.append(f"no PodGroup {name} in the files: the members wait until it exists")
+    report: dict[str, Any] = {
+        "valid": not errors,
+        "errors": errors,
+        "notes": notes,
+        "api_version": api_version,
+        "group": name,
+    }
+    if not errors:
+        dialect = make_dialect(api_version)
+        jobs = [translate(p, settings).job for p in members]
+        parts = []
+        for pod, job in zip(members, jobs, strict=True):
+            assert job is not None
+            job, _ = check(policy, pod, job, settings.annotation_prefix)
+            parts.append(dialect.submission(job, "<placeholder script>", {"SUNK_POD": str(job.pod)}))
+        try:
+            report["job"] = group_submission(parts).body
+        except ValueError as err:
+            report["valid"] = False
+            report["errors"].append(str(err))
+            return report
+        lines = [r["sbatch"].removesuffix(" placeholder.sh").removeprefix("sbatch ") for r in reports]
+        report["sbatch"] = "sbatch " + " : ".join(lines) + " placeholder.sh"
+    return report
 
 
 def explain(
@@ -110,12 +179,14 @@ def explain(
 def render_text(report: dict[str, Any], settings: Settings) -> str:
     lines = []
     if report["valid"]:
-        lines += ["The Pod is valid. sunk would submit:", "", "  " + report["sbatch"], ""]
+        what = f"The members of PodGroup {report['group']} are" if report.get("group") else "The Pod is"
+        lines += [f"{what} valid. sunk would submit:", "", "  " + report["sbatch"], ""]
         lines += ["REST body (slurmrestd " + report["api_version"] + "):"]
         lines += ["  " + line for line in json.dumps(report["job"], indent=2).splitlines()]
     else:
         limit = settings.kill_wait_s - KILL_WAIT_MARGIN_S
-        lines.append(f"The Pod would be refused (kill-wait {settings.kill_wait_s}s, grace limit <{limit}s):")
+        what = f"The PodGroup {report['group']}" if report.get("group") else "The Pod"
+        lines.append(f"{what} would be refused (kill-wait {settings.kill_wait_s}s, grace limit <{limit}s):")
         lines += [f"  - {error}" for error in report["errors"]]
     if report["notes"]:
         lines += ["", "Notes:"] + [f"  - {note}" for note in report["notes"]]

@@ -204,3 +204,10 @@ def test_r12_4_a_network_policy_without_peers_is_refused_at_render(helm: Path) -
 def test_r12_4_the_grace_period_ends_before_the_lease_could_hand_over(helm: Path) -> None:
     [deployment] = of_kind(render(helm), "Deployment")
     assert deployment["spec"]["template"]["spec"]["terminationGracePeriodSeconds"] < 15  # the Lease duration
+
+
+def test_r9_1_the_podgroup_crd_is_installed_only_when_asked(helm: Path) -> None:
+    assert not of_kind(render(helm), "CustomResourceDefinition")
+    [crd] = of_kind(render(helm, "podGroups.installCRD=true"), "CustomResourceDefinition")
+    assert crd["metadata"]["name"] == "podgroups.scheduling.x-k8s.io"
+    assert [v["name"] for v in crd["spec"]["versions"]] == ["v1alpha1"]

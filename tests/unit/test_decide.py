@@ -519,3 +519,94 @@ def test_what_a_cordon_does_to_the_slurm_node(
     cordoned: bool, slurm_node: SlurmNode, action: str | None
 ) -> None:
     assert decide.for_cordon(cordoned, "n1", slurm_node) == action
+
+
+# -- gangs (R9.1): one heterogeneous job, its components listed one by one -------------------
+def component(offset: int, state: str = "RUNNING", *, leader: int = 40, **kw: Any) -> SlurmJob:
+    return job(state, job_id=leader + offset, het_job_id=leader, het_job_offset=offset, **kw)
+
+
+GANG_CLAIMS = [
+    pytest.param(
+        pod(phase="Succeeded", job_id=41),
+        component(1),
+        True,
+        Claim.KEEP,
+        id="r9_1_a_member_that_succeeded_waits_for_the_others",
+    ),
+    pytest.param(
+        pod(phase="Succeeded", job_id=41),
+        component(1),
+        False,
+        Claim.CANCEL,
+        id="r9_1_the_last_member_to_succeed_ends_the_group",
+    ),
+    pytest.param(
+        pod(phase="Failed", job_id=41),
+        component(1),
+        True,
+        Claim.CANCEL,
+        id="r9_1_a_member_that_failed_ends_the_group",
+    ),
+    pytest.param(
+        pod(deleting=True, job_id=41),
+        component(1),
+        True,
+        Claim.KEEP,
+        id="r9_1_a_member_being_deleted_keeps_its_node_and_is_not_signalled",
+    ),
+    pytest.param(None, component(1), True, Claim.CANCEL, id="r9_1_a_member_gone_ends_the_group"),
+]
+
+
+@pytest.mark.parametrize(("the_pod", "the_job", "others_running", "verdict"), GANG_CLAIMS)
+def test_a_gangs_component_claiming_a_member(
+    the_pod: dict[str, Any] | None, the_job: SlurmJob, others_running: bool, verdict: Claim
+) -> None:
+    got = decide.for_claim(
+        the_pod,
+        REF,
+        the_job,
+        prefix=P,
+        cancelled_at=None,
+        signalled=False,
+        now=0.0,
+        others_running=others_running,
+    )
+    assert got is verdict
+
+
+def test_r9_1_a_gang_pending_past_its_timeout_is_timed_out() -> None:
+    got = decide.for_pod(
+        pod(job_id=41), component(1, "PENDING"), prefix=P, synced=True, now=NOW, group_timed_out=True
+    )
+    assert got.step is Step.GROUP_TIMED_OUT
+
+
+def test_r9_1_a_running_gang_is_never_timed_out() -> None:
+    got = decide.for_pod(pod(job_id=41), component(1), prefix=P, synced=True, now=NOW, group_timed_out=True)
+    assert got.step is Step.BIND
+
+
+GROUP_BINDS = [
+    pytest.param([component(0), component(1), component(2)], None, id="r9_1_all_components_run_all_bind"),
+    pytest.param(
+        [component(0), component(2)],
+        "not all of them",
+        id="r9_1_a_component_the_listing_lacks_holds_all_back",
+    ),
+    pytest.param(
+        [component(0), component(1, "PENDING")], "not every component", id="r9_1_none_binds_before_all_run"
+    ),
+    pytest.param(
+        [component(0, started=False), component(1)],
+        "not started",
+        id="r9_1_none_binds_before_the_script_starts",
+    ),
+]
+
+
+@pytest.mark.parametrize(("components", "problem"), GROUP_BINDS)
+def test_a_gang_binds_all_together_or_not_at_all(components: list[SlurmJob], problem: str | None) -> None:
+    got = decide.group_bind(components)
+    assert got == problem if problem is None else (got is not None and problem in got), got

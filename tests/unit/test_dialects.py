@@ -12,6 +12,7 @@ import pytest
 
 from sunk.slurm.client import SUPPORTED_VERSIONS, SlurmVersionError, choose_version, make_dialect
 from sunk.slurm.dataparser import summarize_state
+from sunk.slurm.dialect import Submission, group_submission
 from sunk.slurm.errors import SlurmJobGone, SlurmRejected, SlurmUnavailable, raise_for
 from sunk.slurm.hostlist import expand
 from sunk.translate import PodRef, Settings, translate
@@ -226,3 +227,42 @@ def test_r12_3_every_mapped_device_is_a_gres_of_the_job_on_current_slurm(version
     job = replace(placeholder(), gres=(("gpu", 1), ("gpu:1g.10gb", 2)))
     body = make_dialect(version).submission(job, "", {}).body["job"]
     assert body["tres_per_node"] == "gres/gpu:1,gres/gpu:1g.10gb:2"
+
+
+GROUPS = [p for p in RECORDED if (p / "job-group.json").exists()]
+
+
+@pytest.mark.parametrize("directory", GROUPS, ids=[f"{p.parent.name}/{p.name}" for p in GROUPS])
+def test_r9_1_each_component_of_a_gangs_job_names_its_member_and_leader(directory: Path) -> None:
+    dialect = make_dialect(directory.name)
+    jobs = [dialect.parse_job(raw) for raw in sample(directory, "job-group")[1]["jobs"]]
+    leader = min(j.job_id for j in jobs)
+    assert [(j.group_leader, j.het_job_offset) for j in jobs] == [(leader, 0), (leader, 1)]
+    owners = [dialect.pod_of(j, "rec") for j in jobs]
+    assert [o.name if o else None for o in owners] == ["train-0", "train-1"]
+    assert all(j.running and len(j.nodes) == 1 for j in jobs)
+    assert jobs[0].nodes != jobs[1].nodes  # each member gets a node of its own
+
+
+def test_r9_1_a_plain_job_is_no_gangs_component() -> None:
+    directory = RECORDED[-1]
+    job = make_dialect(directory.name).parse_job(only_job(directory, "job-running"))
+    assert job.group_leader is None
+
+
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+def test_r9_1_a_gang_is_one_submission_with_a_component_per_member(version: str) -> None:
+    dialect = make_dialect(version)
+    members = [placeholder(), placeholder(exclusive="ok")]
+    parts = [dialect.submission(job, "#!/bin/sh", {"A": str(i)}) for i, job in enumerate(members)]
+    body = group_submission(parts).body
+    assert body["script"] == "#!/bin/sh" and len(body["jobs"]) == 2
+    assert all("script" not in spec for spec in body["jobs"])
+    assert [spec["name"] for spec in body["jobs"]] == [parts[0].body["job"]["name"]] * 2
+
+
+def test_r9_1_members_asking_for_different_users_cannot_share_one_job() -> None:
+    dialect = make_dialect("v0.0.38")
+    first = dialect.submission(placeholder(), "", {})
+    with pytest.raises(ValueError, match="one Slurm user"):
+        group_submission([first, Submission(first.body, as_user="someone")])

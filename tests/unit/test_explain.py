@@ -9,6 +9,8 @@ import pytest
 import yaml
 
 from sunk.cli import main
+from sunk.explain import explain_group, manifests
+from sunk.translate import Settings
 
 POD = {
     "apiVersion": "v1",
@@ -52,3 +54,40 @@ def test_an_unknown_version_is_named_with_the_ones_sunk_speaks(
     manifest.write_text(yaml.safe_dump(POD))
     assert main(["explain", "-f", str(manifest), "--slurm-api-version", "v0.0.39"]) == 2
     assert "v0.0.39 is not one sunk speaks (v0.0.45," in capsys.readouterr().err
+
+
+GROUP_FILE = """
+apiVersion: scheduling.x-k8s.io/v1alpha1
+kind: PodGroup
+metadata: {name: train}
+spec: {minMember: 3}
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: train-1, labels: {scheduling.x-k8s.io/pod-group: train}}
+spec:
+  terminationGracePeriodSeconds: 5
+  containers: [{name: c, resources: {requests: {cpu: "2", memory: 1Gi}}}]
+---
+apiVersion: v1
+kind: Pod
+metadata: {name: train-0, labels: {scheduling.x-k8s.io/pod-group: train}}
+spec:
+  terminationGracePeriodSeconds: 5
+  containers: [{name: c, resources: {requests: {cpu: "8", memory: 8Gi}}}]
+"""
+
+
+def test_r9_1_explain_shows_one_heterogeneous_job_for_a_podgroup() -> None:
+    pods, groups = manifests([GROUP_FILE])
+    report = explain_group("train", pods, groups, Settings())
+    assert report["valid"], report["errors"]
+    assert [j["cpus_per_task"] for j in report["job"]["jobs"]] == [8, 2]  # members by name
+    assert report["sbatch"].count(" : ") == 1
+    assert any("needs 3 members" in note and "2 waiting" in note for note in report["notes"])
+
+
+def test_r9_1_explain_names_the_member_that_would_be_refused() -> None:
+    pods, groups = manifests([GROUP_FILE.replace("memory: 1Gi", "memory: lots")])
+    report = explain_group("train", pods, groups, Settings())
+    assert not report["valid"] and report["errors"][0].startswith("train-1: ")
