@@ -132,15 +132,20 @@ def test_r9_1_a_group_that_cannot_fit_binds_none_and_holds_only_its_pending_job(
     wait_for(lambda: all_bound(kube, namespace, names), timeout=90, what="the group bound once it fits")
 
 
-def test_r9_1_scancel_of_the_groups_job_deletes_every_member(
-    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
-) -> None:
+def running_pair(kube: AdminKube, slurm: SlurmRest, namespace: str) -> tuple[list[str], int]:
+    """A PodGroup of two, bound: (member names, the group job's leader ID)."""
     podgroup(kube, namespace, "pair", 2)
     names = ["pair-0", "pair-1"]
     for name in names:
         member(kube, namespace, name, "pair")
     wait_for(lambda: all_bound(kube, namespace, names), timeout=60, what="both bound")
-    leader = group_jobs(slurm, namespace)[0]["het_job_id"]
+    return names, int(group_jobs(slurm, namespace)[0]["het_job_id"])
+
+
+def test_r9_1_scancel_of_the_groups_job_deletes_every_member(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    names, leader = running_pair(kube, slurm, namespace)
     slurm.cancel(leader)
     wait_for(lambda: not pods(kube, namespace, names), timeout=40, what="every member deleted")
 
@@ -148,13 +153,8 @@ def test_r9_1_scancel_of_the_groups_job_deletes_every_member(
 def test_r9_1_one_member_deleted_ends_the_groups_job_and_the_other_members(
     kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
 ) -> None:
-    podgroup(kube, namespace, "duo", 2)
-    names = ["duo-0", "duo-1"]
-    for name in names:
-        member(kube, namespace, name, "duo")
-    wait_for(lambda: all_bound(kube, namespace, names), timeout=60, what="both bound")
-    leader = group_jobs(slurm, namespace)[0]["het_job_id"]
-    kube.delete(f"/api/v1/namespaces/{namespace}/pods/duo-1")
+    names, leader = running_pair(kube, slurm, namespace)
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/pair-1")
     wait_for(lambda: not pods(kube, namespace, names), timeout=40, what="the other member deleted too")
     wait_for(
         lambda: slurm.job(leader)["job_state"] not in ACTIVE_STATES, timeout=40, what="the group's job to end"
