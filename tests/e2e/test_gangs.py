@@ -58,10 +58,18 @@ def group_jobs(slurm: SlurmRest, namespace: str) -> list[dict[str, Any]]:
     return sorted(active_jobs(slurm, namespace).values(), key=lambda j: j.get("het_job_offset") or 0)
 
 
-def block_one_node(kube: AdminKube, namespace: str) -> None:
-    """An ordinary Pod on one node, so a group of whole-node members cannot fit."""
+def group_that_cannot_fit(
+    kube: AdminKube, namespace: str, name: str, timeout: int | None = None
+) -> list[str]:
+    """An ordinary Pod on one node, then a PodGroup of 4 whole-node members: it cannot fit
+    until that Pod goes. Returns the members' names."""
     create(kube, namespace, make_pod("blocker", SCHEDULER, cpu="2"))
     wait_for(lambda: all_bound(kube, namespace, ["blocker"]), timeout=30, what="the blocker bound")
+    podgroup(kube, namespace, name, 4, timeout)
+    names = [f"{name}-{i}" for i in range(4)]
+    for each in names:
+        member(kube, namespace, each, name, cpu="8")
+    return names
 
 
 def test_r9_1_a_podgroup_of_4_that_fits_is_bound_together_with_one_slurm_job(
@@ -109,16 +117,7 @@ def test_r9_1_fewer_than_min_member_submit_nothing_and_the_pods_say_why(
 def test_r9_1_a_group_that_cannot_fit_binds_none_and_holds_only_its_pending_job(
     kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
 ) -> None:
-    create(kube, namespace, make_pod("blocker", SCHEDULER, cpu="2"))
-    wait_for(
-        lambda: (get(kube, namespace, "blocker") or {}).get("spec", {}).get("nodeName"),
-        timeout=30,
-        what="bound",
-    )
-    podgroup(kube, namespace, "wide", 4)
-    names = [f"wide-{i}" for i in range(4)]
-    for name in names:
-        member(kube, namespace, name, "wide", cpu="8")  # a whole node each: one node is not free
+    names = group_that_cannot_fit(kube, namespace, "wide")
     wait_for(
         lambda: condition(get(kube, namespace, "wide-0") or {}).get("reason") == "PendingInSlurm",
         timeout=30,
@@ -164,16 +163,7 @@ def test_r9_1_one_member_deleted_ends_the_groups_job_and_the_other_members(
 def test_r9_1_a_group_past_its_timeout_has_its_job_cancelled_and_says_why(
     kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
 ) -> None:
-    create(kube, namespace, make_pod("blocker", SCHEDULER, cpu="2"))
-    wait_for(
-        lambda: (get(kube, namespace, "blocker") or {}).get("spec", {}).get("nodeName"),
-        timeout=30,
-        what="bound",
-    )
-    podgroup(kube, namespace, "late", 4, timeout=5)
-    names = [f"late-{i}" for i in range(4)]
-    for name in names:
-        member(kube, namespace, name, "late", cpu="8")
+    names = group_that_cannot_fit(kube, namespace, "late", timeout=5)
     first = wait_for(
         lambda: [j for j in group_jobs(slurm, namespace) if j.get("het_job_id")],
         timeout=30,

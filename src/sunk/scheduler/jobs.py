@@ -50,15 +50,15 @@ class JobIndex:
                 fresh[job_id] = self._by_id[job_id]
             elif recorded < listed_at:
                 del self._recorded_at[job_id]
-        touched = [
-            ref for job_id, (ref, job) in fresh.items() if self._by_id.get(job_id, (None, None))[1] != job
+        changed = [
+            job_id for job_id, (_, job) in fresh.items() if self._by_id.get(job_id, (None, None))[1] != job
         ]
+        touched = [fresh[job_id][0] for job_id in changed]
         touched += [ref for job_id, (ref, _) in self._by_id.items() if job_id not in fresh]
         # A gang's members follow its first component (only that one is marked started).
-        leaders = {job.het_job_id for _, job in fresh.values() if job.het_job_id}
-        if leaders:
-            changed = {fresh[j][1].het_job_id for j in fresh if fresh[j][0] in touched}
-            touched += [ref for ref, job in fresh.values() if job.het_job_id in changed & leaders]
+        groups = {fresh[job_id][1].het_job_id for job_id in changed} - {0}
+        if groups:
+            touched += [ref for ref, job in fresh.values() if job.het_job_id in groups]
         self._by_id = fresh
         self.listed_at = max(self.listed_at, listed_at)
         self._by_key = {}
