@@ -92,18 +92,6 @@ def create_pods(
     return sent
 
 
-def namespace_for(kube: AdminKube, name: str) -> str:
-    kube.create("/api/v1/namespaces", {"metadata": {"name": name}})
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        try:
-            kube.get(f"/api/v1/namespaces/{name}/serviceaccounts/default")
-            break
-        except Exception:
-            time.sleep(0.1)
-    return name
-
-
 def delete_namespace(kube: AdminKube, namespace: str) -> None:
     kube.delete(f"/api/v1/namespaces/{namespace}")
     deadline = time.monotonic() + 120
@@ -186,7 +174,7 @@ def profiler(pid: int, out: Path | None) -> subprocess.Popen[bytes] | None:
 def bench_ours(
     cluster: DevCluster, kube: AdminKube, n: int, rate: float, profile: Path | None = None
 ) -> tuple[Result, Result]:
-    namespace = namespace_for(kube, f"bench-ours-{n}")
+    namespace = kube.create_namespace(f"bench-ours-{n}")
     metrics_port = 29082
     proc = start_scheduler(cluster, namespace, metrics_port, n)
     named = {proc.pid: "sunk scheduler", os.getpid(): "bench client"}
@@ -373,7 +361,7 @@ def wait_idle(cluster: DevCluster) -> None:
 
 def bench_kube_scheduler(cluster: DevCluster, kube: AdminKube, n: int, rate: float) -> Result:
     binary = ensure_go_tools(cache_dir() / "bench-build.log", ("kube-scheduler",))["kube-scheduler"]
-    namespace = namespace_for(kube, f"bench-kube-{n}")
+    namespace = kube.create_namespace(f"bench-kube-{n}")
     log = open(cluster.layout.logs / f"bench-kube-scheduler-{n}.log", "wb")  # noqa: SIM115
     proc = subprocess.Popen(
         [
@@ -416,7 +404,7 @@ def bench_kube_scheduler(cluster: DevCluster, kube: AdminKube, n: int, rate: flo
 
 def wait_kube_scheduler_ready(kube: AdminKube) -> None:
     """Ready once it binds a probe Pod: its caches are warm, as ours are at /readyz."""
-    namespace = namespace_for(kube, "bench-kube-probe")
+    namespace = kube.create_namespace("bench-kube-probe")
     watch = PodWatch(kube, namespace)
     try:
         create_pods(kube, namespace, "probe", 1, 0, None)

@@ -105,6 +105,6 @@ def namespace(kube: AdminKube, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace per test, deleted afterwards (the namespace controller empties it)."""
     base = re.sub(r"[^a-z0-9]+", "-", request.node.name.lower())[:40].strip("-")
     name = f"{base}-{uuid.uuid4().hex[:5]}"
-    kube.create("/api/v1/namespaces", {"metadata": {"name": name}})
+    kube.create_namespace(name)
     yield name
     kube.delete(f"/api/v1/namespaces/{name}")

@@ -114,8 +114,7 @@ def _fresh_namespace(admin: AdminKube) -> str:
     for old in admin.get("/api/v1/namespaces", labelSelector=f"{DEMO_LABEL}=true")["items"]:
         admin.delete(f"/api/v1/namespaces/{old['metadata']['name']}")
     name = f"demo-{dt.datetime.now():%H%M%S}"
-    admin.create("/api/v1/namespaces", {"metadata": {"name": name, "labels": {DEMO_LABEL: "true"}}})
-    return name
+    return admin.create_namespace(name, labels={DEMO_LABEL: "true"})
 
 
 def _condition(pod: Json) -> Json:

@@ -1231,7 +1231,7 @@ class ChaosRun:
             f"chaos: seed {opts.seed}, {opts.faults} faults, scheduler {self.name}, "
             f"namespace {self.namespace}, dev cluster {self.layout.root}"
         )
-        self.kube.create("/api/v1/namespaces", {"metadata": {"name": self.namespace}})
+        self.kube.create_namespace(self.namespace)
         population = threading.Thread(target=self.population_loop, name="chaos-population", daemon=True)
         try:
             self.load_hosts()

@@ -8,6 +8,7 @@ tests deliberately check the server's state through this independent path.
 from __future__ import annotations
 
 import ssl
+import time
 from typing import Any
 
 import httpx
@@ -73,6 +74,29 @@ class AdminKube:
             if err.status == 404:
                 return None
             raise
+
+    def create_namespace(self, name: str, labels: dict[str, str] | None = None) -> str:
+        """Create a namespace (or keep the one there) and wait until Pods can be created in it.
+
+        The API server refuses a Pod until the serviceaccount controller has made the
+        namespace's `default` ServiceAccount; on a busy machine that takes a moment."""
+        metadata: Json = {"name": name}
+        if labels:
+            metadata["labels"] = labels
+        try:
+            self.create("/api/v1/namespaces", {"metadata": metadata})
+        except KubeError as err:
+            if err.status != 409:
+                raise
+        deadline = time.monotonic() + 30
+        while self.find(f"/api/v1/namespaces/{name}/serviceaccounts/default") is None:
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"namespace {name} has no default ServiceAccount after 30 s: "
+                    "is kube-controller-manager running? (see its log under the dev cluster's logs/)"
+                )
+            time.sleep(0.1)
+        return name
 
     def ready(self) -> bool:
         return self.http.get("/readyz").status_code == 200

@@ -249,7 +249,7 @@ def populate(layout: Layout, nodes: list[topology.NodePlan]) -> None:
     admin = AdminKube(layout)
     try:
         _install_podgroup_crd(admin)
-        _create(admin, "/api/v1/namespaces", {"metadata": {"name": topology.SLURMD_NAMESPACE}})
+        admin.create_namespace(topology.SLURMD_NAMESPACE)
         pods_path = f"/api/v1/namespaces/{topology.SLURMD_NAMESPACE}/pods"
         with ThreadPoolExecutor(max_workers=8) as pool:
             list(pool.map(lambda n: _create(admin, "/api/v1/nodes", node_manifest(n)), nodes))
