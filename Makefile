@@ -12,7 +12,7 @@ demo: bootstrap
 ## everything on the default Slurm (24.11), then the schedule, lifecycle and workload flows
 ## on the other supported versions, so a dialect change that breaks one of them fails here.
 VERSION_SUITE = tests/integration/test_slurm_client.py tests/e2e/test_schedule_flow.py \
-	tests/e2e/test_lifecycle.py tests/e2e/test_workloads.py tests/e2e/test_gangs.py
+	tests/e2e/test_lifecycle.py tests/e2e/test_workloads.py tests/e2e/test_gangs.py tests/e2e/test_packing.py
 test: bootstrap lint
 	.venv/bin/pytest
 	SUNK_TEST_CLUSTER=accounting .venv/bin/pytest tests/e2e/test_accounting.py

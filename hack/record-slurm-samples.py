@@ -5,10 +5,11 @@ Run against a running dev cluster (`sunk dev up --slurm VERSION`); it records, f
 REST version that Slurm serves and sunk speaks, what the scheduler parses: a placeholder-
 like job running (started mark, owner tag, another user, one GPU), one pending, one
 cancelled, a submit that works, one Slurm refuses, one it queues with an error, and the
-node list with a drained node. The samples are Slurm's own words, so the unit tests of
-each dialect never rest on a guess.
+node list with a drained node, a gang's job, and a held job whose excluded nodes the
+dialect's own update narrows and then clears (--placement=pack). The samples are Slurm's
+own words, so the unit tests of each dialect never rest on a guess.
 
-    .venv/bin/python hack/record-slurm-samples.py [group]   (group: only a gang's job)
+    .venv/bin/python hack/record-slurm-samples.py [group|exclusions]   (only that part)
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ import httpx
 
 from sunk.devcluster import DevCluster
 from sunk.devcluster.slurmcluster import run_cli, runtime
-from sunk.slurm.client import SUPPORTED_VERSIONS
+from sunk.slurm.client import SUPPORTED_VERSIONS, make_dialect
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "unit" / "samples"
 TAG = "sunk:rec:ns/web-0:0000-uid runas=1001"
@@ -152,6 +153,30 @@ def record_group(version: str, http: httpx.Client, out: Path) -> None:
     http.delete(f"/job/{leader}")
 
 
+def record_exclusions(version: str, http: httpx.Client, out: Path) -> None:
+    """A held job leaving three nodes out; the dialect's update narrows that to one, then
+    clears it. Each step's job is saved with the request that made it."""
+    out.mkdir(parents=True, exist_ok=True)
+    dialect = make_dialect(version)
+    left_out = ["sn-001", "sn-002", "sn-003"]
+    excluded = {"excluded_nodes": left_out} if version != "v0.0.38" else {"exclude_nodes": ",".join(left_out)}
+    job = body(version, "#!/bin/sh\nsleep 300\n", name="rec-excluded", hold=True, **excluded)
+    job_id = int(http.post("/job/submit", json=job).json()["job_id"])
+    try:
+        for name, request in (
+            ("job-excluded", None),
+            ("job-excluded-narrowed", dialect.exclusion_update(["sn-002"])),
+            ("job-excluded-cleared", dialect.exclusion_update([])),
+        ):
+            if request is not None:
+                http.post(f"/job/{job_id}", json=request).raise_for_status()
+            reply = http.get(f"/job/{job_id}")
+            sample = {"request": request, "status": reply.status_code, "body": reply.json()}
+            (out / f"{name}.json").write_text(json.dumps(sample, indent=1) + "\n")
+    finally:
+        http.delete(f"/job/{job_id}")
+
+
 def main() -> int:
     cluster = DevCluster()
     spec = cluster.require_running()
@@ -166,9 +191,13 @@ def main() -> int:
         )
         try:
             out = OUT / f"slurm-{rt.release or spec.slurm}" / version
-            if sys.argv[1:] != ["group"]:
+            only = sys.argv[1] if sys.argv[1:] else None
+            if only is None:
                 record(version, http, cluster, out)
-            record_group(version, http, out)
+            if only in (None, "group"):
+                record_group(version, http, out)
+            if only in (None, "exclusions"):
+                record_exclusions(version, http, out)
             print(f"recorded {version} into {out}")
         finally:
             http.close()

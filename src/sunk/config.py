@@ -67,6 +67,7 @@ class Config:
     leader_election_namespace: str = "default"
     leader_election_id: str = ""
     static_cpu_pods: str = "warn"
+    placement: str = "slurm"
     hooks_url: str | None = None
     hooks_secret: bytes | None = field(default=None, repr=False)
     hooks_tls_cert: Path | None = None
@@ -138,6 +139,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("leader-election-id", "name of the Lease (default: the scheduler name)")
     flag("static-cpu-pods", "Guaranteed Pods with whole CPUs: warn (an Event) or refuse", "warn")
     flag(
+        "placement",
+        "slurm: Slurm picks any node that fits; pack: while a partly used node has room, a new "
+        "Pod's job leaves idle nodes out, keeping whole nodes free (Slurm still picks the node)",
+        "slurm",
+    )
+    flag(
         "drain-cordoned-nodes",
         "true: cordoning a Node drains its Slurm node (reason: cordoned in Kubernetes), and "
         "uncordoning resumes it if sunk drained it",
@@ -194,6 +201,8 @@ def from_arguments(args: argparse.Namespace) -> Config:
         raise ValueError("--log-format must be text or json")
     if args.static_cpu_pods not in ("warn", "refuse"):
         raise ValueError("--static-cpu-pods must be warn or refuse")
+    if args.placement not in ("slurm", "pack"):
+        raise ValueError(f"--placement must be slurm or pack, not {args.placement!r}")
     if args.policy:
         try:
             parse_policy(Path(args.policy).read_text(), args.policy)
@@ -247,6 +256,7 @@ def from_arguments(args: argparse.Namespace) -> Config:
         or "default",
         leader_election_id=args.leader_election_id or args.scheduler_name,
         static_cpu_pods=args.static_cpu_pods,
+        placement=args.placement,
         hooks_url=args.hooks_api_url or None,
         hooks_secret=secret,
         policy_file=Path(args.policy) if args.policy else None,

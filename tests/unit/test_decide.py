@@ -11,7 +11,7 @@ import pytest
 from sunk import decide
 from sunk.decide import Claim, Step
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.translate import PodRef
+from sunk.translate import JobOptions, PlaceholderJob, PodRef
 
 P = "sunk.coreweave.com/"
 NOW = 1_800_000_000.0
@@ -610,3 +610,130 @@ GROUP_BINDS = [
 def test_a_gang_binds_all_together_or_not_at_all(components: list[SlurmJob], problem: str | None) -> None:
     got = decide.group_bind(components)
     assert got == problem if problem is None else (got is not None and problem in got), got
+
+
+# -- --placement=pack (R9.2) -----------------------------------------------------------------------
+def gpu_node(name: str, used_gpus: int, *, cpus_used: int | None = None, **kw: Any) -> SlurmNode:
+    """A node of 8 GPUs and 64 CPUs with `used_gpus` handed out (one CPU each, unless told)."""
+    base = SlurmNode(
+        name=name,
+        state="mixed" if used_gpus else "idle",
+        flags=(),
+        reason="",
+        partitions=("batch",),
+        cpus=64,
+        alloc_cpus=used_gpus if cpus_used is None else cpus_used,
+        memory_mib=16000,
+        alloc_memory_mib=64 * used_gpus,
+        gres=(("gpu", 8),),
+        gres_used=(("gpu", used_gpus),),
+    )
+    return replace(base, **kw)
+
+
+def gpu_job(gpus: int, **options: Any) -> PlaceholderJob:
+    return PlaceholderJob(
+        pod=REF, scheduler="s", cpus=1, memory_mib=64, options=JobOptions(**options), gres=(("gpu", gpus),)
+    )
+
+
+PACKING = [
+    pytest.param(
+        gpu_job(2),
+        [gpu_node("a", 0), gpu_node("b", 5), gpu_node("c", 0)],
+        ("a", "c"),
+        id="r9_2_a_partly_used_node_with_room_keeps_idle_nodes_out",
+    ),
+    pytest.param(
+        gpu_job(4),
+        [gpu_node("a", 0), gpu_node("b", 5)],
+        (),
+        id="r9_2_no_partly_used_node_has_room_so_nothing_is_left_out",
+    ),
+    pytest.param(
+        gpu_job(8), [gpu_node("a", 0), gpu_node("b", 1)], (), id="r9_2_a_whole_node_pod_keeps_every_node"
+    ),
+    pytest.param(
+        gpu_job(1), [gpu_node("a", 0), gpu_node("b", 0)], (), id="r9_2_an_idle_cluster_is_left_to_slurm"
+    ),
+    pytest.param(
+        gpu_job(1),
+        [gpu_node("a", 0), gpu_node("b", 1, cpus_used=64)],
+        (),
+        id="r9_2_a_node_out_of_cpus_has_no_room_whatever_its_gpus",
+    ),
+    pytest.param(
+        gpu_job(1),
+        [gpu_node("a", 0), gpu_node("b", 1, alloc_memory_mib=16000)],
+        (),
+        id="r9_2_a_node_out_of_memory_has_no_room",
+    ),
+    pytest.param(
+        gpu_job(1),
+        [gpu_node("a", 0), gpu_node("b", 1, flags=("DRAIN",))],
+        (),
+        id="r9_2_a_draining_node_is_no_place_to_pack",
+    ),
+    pytest.param(
+        gpu_job(1, excluded_nodes=("b",)),
+        [gpu_node("a", 0), gpu_node("b", 1)],
+        (),
+        id="r9_2_a_node_the_pod_excludes_is_no_place_to_pack",
+    ),
+    pytest.param(
+        gpu_job(1, partition="other"),
+        [gpu_node("a", 0, partitions=("other",)), gpu_node("b", 1)],
+        (),
+        id="r9_2_a_node_outside_the_pods_partition_is_no_place_to_pack",
+    ),
+    pytest.param(
+        gpu_job(1, required_nodes=("a",)),
+        [gpu_node("a", 0), gpu_node("b", 1)],
+        (),
+        id="r9_2_a_pod_naming_its_node_is_left_alone",
+    ),
+    pytest.param(
+        gpu_job(1, constraints="h100"),
+        [gpu_node("a", 0), gpu_node("b", 1)],
+        (),
+        id="r9_2_a_pod_asking_for_features_is_left_to_slurm",
+    ),
+    pytest.param(
+        replace(gpu_job(2), gres=(("gpu:h100", 2),)),
+        [gpu_node("a", 0), gpu_node("b", 1, gres=(("gpu:a100", 8),), gres_used=(("gpu:a100", 1),))],
+        (),
+        id="r9_2_free_gpus_of_another_type_are_no_room",
+    ),
+    pytest.param(
+        replace(gpu_job(0), gres=()),
+        [gpu_node("a", 0), gpu_node("b", 3)],
+        ("a",),
+        id="r9_2_a_cpu_pod_packs_too",
+    ),
+]
+
+
+@pytest.mark.parametrize(("the_job", "nodes", "left_out"), PACKING)
+def test_which_idle_nodes_a_packed_job_leaves_out(
+    the_job: PlaceholderJob, nodes: list[SlurmNode], left_out: tuple[str, ...]
+) -> None:
+    assert decide.pack_exclusions(the_job, nodes) == left_out
+
+
+def test_r9_2_a_packed_job_waits_its_patience_out_before_widening() -> None:
+    pending = job("PENDING", reason="Resources", submit_time=int(NOW) - 2)
+    got = decide.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, packed=True)
+    assert got.step is Step.WAIT
+    assert got.after == pytest.approx(decide.PACK_PATIENCE_S - 2)
+
+
+def test_r9_2_a_packed_job_still_waiting_after_its_patience_is_widened() -> None:
+    pending = job("PENDING", reason="Resources", submit_time=int(NOW) - 6)
+    got = decide.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, packed=True)
+    assert got.step is Step.WIDEN
+
+
+def test_r9_2_an_unpacked_pending_job_is_only_reported() -> None:
+    pending = job("PENDING", reason="Resources", submit_time=int(NOW) - 6)
+    got = decide.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, packed=False)
+    assert got.step is Step.REPORT_PENDING

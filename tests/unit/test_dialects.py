@@ -101,6 +101,36 @@ def test_r4_3_a_drained_node_reads_as_draining_and_the_others_do_not(directory: 
 
 
 @pytest.mark.parametrize("directory", RECORDED, ids=IDS)
+def test_r9_2_a_node_says_what_slurm_has_handed_out_of_it(directory: Path) -> None:
+    """The recorder's running job holds one CPU, 256 MiB and one GPU of sn-001."""
+    nodes = {
+        n.name: n
+        for n in map(make_dialect(directory.name).parse_node, sample(directory, "nodes")[1]["nodes"])
+    }
+    used, idle = nodes["sn-001"], nodes["sn-002"]
+    assert (used.cpus, used.alloc_cpus, used.memory_mib, used.alloc_memory_mib) == (8, 1, 16000, 256)
+    assert (used.free_gres("gpu"), used.in_use) == (3, True)
+    assert (idle.free_gres("gpu"), idle.in_use, idle.partitions) == (4, False, ("batch", "high"))
+
+
+@pytest.mark.parametrize("directory", RECORDED, ids=IDS)
+def test_r9_2_the_dialects_update_narrows_and_then_clears_a_jobs_excluded_nodes(directory: Path) -> None:
+    """Recorded with the dialect's own exclusion_update: an empty list would change nothing."""
+    dialect = make_dialect(directory.name)
+    steps = {}
+    for name, nodes in (("job-excluded-narrowed", ["sn-002"]), ("job-excluded-cleared", [])):
+        recorded = json.loads((directory / f"{name}.json").read_text())
+        assert recorded["request"] == dialect.exclusion_update(nodes)
+        steps[name] = dialect.parse_job(recorded["body"]["jobs"][0]).excluded_nodes
+    assert dialect.parse_job(only_job(directory, "job-excluded")).excluded_nodes == (
+        "sn-001",
+        "sn-002",
+        "sn-003",
+    )
+    assert steps == {"job-excluded-narrowed": ("sn-002",), "job-excluded-cleared": ()}
+
+
+@pytest.mark.parametrize("directory", RECORDED, ids=IDS)
 def test_r11_3_a_bad_partition_is_final_with_slurms_words(directory: Path) -> None:
     status, body = sample(directory, "submit-bad-partition")
     with pytest.raises(SlurmRejected, match="Invalid partition name") as err:

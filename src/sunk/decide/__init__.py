@@ -12,6 +12,7 @@ The questions answered:
 - `drain_due`: a bound Pod outlives its ending job; when must its node be drained?
 - `drain_notice`: a Slurm node is drained; what Event explains it, on which object?
 - `group_bind`: a gang's job runs; may its members be bound, all of them?
+- `pack_exclusions`: --placement=pack; which idle nodes should a new job leave out?
 """
 
 from __future__ import annotations
@@ -23,7 +24,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.translate import PodRef
+from sunk.translate import PlaceholderJob, PodRef
 
 Json = dict[str, Any]
 ENDED_PHASES = ("Succeeded", "Failed")
@@ -35,6 +36,9 @@ CANCEL_CONFIRM_S = 5.0
 TRANSIENT_S = 3.0
 # Drain this long before KillWait ends, leaving Slurm time to act before its SIGKILL.
 DRAIN_MARGIN_S = 3
+# --placement=pack: a job that left idle nodes out and still waits this long after its
+# submission gets them back (the node listing it was packed by may have been stale).
+PACK_PATIENCE_S = 5.0
 
 
 def finished(pod: Json) -> bool:
@@ -133,6 +137,7 @@ class Step(enum.Enum):
     BIND = "bind"  # the placeholder runs: place the Pod on its node
     REPORT_STARTING = "report-starting"  # the job runs, its script has not marked it yet
     GROUP_TIMED_OUT = "group-timed-out"  # a gang's job waited longer than its PodGroup allows
+    WIDEN = "widen"  # a packed job still waits: give it back the idle nodes it left out
 
 
 @dataclass(frozen=True)
@@ -150,13 +155,15 @@ def for_pod(
     now: float,
     ending_reported: bool = False,
     group_timed_out: bool = False,
+    packed: bool = False,
 ) -> Decision:
     """The next step for a live Pod of ours, given its current job (the one its annotation
     names, if the index knows it for this UID) and the wall-clock time `now`.
     `ending_reported`: that job's placeholder script said (on the hooks API) that Slurm is
     ending it. A hook call is a claim, not a fact: the Pod goes only once Slurm agrees.
     `group_timed_out`: the Pod's gang has waited for its job longer than its PodGroup's
-    scheduleTimeoutSeconds."""
+    scheduleTimeoutSeconds. `packed`: the job leaves out nodes the Pod could use, only to
+    fill partly used ones first (--placement=pack)."""
     if finally_refused(pod):
         return Decision(Step.NOTHING)
     bound = bool((pod.get("spec") or {}).get("nodeName"))
@@ -175,6 +182,9 @@ def for_pod(
     if job.pending:
         if group_timed_out:
             return Decision(Step.GROUP_TIMED_OUT)
+        if packed:
+            left = job.submit_time + PACK_PATIENCE_S - now if job.submit_time else PACK_PATIENCE_S
+            return Decision(Step.WAIT, left) if left > 0 else Decision(Step.WIDEN)
         if job.reason == "None" and (wait := transient_for(job.submit_time, now)):
             return Decision(Step.WAIT, wait)  # Slurm has not looked at it yet
         return Decision(Step.REPORT_PENDING)
@@ -212,6 +222,38 @@ def group_bind(components: list[SlurmJob]) -> str | None:
     if any(len(c.nodes) != 1 for c in components):
         return "a component of the group's job holds more than one node"
     return None
+
+
+# -- --placement=pack (R9.2) ---------------------------------------------------------------------
+def pack_exclusions(job: PlaceholderJob, nodes: list[SlurmNode]) -> tuple[str, ...]:
+    """The idle Slurm nodes `job` should leave out so that Slurm fills a partly used node
+    first: all of them when some partly used node the job may use has room for it (CPUs,
+    memory, each GRES, as the last node listing saw them), else none. Slurm still makes the
+    final choice among the nodes left. A job that names its nodes, a reservation, node
+    features or a whole node is left to Slurm alone (sunk cannot judge those fits)."""
+    options = job.options
+    if options.required_nodes or options.reservation or options.constraints or options.exclusive:
+        return ()
+    partitions = set((options.partition or "").split(",")) - {""}
+    ruled_out = set(job.excluded_nodes)
+    usable = [
+        node
+        for node in nodes
+        if node.name not in ruled_out
+        and not node.draining
+        and (not partitions or partitions & set(node.partitions))
+    ]
+    if not any(node.in_use and _has_room(node, job) for node in usable):
+        return ()
+    return tuple(sorted(node.name for node in usable if not node.in_use))
+
+
+def _has_room(node: SlurmNode, job: PlaceholderJob) -> bool:
+    if node.cpus - node.alloc_cpus < job.cpus:
+        return False
+    if node.memory_mib and node.memory_mib - node.alloc_memory_mib < job.memory_mib:
+        return False
+    return all(node.free_gres(name) >= count for name, count in job.gres)
 
 
 # -- where a Pod may go, and when its node must be drained -----------------------------------

@@ -28,6 +28,7 @@ SLURM_WARNING = "SlurmWarning"
 RULE_NOT_HONOURED = "SchedulingRuleNotHonoured"
 GROUP_TIMED_OUT = "PodGroupTimedOut"
 GROUP_RELEASED = "PodGroupReleased"
+PLACEMENT_WIDENED = "PlacementWidened"
 
 # PodScheduled condition reasons. The first three are final: the Pod is never retried.
 INVALID = "InvalidForSlurm"

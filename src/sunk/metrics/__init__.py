@@ -37,6 +37,13 @@ SLURM_ERRORS = Counter(
     ["endpoint", "kind"],
     registry=REGISTRY,
 )
+PACKING = Counter(
+    "sunk_pack_placements_total",
+    "--placement=pack: jobs submitted leaving idle nodes out (packed), and packed jobs given "
+    "them back after waiting (widened)",
+    ["result"],
+    registry=REGISTRY,
+)
 QUEUE_DEPTH = Gauge("sunk_queue_depth", "Pods waiting in the work queue", registry=REGISTRY)
 PENDING_IN_SLURM = Gauge(
     "sunk_pods_pending_in_slurm",

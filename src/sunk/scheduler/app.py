@@ -94,6 +94,9 @@ class Scheduler:
         self.nodes = Informer(kube, "/api/v1/nodes", name="nodes")
         self.slurmd = Informer(kube, slurmd_path, label_selector=config.slurmd_selector, name="slurmd")
         self.cluster = ClusterView(self.nodes, self.slurmd, config.slurm_node_label)
+        # Set once a term has listed Slurm's nodes: no Pod is placed before (the nodes a
+        # job may leave out, --placement=pack, come from that listing).
+        self.nodes_listed = asyncio.Event()
         self.index = JobIndex(lambda job: slurm.pod_of(job, config.scheduler_name))
         self.poller = JobPoller(
             slurm,
@@ -118,6 +121,7 @@ class Scheduler:
             script=placeholder_script(),
         )
         self.reconciler.refuse_static_cpu = config.static_cpu_pods == "refuse"
+        self.reconciler.placement_policy = config.placement
         self.reconciler.policy = PolicyFile(str(config.policy_file) if config.policy_file else None)
         if self.reconciler.policy.policy.permissive:
             log.warning(
@@ -214,6 +218,8 @@ class Scheduler:
                 log.warning("cannot list Slurm nodes: %s", err)
             else:
                 self.cluster.slurm_nodes = {n.name for n in nodes}
+                self.cluster.slurm_node_usage = nodes
+                self.nodes_listed.set()
                 if self.config.drain_cordoned_nodes:
                     await self._follow_cordons(nodes)
                 explained = await self._explain_drains(nodes, explained)
@@ -352,6 +358,8 @@ class Scheduler:
             return f"caches not synced: {', '.join(unsynced)}"
         if self.leading and not self.index.synced.is_set():
             return "no Slurm job listing yet"
+        if self.leading and not self.nodes_listed.is_set():
+            return "no Slurm node listing yet"
         return None
 
     async def _gauges(self) -> None:
@@ -427,7 +435,8 @@ class Scheduler:
         election, LostLeadership when the Lease cannot be kept. Only the replica that acts
         polls Slurm: followers cost slurmctld nothing."""
         self.leading = True
-        self.index.synced.clear()  # a term starts from a fresh job listing
+        self.index.synced.clear()  # a term starts from fresh job and node listings
+        self.nodes_listed.clear()
         term = [
             asyncio.create_task(self.poller.run(), name="slurm-jobs"),
             asyncio.create_task(self._poll_slurm_nodes(), name="slurm-nodes"),
@@ -436,7 +445,7 @@ class Scheduler:
             term.append(asyncio.create_task(self.elector.keep(), name="lease"))
         try:
             await self._check_slurm_config()
-            listed = asyncio.create_task(self.index.synced.wait())
+            listed = asyncio.create_task(self._first_listings())
             done, _ = await asyncio.wait([listed, *term], return_when=asyncio.FIRST_COMPLETED)
             listed.cancel()
             for task in done:
@@ -464,6 +473,10 @@ class Scheduler:
                 task.cancel()
             with suppress(asyncio.CancelledError):
                 await asyncio.gather(*term, return_exceptions=True)
+
+    async def _first_listings(self) -> None:
+        await self.index.synced.wait()
+        await self.nodes_listed.wait()
 
     async def leader_label(self, leading: bool) -> None:
         """Mark our own Pod so the hooks Service sends placeholder jobs to the leader only."""

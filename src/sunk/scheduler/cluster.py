@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.kube.informer import Informer
+from sunk.slurm.models import SlurmNode
 from sunk.translate import podaffinity
 from sunk.translate.nodefilter import affinity_allows, node_ready, why_not
 
@@ -29,6 +30,8 @@ class ClusterView:
         self.slurmd_pods = slurmd_pods
         self.slurm_node_label = slurm_node_label
         self.slurm_nodes: set[str] = set()
+        # The last node listing, with what Slurm has handed out of each (--placement=pack).
+        self.slurm_node_usage: list[SlurmNode] = []
 
     def host_map(self) -> dict[str, set[str]]:
         mapping: dict[str, set[str]] = {}

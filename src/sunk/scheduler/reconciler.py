@@ -134,6 +134,7 @@ class Reconciler:
         self._ending_reported: set[tuple[int, str]] = set()
         self._asking_slurm = 0
         self.refuse_static_cpu = False
+        self.placement_policy = "slurm"  # --placement; the scheduler sets the configured one
         self.policy = policy.PolicyFile(None)  # the scheduler sets the configured one
         self.gangs = Gangs(self)
 
@@ -211,6 +212,7 @@ class Reconciler:
             now=time.time(),
             ending_reported=(job_id, pod["metadata"]["uid"]) in self._ending_reported,
             group_timed_out=await self._group_timed_out(pod, job),
+            packed=self._packed(pod, job),
         )
         step = decision.step
         if step is decide.Step.END_POD:
@@ -235,6 +237,9 @@ class Reconciler:
         if step is decide.Step.BIND:
             assert job is not None
             return await self._bind(pod, job)
+        if step is decide.Step.WIDEN:
+            assert job is not None
+            return await self._widen(pod, job)
         if step in (decide.Step.REPORT_PENDING, decide.Step.REPORT_STARTING):
             assert job is not None
             await self.recorder.condition(pod, False, *_waiting(job))
@@ -541,6 +546,11 @@ class Reconciler:
         if isinstance(prepared, Outcome):
             return prepared
         job = prepared
+        if self.placement_policy == "pack":
+            packed_away = decide.pack_exclusions(job, self.cluster.slurm_node_usage)
+            if packed_away:
+                job = dataclasses.replace(job, packed_away=packed_away)
+                metrics.PACKING.labels("packed").inc()
         submission = self.slurm.submission(job, self.script, self.environment(job))
         try:
             submitted = await self.slurm.submit(submission)
@@ -567,12 +577,19 @@ class Reconciler:
             return Outcome()
         metrics.ATTEMPTS.labels("submitted").inc()
         gpus = f", GRES {gres_text(job.gres)}" if job.gres else ""
+        packed = len(job.packed_away)
+        packing = (
+            f"; {packed} idle node{'s' if packed > 1 else ''} left out while a partly used one "
+            "has room (--placement=pack)"
+            if packed
+            else ""
+        )
         # No condition yet: most jobs start within a second, and a Pod status write costs
         # every Pod watcher a round. The condition comes once Slurm says why the job waits.
         await self.recorder.event(
             pod,
             ev.PLACEHOLDER_SUBMITTED,
-            f"Submitted Slurm job {job_id} ({job.cpus} CPU, {job.memory_mib} MiB{gpus})",
+            f"Submitted Slurm job {job_id} ({job.cpus} CPU, {job.memory_mib} MiB{gpus}){packing}",
         )
         if submitted.warning:
             # Slurm queued the job but said why it may not start soon: the job stays and
@@ -583,6 +600,45 @@ class Reconciler:
                 f"Slurm accepted job {job_id} but says: {submitted.warning}",
                 warning=True,
             )
+        return Outcome()
+
+    # -- --placement=pack (R9.2) ------------------------------------------------------------
+    def _unpacked_exclusions(self, pod: Json) -> set[str] | None:
+        """The nodes the Pod's job must leave out for the Pod's own sake (its annotations,
+        constraints, rejected placements), as `_prepare` works them out; None when the Pod
+        no longer translates."""
+        result = translate(pod, self.settings)
+        if result.job is None:
+            return None
+        placed = self._placed(pod) if podaffinity.has_rules(pod) else []
+        excluded = tuple(self.cluster.excluded_for(pod, placed)) + self._avoid_nodes(pod)
+        return set(result.job.avoiding(excluded).excluded_nodes)
+
+    def _packed(self, pod: Json, job: SlurmJob | None) -> bool:
+        """The pending job leaves out nodes only --placement=pack left out (not a gang's)."""
+        if self.placement_policy != "pack" or job is None or not job.pending or not job.excluded_nodes:
+            return False
+        if job.group_leader is not None:
+            return False
+        needed = self._unpacked_exclusions(pod)
+        return needed is not None and bool(set(job.excluded_nodes) - needed)
+
+    async def _widen(self, pod: Json, job: SlurmJob) -> Outcome:
+        """A packed job still waits: the partly used node it was packed towards had no room
+        after all (the node listing was stale). It gets the idle nodes back."""
+        needed = self._unpacked_exclusions(pod)
+        if needed is None:
+            return Outcome()
+        await self.slurm.set_excluded_nodes(job.job_id, sorted(needed))
+        ref = PodRef.of(pod)
+        self.index.record(ref, dataclasses.replace(job, excluded_nodes=tuple(sorted(needed))))
+        metrics.PACKING.labels("widened").inc()
+        await self.recorder.event(
+            pod,
+            ev.PLACEMENT_WIDENED,
+            f"Slurm job {job.job_id} waited {decide.PACK_PATIENCE_S:.0f} s for a partly used node "
+            "(--placement=pack); it may now use idle nodes too",
+        )
         return Outcome()
 
     # -- binding (R4.3, R4.4) -------------------------------------------------------------

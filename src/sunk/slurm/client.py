@@ -258,6 +258,16 @@ class SlurmClient:
         except SlurmJobGone:
             return
 
+    async def set_excluded_nodes(self, job_id: int, nodes: list[str]) -> None:
+        """Make `nodes` the excluded nodes of pending job `job_id` (--placement=pack)."""
+        await self._call(
+            "POST",
+            f"/job/{job_id}",
+            f"update the excluded nodes of job {job_id}",
+            json=self.dialect.exclusion_update(nodes),
+            endpoint="/job/{id}",
+        )
+
     async def nodes(self) -> list[SlurmNode]:
         reply = await self._call("GET", "/nodes", "list nodes")
         return [self.dialect.parse_node(n) for n in reply.get("nodes") or []]

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from sunk.slurm.dialect import DEFAULT_WORKDIR, STARTED_MARK, Submission, number, shared_fields
+from sunk.slurm.dialect import DEFAULT_WORKDIR, STARTED_MARK, Submission, node_usage, number, shared_fields
 from sunk.slurm.hostlist import expand
 from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.translate import Exclusive, PlaceholderJob, PodRef, gres_text, owner_tag, pod_of_owner_tag
@@ -154,6 +154,7 @@ class DataParser:
             flags=tuple(w for w in words if w != base),
             reason=raw.get("reason") or "",
             reason_changed_at=number(raw.get("reason_changed_at")) or 0,
+            **node_usage(raw),
         )
 
     def pod_of(self, job: SlurmJob, scheduler: str) -> PodRef | None:
@@ -167,3 +168,6 @@ class DataParser:
 
     def drain_body(self, reason: str) -> dict[str, Any]:
         return {"state": ["DRAIN"], "reason": reason}
+
+    def exclusion_update(self, nodes: list[str]) -> dict[str, Any]:
+        return {"excluded_nodes": nodes or [""]}  # an empty list changes nothing; [""] clears

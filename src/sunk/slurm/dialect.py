@@ -8,9 +8,11 @@ Pod's identity and the started mark live in that version.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+from sunk.slurm.hostlist import expand
 from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.translate import PlaceholderJob, PodRef
 
@@ -53,6 +55,10 @@ class Dialect(Protocol):
 
     def drain_body(self, reason: str) -> dict[str, Any]: ...
 
+    def exclusion_update(self, nodes: list[str]) -> dict[str, Any]:
+        """The job update that makes `nodes` (maybe none) the job's excluded nodes."""
+        ...
+
 
 def number(value: Any) -> int | None:
     """An integer from a plain value or a {set, infinite, number} wrapper."""
@@ -85,7 +91,32 @@ def shared_fields(raw: dict[str, Any]) -> dict[str, Any]:
         "gres_detail": tuple(str(g) for g in raw.get("gres_detail") or ()),
         "het_job_id": number(raw.get("het_job_id")) or 0,
         "het_job_offset": number(raw.get("het_job_offset")) or 0,
+        "excluded_nodes": expand(str(raw.get("excluded_nodes") or "")),
     }
+
+
+def node_usage(raw: dict[str, Any]) -> dict[str, Any]:
+    """The SlurmNode capacity fields every REST version names alike."""
+    partitions = raw.get("partitions") or ()
+    return {
+        "partitions": tuple(partitions.split(",") if isinstance(partitions, str) else partitions),
+        "cpus": number(raw.get("cpus")) or 0,
+        "alloc_cpus": number(raw.get("alloc_cpus")) or 0,
+        "memory_mib": number(raw.get("real_memory")) or 0,
+        "alloc_memory_mib": number(raw.get("alloc_memory")) or 0,
+        "gres": gres_counts(str(raw.get("gres") or "")),
+        "gres_used": gres_counts(str(raw.get("gres_used") or "")),
+    }
+
+
+_GRES_ITEM = re.compile(r"^(?P<name>[^:(]+(?::[^:(]+)?):(?P<count>\d+)")
+
+
+def gres_counts(text: str) -> tuple[tuple[str, int], ...]:
+    """ "gpu:h100:6(S:0-1),gpu:a100:2(IDX:0-1,3)" → (("gpu:h100", 6), ("gpu:a100", 2))."""
+    items = re.split(r",(?![^(]*\))", text)
+    found = (_GRES_ITEM.match(item.strip()) for item in items)
+    return tuple((m["name"], int(m["count"])) for m in found if m)
 
 
 def group_submission(parts: list[Submission]) -> Submission:

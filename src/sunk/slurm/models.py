@@ -56,6 +56,8 @@ class SlurmJob:
     # and this component's place in it. Each component is listed as a job of its own.
     het_job_id: int = 0
     het_job_offset: int = 0
+    # The nodes the job may not use, as Slurm holds them now (--placement=pack widens them).
+    excluded_nodes: tuple[str, ...] = ()
 
     @property
     def group_leader(self) -> int | None:
@@ -116,12 +118,34 @@ class SlurmNode:
     flags: tuple[str, ...]  # e.g. ("DRAIN",)
     reason: str
     reason_changed_at: int = 0  # epoch seconds; tells two drains with one reason apart
+    # What the node has and what Slurm has handed out of it, for --placement=pack (R9.2).
+    # GRES by name as Slurm spells them ("gpu", "gpu:h100"), counts without the index part.
+    partitions: tuple[str, ...] = ()
+    cpus: int = 0
+    alloc_cpus: int = 0
+    memory_mib: int = 0
+    alloc_memory_mib: int = 0
+    gres: tuple[tuple[str, int], ...] = ()
+    gres_used: tuple[tuple[str, int], ...] = ()
 
     @property
     def drained(self) -> bool:
         """Drained or draining: someone (an admin, Slurm itself, sunk) took it out of use."""
         words = {self.state.upper(), *(f.upper() for f in self.flags)}
         return bool(words & {"DRAIN", "DRAINING", "DRAINED"})
+
+    @property
+    def in_use(self) -> bool:
+        """Slurm has handed out some of it (to any job, ours or not)."""
+        return self.alloc_cpus > 0 or any(count for _, count in self.gres_used)
+
+    def free_gres(self, name: str) -> int:
+        """Free units of `name`: "gpu" counts every GPU type, "gpu:h100" only that type."""
+
+        def total(pairs: tuple[tuple[str, int], ...]) -> int:
+            return sum(n for key, n in pairs if key == name or key.startswith(name + ":"))
+
+        return total(self.gres) - total(self.gres_used)
 
     @property
     def draining(self) -> bool:

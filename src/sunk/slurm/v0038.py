@@ -13,7 +13,7 @@ from __future__ import annotations
 import pwd
 from typing import Any
 
-from sunk.slurm.dialect import DEFAULT_WORKDIR, STARTED_MARK, Submission, shared_fields
+from sunk.slurm.dialect import DEFAULT_WORKDIR, STARTED_MARK, Submission, node_usage, shared_fields
 from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.translate import Exclusive, PlaceholderJob, PodRef, gres_text, pod_of_job_name
 
@@ -125,10 +125,14 @@ class V0038:
             flags=tuple(raw.get("state_flags") or ()),
             reason=raw.get("reason") or "",
             reason_changed_at=int(raw.get("reason_changed_at") or 0),
+            **node_usage(raw),
         )
 
     def pod_of(self, job: SlurmJob, scheduler: str) -> PodRef | None:
         return pod_of_job_name(job.owner_tag, scheduler)
+
+    def exclusion_update(self, nodes: list[str]) -> dict[str, Any]:
+        return {"exclude_nodes": ",".join(nodes)}  # "" clears the list
 
     def drain_body(self, reason: str) -> dict[str, Any]:
         raise NotImplementedError("slurmrestd v0.0.38 cannot update nodes: drain with scontrol")

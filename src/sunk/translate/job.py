@@ -96,6 +96,8 @@ class PlaceholderJob:
     options: JobOptions
     gres: tuple[tuple[str, int], ...] = ()  # e.g. (("gpu", 2),): from the device table
     avoid_nodes: tuple[str, ...] = ()  # added by the scheduler: Nodes the Pod cannot use
+    # Added by --placement=pack: idle nodes left out so that partly used ones fill first.
+    packed_away: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -107,7 +109,7 @@ class PlaceholderJob:
 
     @property
     def excluded_nodes(self) -> tuple[str, ...]:
-        merged = dict.fromkeys(self.options.excluded_nodes + self.avoid_nodes)
+        merged = dict.fromkeys(self.options.excluded_nodes + self.avoid_nodes + self.packed_away)
         return tuple(n for n in merged if n not in self.options.required_nodes)
 
     def avoiding(self, nodes: tuple[str, ...]) -> PlaceholderJob:
