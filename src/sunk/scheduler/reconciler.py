@@ -629,7 +629,13 @@ class Reconciler:
         needed = self._unpacked_exclusions(pod)
         if needed is None:
             return Outcome()
-        await self.slurm.set_excluded_nodes(job.job_id, sorted(needed))
+        try:
+            await self.slurm.set_excluded_nodes(job.job_id, sorted(needed))
+        except SlurmError as err:
+            # Typically the job started meanwhile (only a pending job's nodes can change):
+            # the next pass binds it, or tries again.
+            log.info("could not widen Slurm job %s of %s: %s", job.job_id, PodRef.of(pod), err)
+            return Outcome(requeue_after=1)
         ref = PodRef.of(pod)
         self.index.record(ref, dataclasses.replace(job, excluded_nodes=tuple(sorted(needed))))
         metrics.PACKING.labels("widened").inc()
