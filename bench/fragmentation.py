@@ -1,19 +1,23 @@
-"""GPU fragmentation under Slurm's own node choice (R9.2, issue #13), measured.
+"""GPU fragmentation with Slurm's own node choice and with --placement=pack (R9.2), measured.
 
     python -m bench.fragmentation [--nodes 8] [--seconds 300] [--rate 0.6] [--seed 1]
+                                  [--placement slurm,pack]
 
-Jobs of 1, 2, 4 and 8 GPUs (weights 40/30/20/10 %) arrive at random (Poisson, `--rate` per
-second) on nodes of 8 GPUs, each holding its GPUs for 10 to 40 s, shaped exactly as sunk
-shapes a Pod's placeholder (one node, `tres_per_node=gres/gpu:N`), and Slurm picks the
-node, as it does for sunk. Every half second the benchmark reads Slurm's nodes and queue and
-counts, while an 8-GPU (whole-node) job waits, how often the cluster had 8 GPUs free in
-total but no node with 8 free: GPUs scattered. It prints that share of the whole-node
-waiting time, and the whole-node jobs' waits. A benchmark, not a test: it asserts nothing.
+Pods of 1, 2, 4 and 8 GPUs (weights 40/30/20/10 %) arrive at random (Poisson, `--rate` per
+second) on nodes of 8 GPUs and are placed by `sunk scheduler` through Slurm; each runs 10 to
+40 s (kwok ends it), then sunk ends its job. The same arrivals (same seed) are replayed
+once per placement, one after the other, on one dev cluster. Every half second the
+benchmark reads Slurm's nodes and queue and counts, while a whole-node (8-GPU) Pod's job
+waits, how often the cluster had 8 GPUs free in total but no node with 8 free: GPUs
+scattered. It prints, per placement, that share of the whole-node waiting time and the
+whole-node Pods' waits (creation → bound), and pack's figures as ratios of slurm's. A
+benchmark, not a test: it asserts nothing.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime as dt
 import random
 import re
 import sys
@@ -23,39 +27,73 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.observe import percentile
-from bench.run import rest_client
+from bench.run import SCHEDULER, delete_namespace, rest_client, start_scheduler
 from sunk.devcluster import ClusterSpec, DevCluster
-from sunk.slurm.dialect import number
+from sunk.devcluster.kubeapi import AdminKube
+from sunk.slurm.dataparser import summarize_state
+from sunk.slurm.models import ACTIVE_STATES
 
 GPUS_PER_NODE = 8
 SIZES = (1, 2, 4, 8)
 WEIGHTS = (0.4, 0.3, 0.2, 0.1)
 HOLD_S = (10.0, 40.0)
 SAMPLE_EVERY_S = 0.5
+METRICS_PORT = 29082
 _GRES_USED = re.compile(r"gpu(?::[^:(]+)?:(\d+)")
 
 
 @dataclass
 class Tally:
     samples: int = 0
-    whole_node_waiting: int = 0  # samples with an 8-GPU job pending
+    whole_node_waiting: int = 0  # samples with an 8-GPU Pod's job pending
     scattered: int = 0  # ...while >= 8 GPUs were free in total, but on no single node
     free_when_scattered: list[int] = field(default_factory=list)
-    jobs_hit: set[int] = field(default_factory=set)  # 8-GPU jobs that waited while scattered
+    pods_hit: set[str] = field(default_factory=set)  # 8-GPU Pods that waited while scattered
+
+
+@dataclass
+class Outcome:
+    placement: str
+    counts: dict[int, int]
+    tally: Tally
+    whole_waits: list[float]
+    whole_pods: int
+
+    @property
+    def share(self) -> float:
+        t = self.tally
+        return t.scattered / t.whole_node_waiting if t.whole_node_waiting else 0.0
+
+    @property
+    def mean_free(self) -> float:
+        free = self.tally.free_when_scattered
+        return sum(free) / len(free) if free else 0.0
+
+
+def arrivals(seed: int, rate: float, seconds: float) -> list[tuple[float, int, float]]:
+    """(at, GPUs, hold) for every Pod, the same for every placement."""
+    choose = random.Random(seed)  # noqa: S311 (a workload, not a secret)
+    out = []
+    at = choose.expovariate(rate)
+    while at < seconds:
+        out.append((at, choose.choices(SIZES, WEIGHTS)[0], choose.uniform(*HOLD_S)))
+        at += choose.expovariate(rate)
+    return out
 
 
 def used_gpus(node: dict[str, Any]) -> int:
     return sum(int(m) for m in _GRES_USED.findall(str(node.get("gres_used") or "")))
 
 
-def sample(http: Any, tally: Tally) -> None:
+def sample(http: Any, namespace: str, tally: Tally) -> None:
     nodes = http.get("/nodes").json().get("nodes") or []
     jobs = http.get("/jobs").json().get("jobs") or []
     free = [GPUS_PER_NODE - used_gpus(n) for n in nodes]
     waiting = [
-        int(j["job_id"])
+        str(j.get("name"))
         for j in jobs
-        if j.get("name") == "frag-8" and "PENDING" in (j.get("job_state") or [j.get("job_state")])
+        if f":{namespace}/g8-" in str(j.get("name"))
+        and "PENDING" in (j.get("job_state") or [j.get("job_state")])
     ]
     tally.samples += 1
     if not waiting:
@@ -64,68 +102,62 @@ def sample(http: Any, tally: Tally) -> None:
     if sum(free) >= GPUS_PER_NODE and max(free, default=0) < GPUS_PER_NODE:
         tally.scattered += 1
         tally.free_when_scattered.append(sum(free))
-        tally.jobs_hit.update(waiting)
+        tally.pods_hit.update(waiting)
 
 
-def submit(http: Any, gpus: int, hold: float) -> int:
-    job = {
-        "name": f"frag-{gpus}",
-        "nodes": "1",
-        "tasks": 1,
-        "cpus_per_task": 1,
-        "memory_per_node": {"set": True, "number": 64},
-        "tres_per_node": f"gres/gpu:{gpus}",
-        "current_working_directory": "/tmp",
-        "standard_output": "/dev/null",
-        "standard_error": "/dev/null",
-        "environment": ["PATH=/usr/bin:/bin"],
-        "script": f"#!/bin/sh\nsleep {hold:.0f}\n",
+def manifest(name: str, scheduler: str, gpus: int, hold: float) -> dict[str, Any]:
+    amount = {"cpu": "1", "memory": "64Mi", "nvidia.com/gpu": str(gpus)}
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "annotations": {"sunk.dev/complete-after": f"{hold:.0f}s"}},
+        "spec": {
+            "schedulerName": scheduler,
+            "terminationGracePeriodSeconds": 5,
+            "restartPolicy": "Never",
+            "containers": [
+                {
+                    "name": "main",
+                    "image": "busybox",
+                    "resources": {"requests": amount, "limits": {"nvidia.com/gpu": str(gpus)}},
+                }
+            ],
+        },
     }
-    reply = http.post("/job/submit", json={"job": job}).json()
-    if not reply.get("job_id"):
-        raise RuntimeError(f"Slurm refused a job: {reply.get('errors')}")
-    return int(reply["job_id"])
 
 
-def waits(http: Any, ids: list[int]) -> list[float]:
-    """Queue waits (start - submit) of the whole-node jobs that started."""
+def _when(stamp: str) -> float:
+    return dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp()
+
+
+def whole_node_waits(kube: AdminKube, namespace: str) -> list[float]:
+    """Creation → bound of the 8-GPU Pods (one-second stamps, as the API server keeps them)."""
     out = []
-    for job in http.get("/jobs").json().get("jobs") or []:
-        if int(job["job_id"]) in ids:
-            start, submit_at = number(job.get("start_time")) or 0, number(job.get("submit_time")) or 0
-            if start and submit_at and "PENDING" not in (job.get("job_state") or []):
-                out.append(float(start - submit_at))
+    for pod in kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"]:
+        if not pod["metadata"]["name"].startswith("g8-"):
+            continue
+        for cond in (pod.get("status") or {}).get("conditions") or []:
+            if cond.get("type") == "PodScheduled" and cond.get("status") == "True":
+                out.append(_when(cond["lastTransitionTime"]) - _when(pod["metadata"]["creationTimestamp"]))
     return out
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--nodes", type=int, default=8)
-    parser.add_argument("--seconds", type=float, default=300, help="how long jobs keep arriving")
-    parser.add_argument("--rate", type=float, default=0.6, help="arrivals per second")
-    parser.add_argument("--seed", type=int, default=1)
-    parser.add_argument("--slurm", default="24.11")
-    args = parser.parse_args()
-    cluster = DevCluster()
-    if cluster.is_running():
-        print("a dev cluster is running here: stop it, or set SUNK_DEV_DIR for another", file=sys.stderr)
-        return 1
-    print(f"bringing up {args.nodes} nodes x {GPUS_PER_NODE} GPUs, Slurm {args.slurm} …", flush=True)
-    cluster.up(ClusterSpec(nodes=args.nodes, cpus_per_node=64, slurm=args.slurm, gpus_per_node=GPUS_PER_NODE))
-    choose = random.Random(args.seed)  # noqa: S311 (a workload, not a secret)
+def run_one(
+    cluster: DevCluster, kube: AdminKube, placement: str, plan: list[tuple[float, int, float]]
+) -> Outcome:
+    namespace = kube.create_namespace(f"frag-{placement}")
+    sched = start_scheduler(cluster, namespace, METRICS_PORT, f"frag-{placement}", f"--placement={placement}")
     tally = Tally()
     counts = dict.fromkeys(SIZES, 0)
-    whole: list[int] = []
     done = threading.Event()
+    print(f"placement {placement}: {len(plan)} Pods over {plan[-1][0]:.0f} s …", flush=True)
     try:
         with rest_client(cluster) as http:
 
             def sampler() -> None:
                 while not done.is_set():
                     try:
-                        sample(http, tally)
+                        sample(http, namespace, tally)
                     except Exception as err:  # a slow answer skips a sample, nothing more
                         print(f"  sample skipped: {err}", flush=True)
                     done.wait(SAMPLE_EVERY_S)
@@ -133,40 +165,83 @@ def main() -> int:
             thread = threading.Thread(target=sampler, daemon=True)
             thread.start()
             start = time.monotonic()
-            at = 0.0
-            while at < args.seconds:
-                at += choose.expovariate(args.rate)
+            for i, (at, gpus, hold) in enumerate(plan):
                 delay = start + at - time.monotonic()
                 if delay > 0:
                     time.sleep(delay)
-                gpus = choose.choices(SIZES, WEIGHTS)[0]
-                job_id = submit(http, gpus, choose.uniform(*HOLD_S))
+                kube.create(
+                    f"/api/v1/namespaces/{namespace}/pods", manifest(f"g{gpus}-{i}", SCHEDULER, gpus, hold)
+                )
                 counts[gpus] += 1
-                if gpus == GPUS_PER_NODE:
-                    whole.append(job_id)
-            time.sleep(HOLD_S[1])  # let the queue drain (arrivals have stopped)
+            # Arrivals have stopped: let every Pod run and end (its job with it).
+            deadline = time.monotonic() + HOLD_S[1] + 120
+            while time.monotonic() < deadline and any(
+                f":{namespace}/" in str(j.get("name"))
+                and summarize_state(j.get("job_state"))[0] in ACTIVE_STATES
+                for j in http.get("/jobs").json().get("jobs") or []
+            ):
+                time.sleep(1)
             done.set()
             thread.join(timeout=10)
-            whole_waits = waits(http, whole)
+        waits = whole_node_waits(kube, namespace)
     finally:
         done.set()
+        sched.terminate()
+        sched.wait(timeout=30)
+    delete_namespace(kube, namespace)
+    return Outcome(placement, counts, tally, waits, counts[GPUS_PER_NODE])
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--nodes", type=int, default=8)
+    parser.add_argument("--seconds", type=float, default=300, help="how long Pods keep arriving")
+    parser.add_argument("--rate", type=float, default=0.6, help="arrivals per second")
+    parser.add_argument("--seed", type=int, default=1)
+    parser.add_argument("--placement", default="slurm,pack", help="placements to run, in turn")
+    parser.add_argument("--slurm", default="24.11")
+    args = parser.parse_args()
+    placements = [p for p in args.placement.split(",") if p]
+    cluster = DevCluster()
+    if cluster.is_running():
+        print("a dev cluster is running here: stop it, or set SUNK_DEV_DIR for another", file=sys.stderr)
+        return 1
+    print(f"bringing up {args.nodes} nodes x {GPUS_PER_NODE} GPUs, Slurm {args.slurm} …", flush=True)
+    cluster.up(ClusterSpec(nodes=args.nodes, cpus_per_node=64, slurm=args.slurm, gpus_per_node=GPUS_PER_NODE))
+    plan = arrivals(args.seed, args.rate, args.seconds)
+    kube = AdminKube(cluster.layout)
+    try:
+        outcomes = [run_one(cluster, kube, placement, plan) for placement in placements]
+    finally:
+        kube.close()
         cluster.down()
-    share = tally.scattered / tally.whole_node_waiting if tally.whole_node_waiting else 0.0
-    print(f"\njobs by GPUs: {counts}; {tally.samples} samples every {SAMPLE_EVERY_S} s")
+    report(outcomes, args)
+    return 0
+
+
+def report(outcomes: list[Outcome], args: argparse.Namespace) -> None:
+    first = outcomes[0]
+    counts = "/".join(str(first.counts[s]) for s in SIZES)
+    print(f"\nrate {args.rate}/s, {args.seconds:.0f} s, seed {args.seed}; Pods of 1/2/4/8 GPUs: {counts}")
     print(
-        "| placement | whole-node jobs | of them waited while GPUs were scattered | "
-        "whole-node waiting samples | scattered share | mean free GPUs then | wait p50 s | wait p95 s |"
+        "| placement | whole-node Pods | of them waited while GPUs were scattered | "
+        "whole-node waiting time | of it scattered | mean free GPUs then | wait p50 s | wait p95 s |"
     )
     print("|---|---|---|---|---|---|---|---|")
-    mean_free = (
-        sum(tally.free_when_scattered) / len(tally.free_when_scattered) if tally.free_when_scattered else 0
-    )
-    p50, p95 = percentile(whole_waits, 50), percentile(whole_waits, 95)
-    print(
-        f"| slurm (default) | {len(whole)} | {len(tally.jobs_hit)} | {tally.whole_node_waiting} | "
-        f"{share:.0%} | {mean_free:.1f} | {p50:.0f} | {p95:.0f} |"
-    )
-    return 0
+    for o in outcomes:
+        t = o.tally
+        waiting_s = t.whole_node_waiting * SAMPLE_EVERY_S
+        print(
+            f"| {o.placement} | {o.whole_pods} | {len(t.pods_hit)} | {waiting_s:.1f} s | "
+            f"{o.share:.0%} | {o.mean_free:.1f} | {percentile(o.whole_waits, 50):.0f} | "
+            f"{percentile(o.whole_waits, 95):.0f} |"
+        )
+    if len(outcomes) > 1 and first.tally.scattered:
+        for o in outcomes[1:]:
+            ratio = o.tally.scattered / first.tally.scattered
+            print(f"{o.placement}/{first.placement}: scattered waiting time x{ratio:.2f}")
 
 
 if __name__ == "__main__":

@@ -127,7 +127,7 @@ def within(n: int, rate: float) -> float:
 
 
 def start_scheduler(
-    cluster: DevCluster, namespace: str, metrics_port: int, n: int
+    cluster: DevCluster, namespace: str, metrics_port: int, n: int | str, *extra: str
 ) -> subprocess.Popen[bytes]:
     env = {**os.environ, **cluster.env()}
     log = open(cluster.layout.logs / f"bench-scheduler-{n}.log", "wb")  # noqa: SIM115
@@ -144,6 +144,7 @@ def start_scheduler(
             f"--metrics-bind-address=127.0.0.1:{metrics_port}",
             "--health-probe-bind-address=127.0.0.1:29081",
             "--log-level=warning",
+            *extra,
         ],
         env=env,
         stdout=log,

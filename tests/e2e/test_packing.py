@@ -41,10 +41,8 @@ def test_r9_2_with_pack_a_gpu_pod_joins_the_partly_used_node(
     create(kube, namespace, make_pod("one-gpu", proc.name, gpus=1))
     pod = wait_bound(kube, namespace, "one-gpu")
     assert pod["spec"]["nodeName"] == host_of(kube, one_gpu_used_on_the_last_node)
-    assert (
-        "left out while a partly used one has room"
-        in reasons(kube, namespace, "one-gpu")["PlaceholderSubmitted"]
-    )
+    submitted = reasons(kube, namespace, "one-gpu")["PlaceholderSubmitted"]
+    assert f"packed towards the partly used {one_gpu_used_on_the_last_node}" in submitted
 
 
 def test_r9_2_a_packed_job_that_cannot_start_gets_the_idle_nodes_back(

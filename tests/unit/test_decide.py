@@ -714,10 +714,24 @@ PACKING = [
 
 
 @pytest.mark.parametrize(("the_job", "nodes", "left_out"), PACKING)
-def test_which_idle_nodes_a_packed_job_leaves_out(
+def test_which_nodes_a_packed_job_leaves_out(
     the_job: PlaceholderJob, nodes: list[SlurmNode], left_out: tuple[str, ...]
 ) -> None:
-    assert decide.pack_exclusions(the_job, nodes) == left_out
+    assert decide.pack(the_job, nodes).left_out == left_out
+
+
+def test_r9_2_the_tightest_fit_is_kept_and_roomier_partly_used_nodes_left_out() -> None:
+    nodes = [gpu_node("a", 0), gpu_node("b", 5), gpu_node("c", 1), gpu_node("d", 5)]
+    assert decide.pack(gpu_job(2), nodes) == decide.Packing(left_out=("a", "c"), towards=("b", "d"))
+
+
+def test_r9_2_a_job_steered_to_a_node_is_counted_there_until_the_next_listing() -> None:
+    nodes = [gpu_node("a", 0), gpu_node("b", 5), gpu_node("c", 2)]
+    first = decide.pack(gpu_job(2), nodes)
+    assert first.towards == ("b",)
+    nodes = [n.taking(1, 64, (("gpu", 2),)) if n.name == "b" else n for n in nodes]
+    assert (nodes[1].free_gres("gpu"), nodes[1].alloc_cpus) == (1, 6)
+    assert decide.pack(gpu_job(2), nodes).towards == ("c",)  # b has no room left for 2
 
 
 def test_r9_2_a_packed_job_waits_its_patience_out_before_widening() -> None:

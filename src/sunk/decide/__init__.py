@@ -12,7 +12,7 @@ The questions answered:
 - `drain_due`: a bound Pod outlives its ending job; when must its node be drained?
 - `drain_notice`: a Slurm node is drained; what Event explains it, on which object?
 - `group_bind`: a gang's job runs; may its members be bound, all of them?
-- `pack_exclusions`: --placement=pack; which idle nodes should a new job leave out?
+- `pack`: --placement=pack; which nodes should a new job leave out?
 """
 
 from __future__ import annotations
@@ -225,15 +225,27 @@ def group_bind(components: list[SlurmJob]) -> str | None:
 
 
 # -- --placement=pack (R9.2) ---------------------------------------------------------------------
-def pack_exclusions(job: PlaceholderJob, nodes: list[SlurmNode]) -> tuple[str, ...]:
-    """The idle Slurm nodes `job` should leave out so that Slurm fills a partly used node
-    first: all of them when some partly used node the job may use has room for it (CPUs,
-    memory, each GRES, as the last node listing saw them), else none. Slurm still makes the
-    final choice among the nodes left. A job that names its nodes, a reservation, node
-    features or a whole node is left to Slurm alone (sunk cannot judge those fits)."""
+@dataclass(frozen=True)
+class Packing:
+    """Where --placement=pack steers a job: `towards` are the nodes it leaves Slurm (the
+    tightest fit, first the one Slurm takes first), `left_out` the other usable nodes."""
+
+    left_out: tuple[str, ...] = ()
+    towards: tuple[str, ...] = ()
+
+
+def pack(job: PlaceholderJob, nodes: list[SlurmNode]) -> Packing:
+    """Best fit among partly used nodes: when some partly used node the job may use has room
+    for it (CPUs, memory, each GRES, as the last node listing saw them), the job is left
+    the ones it would fill the most (fewest of what it asks for left over: GPUs for a GPU
+    Pod, else CPUs), and every other usable node, idle ones first of all, is left out. So
+    idle nodes stay whole and nearly empty ones can empty. With no such node nothing is
+    left out. Slurm makes the final choice among what remains. A job that names its nodes,
+    a reservation, node features or a whole node is left to Slurm alone (sunk cannot judge
+    those fits)."""
     options = job.options
     if options.required_nodes or options.reservation or options.constraints or options.exclusive:
-        return ()
+        return Packing()
     partitions = set((options.partition or "").split(",")) - {""}
     ruled_out = set(job.excluded_nodes)
     usable = [
@@ -243,9 +255,12 @@ def pack_exclusions(job: PlaceholderJob, nodes: list[SlurmNode]) -> tuple[str, .
         and not node.draining
         and (not partitions or partitions & set(node.partitions))
     ]
-    if not any(node.in_use and _has_room(node, job) for node in usable):
-        return ()
-    return tuple(sorted(node.name for node in usable if not node.in_use))
+    roomy = {node.name: _left_over(node, job) for node in usable if node.in_use and _has_room(node, job)}
+    if not roomy:
+        return Packing()
+    tightest = min(roomy.values())
+    towards = tuple(sorted(name for name, left in roomy.items() if left == tightest))
+    return Packing(tuple(sorted(n.name for n in usable if n.name not in towards)), towards)
 
 
 def _has_room(node: SlurmNode, job: PlaceholderJob) -> bool:
@@ -254,6 +269,12 @@ def _has_room(node: SlurmNode, job: PlaceholderJob) -> bool:
     if node.memory_mib and node.memory_mib - node.alloc_memory_mib < job.memory_mib:
         return False
     return all(node.free_gres(name) >= count for name, count in job.gres)
+
+
+def _left_over(node: SlurmNode, job: PlaceholderJob) -> int:
+    if job.gres:
+        return sum(node.free_gres(name) - count for name, count in job.gres)
+    return node.cpus - node.alloc_cpus - job.cpus
 
 
 # -- where a Pod may go, and when its node must be drained -----------------------------------

@@ -33,6 +33,14 @@ class ClusterView:
         # The last node listing, with what Slurm has handed out of each (--placement=pack).
         self.slurm_node_usage: list[SlurmNode] = []
 
+    def assume(self, slurm_node: str, cpus: int, memory_mib: int, gres: tuple[tuple[str, int], ...]) -> None:
+        """Count a job just steered to `slurm_node` (--placement=pack) until the next node
+        listing, so Pods submitted meanwhile do not all aim at the same room."""
+        self.slurm_node_usage = [
+            node.taking(cpus, memory_mib, gres) if node.name == slurm_node else node
+            for node in self.slurm_node_usage
+        ]
+
     def host_map(self) -> dict[str, set[str]]:
         mapping: dict[str, set[str]] = {}
         for pod in self.slurmd_pods.store.values():

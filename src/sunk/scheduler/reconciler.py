@@ -546,11 +546,10 @@ class Reconciler:
         if isinstance(prepared, Outcome):
             return prepared
         job = prepared
+        packing = decide.Packing()
         if self.placement_policy == "pack":
-            packed_away = decide.pack_exclusions(job, self.cluster.slurm_node_usage)
-            if packed_away:
-                job = dataclasses.replace(job, packed_away=packed_away)
-                metrics.PACKING.labels("packed").inc()
+            packing = decide.pack(job, self.cluster.slurm_node_usage)
+            job = dataclasses.replace(job, packed_away=packing.left_out)
         submission = self.slurm.submission(job, self.script, self.environment(job))
         try:
             submitted = await self.slurm.submit(submission)
@@ -577,19 +576,17 @@ class Reconciler:
             return Outcome()
         metrics.ATTEMPTS.labels("submitted").inc()
         gpus = f", GRES {gres_text(job.gres)}" if job.gres else ""
-        packed = len(job.packed_away)
-        packing = (
-            f"; {packed} idle node{'s' if packed > 1 else ''} left out while a partly used one "
-            "has room (--placement=pack)"
-            if packed
-            else ""
-        )
+        packed = ""
+        if packing.towards:
+            self.cluster.assume(packing.towards[0], job.cpus, job.memory_mib, job.gres)
+            metrics.PACKING.labels("packed").inc()
+            packed = f"; packed towards the partly used {', '.join(packing.towards[:3])} (--placement=pack)"
         # No condition yet: most jobs start within a second, and a Pod status write costs
         # every Pod watcher a round. The condition comes once Slurm says why the job waits.
         await self.recorder.event(
             pod,
             ev.PLACEHOLDER_SUBMITTED,
-            f"Submitted Slurm job {job_id} ({job.cpus} CPU, {job.memory_mib} MiB{gpus}){packing}",
+            f"Submitted Slurm job {job_id} ({job.cpus} CPU, {job.memory_mib} MiB{gpus}){packed}",
         )
         if submitted.warning:
             # Slurm queued the job but said why it may not start soon: the job stays and

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 # States in which the job still holds (or may soon hold) resources.
 ACTIVE_STATES = frozenset(
@@ -146,6 +146,20 @@ class SlurmNode:
             return sum(n for key, n in pairs if key == name or key.startswith(name + ":"))
 
         return total(self.gres) - total(self.gres_used)
+
+    def taking(self, cpus: int, memory_mib: int, gres: tuple[tuple[str, int], ...]) -> SlurmNode:
+        """This node as it will be once a job of that shape runs on it (an assumption until
+        the next listing: --placement=pack counts the jobs it just steered here)."""
+        used = dict(self.gres_used)
+        for name, count in gres:
+            key = next((k for k in used if k == name or k.startswith(name + ":")), name)
+            used[key] = used.get(key, 0) + count
+        return replace(
+            self,
+            alloc_cpus=self.alloc_cpus + cpus,
+            alloc_memory_mib=self.alloc_memory_mib + memory_mib,
+            gres_used=tuple(used.items()),
+        )
 
     @property
     def draining(self) -> bool:
