@@ -141,7 +141,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag(
         "placement",
         "slurm: Slurm picks any node that fits; pack: while a partly used node has room, a new "
-        "Pod's job is steered to the one it fills the most, keeping whole nodes free",
+        "Pod's job leaves idle nodes out, keeping them whole (Slurm still picks the node)",
         "slurm",
     )
     flag(

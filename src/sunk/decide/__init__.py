@@ -227,22 +227,21 @@ def group_bind(components: list[SlurmJob]) -> str | None:
 # -- --placement=pack (R9.2) ---------------------------------------------------------------------
 @dataclass(frozen=True)
 class Packing:
-    """Where --placement=pack steers a job: `towards` are the nodes it leaves Slurm (the
-    tightest fit, first the one Slurm takes first), `left_out` the other usable nodes."""
+    """Where --placement=pack steers a job: `towards` are the partly used nodes with room
+    for it (Slurm's pick among them), `left_out` the idle nodes it may not use."""
 
     left_out: tuple[str, ...] = ()
     towards: tuple[str, ...] = ()
 
 
 def pack(job: PlaceholderJob, nodes: list[SlurmNode]) -> Packing:
-    """Best fit among partly used nodes: when some partly used node the job may use has room
-    for it (CPUs, memory, each GRES, as the last node listing saw them), the job is left
-    the ones it would fill the most (fewest of what it asks for left over: GPUs for a GPU
-    Pod, else CPUs), and every other usable node, idle ones first of all, is left out. So
-    idle nodes stay whole and nearly empty ones can empty. With no such node nothing is
-    left out. Slurm makes the final choice among what remains. A job that names its nodes,
-    a reservation, node features or a whole node is left to Slurm alone (sunk cannot judge
-    those fits)."""
+    """When some partly used node the job may use has room for it (CPUs, memory, each GRES,
+    as the last node listing saw them), the idle nodes are left out of the job, so they stay
+    whole for whole-node Pods; with no such node nothing is. Slurm makes the final choice
+    among the rest, by its own rules and plans (e.g. a node its backfill keeps for a
+    waiting job). Narrower steering, best fit to one node, was measured and waited longer
+    (docs/benchmarks.md). A job that names its nodes, a reservation, node features or a
+    whole node is left to Slurm alone (sunk cannot judge those fits)."""
     options = job.options
     if options.required_nodes or options.reservation or options.constraints or options.exclusive:
         return Packing()
@@ -255,12 +254,10 @@ def pack(job: PlaceholderJob, nodes: list[SlurmNode]) -> Packing:
         and not node.draining
         and (not partitions or partitions & set(node.partitions))
     ]
-    roomy = {node.name: _left_over(node, job) for node in usable if node.in_use and _has_room(node, job)}
-    if not roomy:
+    towards = tuple(sorted(node.name for node in usable if node.in_use and _has_room(node, job)))
+    if not towards:
         return Packing()
-    tightest = min(roomy.values())
-    towards = tuple(sorted(name for name, left in roomy.items() if left == tightest))
-    return Packing(tuple(sorted(n.name for n in usable if n.name not in towards)), towards)
+    return Packing(tuple(sorted(node.name for node in usable if not node.in_use)), towards)
 
 
 def _has_room(node: SlurmNode, job: PlaceholderJob) -> bool:
@@ -269,12 +266,6 @@ def _has_room(node: SlurmNode, job: PlaceholderJob) -> bool:
     if node.memory_mib and node.memory_mib - node.alloc_memory_mib < job.memory_mib:
         return False
     return all(node.free_gres(name) >= count for name, count in job.gres)
-
-
-def _left_over(node: SlurmNode, job: PlaceholderJob) -> int:
-    if job.gres:
-        return sum(node.free_gres(name) - count for name, count in job.gres)
-    return node.cpus - node.alloc_cpus - job.cpus
 
 
 # -- where a Pod may go, and when its node must be drained -----------------------------------

@@ -577,10 +577,15 @@ class Reconciler:
         metrics.ATTEMPTS.labels("submitted").inc()
         gpus = f", GRES {gres_text(job.gres)}" if job.gres else ""
         packed = ""
-        if packing.towards:
+        if packing.towards:  # Slurm takes the first that fits: count the job there for now
             self.cluster.assume(packing.towards[0], job.cpus, job.memory_mib, job.gres)
+        if packing.left_out:
             metrics.PACKING.labels("packed").inc()
-            packed = f"; packed towards the partly used {', '.join(packing.towards[:3])} (--placement=pack)"
+            more = " …" if len(packing.towards) > 3 else ""
+            packed = (
+                f"; packed towards the partly used {', '.join(packing.towards[:3])}{more}, "
+                f"{len(packing.left_out)} idle node(s) left out (--placement=pack)"
+            )
         # No condition yet: most jobs start within a second, and a Pod status write costs
         # every Pod watcher a round. The condition comes once Slurm says why the job waits.
         await self.recorder.event(

@@ -96,7 +96,7 @@ class PlaceholderJob:
     options: JobOptions
     gres: tuple[tuple[str, int], ...] = ()  # e.g. (("gpu", 2),): from the device table
     avoid_nodes: tuple[str, ...] = ()  # added by the scheduler: Nodes the Pod cannot use
-    # Added by --placement=pack: nodes left out so that the tightest partly used one fills.
+    # Added by --placement=pack: idle nodes left out while a partly used one has room.
     packed_away: tuple[str, ...] = ()
 
     @property
