@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import random
-import re
 import sys
 import threading
 import time
@@ -31,7 +30,7 @@ from bench.run import SCHEDULER, delete_namespace, rest_client, start_scheduler
 from sunk.devcluster import ClusterSpec, DevCluster
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.slurm.dataparser import summarize_state
-from sunk.slurm.models import ACTIVE_STATES
+from sunk.slurm.models import ACTIVE_STATES, gres_counts, gres_is
 
 GPUS_PER_NODE = 8
 SIZES = (1, 2, 4, 8)
@@ -39,7 +38,6 @@ WEIGHTS = (0.4, 0.3, 0.2, 0.1)
 HOLD_S = (10.0, 40.0)
 SAMPLE_EVERY_S = 0.5
 METRICS_PORT = 29082
-_GRES_USED = re.compile(r"gpu(?::[^:(]+)?:(\d+)")
 
 
 @dataclass
@@ -82,7 +80,7 @@ def arrivals(seed: int, rate: float, seconds: float) -> list[tuple[float, int, f
 
 
 def used_gpus(node: dict[str, Any]) -> int:
-    return sum(int(m) for m in _GRES_USED.findall(str(node.get("gres_used") or "")))
+    return sum(n for key, n in gres_counts(str(node.get("gres_used") or "")) if gres_is(key, "gpu"))
 
 
 def sample(http: Any, namespace: str, tally: Tally) -> None:

@@ -23,7 +23,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from sunk.slurm.models import SlurmJob, SlurmNode
+from sunk.slurm.models import SlurmJob, SlurmNode, gres_counts
 from sunk.translate import PlaceholderJob, PodRef
 
 Json = dict[str, Any]
@@ -288,7 +288,6 @@ def placement_problem(
 
 
 _MIB_PER = {"K": 1 / 1024, "M": 1, "G": 1024, "T": 1024 * 1024, "P": 1024**3}
-_GRES_DETAIL = re.compile(r"^(?P<name>[^:(]+(?::[^:(]+)?):(?P<count>\d+)")
 
 
 def allocation_problem(
@@ -312,14 +311,11 @@ def allocation_problem(
         if key.startswith("gres/") and value.isdigit():
             held[key[5:]] = max(held.get(key[5:], 0), int(value))
     from_detail: dict[str, int] = {}
-    for detail in job.gres_detail:
-        found = _GRES_DETAIL.match(detail)
-        if found:
-            name, count = found["name"], int(found["count"])
-            base = name.split(":", 1)[0]
-            from_detail[name] = from_detail.get(name, 0) + count
-            if base != name:
-                from_detail[base] = from_detail.get(base, 0) + count  # a typed GPU is also a GPU
+    for name, count in (pair for detail in job.gres_detail for pair in gres_counts(detail)):
+        base = name.split(":", 1)[0]
+        from_detail[name] = from_detail.get(name, 0) + count
+        if base != name:
+            from_detail[base] = from_detail.get(base, 0) + count  # a typed GPU is also a GPU
     for name, count in from_detail.items():
         held[name] = max(held.get(name, 0), count)
     if held:  # Slurm reports the job's GRES: judge them

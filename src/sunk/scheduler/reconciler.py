@@ -204,6 +204,7 @@ class Reconciler:
             return recheck or Outcome()
         job = self._current_job(pod)
         job_id = self._recorded_job_id(pod)
+        unpacked = self._unpacked(pod, job)
         decision = decide.for_pod(
             pod,
             job,
@@ -212,7 +213,7 @@ class Reconciler:
             now=time.time(),
             ending_reported=(job_id, pod["metadata"]["uid"]) in self._ending_reported,
             group_timed_out=await self._group_timed_out(pod, job),
-            packed=self._packed(pod, job),
+            packed=unpacked is not None,
         )
         step = decision.step
         if step is decide.Step.END_POD:
@@ -238,8 +239,8 @@ class Reconciler:
             assert job is not None
             return await self._bind(pod, job)
         if step is decide.Step.WIDEN:
-            assert job is not None
-            return await self._widen(pod, job)
+            assert job is not None and unpacked is not None
+            return await self._widen(pod, job, unpacked)
         if step in (decide.Step.REPORT_PENDING, decide.Step.REPORT_STARTING):
             assert job is not None
             await self.recorder.condition(pod, False, *_waiting(job))
@@ -514,7 +515,7 @@ class Reconciler:
             note = "sunk does not apply: " + "; ".join(ignored)
             await self.recorder.event(pod, ev.RULE_NOT_HONOURED, note, warning=True)
 
-        excluded = self.cluster.excluded_for(pod, self._placed(pod) if podaffinity.has_rules(pod) else [])
+        excluded = self._excluded_for(pod)
         message = decide.placement_problem(
             job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes
         )
@@ -523,6 +524,11 @@ class Reconciler:
                 await self.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
             return Outcome(requeue_after=5)
         return job.avoiding(tuple(excluded) + avoid)
+
+    def _excluded_for(self, pod: Json) -> dict[str, str]:
+        """The Slurm nodes the Pod's own constraints rule out, with why. Only Pods with
+        affinity or spread rules gather the Pods already placed."""
+        return self.cluster.excluded_for(pod, self._placed(pod) if podaffinity.has_rules(pod) else [])
 
     def environment(self, job: PlaceholderJob) -> dict[str, str]:
         """What the placeholder script of `job` is told (its Pod, the hooks API, its key)."""
@@ -605,32 +611,22 @@ class Reconciler:
         return Outcome()
 
     # -- --placement=pack (R9.2) ------------------------------------------------------------
-    def _unpacked_exclusions(self, pod: Json) -> set[str] | None:
-        """The nodes the Pod's job must leave out for the Pod's own sake (its annotations,
-        constraints, rejected placements), as `_prepare` works them out; None when the Pod
-        no longer translates."""
-        result = translate(pod, self.settings)
-        if result.job is None:
-            return None
-        placed = self._placed(pod) if podaffinity.has_rules(pod) else []
-        excluded = tuple(self.cluster.excluded_for(pod, placed)) + self._avoid_nodes(pod)
-        return set(result.job.avoiding(excluded).excluded_nodes)
-
-    def _packed(self, pod: Json, job: SlurmJob | None) -> bool:
-        """The pending job leaves out nodes only --placement=pack left out (not a gang's)."""
+    def _unpacked(self, pod: Json, job: SlurmJob | None) -> set[str] | None:
+        """For a pending job (never a gang's) that leaves out more nodes than the Pod itself
+        needs (its annotations, constraints, rejected placements, as `_prepare` works them
+        out), only because --placement=pack left them out: the nodes it needs. Else None."""
         if self.placement_policy != "pack" or job is None or not job.pending or not job.excluded_nodes:
-            return False
-        if job.group_leader is not None:
-            return False
-        needed = self._unpacked_exclusions(pod)
-        return needed is not None and bool(set(job.excluded_nodes) - needed)
+            return None
+        result = translate(pod, self.settings)
+        if job.group_leader is not None or result.job is None:
+            return None
+        excluded = tuple(self._excluded_for(pod)) + self._avoid_nodes(pod)
+        needed = set(result.job.avoiding(excluded).excluded_nodes)
+        return needed if set(job.excluded_nodes) - needed else None
 
-    async def _widen(self, pod: Json, job: SlurmJob) -> Outcome:
+    async def _widen(self, pod: Json, job: SlurmJob, needed: set[str]) -> Outcome:
         """A packed job still waits: the partly used node it was packed towards had no room
         after all (the node listing was stale). It gets the idle nodes back."""
-        needed = self._unpacked_exclusions(pod)
-        if needed is None:
-            return Outcome()
         try:
             await self.slurm.set_excluded_nodes(job.job_id, sorted(needed))
         except SlurmError as err:

@@ -8,12 +8,11 @@ Pod's identity and the started mark live in that version.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 from typing import Any, Protocol
 
 from sunk.slurm.hostlist import expand
-from sunk.slurm.models import SlurmJob, SlurmNode
+from sunk.slurm.models import SlurmJob, SlurmNode, gres_counts
 from sunk.translate import PlaceholderJob, PodRef
 
 # Appended by the placeholder script to the job field the dialect names (R4.2).
@@ -107,16 +106,6 @@ def node_usage(raw: dict[str, Any]) -> dict[str, Any]:
         "gres": gres_counts(str(raw.get("gres") or "")),
         "gres_used": gres_counts(str(raw.get("gres_used") or "")),
     }
-
-
-_GRES_ITEM = re.compile(r"^(?P<name>[^:(]+(?::[^:(]+)?):(?P<count>\d+)")
-
-
-def gres_counts(text: str) -> tuple[tuple[str, int], ...]:
-    """ "gpu:h100:6(S:0-1),gpu:a100:2(IDX:0-1,3)" → (("gpu:h100", 6), ("gpu:a100", 2))."""
-    items = re.split(r",(?![^(]*\))", text)
-    found = (_GRES_ITEM.match(item.strip()) for item in items)
-    return tuple((m["name"], int(m["count"])) for m in found if m)
 
 
 def group_submission(parts: list[Submission]) -> Submission:

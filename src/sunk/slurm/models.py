@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 # States in which the job still holds (or may soon hold) resources.
@@ -22,6 +23,22 @@ ACTIVE_STATES = frozenset(
         "STOPPED",
     }
 )
+
+
+_GRES_ITEM = re.compile(r"^(?P<name>[^:(]+(?::[^:(]+)?):(?P<count>\d+)")
+
+
+def gres_counts(text: str) -> tuple[tuple[str, int], ...]:
+    """Slurm's spelling of GRES held or offered, counted by name: "gpu:h100:6(S:0-1),
+    gpu:a100:2(IDX:0-1,3)" → (("gpu:h100", 6), ("gpu:a100", 2))."""
+    items = re.split(r",(?![^(]*\))", text)
+    found = (_GRES_ITEM.match(item.strip()) for item in items)
+    return tuple((m["name"], int(m["count"])) for m in found if m)
+
+
+def gres_is(key: str, name: str) -> bool:
+    """GRES `key` counts as `name`: a typed GPU ("gpu:h100") is also a "gpu"."""
+    return key == name or key.startswith(name + ":")
 
 
 @dataclass(frozen=True)
@@ -143,7 +160,7 @@ class SlurmNode:
         """Free units of `name`: "gpu" counts every GPU type, "gpu:h100" only that type."""
 
         def total(pairs: tuple[tuple[str, int], ...]) -> int:
-            return sum(n for key, n in pairs if key == name or key.startswith(name + ":"))
+            return sum(n for key, n in pairs if gres_is(key, name))
 
         return total(self.gres) - total(self.gres_used)
 
@@ -152,7 +169,7 @@ class SlurmNode:
         the next listing: --placement=pack counts the jobs it just steered here)."""
         used = dict(self.gres_used)
         for name, count in gres:
-            key = next((k for k in used if k == name or k.startswith(name + ":")), name)
+            key = next((k for k in used if gres_is(k, name)), name)
             used[key] = used.get(key, 0) + count
         return replace(
             self,
