@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import time
+from dataclasses import dataclass, field
 
 # How old a call may be. Generous because a busy node can take a while to fork curl after
 # signing; replays inside the window are caught by the nonce, which is kept twice as long.
@@ -29,6 +30,18 @@ MAX_SKEW_S = 300
 
 def pod_key(secret: bytes, pod_uid: str) -> str:
     return hmac.new(secret, b"sunk-pod:" + pod_uid.encode(), hashlib.sha256).hexdigest()
+
+
+@dataclass(frozen=True)
+class HookCredentials:
+    """Where placeholder jobs reach the hooks API, and the secret their keys derive from."""
+
+    url: str
+    secret: bytes = field(repr=False)
+    ca_pem: str = ""  # what placeholders verify the hooks API's certificate with ("": plain HTTP)
+
+    def key_for(self, pod_uid: str) -> str:
+        return pod_key(self.secret, pod_uid)
 
 
 def signature(key_hex: str, method: str, path: str, timestamp: str, nonce: str) -> str:

@@ -24,10 +24,19 @@ WATCH_READ_TIMEOUT_S = 90.0
 
 
 class KubeError(Exception):
+    """An answer of the API server (status >= 400), or none at all (status 0: refused,
+    reset, timed out). Callers handle one kind of error: a transport failure must never
+    escape as aiohttp's own exception and take a task (or the process) down."""
+
     def __init__(self, status: int, message: str) -> None:
-        super().__init__(f"Kubernetes API error {status}: {message}")
+        prefix = f"Kubernetes API error {status}" if status else "Kubernetes API server unreachable"
+        super().__init__(f"{prefix}: {message}")
         self.status = status
         self.message = message
+
+    @property
+    def unreachable(self) -> bool:
+        return self.status == 0
 
     @property
     def gone(self) -> bool:
@@ -93,6 +102,8 @@ class KubeClient:
             )
         except ApiException as err:
             raise KubeError(err.status or 0, _message(err.body)) from None
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raise _unreachable(err) from None
 
     async def request(
         self,
@@ -104,7 +115,10 @@ class KubeClient:
         content_type: str = "application/json",
     ) -> Json:
         resp = await self._raw(method, path, query=query, body=body, content_type=content_type)
-        data = await _read(resp)
+        try:
+            data = await _read(resp)
+        except (aiohttp.ClientError, TimeoutError) as err:
+            raise _unreachable(err) from None
         status = _status(resp)
         if status >= 400:
             # Without preloading, the client hands back error responses instead of raising.
@@ -177,6 +191,10 @@ class KubeClient:
 
     async def create_event(self, namespace: str, event: Json) -> None:
         await self.request("POST", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events", body=event)
+
+
+def _unreachable(err: BaseException) -> KubeError:
+    return KubeError(0, f"{type(err).__name__}: {err}" if str(err) else type(err).__name__)
 
 
 def _skip_environment_lookups(api: k8s.ApiClient) -> None:

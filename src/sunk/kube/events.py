@@ -8,7 +8,8 @@ import logging
 import uuid
 from typing import Any
 
-from sunk.kube.client import KubeClient, KubeError
+from sunk.kube.client import KubeError
+from sunk.runtime.ports import KubePort
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -46,7 +47,7 @@ def _now() -> str:
 
 
 class Recorder:
-    def __init__(self, client: KubeClient, component: str, instance: str) -> None:
+    def __init__(self, client: KubePort, component: str, instance: str) -> None:
         self._client = client
         self._component = component
         self._instance = instance
@@ -66,10 +67,10 @@ class Recorder:
 
     async def event_on(
         self, regarding: Json, reason: str, note: str, *, warning: bool = False, name: str | None = None
-    ) -> None:
+    ) -> bool:
         """An Event about any object (a Pod, a Node). A given `name` makes the Event unique:
         whichever process records it first wins, and a restarted scheduler seeing the same
-        fact again adds nothing."""
+        fact again adds nothing. True once the Event exists; a failure is logged, not raised."""
         namespace = regarding.get("namespace") or "default"  # cluster-scoped objects' Events
         event = {
             "apiVersion": "events.k8s.io/v1",
@@ -91,10 +92,12 @@ class Recorder:
             await self._client.create_event(namespace, event)
         except KubeError as err:
             if name is not None and err.conflict:
-                return  # recorded already, by this process before a restart or by another
+                return True  # recorded already, by this process before a restart or by another
             log.warning(
                 "could not record event %s on %s %s: %s", reason, regarding["kind"], regarding["name"], err
             )
+            return False
+        return True
 
     async def condition(self, pod: Json, status: bool, reason: str, message: str) -> bool:
         """Set PodScheduled, skipping the write when nothing would change; True if written."""

@@ -13,26 +13,30 @@ import time
 from collections import Counter
 from contextlib import suppress
 from dataclasses import replace
+from functools import partial
 
 from sunk import metrics
 from sunk.config import Config
-from sunk.decide import cordon_drain_reason, drain_notice, finished, for_cordon, recorded_job_id
+from sunk.decide import finished, recorded_job_id
 from sunk.hooks import placeholder_script
-from sunk.hooks.auth import Verifier
+from sunk.hooks.auth import HookCredentials, Verifier
 from sunk.hooks.server import HooksServer, PodGoneWaiters
 from sunk.kube.client import KubeClient, KubeError
-from sunk.kube.events import NODE_DRAINED, Recorder
+from sunk.kube.events import Recorder
 from sunk.kube.informer import Informer
 from sunk.kube.leader import LeaderElector, LostLeadership
 from sunk.metrics.server import serve_metrics, serve_probes
 from sunk.policy import PolicyFile
+from sunk.runtime import tasks
+from sunk.runtime.controller import work
+from sunk.runtime.queue import WorkQueue
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.jobs import JobIndex, JobPoller
-from sunk.scheduler.queue import WorkQueue
-from sunk.scheduler.reconciler import HookCredentials, PodStore, Reconciler
+from sunk.scheduler.pods import PodStore
+from sunk.scheduler.reconciler import Reconciler
+from sunk.scheduler.slurmnodes import SlurmNodeController, SlurmNodePoller
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.errors import SlurmError
-from sunk.slurm.models import SlurmNode
 from sunk.slurm.scontrol import memory_oversubscription_warning
 from sunk.slurm.tokens import TokenSource
 from sunk.translate import PodRef, Settings
@@ -40,7 +44,6 @@ from sunk.translate import PodRef, Settings
 log = logging.getLogger(__name__)
 RESYNC_EVERY_S = 30.0
 LEADER_LABEL = "sunk.coreweave.com/leader"
-SLURM_NODES_EVERY_S = 5.0
 TLS_RELOAD_EVERY_S = 60.0
 # Single-job reads for `started` hook calls in flight at once; beyond that, a listing.
 READ_STARTED_AT_ONCE = 4
@@ -94,9 +97,6 @@ class Scheduler:
         self.nodes = Informer(kube, "/api/v1/nodes", name="nodes")
         self.slurmd = Informer(kube, slurmd_path, label_selector=config.slurmd_selector, name="slurmd")
         self.cluster = ClusterView(self.nodes, self.slurmd, config.slurm_node_label)
-        # Set once a term has listed Slurm's nodes: no Pod is placed before (the nodes a
-        # job may leave out, --placement=pack, come from that listing).
-        self.nodes_listed = asyncio.Event()
         self.index = JobIndex(lambda job: slurm.pod_of(job, config.scheduler_name))
         self.poller = JobPoller(
             slurm,
@@ -107,23 +107,41 @@ class Scheduler:
         )
         self._reading_started = 0
         self.pods = PodStore(self.pod_informers)
+        # Where placeholders reach the hooks API: set once it listens, its CA on renewal.
+        self.hooks = HookCredentials("http://hooks-api-not-started", self.secret)
+        # Events name the replica that acted (the Lease's holder identity).
+        recorder = Recorder(kube, config.scheduler_name, self.identity)
+        policy = PolicyFile(str(config.policy_file) if config.policy_file else None)
         self.reconciler = Reconciler(
             kube=kube,
             slurm=slurm,
             pods=self.pods,
             cluster=self.cluster,
             index=self.index,
-            # Events name the replica that acted (the Lease's holder identity).
-            recorder=Recorder(kube, config.scheduler_name, self.identity),
+            recorder=recorder,
             settings=Settings(
                 config.annotation_prefix, int(config.slurm_kill_wait_s), config.scheduler_name, config.devices
             ),
             script=placeholder_script(),
+            hooks=lambda: self.hooks,
+            policy=policy,
+            placement=config.placement,
+            refuse_static_cpu=config.static_cpu_pods == "refuse",
         )
-        self.reconciler.refuse_static_cpu = config.static_cpu_pods == "refuse"
-        self.reconciler.placement_policy = config.placement
-        self.reconciler.policy = PolicyFile(str(config.policy_file) if config.policy_file else None)
-        if self.reconciler.policy.policy.permissive:
+        self.node_queue = WorkQueue()
+        self.slurm_nodes = SlurmNodeController(
+            slurm=slurm,
+            cluster=self.cluster,
+            pods=self.pods,
+            recorder=recorder,
+            scheduler=config.scheduler_name,
+            drain_cordoned=config.drain_cordoned_nodes,
+            watched=frozenset(namespaces),
+        )
+        self.node_poller = SlurmNodePoller(
+            slurm, self.cluster, self.node_queue, on_gone=self.slurm_nodes.forget
+        )
+        if policy.policy.permissive:
             log.warning(
                 "the trust policy lets Pods run Slurm jobs as root with any account, partition, QoS, "
                 "reservation and priority (%s); give --policy a file that bounds each namespace "
@@ -209,83 +227,6 @@ class Scheduler:
     def synced(self) -> bool:
         return all(i.synced.is_set() for i in self.informers) and self.index.synced.is_set()
 
-    async def _poll_slurm_nodes(self) -> None:
-        explained: set[str] = set()  # Events already recorded by this process, by name
-        while True:
-            try:
-                nodes = await self.slurm.nodes()
-            except SlurmError as err:
-                log.warning("cannot list Slurm nodes: %s", err)
-            else:
-                self.cluster.slurm_nodes = {n.name for n in nodes}
-                self.cluster.slurm_node_usage = nodes
-                self.nodes_listed.set()
-                if self.config.drain_cordoned_nodes:
-                    await self._follow_cordons(nodes)
-                explained = await self._explain_drains(nodes, explained)
-            await asyncio.sleep(SLURM_NODES_EVERY_S)
-
-    async def _follow_cordons(self, nodes: list[SlurmNode]) -> None:
-        """--drain-cordoned-nodes: a cordoned Node's Slurm node is drained (so Slurm jobs
-        leave it too, before the Node is removed), and resumed when sunk drained it and the
-        Node is uncordoned (sunk.decide.for_cordon)."""
-        hosts = self.cluster.host_map()
-        for slurm_node in nodes:
-            on = hosts.get(slurm_node.name, set())
-            node = self.nodes.get(next(iter(on))) if len(on) == 1 else None
-            if node is None:
-                continue
-            name = node["metadata"]["name"]
-            action = for_cordon(bool((node.get("spec") or {}).get("unschedulable")), name, slurm_node)
-            if action == "drain":
-                problem = await self.slurm.drain(slurm_node.name, cordon_drain_reason(name))
-            elif action == "resume":
-                problem = await self.slurm.resume(slurm_node.name)
-                if problem is None:
-                    log.info("resumed Slurm node %s: Node %s is no longer cordoned", slurm_node.name, name)
-            else:
-                continue
-            if problem:
-                log.warning("%s", problem)
-
-    async def _explain_drains(self, nodes: list[SlurmNode], explained: set[str]) -> set[str]:
-        """One Event per drain (sunk.decide.drain_notice), on the Pod that caused it or on
-        the Node hosting the Slurm node; returns the names of the drains still in force."""
-        current = set()
-        hosts = self.cluster.host_map()
-        for node in nodes:
-            notice = drain_notice(node, self.config.scheduler_name)
-            if notice is None:
-                continue
-            current.add(notice.name)
-            if notice.name in explained:
-                continue
-            if notice.pod is not None:
-                namespace, name = notice.pod
-                if not self.pods.watches(namespace):
-                    continue  # another scheduler's Pod: its own scheduler explains it
-                found = self.pods.get(f"{namespace}/{name}")
-                regarding = {
-                    "apiVersion": "v1",
-                    "kind": "Pod",
-                    "namespace": namespace,
-                    "name": name,
-                    "uid": (found or {}).get("metadata", {}).get("uid"),
-                }
-            else:
-                on = hosts.get(node.name, set())
-                if len(on) != 1:
-                    continue  # no single Node to tell: Slurm's own view says it all
-                host = next(iter(on))
-                uid = ((self.nodes.get(host) or {}).get("metadata") or {}).get("uid")
-                regarding = {"apiVersion": "v1", "kind": "Node", "name": host, "uid": uid}
-            log.warning("%s", notice.note)
-            await self.reconciler.recorder.event_on(
-                regarding, NODE_DRAINED, notice.note, warning=True, name=notice.name
-            )
-            current.add(notice.name)
-        return current
-
     async def _resync(self) -> None:
         """Look at everything now and then: a safety net for any missed event."""
         while True:
@@ -298,30 +239,9 @@ class Scheduler:
         for ref in self.index.all_refs():
             self._job_changed(ref)
 
-    async def _worker(self) -> None:
-        while True:
-            key = await self.queue.get()
-            metrics.QUEUE_DEPTH.set(len(self.queue))
-            try:
-                outcome = await self.reconciler.reconcile(str(key))
-            except asyncio.CancelledError:
-                raise
-            except Exception as err:
-                metrics.ATTEMPTS.labels("error").inc()
-                delay = self.queue.retry(key)
-                log.warning(
-                    "reconcile %s failed (%s: %s); retrying in %.2fs",
-                    key,
-                    type(err).__name__,
-                    err,
-                    delay,
-                )
-            else:
-                self.queue.forget(key)
-                if outcome.requeue_after is not None:
-                    self.queue.add_after(key, outcome.requeue_after)
-            finally:
-                self.queue.done(key)
+    @staticmethod
+    def _failed_pass(_key: str, _err: BaseException) -> None:
+        metrics.ATTEMPTS.labels("error").inc()
 
     async def _serve_hooks(self) -> None:
         """Start the hooks API first: its address goes into every job submitted."""
@@ -332,7 +252,7 @@ class Scheduler:
         else:
             port = self.config.hooks_bind[1]
         url = hooks_url(self.config, port)
-        self.reconciler.hooks = HookCredentials(url, self.secret, self.tls.ca_pem if self.tls else "")
+        self.hooks = HookCredentials(url, self.secret, self.tls.ca_pem if self.tls else "")
         log.info("hooks API for placeholder jobs at %s%s", url, "" if self.tls else " (plain HTTP)")
 
     async def _reload_tls(self) -> None:
@@ -342,7 +262,7 @@ class Scheduler:
             await asyncio.sleep(TLS_RELOAD_EVERY_S)
             try:
                 if self.tls.reload():
-                    self.reconciler.hooks = replace(self.reconciler.hooks, ca_pem=self.tls.ca_pem)
+                    self.hooks = replace(self.hooks, ca_pem=self.tls.ca_pem)
                     log.info("hooks API: reloaded its TLS certificate")
             except (OSError, ssl.SSLError) as err:
                 log.error("hooks API: cannot reload its TLS certificate (%s); serving the old one", err)
@@ -358,7 +278,7 @@ class Scheduler:
             return f"caches not synced: {', '.join(unsynced)}"
         if self.leading and not self.index.synced.is_set():
             return "no Slurm job listing yet"
-        if self.leading and not self.nodes_listed.is_set():
+        if self.leading and not self.node_poller.listed.is_set():
             return "no Slurm node listing yet"
         return None
 
@@ -390,12 +310,12 @@ class Scheduler:
             await serve_metrics(*self.config.metrics_bind),
             await serve_probes(*self.config.health_bind, self.not_ready),
         ]
-        tasks = [asyncio.create_task(i.run(), name=i.name) for i in self.informers]
-        tasks.append(asyncio.create_task(self._reload_tls(), name="tls"))
+        background = [tasks.start(i.name, i.run) for i in self.informers]
+        background.append(tasks.start("tls", self._reload_tls))
         try:
             await negotiate(self.slurm, self.config.slurm_api_version)
             self.negotiated = True
-            tasks.append(asyncio.create_task(self._gauges(), name="gauges"))
+            background.append(tasks.start("gauges", self._gauges))
             log.info("waiting for the Kubernetes caches")
             await asyncio.gather(*(i.synced.wait() for i in self.informers))
             log.info(
@@ -419,10 +339,10 @@ class Scheduler:
         finally:
             self.acting.clear()
             metrics.LEADER.set(0)
-            for task in tasks:
+            for task in background:
                 task.cancel()
             with suppress(asyncio.CancelledError):
-                await asyncio.gather(*tasks, return_exceptions=True)
+                await asyncio.gather(*background, return_exceptions=True)
             if self.elector is not None:
                 # Hand over at once (a rolling update), not after the Lease runs out.
                 await self.elector.release()
@@ -433,13 +353,14 @@ class Scheduler:
     async def _lead(self) -> None:
         """Act (poll Slurm, run the workers) until a task of this term fails: with leader
         election, LostLeadership when the Lease cannot be kept. Only the replica that acts
-        polls Slurm: followers cost slurmctld nothing."""
+        polls Slurm: followers cost slurmctld nothing. Pollers and workers are supervised
+        (a failure is logged and the task started again); only the Lease ends a term."""
         self.leading = True
         self.index.synced.clear()  # a term starts from fresh job and node listings
-        self.nodes_listed.clear()
+        self.node_poller.listed.clear()
         term = [
-            asyncio.create_task(self.poller.run(), name="slurm-jobs"),
-            asyncio.create_task(self._poll_slurm_nodes(), name="slurm-nodes"),
+            tasks.start("slurm-jobs", self.poller.run),
+            tasks.start("slurm-nodes", self.node_poller.run),
         ]
         if self.elector is not None:
             term.append(asyncio.create_task(self.elector.keep(), name="lease"))
@@ -459,9 +380,13 @@ class Scheduler:
             self.acting.set()
             self._enqueue_everything()
             term += [
-                asyncio.create_task(self._worker(), name=f"worker-{i}") for i in range(self.config.workers)
+                tasks.start(
+                    f"worker-{i}", partial(work, self.queue, self.reconciler, on_error=self._failed_pass)
+                )
+                for i in range(self.config.workers)
             ]
-            term.append(asyncio.create_task(self._resync(), name="resync"))
+            term.append(tasks.start("slurm-node-worker", partial(work, self.node_queue, self.slurm_nodes)))
+            term.append(tasks.start("resync", self._resync))
             done, _ = await asyncio.wait(term, return_when=asyncio.FIRST_EXCEPTION)
             for task in done:
                 task.result()
@@ -476,7 +401,7 @@ class Scheduler:
 
     async def _first_listings(self) -> None:
         await self.index.synced.wait()
-        await self.nodes_listed.wait()
+        await self.node_poller.listed.wait()
 
     async def leader_label(self, leading: bool) -> None:
         """Mark our own Pod so the hooks Service sends placeholder jobs to the leader only."""

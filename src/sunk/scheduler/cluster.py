@@ -9,7 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sunk.kube.informer import Informer
+from sunk.runtime.ports import Cache
 from sunk.slurm.models import SlurmNode
 from sunk.translate import podaffinity
 from sunk.translate.nodefilter import affinity_allows, node_ready, why_not
@@ -25,13 +25,28 @@ class Target:
 
 
 class ClusterView:
-    def __init__(self, nodes: Informer, slurmd_pods: Informer, slurm_node_label: str) -> None:
+    def __init__(self, nodes: Cache, slurmd_pods: Cache, slurm_node_label: str) -> None:
         self.nodes = nodes
         self.slurmd_pods = slurmd_pods
         self.slurm_node_label = slurm_node_label
         self.slurm_nodes: set[str] = set()
         # The last node listing, with what Slurm has handed out of each (--placement=pack).
         self.slurm_node_usage: list[SlurmNode] = []
+        self._by_name: dict[str, SlurmNode] = {}
+
+    def record_slurm_nodes(self, nodes: list[SlurmNode]) -> None:
+        """A fresh node listing (the Slurm-node poller's, its one writer)."""
+        self.slurm_nodes = {n.name for n in nodes}
+        self.slurm_node_usage = nodes
+        self._by_name = {n.name: n for n in nodes}
+
+    def slurm_node(self, name: str) -> SlurmNode | None:
+        """The node as the last listing saw it."""
+        return self._by_name.get(name)
+
+    def node(self, name: str) -> Json | None:
+        """A Node from the cache."""
+        return self.nodes.get(name)
 
     def assume(self, slurm_node: str, cpus: int, memory_mib: int, gres: tuple[tuple[str, int], ...]) -> None:
         """Count a job just steered to `slurm_node` (--placement=pack) until the next node

@@ -17,18 +17,19 @@ import dataclasses
 import logging
 import time
 from collections import defaultdict
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sunk import decide, metrics
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
+from sunk.runtime.controller import Outcome
+from sunk.runtime.ports import KubePort, SlurmPort
+from sunk.scheduler.jobs import JobIndex
+from sunk.scheduler.pods import PodStore
 from sunk.slurm.dialect import JOB_PATH, group_submission
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer
 from sunk.slurm.models import SlurmJob
-from sunk.translate import PlaceholderJob, PodRef, gang
-
-if TYPE_CHECKING:
-    from sunk.scheduler.reconciler import Outcome, Reconciler
+from sunk.translate import PlaceholderJob, PodRef, Settings, gang
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -40,9 +41,47 @@ UNANSWERED_GRACE_S = 3.0
 GROUP_WAIT_S = 5.0
 
 
+class MemberSteps(Protocol):
+    """The one-Pod steps a group's members go through (the Pod controller's), which the
+    group's own steps call: the gang controller adds to them, never reaches into them."""
+
+    kube: KubePort
+    slurm: SlurmPort
+    pods: PodStore
+    index: JobIndex
+    recorder: ev.Recorder
+    settings: Settings
+    script: str
+    prefix: str
+
+    async def adopt(self, pod: Json) -> bool: ...
+
+    async def submit(self, pod: Json, avoid: tuple[str, ...] | None = None) -> Outcome: ...
+
+    async def prepare(self, pod: Json, avoid: tuple[str, ...]) -> PlaceholderJob | Outcome: ...
+
+    async def refuse(self, pod: Json, reason: str, problems: list[str]) -> Outcome: ...
+
+    async def record_job(self, pod: Json, job_id: int, avoid: tuple[str, ...]) -> None: ...
+
+    def avoid_nodes(self, pod: Json) -> tuple[str, ...]: ...
+
+    def environment(self, job: PlaceholderJob) -> dict[str, str]: ...
+
+    def note_unanswered(self, uid: str) -> None: ...
+
+    def unanswered_since(self, uid: str) -> float: ...
+
+    def with_group_mark(self, job: SlurmJob) -> SlurmJob: ...
+
+    async def placement(self, pod: Json, job: SlurmJob) -> tuple[str | None, str, bool]: ...
+
+    async def bind_to(self, pod: Json, job: SlurmJob, node_name: str, note: str = "") -> Outcome: ...
+
+
 class Gangs:
-    def __init__(self, reconciler: Reconciler) -> None:
-        self.rec = reconciler
+    def __init__(self, steps: MemberSteps) -> None:
+        self.rec = steps
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._groups: dict[str, tuple[float, gang.PodGroup | None, str | None]] = {}
         # Group key → monotonic time before which no new job is submitted for it (after a
@@ -130,12 +169,10 @@ class Gangs:
     async def find_or_submit(self, pod: Json, name: str) -> Outcome:
         """A member with no job: adopt its component, or, once the group has its members,
         submit one job for all of them (whichever member's turn comes first does it)."""
-        from sunk.scheduler.reconciler import Outcome
-
         namespace = pod["metadata"]["namespace"]
         key = f"{namespace}/{name}"
         async with self._locks[key]:
-            if await self.rec._adopt(pod):
+            if await self.rec.adopt(pod):
                 return Outcome()
             group, problem = await self.podgroup(namespace, name)
             if group is None:
@@ -146,7 +183,7 @@ class Gangs:
                 # The group's job exists already: a member beyond it (more replicas than
                 # minMember, or one that came back) is placed on its own, as the
                 # coscheduling plugin does once a group is scheduled.
-                return await self.rec._submit(pod)
+                return await self.rec.submit(pod)
             retry = self._retry_at.get(key, 0.0) - time.monotonic()
             if retry > 0:
                 return Outcome(requeue_after=retry)
@@ -154,17 +191,15 @@ class Gangs:
             if message:
                 await self._say_waiting(waiting, ev.WAITING_FOR_GROUP, message)
                 return Outcome(requeue_after=GROUP_WAIT_S)
-            unanswered = [self.rec._unanswered.get(p["metadata"]["uid"], 0.0) for p in waiting]
+            unanswered = [self.rec.unanswered_since(p["metadata"]["uid"]) for p in waiting]
             if max(unanswered) and self.rec.index.listed_at < max(unanswered) + UNANSWERED_GRACE_S:
                 return Outcome(requeue_after=1)  # a listing may yet show the job of that submit
             return await self._submit(group, waiting)
 
     async def _submit(self, group: gang.PodGroup, members: list[Json]) -> Outcome:
-        from sunk.scheduler.reconciler import Outcome
-
         jobs: list[PlaceholderJob] = []
         for pod in members:
-            prepared = await self.rec._prepare(pod, self.rec._avoid_nodes(pod))
+            prepared = await self.rec.prepare(pod, self.rec.avoid_nodes(pod))
             if not isinstance(prepared, PlaceholderJob):
                 return Outcome(requeue_after=GROUP_WAIT_S)  # that member says why; the rest wait
             jobs.append(prepared)
@@ -190,13 +225,13 @@ class Gangs:
         except SlurmError as err:
             if isinstance(err, SlurmNoAnswer):
                 for job in jobs:
-                    self.rec._unanswered[job.pod.uid] = time.monotonic()
+                    self.rec.note_unanswered(job.pod.uid)
             if err.retryable:
                 for pod in members:
                     await self.rec.recorder.condition(pod, False, ev.SLURM_UNAVAILABLE, str(err))
                 raise
             for pod in members:
-                await self.rec._refuse(pod, ev.REJECTED_BY_SLURM, [f"PodGroup {group}: {err}"])
+                await self.rec.refuse(pod, ev.REJECTED_BY_SLURM, [f"PodGroup {group}: {err}"])
             return Outcome()
         leader = submitted.job_id
         try:
@@ -211,14 +246,14 @@ class Gangs:
             # The job exists; the next listing shows its components and each member adopts
             # its own. Until then no member is submitted again.
             for job in jobs:
-                self.rec._unanswered[job.pod.uid] = time.monotonic()
+                self.rec.note_unanswered(job.pod.uid)
             return Outcome(requeue_after=1)
         for job in jobs:
             self.rec.index.record(job.pod, components[job.pod.uid])
         for pod, job in zip(members, jobs, strict=True):
             component = components[job.pod.uid]
             try:
-                await self.rec._record_job(pod, component.job_id, self.rec._avoid_nodes(pod))
+                await self.rec.record_job(pod, component.job_id, self.rec.avoid_nodes(pod))
             except KubeError as err:
                 if not (err.not_found or err.conflict):
                     raise  # the index holds the components: the retry adopts them
@@ -263,8 +298,6 @@ class Gangs:
         The members stop naming the job before it is cancelled, so none of them is deleted
         for its ending; should this process stop in between, the members adopt the job
         again and the next pass comes to the same decision."""
-        from sunk.scheduler.reconciler import Outcome
-
         members = []
         for ref, _ in self.components(leader):
             pod = self.rec.pods.get(f"{ref.namespace}/{ref.name}")
@@ -276,7 +309,7 @@ class Gangs:
                 continue
             if (pod.get("spec") or {}).get("nodeName"):
                 continue  # bound already: its job ending deletes it (never happens before all are)
-            avoided = self.rec._avoid_nodes(pod) + ((avoid[ref.uid],) if avoid and ref.uid in avoid else ())
+            avoided = self.rec.avoid_nodes(pod) + ((avoid[ref.uid],) if avoid and ref.uid in avoid else ())
             annotations: dict[str, str | None] = {
                 self.rec.prefix + "job-id": None,
                 self.rec.prefix + "avoid-nodes": ",".join(avoided) or None,
@@ -303,8 +336,6 @@ class Gangs:
         return Outcome(requeue_after=retry_after or 1)
 
     async def timed_out(self, pod: Json, job: SlurmJob) -> Outcome:
-        from sunk.scheduler.reconciler import Outcome
-
         name = gang.group_of(pod)
         leader = job.group_leader
         if name is None or leader is None:
@@ -347,8 +378,6 @@ class Gangs:
     async def bind(self, pod: Json, job: SlurmJob) -> Outcome:
         """The group's job runs: check every member's node, then bind them all; if any one
         cannot go where Slurm put it, none is bound and the group gets a new job."""
-        from sunk.scheduler.reconciler import Outcome
-
         leader = job.group_leader
         name = gang.group_of(pod)
         assert leader is not None

@@ -17,18 +17,20 @@ import logging
 import os
 import time
 from collections import defaultdict
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import Any
 
 from sunk import decide, metrics, policy
 from sunk.decide import finished
-from sunk.hooks.auth import pod_key
+from sunk.hooks.auth import HookCredentials
 from sunk.kube import events as ev
-from sunk.kube.client import KubeClient, KubeError
+from sunk.kube.client import KubeError
+from sunk.runtime.controller import Outcome
+from sunk.runtime.ports import KubePort, SlurmPort
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.gangs import Gangs
 from sunk.scheduler.jobs import JobIndex
-from sunk.slurm.client import SlurmClient
+from sunk.scheduler.pods import PodStore
 from sunk.slurm.dialect import JOB_PATH, mark_environment
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer
 from sunk.slurm.models import SlurmJob, SlurmNode
@@ -47,56 +49,26 @@ PLACING_TTL_S = 30.0
 ASK_WHY_AT_ONCE = 4
 
 
-@dataclass(frozen=True)
-class HookCredentials:
-    """Where placeholder jobs reach the hooks API, and the secret their keys derive from."""
-
-    url: str
-    secret: bytes = field(repr=False)
-    ca_pem: str = ""  # what placeholders verify the hooks API's certificate with ("": plain HTTP)
-
-    def key_for(self, pod_uid: str) -> str:
-        return pod_key(self.secret, pod_uid)
-
-
-@dataclass
-class Outcome:
-    """What the worker should do with the key next: None = wait for an event."""
-
-    requeue_after: float | None = None
-
-
-class PodStore:
-    """Pods of our scheduler in the watched namespaces (one informer per namespace, or one)."""
-
-    def __init__(self, informers: dict[str, Any]) -> None:
-        self._informers = informers  # namespace ("" = all) → Informer
-
-    def get(self, key: str) -> Json | None:
-        namespace = key.split("/", 1)[0]
-        informer = self._informers.get("") or self._informers.get(namespace)
-        result: Json | None = informer.get(key) if informer else None
-        return result
-
-    def all_keys(self) -> list[str]:
-        return [key for informer in self._informers.values() for key in informer.store]
-
-    def watches(self, namespace: str) -> bool:
-        return "" in self._informers or namespace in self._informers
-
-
 class Reconciler:
+    """The Pod controller: one Pod key at a time, its Pod and the jobs naming it agree."""
+
+    name = "pods"
+
     def __init__(
         self,
         *,
-        kube: KubeClient,
-        slurm: SlurmClient,
+        kube: KubePort,
+        slurm: SlurmPort,
         pods: PodStore,
         cluster: ClusterView,
         index: JobIndex,
         recorder: ev.Recorder,
         settings: Settings,
         script: str,
+        hooks: Callable[[], HookCredentials],
+        policy: policy.PolicyFile,
+        placement: str = "slurm",
+        refuse_static_cpu: bool = False,
     ) -> None:
         self.kube = kube
         self.slurm = slurm
@@ -107,7 +79,12 @@ class Reconciler:
         self.settings = settings
         self.script = script
         self.prefix = settings.annotation_prefix
-        self.hooks = HookCredentials("http://hooks-api-not-started", b"")  # set before the first submit
+        # Where placeholders reach the hooks API: known once it listens, its CA re-read on
+        # renewal, so it is asked for at each submission.
+        self.hooks = hooks
+        self.policy = policy
+        self.placement_policy = placement  # --placement
+        self.refuse_static_cpu = refuse_static_cpu
         self._node_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._rules_lock = asyncio.Lock()
         # Pod UID → (when, the Pod as bound), from the decision until the informer shows the
@@ -133,10 +110,16 @@ class Reconciler:
         # a claim to check with Slurm before the Pod goes (a stolen key must not end a Pod).
         self._ending_reported: set[tuple[int, str]] = set()
         self._asking_slurm = 0
-        self.refuse_static_cpu = False
-        self.placement_policy = "slurm"  # --placement; the scheduler sets the configured one
-        self.policy = policy.PolicyFile(None)  # the scheduler sets the configured one
         self.gangs = Gangs(self)
+
+    def note_unanswered(self, uid: str) -> None:
+        """A submission for Pod `uid` got no answer: Slurm may hold a job for it that no
+        listing has shown yet."""
+        self._unanswered[uid] = time.monotonic()
+
+    def unanswered_since(self, uid: str) -> float:
+        """When a submission for Pod `uid` last got no answer (monotonic), or 0."""
+        return self._unanswered.get(uid, 0.0)
 
     def prune(self, live: set[int]) -> None:
         """Forget what was remembered about jobs Slurm no longer lists: nothing here is
@@ -443,16 +426,16 @@ class Reconciler:
         annotate), or submit one, unless a submission got no answer and no listing since
         could have shown its job."""
         uid = pod["metadata"]["uid"]
-        if await self._adopt(pod):
+        if await self.adopt(pod):
             self._unanswered.pop(uid, None)
             return Outcome()
         sent = self._unanswered.get(uid)
         if sent is not None and self.index.listed_at < sent + UNANSWERED_GRACE_S:
             return Outcome(requeue_after=1)  # wait for a listing that would show that job
         self._unanswered.pop(uid, None)
-        return await self._submit(pod)
+        return await self.submit(pod)
 
-    async def _adopt(self, pod: Json) -> bool:
+    async def adopt(self, pod: Json) -> bool:
         """After a restart, a job may exist that the Pod does not name yet: use it."""
         meta = pod["metadata"]
         mine = [
@@ -463,18 +446,18 @@ class Reconciler:
         if not mine:
             return False
         job = max(mine, key=lambda j: j.job_id)
-        await self._record_job(pod, job.job_id, self._avoid_nodes(pod))
+        await self.record_job(pod, job.job_id, self.avoid_nodes(pod))
         metrics.ATTEMPTS.labels("adopted").inc()
         await self.recorder.event(
             pod, ev.PLACEHOLDER_ADOPTED, f"Found existing Slurm job {job.job_id} for this Pod"
         )
         return True
 
-    def _avoid_nodes(self, pod: Json) -> tuple[str, ...]:
+    def avoid_nodes(self, pod: Json) -> tuple[str, ...]:
         raw = self._annotation(pod, "avoid-nodes") or ""
         return tuple(n for n in raw.split(",") if n)
 
-    async def _record_job(self, pod: Json, job_id: int, avoid: tuple[str, ...]) -> None:
+    async def record_job(self, pod: Json, job_id: int, avoid: tuple[str, ...]) -> None:
         meta = pod["metadata"]
         annotations: dict[str, str | None] = {self.prefix + "job-id": str(job_id)}
         annotations[self.prefix + "avoid-nodes"] = ",".join(avoid) if avoid else None
@@ -482,7 +465,7 @@ class Reconciler:
             meta["namespace"], meta["name"], meta["uid"], {"metadata": {"annotations": annotations}}
         )
 
-    async def _refuse(self, pod: Json, reason: str, problems: list[str]) -> Outcome:
+    async def refuse(self, pod: Json, reason: str, problems: list[str]) -> Outcome:
         """A final answer (R2.4): Event + condition, and the Pod is never tried again."""
         message = "; ".join(problems)
         metrics.ATTEMPTS.labels("rejected_by_slurm" if reason == ev.REJECTED_BY_SLURM else "refused").inc()
@@ -490,22 +473,22 @@ class Reconciler:
         await self.recorder.condition(pod, False, reason, message)
         return Outcome()
 
-    async def _prepare(self, pod: Json, avoid: tuple[str, ...]) -> PlaceholderJob | Outcome:
+    async def prepare(self, pod: Json, avoid: tuple[str, ...]) -> PlaceholderJob | Outcome:
         """The job to submit for `pod`, or what was done instead: refused for good (invalid,
         forbidden, unsupported) or told why no node can take it now."""
         result = translate(pod, self.settings)
         if not result.valid or result.job is None:
-            return await self._refuse(pod, ev.INVALID, result.errors)
+            return await self.refuse(pod, ev.INVALID, result.errors)
         job = result.job
         job, forbidden = policy.check(self.policy.current(), pod, job, self.prefix)
         if forbidden:
-            return await self._refuse(pod, ev.FORBIDDEN, forbidden)
+            return await self.refuse(pod, ev.FORBIDDEN, forbidden)
         problems = self.slurm.dialect.unsupported(job)
         if problems:
-            return await self._refuse(pod, ev.INVALID, problems)
+            return await self.refuse(pod, ev.INVALID, problems)
         pinned = static_cpu_problem(pod)
         if pinned and self.refuse_static_cpu:
-            return await self._refuse(pod, ev.INVALID, [pinned + "; this scheduler refuses such Pods"])
+            return await self.refuse(pod, ev.INVALID, [pinned + "; this scheduler refuses such Pods"])
         if pinned:
             await self.recorder.event(pod, ev.STATIC_CPU, pinned, warning=True)
         for note in result.notes:
@@ -532,23 +515,24 @@ class Reconciler:
 
     def environment(self, job: PlaceholderJob) -> dict[str, str]:
         """What the placeholder script of `job` is told (its Pod, the hooks API, its key)."""
+        hooks = self.hooks()
         environment = {
             "PATH": JOB_PATH,
             **mark_environment(self.slurm.dialect, job),
             "SUNK_POD": str(job.pod),
             "SUNK_POD_UID": job.pod.uid,
-            "SUNK_HOOK_URL": self.hooks.url,
-            "SUNK_HOOK_KEY": self.hooks.key_for(job.pod.uid),
-            **({"SUNK_HOOK_CA": self.hooks.ca_pem} if self.hooks.ca_pem else {}),
+            "SUNK_HOOK_URL": hooks.url,
+            "SUNK_HOOK_KEY": hooks.key_for(job.pod.uid),
+            **({"SUNK_HOOK_CA": hooks.ca_pem} if hooks.ca_pem else {}),
             "SUNK_KILL_WAIT": str(self.settings.kill_wait_s),
         }
         if os.environ.get("SLURM_CONF"):
             environment["SLURM_CONF"] = os.environ["SLURM_CONF"]
         return environment
 
-    async def _submit(self, pod: Json, avoid: tuple[str, ...] | None = None) -> Outcome:
-        avoid = avoid if avoid is not None else self._avoid_nodes(pod)
-        prepared = await self._prepare(pod, avoid)
+    async def submit(self, pod: Json, avoid: tuple[str, ...] | None = None) -> Outcome:
+        avoid = avoid if avoid is not None else self.avoid_nodes(pod)
+        prepared = await self.prepare(pod, avoid)
         if isinstance(prepared, Outcome):
             return prepared
         job = prepared
@@ -561,16 +545,16 @@ class Reconciler:
             submitted = await self.slurm.submit(submission)
         except SlurmError as err:
             if isinstance(err, SlurmNoAnswer):
-                self._unanswered[job.pod.uid] = time.monotonic()
+                self.note_unanswered(job.pod.uid)
             if err.retryable:
                 await self.recorder.condition(pod, False, ev.SLURM_UNAVAILABLE, str(err))
                 raise
-            return await self._refuse(pod, ev.REJECTED_BY_SLURM, [str(err)])
+            return await self.refuse(pod, ev.REJECTED_BY_SLURM, [str(err)])
 
         job_id = submitted.job_id
         self.index.record(job.pod, _submitted(job_id, job.name, job.options.comment))
         try:
-            await self._record_job(pod, job_id, avoid)
+            await self.record_job(pod, job_id, avoid)
         except KubeError as err:
             if not (err.not_found or err.conflict):
                 # The API server failed, not the Pod: the job stays recorded in the index,
@@ -620,7 +604,7 @@ class Reconciler:
         result = translate(pod, self.settings)
         if job.group_leader is not None or result.job is None:
             return None
-        excluded = tuple(self._excluded_for(pod)) + self._avoid_nodes(pod)
+        excluded = tuple(self._excluded_for(pod)) + self.avoid_nodes(pod)
         needed = set(result.job.avoiding(excluded).excluded_nodes)
         return needed if set(job.excluded_nodes) - needed else None
 
@@ -772,7 +756,7 @@ class Reconciler:
         """Strict node locking: never bind to a doubtful node or allocation; resubmit (without
         the node, when the node is the problem)."""
         metrics.ATTEMPTS.labels("placement_rejected").inc()
-        avoid = self._avoid_nodes(pod) + ((slurm_node,) if slurm_node and avoid_node else ())
+        avoid = self.avoid_nodes(pod) + ((slurm_node,) if slurm_node and avoid_node else ())
         what = "submitting a new job that avoids it" if avoid_node else "submitting a new job"
         await self.recorder.event(
             pod,
@@ -780,7 +764,7 @@ class Reconciler:
             f"Slurm started job {job.job_id} on {slurm_node or '?'} but {problem}; {what}",
             warning=True,
         )
-        outcome = await self._submit(pod, avoid=avoid)
+        outcome = await self.submit(pod, avoid=avoid)
         await self.slurm.cancel(job.job_id)
         return outcome
 

@@ -15,7 +15,7 @@ Pod's Event can say so.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from sunk.translate.nodefilter import expression_matches
@@ -62,7 +62,7 @@ def has_rules(pod: Json) -> bool:
 
 
 def problem(
-    pod: Json, node: Json, nodes: dict[str, Json], placed: list[Json], candidates: list[Json]
+    pod: Json, node: Json, nodes: Mapping[str, Json], placed: list[Json], candidates: list[Json]
 ) -> str | None:
     """Why binding `pod` to `node` breaks a required rule, or None. `nodes` maps Node names
     to Nodes (for topology labels), `placed` are the Pods already on a Node (spec.nodeName),

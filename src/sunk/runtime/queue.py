@@ -1,6 +1,6 @@
-"""A work queue keyed by Pod, in the spirit of client-go's: a key is queued at most once,
-never handed to two workers at the same time, re-queued if it changed while being worked
-on, and retried with a per-key exponential backoff after failures."""
+"""A work queue of keys (a Pod, a Slurm node), in the spirit of client-go's: a key is
+queued at most once, never handed to two workers at the same time, re-queued if it changed
+while being worked on, and retried with a per-key exponential backoff after failures."""
 
 from __future__ import annotations
 
