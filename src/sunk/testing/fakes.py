@@ -1,0 +1,305 @@
+"""Fakes of `sunk.runtime.ports`: a Kubernetes API with an informer's cache, and slurmrestd."""
+
+from __future__ import annotations
+
+import copy
+import time
+from collections import defaultdict
+from dataclasses import dataclass, field
+from typing import Any
+
+from sunk.kube.client import KubeError
+from sunk.slurm.dataparser import DataParser
+from sunk.slurm.dialect import Dialect, Submission
+from sunk.slurm.errors import SlurmError
+from sunk.slurm.models import SlurmJob, SlurmNode
+from sunk.translate import PlaceholderJob, PodRef
+
+Json = dict[str, Any]
+
+
+class MemoryCache:
+    """An informer's store, filled by hand or by a fake's writes."""
+
+    def __init__(self, objects: list[Json] | None = None) -> None:
+        self.store: dict[str, Json] = {}
+        for obj in objects or []:
+            self.put(obj)
+
+    def put(self, obj: Json) -> None:
+        meta = obj["metadata"]
+        key = f"{meta['namespace']}/{meta['name']}" if meta.get("namespace") else meta["name"]
+        self.store[key] = obj
+
+    def get(self, key: str) -> Json | None:
+        return self.store.get(key)
+
+
+class Failures:
+    """Errors queued per call name: the next calls of that name raise them, in order."""
+
+    def __init__(self) -> None:
+        self._queued: defaultdict[str, list[Exception]] = defaultdict(list)
+
+    def fail(self, call: str, error: Exception, times: int = 1) -> None:
+        self._queued[call].extend([error] * times)
+
+    def check(self, call: str) -> None:
+        if self._queued[call]:
+            raise self._queued[call].pop(0)
+
+
+class FakeKube:
+    """The API server as the Pod controller writes to it. Writes land in `pods` (the
+    informer's cache) at once; every write is also logged in `calls`."""
+
+    def __init__(self, pods: MemoryCache | None = None) -> None:
+        self.pods = pods or MemoryCache()
+        self.objects: dict[str, Json] = {}  # path → object, for get() (PodGroups)
+        self.events: list[Json] = []
+        self.calls: list[tuple[str, ...]] = []
+        self.failures = Failures()
+
+    def fail(self, call: str, error: Exception | None = None, times: int = 1) -> None:
+        """Make the next `times` calls of `call` fail (by default: the API server unreachable)."""
+        self.failures.fail(call, error or KubeError(0, "ClientConnectorError: connection refused"), times)
+
+    def _pod(self, namespace: str, name: str, uid: str | None = None) -> Json:
+        pod = self.pods.get(f"{namespace}/{name}")
+        if pod is None:
+            raise KubeError(404, f'pods "{name}" not found')
+        if uid is not None and pod["metadata"].get("uid") != uid:
+            raise KubeError(409, f"Precondition failed: UID in precondition: {uid}")
+        return pod
+
+    def _replace(self, pod: Json) -> Json:
+        pod = copy.deepcopy(pod)
+        meta = pod["metadata"]
+        meta["resourceVersion"] = str(int(meta.get("resourceVersion") or "0") + 1)
+        self.pods.put(pod)
+        return pod
+
+    async def get(self, path: str) -> Json:
+        self.failures.check("get")
+        if path not in self.objects:
+            raise KubeError(404, f"{path} not found")
+        return copy.deepcopy(self.objects[path])
+
+    async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        self.failures.check("bind")
+        pod = copy.deepcopy(self._pod(namespace, name, uid))
+        if (pod.get("spec") or {}).get("nodeName"):
+            raise KubeError(409, f"pod {name} is already assigned to node {pod['spec']['nodeName']}")
+        pod.setdefault("spec", {})["nodeName"] = node
+        self._replace(pod)
+        self.calls.append(("bind", f"{namespace}/{name}", node))
+
+    async def patch_pod(self, namespace: str, name: str, uid: str, patch: Json) -> Json:
+        self.failures.check("patch_pod")
+        pod = copy.deepcopy(self._pod(namespace, name, uid))
+        annotations = pod["metadata"].setdefault("annotations", {})
+        for key, value in ((patch.get("metadata") or {}).get("annotations") or {}).items():
+            if value is None:
+                annotations.pop(key, None)
+            else:
+                annotations[key] = value
+        self.calls.append(("patch_pod", f"{namespace}/{name}"))
+        return self._replace(pod)
+
+    async def patch_pod_status(self, namespace: str, name: str, status: Json) -> Json:
+        self.failures.check("patch_pod_status")
+        pod = copy.deepcopy(self._pod(namespace, name))
+        conditions = pod.setdefault("status", {}).setdefault("conditions", [])
+        for new in status.get("conditions") or []:
+            conditions[:] = [c for c in conditions if c.get("type") != new["type"]] + [new]
+        self.calls.append(("patch_pod_status", f"{namespace}/{name}"))
+        return self._replace(pod)
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        """A bound Pod is marked for deletion (its kubelet ends it); an unbound one goes."""
+        self.failures.check("delete_pod")
+        pod = copy.deepcopy(self._pod(namespace, name, uid))
+        self.calls.append(("delete_pod", f"{namespace}/{name}"))
+        if (pod.get("spec") or {}).get("nodeName"):
+            pod["metadata"].setdefault("deletionTimestamp", "2026-11-24T00:00:00Z")
+            self._replace(pod)
+        else:
+            del self.pods.store[f"{namespace}/{name}"]
+
+    async def create_event(self, namespace: str, event: Json) -> None:
+        self.failures.check("create_event")
+        name = event["metadata"]["name"]
+        if any(e["metadata"]["name"] == name and e["metadata"]["namespace"] == namespace for e in self.events):
+            raise KubeError(409, f'events "{name}" already exists')
+        self.events.append(event)
+
+    # -- what a test asks ---------------------------------------------------------------
+    def reasons(self, name: str | None = None) -> list[str]:
+        """The reasons of the Events recorded (about the object `name`, if given), in order."""
+        return [e["reason"] for e in self.events if name is None or e["regarding"]["name"] == name]
+
+    def notes(self, reason: str) -> list[str]:
+        return [e["note"] for e in self.events if e["reason"] == reason]
+
+    def delete_by_user(self, namespace: str, name: str) -> None:
+        """`kubectl delete pod`: a bound Pod gets its deletion timestamp, an unbound one goes."""
+        pod = copy.deepcopy(self._pod(namespace, name))
+        if (pod.get("spec") or {}).get("nodeName"):
+            pod["metadata"]["deletionTimestamp"] = "2026-11-24T00:00:00Z"
+            self._replace(pod)
+        else:
+            del self.pods.store[f"{namespace}/{name}"]
+
+
+@dataclass
+class FakeSubmitResult:
+    job_id: int
+    warning: str | None = None
+
+
+@dataclass
+class FakeSlurm:
+    """slurmrestd with one data_parser dialect. Jobs are kept as the raw records slurmrestd
+    would list and parsed by the real dialect; tests move them along with `start`, `end`."""
+
+    dialect: Dialect = field(default_factory=lambda: DataParser("v0.0.42"))
+    raw_jobs: dict[int, Json] = field(default_factory=dict)
+    raw_nodes: dict[str, Json] = field(default_factory=dict)
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+    failures: Failures = field(default_factory=Failures)
+    next_id: int = 100
+    submit_warning: str | None = None
+
+    def fail(self, call: str, error: SlurmError, times: int = 1) -> None:
+        self.failures.fail(call, error, times)
+
+    # -- the port -------------------------------------------------------------------------
+    def submission(self, job: PlaceholderJob, script: str, environment: dict[str, str]) -> Submission:
+        return self.dialect.submission(job, script, environment)
+
+    def pod_of(self, job: SlurmJob, scheduler: str) -> PodRef | None:
+        return self.dialect.pod_of(job, scheduler)
+
+    async def submit(self, submission: Submission) -> FakeSubmitResult:
+        self.failures.check("submit")
+        specs = submission.body.get("jobs") or [submission.body["job"]]
+        leader = self.next_id
+        for offset, spec in enumerate(specs):
+            job_id = self.next_id
+            self.next_id += 1
+            raw: Json = {
+                "job_id": job_id,
+                "name": spec.get("name", ""),
+                "admin_comment": spec.get("admin_comment", ""),
+                "comment": spec.get("comment", ""),
+                "user_id": int(spec.get("user_id", 0)),
+                "group_id": int(spec.get("group_id", 0)),
+                "partition": spec.get("partition", "batch"),
+                "job_state": ["PENDING"],
+                "state_reason": "None",
+                "submit_time": {"set": True, "number": int(time.time())},
+                "excluded_nodes": ",".join(spec.get("excluded_nodes") or []),
+                "extra": "",
+            }
+            if len(specs) > 1:
+                raw["het_job_id"] = leader
+                raw["het_job_offset"] = offset
+            self.raw_jobs[job_id] = raw
+        self.calls.append(("submit", leader, submission))
+        return FakeSubmitResult(leader, self.submit_warning)
+
+    async def jobs(self) -> list[SlurmJob]:
+        self.failures.check("jobs")
+        return [self.dialect.parse_job(raw) for raw in self.raw_jobs.values()]
+
+    async def job(self, job_id: int) -> SlurmJob | None:
+        self.failures.check("job")
+        raw = self.raw_jobs.get(job_id)
+        return self.dialect.parse_job(raw) if raw else None
+
+    async def job_group(self, job_id: int) -> list[SlurmJob]:
+        self.failures.check("job_group")
+        return [
+            self.dialect.parse_job(raw)
+            for raw in self.raw_jobs.values()
+            if raw["job_id"] == job_id or raw.get("het_job_id") == job_id
+        ]
+
+    async def cancel(self, job_id: int, *, signal: str | None = None) -> None:
+        self.failures.check("cancel")
+        self.calls.append(("cancel", job_id, signal))
+        if signal is None:
+            for raw in self.raw_jobs.values():
+                if raw["job_id"] == job_id or raw.get("het_job_id") == job_id:
+                    raw["job_state"] = ["CANCELLED"]
+
+    async def set_excluded_nodes(self, job_id: int, nodes: list[str]) -> None:
+        self.failures.check("set_excluded_nodes")
+        self.calls.append(("set_excluded_nodes", job_id, tuple(nodes)))
+        self.raw_jobs[job_id]["excluded_nodes"] = ",".join(nodes)
+
+    async def nodes(self) -> list[SlurmNode]:
+        self.failures.check("nodes")
+        return [self.dialect.parse_node(raw) for raw in self.raw_nodes.values()]
+
+    async def node(self, name: str) -> SlurmNode | None:
+        self.failures.check("node")
+        raw = self.raw_nodes.get(name)
+        return self.dialect.parse_node(raw) if raw else None
+
+    async def drain(self, node: str, reason: str) -> str | None:
+        try:
+            self.failures.check("drain")
+        except SlurmError as err:
+            return f"could not drain {node}: {err}"
+        self.calls.append(("drain", node, reason))
+        raw = self.raw_nodes.setdefault(node, {"name": node, "state": ["IDLE"]})
+        raw["state"] = [*raw["state"], "DRAIN"]
+        raw["reason"] = reason
+        raw["reason_changed_at"] = int(time.time())
+        return None
+
+    async def resume(self, node: str) -> str | None:
+        try:
+            self.failures.check("resume")
+        except SlurmError as err:
+            return f"could not resume {node}: {err}"
+        self.calls.append(("resume", node))
+        raw = self.raw_nodes[node]
+        raw["state"] = [s for s in raw["state"] if s != "DRAIN"]
+        raw["reason"] = ""
+        return None
+
+    # -- what a test does to Slurm ----------------------------------------------------------
+    def add_node(self, name: str, *, cpus: int = 8, memory_mib: int = 16384, state: str = "IDLE") -> None:
+        self.raw_nodes[name] = {
+            "name": name,
+            "state": [state],
+            "cpus": cpus,
+            "real_memory": memory_mib,
+            "partitions": ["batch"],
+        }
+
+    def start(self, job_id: int, node: str, *, started: bool = True) -> None:
+        """Slurm starts the job on `node`; `started`: its script marked it started."""
+        raw = self.raw_jobs[job_id]
+        raw["job_state"] = ["RUNNING"]
+        raw["nodes"] = node
+        raw["start_time"] = {"set": True, "number": int(time.time())}
+        raw["extra"] = ": started" if started else ""
+
+    def end(self, job_id: int, state: str = "CANCELLED", reason: str = "None") -> None:
+        raw = self.raw_jobs[job_id]
+        raw["job_state"] = [state]
+        raw["state_reason"] = reason
+        raw["end_time"] = {"set": True, "number": int(time.time())}
+
+    def wait(self, job_id: int, reason: str) -> None:
+        """The job stays pending, Slurm says why."""
+        self.raw_jobs[job_id]["state_reason"] = reason
+
+    def submitted(self) -> list[int]:
+        return [call[1] for call in self.calls if call[0] == "submit"]
+
+    def cancelled(self) -> list[tuple[int, str | None]]:
+        return [(call[1], call[2]) for call in self.calls if call[0] == "cancel"]

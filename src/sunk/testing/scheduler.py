@@ -1,0 +1,187 @@
+"""A small world for unit tests of the scheduler's controllers: fakes of Kubernetes and
+Slurm, the caches the controllers read, and the controllers built on them as the scheduler
+builds them."""
+
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from sunk.hooks.auth import HookCredentials
+from sunk.kube.events import Recorder
+from sunk.policy import PolicyFile
+from sunk.runtime.controller import Outcome
+from sunk.runtime.queue import WorkQueue
+from sunk.scheduler.cluster import ClusterView
+from sunk.scheduler.jobs import JobIndex
+from sunk.scheduler.pods import PodStore
+from sunk.scheduler.reconciler import Reconciler
+from sunk.scheduler.slurmnodes import SlurmNodeController, SlurmNodePoller
+from sunk.testing.fakes import FakeKube, FakeSlurm, MemoryCache
+from sunk.translate import Settings
+
+Json = dict[str, Any]
+SCHEDULER = "sunk"
+PREFIX = "sunk.coreweave.com/"
+NAMESPACE = "ns"
+SLURM_NODE_LABEL = "slurm.node"
+
+
+def pod(
+    name: str = "web",
+    *,
+    uid: str | None = None,
+    cpu: str = "1",
+    memory: str = "1Gi",
+    annotations: dict[str, str] | None = None,
+    labels: dict[str, str] | None = None,
+    **spec: Any,
+) -> Json:
+    """A Pod of this scheduler, valid for Slurm unless told otherwise."""
+    return {
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "uid": uid or f"uid-{name}",
+            "annotations": dict(annotations or {}),
+            "labels": dict(labels or {}),
+            "creationTimestamp": "2026-11-24T00:00:00Z",
+            "resourceVersion": "1",
+        },
+        "spec": {
+            "schedulerName": SCHEDULER,
+            "terminationGracePeriodSeconds": 5,
+            "containers": [{"name": "main", "resources": {"requests": {"cpu": cpu, "memory": memory}}}],
+            **spec,
+        },
+        "status": {"phase": "Pending"},
+    }
+
+
+def node(name: str, *, cordoned: bool = False, ready: bool = True) -> Json:
+    return {
+        "metadata": {"name": name, "uid": f"uid-{name}", "labels": {"kubernetes.io/hostname": name}},
+        "spec": {"unschedulable": True} if cordoned else {},
+        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+    }
+
+
+def slurmd_pod(slurm_node: str, on: str) -> Json:
+    return {
+        "metadata": {
+            "name": f"slurmd-{slurm_node}",
+            "namespace": "slurm",
+            "uid": f"uid-slurmd-{slurm_node}",
+            "labels": {SLURM_NODE_LABEL: slurm_node},
+        },
+        "spec": {"nodeName": on},
+        "status": {"phase": "Running"},
+    }
+
+
+@dataclass
+class World:
+    """Kubernetes and Slurm in memory, and the scheduler's controllers on them."""
+
+    placement: str = "slurm"
+    refuse_static_cpu: bool = False
+    drain_cordoned: bool = False
+    kill_wait_s: int = 30
+    kube: FakeKube = field(default_factory=FakeKube)
+    slurm: FakeSlurm = field(default_factory=FakeSlurm)
+    nodes: MemoryCache = field(default_factory=MemoryCache)
+    slurmd: MemoryCache = field(default_factory=MemoryCache)
+
+    def __post_init__(self) -> None:
+        self.pods = PodStore({NAMESPACE: self.kube.pods})
+        self.cluster = ClusterView(self.nodes, self.slurmd, SLURM_NODE_LABEL)
+        self.index = JobIndex(lambda job: self.slurm.pod_of(job, SCHEDULER))
+        self.recorder = Recorder(self.kube, SCHEDULER, "test-replica")
+        self.settings = Settings(PREFIX, self.kill_wait_s, SCHEDULER)
+        self.pod_controller = Reconciler(
+            kube=self.kube,
+            slurm=self.slurm,
+            pods=self.pods,
+            cluster=self.cluster,
+            index=self.index,
+            recorder=self.recorder,
+            settings=self.settings,
+            script="#!/bin/sh\n",
+            hooks=lambda: HookCredentials("https://hooks.test", b"s" * 32),
+            policy=PolicyFile(None),
+            placement=self.placement,
+            refuse_static_cpu=self.refuse_static_cpu,
+        )
+        self.node_queue = WorkQueue()
+        self.node_controller = SlurmNodeController(
+            slurm=self.slurm,
+            cluster=self.cluster,
+            pods=self.pods,
+            recorder=self.recorder,
+            scheduler=SCHEDULER,
+            drain_cordoned=self.drain_cordoned,
+            watched=frozenset({NAMESPACE}),
+        )
+        self.node_poller = SlurmNodePoller(
+            self.slurm, self.cluster, self.node_queue, on_gone=self.node_controller.forget
+        )
+
+    # -- the cluster ------------------------------------------------------------------------
+    def add_node(self, name: str, *, slurm_node: str | None = None, cordoned: bool = False) -> None:
+        """A Node hosting the slurmd Pod of Slurm node `slurm_node` (default: the same name)."""
+        slurm_node = slurm_node or name
+        self.nodes.put(node(name, cordoned=cordoned))
+        self.slurmd.put(slurmd_pod(slurm_node, name))
+        self.slurm.add_node(slurm_node)
+
+    def cordon(self, name: str, cordoned: bool = True) -> None:
+        found = copy.deepcopy(self.nodes.store[name])
+        found["spec"]["unschedulable"] = cordoned
+        self.nodes.put(found)
+
+    def create(self, manifest: Json) -> str:
+        self.kube.pods.put(copy.deepcopy(manifest))
+        return f"{manifest['metadata']['namespace']}/{manifest['metadata']['name']}"
+
+    def pod(self, key: str) -> Json:
+        found = self.kube.pods.get(key)
+        assert found is not None, f"Pod {key} is gone"
+        return found
+
+    def job_id(self, key: str) -> int | None:
+        raw = (self.pod(key)["metadata"].get("annotations") or {}).get(PREFIX + "job-id")
+        return int(raw) if raw else None
+
+    def condition(self, key: str) -> Json | None:
+        for condition in self.pod(key).get("status", {}).get("conditions", []):
+            if condition["type"] == "PodScheduled":
+                return dict(condition)
+        return None
+
+    # -- the sources, then one pass ---------------------------------------------------------
+    async def list_jobs(self) -> None:
+        """A full job listing, as the job poller takes it in."""
+        self.index.replace(await self.slurm.jobs(), time.monotonic())
+        self.index.synced.set()
+
+    async def list_nodes(self) -> None:
+        await self.node_poller.list_once()
+
+    async def reconcile(self, key: str, *, listing: bool = True) -> Outcome:
+        """One pass of the Pod controller, after a fresh job and node listing (`listing`)."""
+        if listing:
+            await self.list_jobs()
+            await self.list_nodes()
+        return await self.pod_controller.reconcile(key)
+
+    async def reconcile_nodes(self) -> dict[str, Outcome]:
+        """List Slurm's nodes, then one pass of the Slurm-node controller for each."""
+        await self.list_nodes()
+        outcomes = {}
+        while len(self.node_queue):
+            key = str(await self.node_queue.get())
+            outcomes[key] = await self.node_controller.reconcile(key)
+            self.node_queue.done(key)
+        return outcomes
