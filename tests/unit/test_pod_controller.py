@@ -3,9 +3,7 @@ and each failure of either side on each write. Named after the requirement check
 
 from __future__ import annotations
 
-
 from sunk.testing.scheduler import World, pod
-
 
 
 async def test_r4_1_a_valid_pod_gets_one_job_and_its_id() -> None:

@@ -129,7 +129,7 @@ class FakeKube:
     async def create_event(self, namespace: str, event: Json) -> None:
         self.failures.check("create_event")
         name = event["metadata"]["name"]
-        if any(e["metadata"]["name"] == name and e["metadata"]["namespace"] == namespace for e in self.events):
+        if any((e["metadata"]["name"], e["metadata"]["namespace"]) == (name, namespace) for e in self.events):
             raise KubeError(409, f'events "{name}" already exists')
         self.events.append(event)
 
