@@ -73,6 +73,6 @@ def test_r9_2_a_packed_job_that_cannot_start_gets_the_idle_nodes_back(
         create(kube, namespace, make_pod("widened", proc.name, gpus=1))
         pod = wait_bound(kube, namespace, "widened", timeout=30)
         assert pod["spec"]["nodeName"] != host_of(kube, last)
-        assert "idle nodes too" in reasons(kube, namespace, "widened")["PlacementWidened"]
+        assert "--placement=pack" in reasons(kube, namespace, "widened")["PlacementWidened"]
     finally:
         run_cli(dev_cluster.layout, "scontrol", "delete", f"reservationname=keep-{namespace[-5:]}")

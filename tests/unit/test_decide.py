@@ -739,18 +739,24 @@ def test_r9_2_jobs_steered_to_a_node_count_there_until_the_next_listing() -> Non
 
 def test_r9_2_a_packed_job_waits_its_patience_out_before_widening() -> None:
     pending = job("PENDING", reason="Resources", submit_time=int(NOW) - 2)
-    got = decide.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, packed=True)
+    got = decide.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=decide.PACK_PATIENCE_S)
     assert got.step is Step.WAIT
     assert got.after == pytest.approx(decide.PACK_PATIENCE_S - 2)
 
 
 def test_r9_2_a_packed_job_still_waiting_after_its_patience_is_widened() -> None:
     pending = job("PENDING", reason="Resources", submit_time=int(NOW) - 6)
-    got = decide.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, packed=True)
+    got = decide.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=decide.PACK_PATIENCE_S)
     assert got.step is Step.WIDEN
 
 
-def test_r9_2_an_unpacked_pending_job_is_only_reported() -> None:
+def test_r9_2_a_pending_job_leaving_out_only_what_the_pod_rules_out_is_only_reported() -> None:
     pending = job("PENDING", reason="Resources", submit_time=int(NOW) - 6)
-    got = decide.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, packed=False)
+    got = decide.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=None)
     assert got.step is Step.REPORT_PENDING
+
+
+def test_r9_4_a_pending_job_leaving_out_nodes_usable_again_is_widened_at_once() -> None:
+    pending = job("PENDING", reason="Resources", submit_time=int(NOW) - 1)
+    got = decide.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=0.0)
+    assert got.step is Step.WIDEN

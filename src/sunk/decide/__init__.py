@@ -137,7 +137,7 @@ class Step(enum.Enum):
     BIND = "bind"  # the placeholder runs: place the Pod on its node
     REPORT_STARTING = "report-starting"  # the job runs, its script has not marked it yet
     GROUP_TIMED_OUT = "group-timed-out"  # a gang's job waited longer than its PodGroup allows
-    WIDEN = "widen"  # a packed job still waits: give it back the idle nodes it left out
+    WIDEN = "widen"  # a pending job leaves out nodes that can host the Pod now: give them back
 
 
 @dataclass(frozen=True)
@@ -155,15 +155,17 @@ def for_pod(
     now: float,
     ending_reported: bool = False,
     group_timed_out: bool = False,
-    packed: bool = False,
+    widen_after: float | None = None,
 ) -> Decision:
     """The next step for a live Pod of ours, given its current job (the one its annotation
     names, if the index knows it for this UID) and the wall-clock time `now`.
     `ending_reported`: that job's placeholder script said (on the hooks API) that Slurm is
     ending it. A hook call is a claim, not a fact: the Pod goes only once Slurm agrees.
     `group_timed_out`: the Pod's gang has waited for its job longer than its PodGroup's
-    scheduleTimeoutSeconds. `packed`: the job leaves out nodes the Pod could use, only to
-    fill partly used ones first (--placement=pack)."""
+    scheduleTimeoutSeconds. `widen_after`: the job leaves out nodes that can host the Pod
+    now (a Node uncordoned or Ready again, a slurmd Pod back, or --placement=pack keeping idle
+    nodes for whole-node Pods); it gets them back once it has waited that long since its
+    submission (0: at once; PACK_PATIENCE_S under --placement=pack)."""
     if finally_refused(pod):
         return Decision(Step.NOTHING)
     bound = bool((pod.get("spec") or {}).get("nodeName"))
@@ -182,8 +184,8 @@ def for_pod(
     if job.pending:
         if group_timed_out:
             return Decision(Step.GROUP_TIMED_OUT)
-        if packed:
-            left = job.submit_time + PACK_PATIENCE_S - now if job.submit_time else PACK_PATIENCE_S
+        if widen_after is not None:
+            left = job.submit_time + widen_after - now if job.submit_time else widen_after
             return Decision(Step.WAIT, left) if left > 0 else Decision(Step.WIDEN)
         if job.reason == "None" and (wait := transient_for(job.submit_time, now)):
             return Decision(Step.WAIT, wait)  # Slurm has not looked at it yet

@@ -179,15 +179,19 @@ class Reconciler:
         pod = self.pods.get(key)
         if pod is None:
             self._deleting.pop(key, None)
-        recheck = None
+        recheck = Outcome()
         for ref, other in self.index.for_key(namespace, name):
             if await self._settle_claim(ref, other, pod):
                 recheck = Outcome(requeue_after=decide.CANCEL_CONFIRM_S)
         if pod is None:
-            return recheck or Outcome()
+            return recheck
+        # A cancel to confirm and the Pod's own next look: the sooner wins.
+        return recheck.merge(await self._next_step(pod))
+
+    async def _next_step(self, pod: Json) -> Outcome:
         job = self._current_job(pod)
         job_id = self._recorded_job_id(pod)
-        unpacked = self._unpacked(pod, job)
+        needed = self._widenable(pod, job)
         decision = decide.for_pod(
             pod,
             job,
@@ -196,7 +200,9 @@ class Reconciler:
             now=time.time(),
             ending_reported=(job_id, pod["metadata"]["uid"]) in self._ending_reported,
             group_timed_out=await self._group_timed_out(pod, job),
-            packed=unpacked is not None,
+            widen_after=None
+            if needed is None
+            else (decide.PACK_PATIENCE_S if self.placement_policy == "pack" else 0.0),
         )
         step = decision.step
         if step is decide.Step.END_POD:
@@ -222,12 +228,12 @@ class Reconciler:
             assert job is not None
             return await self._bind(pod, job)
         if step is decide.Step.WIDEN:
-            assert job is not None and unpacked is not None
-            return await self._widen(pod, job, unpacked)
+            assert job is not None and needed is not None
+            return await self._widen(pod, job, needed)
         if step in (decide.Step.REPORT_PENDING, decide.Step.REPORT_STARTING):
             assert job is not None
             await self.recorder.condition(pod, False, *_waiting(job))
-        return recheck or Outcome()
+        return Outcome()
 
     async def _settle_claim(self, ref: PodRef, job: SlurmJob, pod: Json | None) -> bool:
         """Carry out decide.for_claim for one job naming this Pod key; True when the job
@@ -594,23 +600,25 @@ class Reconciler:
             )
         return Outcome()
 
-    # -- --placement=pack (R9.2) ------------------------------------------------------------
-    def _unpacked(self, pod: Json, job: SlurmJob | None) -> set[str] | None:
-        """For a pending job (never a gang's) that leaves out more nodes than the Pod itself
-        needs (its annotations, constraints, rejected placements, as `_prepare` works them
-        out), only because --placement=pack left them out: the nodes it needs. Else None."""
-        if self.placement_policy != "pack" or job is None or not job.pending or not job.excluded_nodes:
+    # -- widening a pending job's excluded nodes (R9.2, R9.4) ------------------------------
+    def _widenable(self, pod: Json, job: SlurmJob | None) -> set[str] | None:
+        """For a pending job (never a gang's) that leaves out more nodes than the Pod needs
+        now (its annotations, constraints, rejected placements, as `prepare` works them
+        out): the nodes it needs. Else None. The extra ones were cordoned, not Ready,
+        tainted or without a slurmd Pod at submission and are usable again, or were left
+        out by --placement=pack; nothing is remembered, so a restarted scheduler widens its
+        predecessor's jobs too."""
+        if job is None or not job.pending or not job.excluded_nodes or job.group_leader is not None:
             return None
         result = translate(pod, self.settings)
-        if job.group_leader is not None or result.job is None:
+        if result.job is None:
             return None
         excluded = tuple(self._excluded_for(pod)) + self.avoid_nodes(pod)
         needed = set(result.job.avoiding(excluded).excluded_nodes)
         return needed if set(job.excluded_nodes) - needed else None
 
     async def _widen(self, pod: Json, job: SlurmJob, needed: set[str]) -> Outcome:
-        """A packed job still waits: the partly used node it was packed towards had no room
-        after all (the node listing was stale). It gets the idle nodes back."""
+        """The job gets back the nodes it no longer needs to leave out."""
         try:
             await self.slurm.set_excluded_nodes(job.job_id, sorted(needed))
         except SlurmError as err:
@@ -619,13 +627,18 @@ class Reconciler:
             log.info("could not widen Slurm job %s of %s: %s", job.job_id, PodRef.of(pod), err)
             return Outcome(requeue_after=1)
         ref = PodRef.of(pod)
+        given_back = sorted(set(job.excluded_nodes) - needed)
         self.index.record(ref, dataclasses.replace(job, excluded_nodes=tuple(sorted(needed))))
-        metrics.PACKING.labels("widened").inc()
+        more = " …" if len(given_back) > 5 else ""
+        why = "they can host the Pod now"
+        if self.placement_policy == "pack":
+            metrics.PACKING.labels("widened").inc()
+            why += f" (it waited {decide.PACK_PATIENCE_S:.0f} s for a partly used node, --placement=pack)"
         await self.recorder.event(
             pod,
             ev.PLACEMENT_WIDENED,
-            f"Slurm job {job.job_id} waited {decide.PACK_PATIENCE_S:.0f} s for a partly used node "
-            "(--placement=pack); it may now use idle nodes too",
+            f"Slurm job {job.job_id} may now use {len(given_back)} node(s) it had left out "
+            f"({', '.join(given_back[:5])}{more}): {why}",
         )
         return Outcome()
 
