@@ -9,8 +9,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sunk import config
-from sunk.devcluster import ClusterSpec, DevCluster, DevClusterError, slurmcluster, slurmroot
-from sunk.devcluster.cluster import Status
+from sunk.devcluster import ClusterSpec, DevCluster, DevClusterError, report, slurmcluster, slurmroot
 from sunk.translate import DEFAULT_PREFIX, Settings
 
 
@@ -89,34 +88,6 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def print_status(cluster: DevCluster, status: Status) -> None:
-    if not status.running:
-        print(f"no dev cluster is running (state dir {cluster.layout.root})")
-        return
-    spec = status.spec
-    assert spec is not None
-    print(
-        f"dev cluster under {cluster.layout.root}: {spec.nodes} nodes, "
-        f"accounting {'on' if spec.accounting else 'off'}, KillWait {spec.kill_wait}s"
-    )
-    release = f" ({status.slurm_release})" if status.slurm_release else ""
-    where = "host packages" if status.slurm_version == slurmroot.HOST_VERSION else "Debian root"
-    print(f"  {'Slurm':<24} {status.slurm_version or spec.slurm}{release}, {where}")
-    print(f"  {'REST versions served':<24} {', '.join(status.rest_versions) or 'unknown'}")
-    slurmds = [name for name in status.processes if name.startswith("slurmd-")]
-    alive_slurmds = sum(status.processes[name] for name in slurmds)
-    for name, alive in status.processes.items():
-        if not name.startswith("slurmd-"):
-            print(f"  {name:<24} {'running' if alive else 'STOPPED'}")
-    print(f"  {'slurmd':<24} {alive_slurmds}/{len(slurmds)} running")
-    print(f"  Kubernetes Nodes Ready   {status.ready_nodes}/{spec.nodes}")
-    print(f"  Slurm nodes idle         {status.idle_slurm_nodes}/{spec.nodes}")
-    print(f"  slurmrestd               {'answers' if status.rest_ok else 'NOT ANSWERING'}")
-    print(f"  API server               {cluster.layout.apiserver_url}")
-    print(f"  Slurm REST               {cluster.layout.rest_url}")
-    print('  use it:                  eval "$(sunk dev env)"')
-
-
 def run_dev(args: argparse.Namespace) -> int:
     cluster = DevCluster()
     if args.dev_command == "up":
@@ -131,13 +102,13 @@ def run_dev(args: argparse.Namespace) -> int:
         )
         seconds = cluster.up(spec)
         print(f"dev cluster up in {seconds:.1f} s")
-        print_status(cluster, cluster.status())
+        report.print_status(cluster, cluster.status())
     elif args.dev_command == "down":
         stopped = cluster.down()
         print(f"stopped {len(stopped)} processes" if stopped else "nothing was running")
     elif args.dev_command == "status":
         status = cluster.status()
-        print_status(cluster, status)
+        report.print_status(cluster, status)
         return 0 if status.running else 1
     elif args.dev_command == "env":
         cluster.require_running()

@@ -13,7 +13,7 @@ import sys
 import time
 from typing import Any
 
-from sunk.devcluster import ClusterSpec, DevCluster, procs
+from sunk.devcluster import ClusterSpec, DevCluster, procs, report
 from sunk.devcluster import topology as topo
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.slurmcluster import run_cli
@@ -132,14 +132,13 @@ def _settled(pod: Json) -> bool:
 
 
 def demo(cluster: DevCluster) -> int:
-    from sunk.cli import print_status
 
     if cluster.is_running():
         print("reusing the dev cluster that is already running")
     else:
         print("bringing up the dev cluster (the first run also installs Slurm and builds Kubernetes)...")
         print(f"dev cluster up in {cluster.up(ClusterSpec()):.1f} s")
-    print_status(cluster, cluster.status())
+    report.print_status(cluster, cluster.status())
     _start_scheduler(cluster)
     admin = AdminKube(cluster.layout)
     try:
