@@ -11,9 +11,7 @@ import socket
 import ssl
 import time
 from collections import Counter
-from contextlib import suppress
 from dataclasses import replace
-from functools import partial
 
 from sunk import metrics
 from sunk.config import Config
@@ -24,11 +22,10 @@ from sunk.hooks.server import HooksServer, PodGoneWaiters
 from sunk.kube.client import KubeClient, KubeError
 from sunk.kube.events import Recorder
 from sunk.kube.informer import Informer
-from sunk.kube.leader import LeaderElector, LostLeadership
+from sunk.kube.leader import LeaderElector
 from sunk.metrics.server import serve_metrics, serve_probes
 from sunk.policy import PolicyFile
-from sunk.runtime import tasks
-from sunk.runtime.controller import work
+from sunk.runtime.manager import Manager
 from sunk.runtime.queue import WorkQueue
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.jobs import JobIndex, JobPoller
@@ -64,16 +61,14 @@ class Scheduler:
             )
             secret = secrets.token_bytes(32)
         self.secret = secret
-        self.acting = asyncio.Event()  # set while this replica may act (the leader, or alone)
         self.tls: HooksTLS | None = None
         self.negotiated = False  # the REST version is chosen
-        self.leading = False  # this replica holds the Lease (or runs alone) and polls Slurm
         self.verifier = Verifier(secret)
         self.hooks_server = HooksServer(
             self, self.verifier, on_call=lambda outcome: metrics.HOOK_CALLS.labels(outcome).inc()
         )
         self.identity = _identity()
-        self.elector = (
+        self.manager = Manager(
             LeaderElector(kube, config.leader_election_namespace, config.leader_election_id, self.identity)
             if config.leader_elect
             else None
@@ -81,11 +76,13 @@ class Scheduler:
         selector = f"spec.schedulerName={config.scheduler_name}"
         namespaces = config.watch_namespaces or ("",)
         self.pod_informers = {
-            ns: Informer(
-                kube,
-                f"/api/v1/namespaces/{ns}/pods" if ns else "/api/v1/pods",
-                field_selector=selector,
-                name=f"pods[{ns or '*'}]",
+            ns: self.manager.watch(
+                Informer(
+                    kube,
+                    f"/api/v1/namespaces/{ns}/pods" if ns else "/api/v1/pods",
+                    field_selector=selector,
+                    name=f"pods[{ns or '*'}]",
+                )
             )
             for ns in namespaces
         }
@@ -94,8 +91,10 @@ class Scheduler:
             if config.slurmd_namespace
             else "/api/v1/pods"
         )
-        self.nodes = Informer(kube, "/api/v1/nodes", name="nodes")
-        self.slurmd = Informer(kube, slurmd_path, label_selector=config.slurmd_selector, name="slurmd")
+        self.nodes = self.manager.watch(Informer(kube, "/api/v1/nodes", name="nodes"))
+        self.slurmd = self.manager.watch(
+            Informer(kube, slurmd_path, label_selector=config.slurmd_selector, name="slurmd")
+        )
         self.cluster = ClusterView(self.nodes, self.slurmd, config.slurm_node_label)
         self.index = JobIndex(lambda job: slurm.pod_of(job, config.scheduler_name))
         self.poller = JobPoller(
@@ -167,7 +166,7 @@ class Scheduler:
         return self.slurm.pod_of(job, self.config.scheduler_name) if job else None
 
     def acting_now(self) -> bool:
-        return self.acting.is_set()
+        return self.manager.is_acting
 
     async def job_started(self, ref: PodRef, job_id: int) -> None:
         """Read just this job now; when many start at once, one early listing serves them all."""
@@ -220,13 +219,6 @@ class Scheduler:
         if self.pods.watches(ref.namespace):
             self.queue.add(f"{ref.namespace}/{ref.name}")
 
-    @property
-    def informers(self) -> list[Informer]:
-        return [*self.pod_informers.values(), self.nodes, self.slurmd]
-
-    def synced(self) -> bool:
-        return all(i.synced.is_set() for i in self.informers) and self.index.synced.is_set()
-
     async def _resync(self) -> None:
         """Look at everything now and then: a safety net for any missed event."""
         while True:
@@ -238,10 +230,6 @@ class Scheduler:
             self.queue.add(key)
         for ref in self.index.all_refs():
             self._job_changed(ref)
-
-    @staticmethod
-    def _failed_pass(_key: str, _err: BaseException) -> None:
-        metrics.ATTEMPTS.labels("error").inc()
 
     async def _serve_hooks(self) -> None:
         """Start the hooks API first: its address goes into every job submitted."""
@@ -273,12 +261,12 @@ class Scheduler:
         through it, or ending placeholders would drain their nodes."""
         if not self.negotiated:
             return "waiting for slurmrestd to say which REST versions it serves"
-        unsynced = [i.name for i in self.informers if not i.synced.is_set()]
-        if unsynced:
-            return f"caches not synced: {', '.join(unsynced)}"
-        if self.leading and not self.index.synced.is_set():
+        caches = self.manager.not_ready()
+        if caches:
+            return caches
+        if self.manager.is_leading and not self.index.synced.is_set():
             return "no Slurm job listing yet"
-        if self.leading and not self.node_poller.listed.is_set():
+        if self.manager.is_leading and not self.node_poller.listed.is_set():
             return "no Slurm node listing yet"
         return None
 
@@ -310,98 +298,51 @@ class Scheduler:
             await serve_metrics(*self.config.metrics_bind),
             await serve_probes(*self.config.health_bind, self.not_ready),
         ]
-        background = [tasks.start(i.name, i.run) for i in self.informers]
-        background.append(tasks.start("tls", self._reload_tls))
+        self.manager.run_always("tls", self._reload_tls)
+        self.manager.run_always("gauges", self._gauges)
+        # Only the replica that acts polls Slurm: followers cost slurmctld nothing.
+        self.manager.run_while_leading("slurm-jobs", self.poller.run)
+        self.manager.run_while_leading("slurm-nodes", self.node_poller.run)
+        self.manager.run_while_leading("resync", self._resync)
+        self.manager.control(self.reconciler, self.queue, workers=self.config.workers, on_error=_failed_pass)
+        self.manager.control(self.slurm_nodes, self.node_queue)
         try:
-            await negotiate(self.slurm, self.config.slurm_api_version)
-            self.negotiated = True
-            background.append(tasks.start("gauges", self._gauges))
-            log.info("waiting for the Kubernetes caches")
-            await asyncio.gather(*(i.synced.wait() for i in self.informers))
-            log.info(
-                "caches synced: %d Pods, %d Nodes, %d slurmd Pods; scheduling as %s",
-                len(self.pods.all_keys()),
-                len(self.nodes.store),
-                len(self.slurmd.store),
-                self.config.scheduler_name,
-            )
-            if self.elector is None:
-                await self._lead()
-            while self.elector is not None:
-                await self.leader_label(False)
-                log.info("waiting to become leader (Lease %s)", self.elector.name)
-                await self.elector.acquire()
-                await self.leader_label(True)
-                try:
-                    await self._lead()
-                except LostLeadership as err:
-                    log.warning("stopped acting: %s; waiting to lead again", err)
+            await self.manager.run(self)
         finally:
-            self.acting.clear()
-            metrics.LEADER.set(0)
-            for task in background:
-                task.cancel()
-            with suppress(asyncio.CancelledError):
-                await asyncio.gather(*background, return_exceptions=True)
-            if self.elector is not None:
-                # Hand over at once (a rolling update), not after the Lease runs out.
-                await self.elector.release()
             await self.hooks_server.stop()
             for runner in runners:
                 await runner.cleanup()
 
-    async def _lead(self) -> None:
-        """Act (poll Slurm, run the workers) until a task of this term fails: with leader
-        election, LostLeadership when the Lease cannot be kept. Only the replica that acts
-        polls Slurm: followers cost slurmctld nothing. Pollers and workers are supervised
-        (a failure is logged and the task started again); only the Lease ends a term."""
-        self.leading = True
+    # -- what the manager asks of the scheduler (sunk.runtime.manager.Component) -------------
+    async def prepare(self) -> None:
+        await negotiate(self.slurm, self.config.slurm_api_version)
+        self.negotiated = True
+
+    def term_starting(self) -> None:
         self.index.synced.clear()  # a term starts from fresh job and node listings
         self.node_poller.listed.clear()
-        term = [
-            tasks.start("slurm-jobs", self.poller.run),
-            tasks.start("slurm-nodes", self.node_poller.run),
-        ]
-        if self.elector is not None:
-            term.append(asyncio.create_task(self.elector.keep(), name="lease"))
-        try:
-            await self._check_slurm_config()
-            listed = asyncio.create_task(self._first_listings())
-            done, _ = await asyncio.wait([listed, *term], return_when=asyncio.FIRST_COMPLETED)
-            listed.cancel()
-            for task in done:
-                if task is not listed:
-                    task.result()
-            log.info("first Slurm job listing: %d placeholder jobs", len(self.index))
-            metrics.LEADER.set(1)
-            # Nonces seen before this term are not remembered here: refuse what was signed
-            # before it (placeholders sign each retry afresh).
-            self.verifier.not_before = time.time()
-            self.acting.set()
-            self._enqueue_everything()
-            term += [
-                tasks.start(
-                    f"worker-{i}", partial(work, self.queue, self.reconciler, on_error=self._failed_pass)
-                )
-                for i in range(self.config.workers)
-            ]
-            term.append(tasks.start("slurm-node-worker", partial(work, self.node_queue, self.slurm_nodes)))
-            term.append(tasks.start("resync", self._resync))
-            done, _ = await asyncio.wait(term, return_when=asyncio.FIRST_EXCEPTION)
-            for task in done:
-                task.result()
-        finally:
-            self.acting.clear()
-            self.leading = False
-            metrics.LEADER.set(0)
-            for task in term:
-                task.cancel()
-            with suppress(asyncio.CancelledError):
-                await asyncio.gather(*term, return_exceptions=True)
 
-    async def _first_listings(self) -> None:
+    async def term_ready(self) -> None:
+        log.info(
+            "caches synced: %d Pods, %d Nodes, %d slurmd Pods; scheduling as %s",
+            len(self.pods.all_keys()),
+            len(self.nodes.store),
+            len(self.slurmd.store),
+            self.config.scheduler_name,
+        )
+        await self._check_slurm_config()
         await self.index.synced.wait()
         await self.node_poller.listed.wait()
+        log.info("first Slurm job listing: %d placeholder jobs", len(self.index))
+
+    def acting(self) -> None:
+        # Nonces seen before this term are not remembered here: refuse what was signed
+        # before it (placeholders sign each retry afresh).
+        self.verifier.not_before = time.time()
+        self._enqueue_everything()
+
+    async def leadership(self, leading: bool) -> None:
+        await self.leader_label(leading)
 
     async def leader_label(self, leading: bool) -> None:
         """Mark our own Pod so the hooks Service sends placeholder jobs to the leader only."""
@@ -418,6 +359,10 @@ class Scheduler:
             )
         except KubeError as err:
             log.warning("could not label this Pod as %s: %s", "leader" if leading else "follower", err)
+
+
+def _failed_pass(_key: str, _err: BaseException) -> None:
+    metrics.ATTEMPTS.labels("error").inc()
 
 
 def _identity() -> str:
