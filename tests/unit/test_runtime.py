@@ -10,6 +10,7 @@ from kubernetes_asyncio import client as k8s
 
 from sunk.kube.client import KubeClient, KubeError
 from sunk.runtime.controller import DONE, Outcome, after, work
+from sunk.runtime.manager import Manager, Phase
 from sunk.runtime.queue import WorkQueue
 from sunk.runtime.tasks import supervised
 
@@ -131,3 +132,74 @@ async def test_r8_2_an_api_server_refusing_connections_is_a_kube_error_not_aioht
         await client.close()
     assert caught.value.unreachable
     assert "unreachable" in str(caught.value)
+
+
+class Component:
+    """A component that records what the manager told it."""
+
+    def __init__(self) -> None:
+        self.told: list[str] = []
+        self.first_look = asyncio.Event()
+        self.asked_ready = asyncio.Event()
+
+    async def prepare(self) -> None:
+        self.told.append("prepare")
+
+    def term_starting(self) -> None:
+        self.told.append("term_starting")
+
+    async def term_ready(self) -> None:
+        self.asked_ready.set()
+        await self.first_look.wait()
+        self.told.append("term_ready")
+
+    def acting(self) -> None:
+        self.told.append("acting")
+
+    async def leadership(self, leading: bool) -> None:
+        self.told.append(f"leadership={leading}")
+
+
+async def test_workers_start_only_once_the_terms_first_look_is_done() -> None:
+    manager = Manager()
+    component = Component()
+    queue = WorkQueue()
+    controller = Flaky(failures=0)
+    manager.control(controller, queue)
+    queue.add("a")
+    running = asyncio.create_task(manager.run(component))
+    await within(2, component.asked_ready)
+    await asyncio.sleep(0)  # a worker started too early would run now
+    assert controller.passes == []
+    assert manager.phase is Phase.STARTING_TERM
+    component.first_look.set()
+    await within(2, controller.succeeded)
+    assert manager.is_acting
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
+    assert component.told == ["prepare", "term_starting", "term_ready", "acting"]
+    assert not manager.is_acting
+
+
+async def test_a_failing_term_source_never_ends_the_term() -> None:
+    manager = Manager()
+    component = Component()
+    component.first_look.set()
+    restarted = asyncio.Event()
+    runs: list[int] = []
+
+    async def poller() -> None:
+        runs.append(1)
+        if len(runs) == 1:
+            raise ConnectionRefusedError("slurmrestd")
+        restarted.set()
+        await asyncio.sleep(3600)
+
+    manager.run_while_leading("poller", poller)
+    running = asyncio.create_task(manager.run(component))
+    await within(3, restarted)
+    assert manager.is_acting
+    running.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await running
