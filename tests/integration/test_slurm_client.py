@@ -25,12 +25,9 @@ def run(coro: Coroutine[Any, Any, T]) -> T:
     return asyncio.run(coro)
 
 
-async def connected(cluster: DevCluster, token: str | None = None) -> SlurmClient:
-    tokens = TokenSource(token) if token else TokenSource(path=cluster.layout.slurm_token)
-    client = SlurmClient(cluster.layout.rest_url, tokens)
-    if token is None:
-        await client.negotiate()
-    return client
+async def connected(cluster: DevCluster, forced: str | None = None) -> SlurmClient:
+    tokens = TokenSource(path=cluster.layout.slurm_token)
+    return await SlurmClient.connect(cluster.layout.rest_url, tokens, forced=forced)
 
 
 def test_r11_1_the_newest_version_both_sides_speak_is_chosen(dev_cluster: DevCluster) -> None:
@@ -56,9 +53,9 @@ def test_r11_1_a_forced_version_that_is_not_served_stops_with_a_sentence(dev_clu
         try:
             served = await slurm.served_versions()
             missing = next(v for v in SUPPORTED_VERSIONS if v not in served)
-            await slurm.negotiate(missing)
         finally:
             await slurm.aclose()
+        await connected(dev_cluster, missing)
 
     with pytest.raises(SlurmVersionError, match="is not served by this slurmrestd"):
         run(scenario())
@@ -176,11 +173,7 @@ def test_unknown_jobs_read_as_none_and_cancel_quietly(dev_cluster: DevCluster) -
 
 def test_an_unreachable_slurmrestd_is_unavailable_not_a_crash() -> None:
     async def scenario() -> None:
-        client = SlurmClient("http://127.0.0.1:9", TokenSource("t"))
-        try:
-            await client.negotiate()
-        finally:
-            await client.aclose()
+        await SlurmClient.connect("http://127.0.0.1:9", TokenSource("t"))
 
     with pytest.raises(SlurmUnavailable, match="cannot reach slurmrestd"):
         run(scenario())

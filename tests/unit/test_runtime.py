@@ -142,9 +142,6 @@ class Component:
         self.first_look = asyncio.Event()
         self.asked_ready = asyncio.Event()
 
-    async def prepare(self) -> None:
-        self.told.append("prepare")
-
     def term_starting(self) -> None:
         self.told.append("term_starting")
 
@@ -178,7 +175,7 @@ async def test_workers_start_only_once_the_terms_first_look_is_done() -> None:
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
-    assert component.told == ["prepare", "term_starting", "term_ready", "acting"]
+    assert component.told == ["term_starting", "term_ready", "acting"]
     assert not manager.is_acting
 
 

@@ -32,19 +32,15 @@ Task = Callable[[], Awaitable[None]]
 
 
 class Phase(enum.Enum):
-    PREPARING = "preparing"  # the component's own start-up (the scheduler: the REST version)
     SYNCING = "syncing"  # the informers list for the first time
     FOLLOWING = "following"  # another replica holds the Lease
     STARTING_TERM = "starting-term"  # leading; the term's first look is not done yet
     ACTING = "acting"  # leading (or alone) with the workers running
+    STOPPED = "stopped"
 
 
 class Component(Protocol):
     """What a component tells the manager, and is told by it."""
-
-    async def prepare(self) -> None:
-        """Start-up that must finish before anything else (waits, retrying, as long as needed)."""
-        ...
 
     def term_starting(self) -> None:
         """A term begins: forget what the previous term listed (called before its sources run)."""
@@ -70,7 +66,7 @@ class Manager:
         self._always: list[tuple[str, Task]] = []
         self._term_sources: list[tuple[str, Task]] = []
         self._controllers: list[tuple[Controller, WorkQueue, int, Callable[[str, BaseException], None]]] = []
-        self.phase = Phase.PREPARING
+        self.phase = Phase.SYNCING
 
     # -- what a component registers -----------------------------------------------------------
     def watch(self, informer: Informer) -> Informer:
@@ -119,10 +115,9 @@ class Manager:
         background = [tasks.start(i.name, i.run) for i in self.informers]
         background += [tasks.start(name, task) for name, task in self._always]
         try:
-            await component.prepare()
-            self._enter(Phase.SYNCING)
             log.info("waiting for the Kubernetes caches")
             await asyncio.gather(*(i.synced.wait() for i in self.informers))
+            log.info("caches synced: %s", ", ".join(f"{i.name} {len(i.store)}" for i in self.informers))
             if self.elector is None:
                 await self._run_term(component)
             while self.elector is not None:
@@ -136,7 +131,7 @@ class Manager:
                 except LostLeadership as err:
                     log.warning("stopped acting: %s; waiting to lead again", err)
         finally:
-            self._enter(Phase.PREPARING)
+            self._enter(Phase.STOPPED)
             await _stop(background)
             if self.elector is not None:
                 # Hand over at once (a rolling update), not after the Lease runs out.
@@ -169,7 +164,7 @@ class Manager:
             for task in done:
                 task.result()
         finally:
-            self._enter(Phase.PREPARING if self.elector is None else Phase.FOLLOWING)
+            self._enter(Phase.STOPPED if self.elector is None else Phase.FOLLOWING)
             await _stop(running)
 
 

@@ -62,7 +62,6 @@ class Scheduler:
             secret = secrets.token_bytes(32)
         self.secret = secret
         self.tls: HooksTLS | None = None
-        self.negotiated = False  # the REST version is chosen
         self.verifier = Verifier(secret)
         self.hooks_server = HooksServer(
             self, self.verifier, on_call=lambda outcome: metrics.HOOK_CALLS.labels(outcome).inc()
@@ -246,7 +245,8 @@ class Scheduler:
     async def _reload_tls(self) -> None:
         """A renewed certificate (cert-manager rewrites the mounted Secret) is served to new
         connections, and its CA handed to new jobs, without a restart."""
-        while self.tls is not None:
+        assert self.tls is not None
+        while True:
             await asyncio.sleep(TLS_RELOAD_EVERY_S)
             try:
                 if self.tls.reload():
@@ -259,8 +259,6 @@ class Scheduler:
         """Why /readyz fails: start-up is not done (REST version, caches, first job
         listing). A later Slurm outage does not count: the hooks API must stay reachable
         through it, or ending placeholders would drain their nodes."""
-        if not self.negotiated:
-            return "waiting for slurmrestd to say which REST versions it serves"
         caches = self.manager.not_ready()
         if caches:
             return caches
@@ -294,11 +292,8 @@ class Scheduler:
 
     async def run(self) -> None:
         await self._serve_hooks()
-        runners = [
-            await serve_metrics(*self.config.metrics_bind),
-            await serve_probes(*self.config.health_bind, self.not_ready),
-        ]
-        self.manager.run_always("tls", self._reload_tls)
+        if self.tls is not None:
+            self.manager.run_always("tls", self._reload_tls)
         self.manager.run_always("gauges", self._gauges)
         # Only the replica that acts polls Slurm: followers cost slurmctld nothing.
         self.manager.run_while_leading("slurm-jobs", self.poller.run)
@@ -310,26 +305,14 @@ class Scheduler:
             await self.manager.run(self)
         finally:
             await self.hooks_server.stop()
-            for runner in runners:
-                await runner.cleanup()
 
     # -- what the manager asks of the scheduler (sunk.runtime.manager.Component) -------------
-    async def prepare(self) -> None:
-        await negotiate(self.slurm, self.config.slurm_api_version)
-        self.negotiated = True
-
     def term_starting(self) -> None:
         self.index.synced.clear()  # a term starts from fresh job and node listings
         self.node_poller.listed.clear()
 
     async def term_ready(self) -> None:
-        log.info(
-            "caches synced: %d Pods, %d Nodes, %d slurmd Pods; scheduling as %s",
-            len(self.pods.all_keys()),
-            len(self.nodes.store),
-            len(self.slurmd.store),
-            self.config.scheduler_name,
-        )
+        log.info("scheduling as %s", self.config.scheduler_name)
         await self._check_slurm_config()
         await self.index.synced.wait()
         await self.node_poller.listed.wait()
@@ -409,14 +392,17 @@ class HooksTLS:
         return True
 
 
-async def negotiate(slurm: SlurmClient, forced: str | None) -> None:
+async def connect_slurm(config: Config) -> SlurmClient:
     """Choose the REST version before anything else. Waits while slurmrestd cannot be
     reached or refuses the token (it may be starting); a slurmrestd that serves no version
     sunk speaks raises SlurmVersionError, which stops the scheduler with that sentence."""
+    tokens = TokenSource(config.slurm_token, config.slurm_token_file)
     delay = 0.5
     while True:
         try:
-            version = await slurm.negotiate(forced)
+            slurm = await SlurmClient.connect(
+                config.slurm_api_base, tokens, user=config.slurm_user, forced=config.slurm_api_version
+            )
         except SlurmError as err:
             log.warning(
                 "cannot ask slurmrestd which REST versions it serves (%s); retrying in %.0fs", err, delay
@@ -429,22 +415,40 @@ async def negotiate(slurm: SlurmClient, forced: str | None) -> None:
         await slurm.ping()
     except SlurmError as err:
         log.warning("slurmrestd ping failed: %s", err)
-    log.info("speaking slurmrestd %s to Slurm %s", version, slurm.release or "(release not reported)")
+    log.info("speaking slurmrestd %s to Slurm %s", slurm.version, slurm.release or "(release not reported)")
+    return slurm
 
 
 async def run(config: Config) -> None:
-    tokens = TokenSource(config.slurm_token, config.slurm_token_file)
-    slurm = SlurmClient(config.slurm_api_base, tokens, user=config.slurm_user)
     kube = await KubeClient.connect(config.kubeconfig)
     main = asyncio.current_task()
     assert main is not None
     # SIGTERM (a rollout, a drain of the scheduler's Node) stops acting and hands the Lease
     # over through the normal clean-up, instead of dying mid-step.
     asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
+    # Probes and metrics answer from the start: a slurmrestd that is slow to come up makes
+    # the scheduler not ready, never restarted by its liveness probe.
+    scheduler: Scheduler | None = None
+
+    def not_ready() -> str | None:
+        if scheduler is None:
+            return "waiting for slurmrestd to say which REST versions it serves"
+        return scheduler.not_ready()
+
+    runners = [
+        await serve_metrics(*config.metrics_bind),
+        await serve_probes(*config.health_bind, not_ready),
+    ]
+    slurm = None
     try:
-        await Scheduler(config, kube, slurm).run()
+        slurm = await connect_slurm(config)
+        scheduler = Scheduler(config, kube, slurm)
+        await scheduler.run()
     except asyncio.CancelledError:
         log.info("stopped by SIGTERM")
     finally:
-        await slurm.aclose()
+        for runner in runners:
+            await runner.cleanup()
+        if slurm is not None:
+            await slurm.aclose()
         await kube.close()

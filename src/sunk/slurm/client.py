@@ -81,13 +81,14 @@ class SlurmClient:
         base_url: str,
         tokens: TokenSource,
         *,
+        dialect: Dialect,
         user: str = "root",
         timeout: float = 15,
-        dialect: Dialect | None = None,
     ) -> None:
+        """A client of one REST version; `SlurmClient.connect` chooses it with slurmrestd."""
         self.user = user
         self._tokens = tokens
-        self.dialect: Dialect = dialect or V0038(default_user=user)
+        self.dialect = dialect
         self.release = ""  # Slurm's release as slurmrestd reports it, once seen
         self._scontrol = Scontrol(tokens)
         self._http = httpx.AsyncClient(
@@ -139,11 +140,20 @@ class SlurmClient:
                 served.append(version)
         return sorted(served)
 
-    async def negotiate(self, forced: str | None = None) -> str:
-        """Pick the dialect for this slurmrestd; returns the version chosen."""
-        version = choose_version(await self.served_versions(), forced)
-        self.dialect = make_dialect(version, user=self.user)
-        return version
+    @classmethod
+    async def connect(
+        cls, base_url: str, tokens: TokenSource, *, user: str = "root", forced: str | None = None
+    ) -> SlurmClient:
+        """A client speaking the newest REST version both slurmrestd and sunk know (or
+        `forced`). Raises SlurmUnavailable/SlurmAuthError while slurmrestd cannot be asked,
+        SlurmVersionError when it serves nothing sunk speaks."""
+        # Asking which versions are served uses no version-specific request.
+        asking = cls(base_url, tokens, user=user, dialect=V0038(default_user=user))
+        try:
+            version = choose_version(await asking.served_versions(), forced)
+        finally:
+            await asking.aclose()
+        return cls(base_url, tokens, user=user, dialect=make_dialect(version, user=user))
 
     # -- requests ---------------------------------------------------------------------------
     async def _request(
