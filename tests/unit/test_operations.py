@@ -9,8 +9,8 @@ import logging
 import pytest
 
 from sunk import config
+from sunk.decide.submission import static_cpu_problem
 from sunk.logs import JsonFormatter
-from sunk.scheduler.reconciler import static_cpu_problem
 from sunk.slurm.scontrol import memory_oversubscription_warning
 
 

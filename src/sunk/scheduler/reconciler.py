@@ -21,7 +21,7 @@ from collections.abc import Callable
 from typing import Any
 
 from sunk import decide, metrics, policy
-from sunk.decide import finished
+from sunk.decide import finished, pod_actions, submission
 from sunk.hooks.auth import HookCredentials
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
@@ -294,45 +294,39 @@ class Reconciler:
     # -- Slurm ends the job (R5.2, R5.3) --------------------------------------------------
     async def _job_ending(self, pod: Json, job: SlurmJob) -> Outcome:
         """Delete the Pod, saying why; drain the node if the Pod outlives KillWait."""
-        meta = pod["metadata"]
-        if finished(pod):
-            # The Pod's containers ended on their own (a batch Job's Pod): nothing runs on the
-            # node any more, so nothing is deleted or drained; the Pod stays for its controller.
-            return Outcome()
-        if job.gave_up_resources and job.active and (job.job_id, meta["uid"]) not in self._signalled:
-            # Requeued or suspended: Slurm may hand the resources on, so the Pod must go, and
-            # the job must not come back later for a Pod that no longer exists.
-            self._signalled.add((job.job_id, meta["uid"]))
-            await self.slurm.cancel(job.job_id)
+        uid = pod["metadata"]["uid"]
         leader = self.index.get(job.group_leader) if job.group_leader else None
-        if leader is not None and not leader[1].ending and (job.job_id, meta["uid"]) not in self._signalled:
-            # One component ended (say, an administrator cancelled just that one): the
-            # group lives and dies as one job, so the others end with it.
-            self._signalled.add((job.job_id, meta["uid"]))
-            log.info(
-                "cancelling job %s: its component %s for %s ended", leader[1].job_id, job.job_id, meta["name"]
-            )
-            await self.slurm.cancel(leader[1].job_id)
-        if not self._being_deleted(pod):
-            await self._say_why(pod, job)
-            await self._delete(pod)
-        wait = decide.drain_due(
-            job, bool((pod.get("spec") or {}).get("nodeName")), self.settings.kill_wait_s, time.time()
+        plan = pod_actions.for_ending_job(
+            pod,
+            job,
+            leader[1] if leader else None,
+            cancelled_for_pod=(job.job_id, uid) in self._signalled,
+            being_deleted=self._being_deleted(pod),
+            drained=job.job_id in self._drained,
+            kill_wait_s=self.settings.kill_wait_s,
+            now=time.time(),
         )
-        if wait is None:
-            return Outcome()
-        if wait > 0:
-            return Outcome(requeue_after=wait)
-        if job.job_id not in self._drained:
-            # The Event comes from the node watch (sunk.decide.drain_notice), which explains
-            # every drain, this one and the placeholder script's alike.
-            self._drained.add(job.job_id)
-            problem = await self.slurm.drain(
-                job.nodes[0], decide.kill_wait_drain_reason(PodRef.of(pod), job.job_id)
-            )
-            if problem:
-                await self.recorder.event(pod, ev.NODE_DRAINED, problem, warning=True)
-        return Outcome()
+        return await self._carry_out(pod, job, plan)
+
+    async def _carry_out(self, pod: Json, job: SlurmJob, plan: pod_actions.Plan) -> Outcome:
+        """Execute a plan's actions in order; each records what it did only once done, so
+        a failure (raised to the queue) is tried again on the next pass."""
+        ref = PodRef.of(pod)
+        for action in plan.actions:
+            if isinstance(action, pod_actions.CancelJob):
+                log.info("cancelling Slurm job %s of %s: %s", action.job_id, ref, action.why)
+                await self.slurm.cancel(action.job_id)
+                self._signalled.add((job.job_id, ref.uid))
+            elif isinstance(action, pod_actions.Explain):
+                await self.recorder.event(pod, action.reason, action.note, warning=True)
+            elif isinstance(action, pod_actions.DeletePod):
+                await self._delete(pod)
+            elif isinstance(action, pod_actions.DrainNode):
+                self._drained.add(job.job_id)  # the placeholder script drains too: one try here
+                problem = await self.slurm.drain(action.node, action.reason)
+                if problem:
+                    await self.recorder.event(pod, ev.NODE_DRAINED, problem, warning=True)
+        return Outcome(requeue_after=plan.after)
 
     def report_ending(self, ref: PodRef, job_id: int) -> None:
         """The placeholder script got SIGTERM (Slurm cancels, preempts or times out its job)
@@ -371,13 +365,6 @@ class Reconciler:
             return await self._confirm_missing(pod)
         return Outcome()
 
-    async def _say_why(self, pod: Json, job: SlurmJob) -> None:
-        reason, words = job.why_ending(time.time())
-        where = f" on {job.nodes[0]}" if job.nodes else ""
-        await self.recorder.event(
-            pod, reason, f"Slurm job {job.job_id}{where} {words}; deleting the Pod", warning=True
-        )
-
     # -- a bound Pod ----------------------------------------------------------------------
     async def _confirm_missing(self, pod: Json) -> Outcome:
         """A bound Pod whose job no listing shows. A listing proves nothing (a partial
@@ -395,22 +382,8 @@ class Reconciler:
         return Outcome()
 
     async def _check_still_there(self, pod: Json, job: SlurmJob) -> Outcome:
-        """A bound Pod must stay on the Node hosting its job's node: if Slurm now runs the
-        job elsewhere (restarted after a crash, say), both sides would hand out the same
-        resources, so the Pod goes at once."""
-        if not job.running or len(job.nodes) != 1:
-            return Outcome()
-        hosts = self.cluster.host_map().get(job.nodes[0], set())
-        node_name = (pod.get("spec") or {}).get("nodeName")
-        if not hosts or node_name in hosts:
-            return Outcome()
-        note = (
-            f"Slurm job {job.job_id} now runs on {job.nodes[0]}, hosted by {', '.join(sorted(hosts))}, "
-            f"not on this Pod's Node {node_name}; deleting the Pod"
-        )
-        await self.recorder.event(pod, ev.JOB_MOVED, note, warning=True)
-        await self._delete(pod)
-        return Outcome()
+        hosts = self.cluster.host_map().get(job.nodes[0], set()) if len(job.nodes) == 1 else set()
+        return await self._carry_out(pod, job, pod_actions.for_bound_pod(pod, job, hosts))
 
     def _being_deleted(self, pod: Json) -> bool:
         meta = pod["metadata"]
@@ -482,28 +455,20 @@ class Reconciler:
     async def prepare(self, pod: Json, avoid: tuple[str, ...]) -> PlaceholderJob | Outcome:
         """The job to submit for `pod`, or what was done instead: refused for good (invalid,
         forbidden, unsupported) or told why no node can take it now."""
-        result = translate(pod, self.settings)
-        if not result.valid or result.job is None:
-            return await self.refuse(pod, ev.INVALID, result.errors)
-        job = result.job
-        job, forbidden = policy.check(self.policy.current(), pod, job, self.prefix)
-        if forbidden:
-            return await self.refuse(pod, ev.FORBIDDEN, forbidden)
-        problems = self.slurm.dialect.unsupported(job)
-        if problems:
-            return await self.refuse(pod, ev.INVALID, problems)
-        pinned = static_cpu_problem(pod)
-        if pinned and self.refuse_static_cpu:
-            return await self.refuse(pod, ev.INVALID, [pinned + "; this scheduler refuses such Pods"])
-        if pinned:
-            await self.recorder.event(pod, ev.STATIC_CPU, pinned, warning=True)
-        for note in result.notes:
-            await self.recorder.event(pod, ev.IGNORED_ANNOTATION, note, warning=True)
-        ignored = podaffinity.not_honoured(pod)
-        if ignored:
-            note = "sunk does not apply: " + "; ".join(ignored)
-            await self.recorder.event(pod, ev.RULE_NOT_HONOURED, note, warning=True)
-
+        vetting = submission.vet(
+            pod,
+            translate(pod, self.settings),
+            self.policy.current(),
+            self.slurm.dialect.unsupported,
+            prefix=self.prefix,
+            refuse_static_cpu=self.refuse_static_cpu,
+        )
+        if vetting.refusal is not None:
+            return await self.refuse(pod, vetting.refusal.reason, list(vetting.refusal.problems))
+        for notice in vetting.notices:
+            await self.recorder.event(pod, notice.reason, notice.note, warning=True)
+        assert vetting.job is not None
+        job = vetting.job
         excluded = self._excluded_for(pod)
         message = decide.placement_problem(
             job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes
@@ -780,24 +745,6 @@ class Reconciler:
         outcome = await self.submit(pod, avoid=avoid)
         await self.slurm.cancel(job.job_id)
         return outcome
-
-
-def static_cpu_problem(pod: Json) -> str | None:
-    """R7.2: Guaranteed Pods with whole CPUs get pinned CPUs by the kubelet's static policy,
-    which Slurm does not know about."""
-    if (pod.get("status") or {}).get("qosClass") != "Guaranteed":
-        return None
-    cpus = [
-        ((c.get("resources") or {}).get("requests") or {}).get("cpu", "")
-        for c in (pod.get("spec") or {}).get("containers") or []
-    ]
-    if not cpus or not all(str(cpu).isdigit() for cpu in cpus):
-        return None
-    return (
-        "the Pod is Guaranteed with whole CPUs, so a kubelet with the static CPU manager policy pins "
-        "CPUs Slurm does not know are taken; this can drain the node. Make CPU requests differ from "
-        "limits, or use fractional CPUs"
-    )
 
 
 def _submitted(job_id: int, name: str, comment: str) -> SlurmJob:
