@@ -136,18 +136,37 @@ def test_r8_2_a_listing_older_than_a_submit_does_not_forget_the_job() -> None:
     import time as clock
 
     from sunk.scheduler.jobs import JobIndex
-    from sunk.slurm.models import SlurmJob
     from sunk.translate import PodRef, job_name, pod_of_job_name
 
     index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"))
     ref = PodRef("ns", "p", "uid-1")
     listed_at = clock.monotonic()  # the listing is requested first…
-    job = SlurmJob(7, job_name(ref, "sunk"), "PENDING", "None", (), "", 0, 0, "batch", None, None)
-    index.record(ref, job)  # …the submit lands before its answer…
+    index.expect_submitted(ref, 7, job_name(ref, "sunk"), "")  # …the submit lands before its answer…
     index.replace([], listed_at)  # …which does not contain the job yet
-    assert index.get(7) is not None
+    found = index.get(7)
+    assert found is not None and found[1].pending
     index.replace([], clock.monotonic())  # a listing requested later is authoritative
     assert index.get(7) is None
+
+
+def test_r9_1_a_cancelled_gang_counts_as_cancelled_until_the_next_listing() -> None:
+    import time as clock
+
+    from sunk.scheduler.jobs import JobIndex
+    from sunk.slurm.models import SlurmJob
+    from sunk.translate import PodRef, job_name, pod_of_job_name
+
+    index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"))
+    refs = [PodRef("ns", f"m{i}", f"uid-{i}") for i in range(2)]
+    jobs = [
+        SlurmJob(5 + i, job_name(r, "sunk"), "PENDING", "None", (), "", 0, 0, "b", None, None, het_job_id=5)
+        for i, r in enumerate(refs)
+    ]
+    index.replace(jobs, clock.monotonic())
+    index.expect_cancelled(5)
+    assert [index.get(j.job_id)[1].state for j in jobs] == ["CANCELLED", "CANCELLED"]  # type: ignore[index]
+    index.expect_excluded(5, ("sn-1",))
+    assert index.get(5)[1].excluded_nodes == ("sn-1",)  # type: ignore[index]
 
 
 def test_r8_2_jobs_are_found_by_pod_name_across_listings_and_records() -> None:
@@ -163,7 +182,7 @@ def test_r8_2_jobs_are_found_by_pod_name_across_listings_and_records() -> None:
     index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"))
     old, new = PodRef("ns", "web", "uid-old"), PodRef("ns", "web", "uid-new")
     index.replace([job(1, old), job(2, PodRef("ns", "other", "u"))], clock.monotonic())
-    index.record(new, job(3, new))
+    index.observe(new, job(3, new))
     assert sorted(j.job_id for _, j in index.for_key("ns", "web")) == [1, 3]
     index.replace([job(3, new)], clock.monotonic())
     assert [j.job_id for _, j in index.for_key("ns", "web")] == [3]
@@ -184,7 +203,7 @@ def test_r8_2_a_listing_older_than_a_read_does_not_take_a_job_back_to_pending() 
     ref = PodRef("ns", "p", "uid-1")
     pending = SlurmJob(7, job_name(ref, "sunk"), "PENDING", "None", (), "", 0, 0, "batch", None, None)
     listed_at = clock.monotonic()  # the listing is requested while the job still waits…
-    index.record(
+    index.observe(
         ref, replace(pending, state="RUNNING", nodes=("sn-1",), started=True)
     )  # …a read sees it run…
     index.replace([pending], listed_at)  # …and the old listing arrives
@@ -207,6 +226,6 @@ def test_r8_2_a_reused_job_id_leaves_its_old_pods_key() -> None:
     index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"))
     old, new = PodRef("ns", "old", "uid-old"), PodRef("ns", "new", "uid-new")
     index.replace([job(old)], clock.monotonic())
-    index.record(new, job(new))
+    index.observe(new, job(new))
     assert index.for_key("ns", "old") == []
     assert [r for r, _ in index.for_key("ns", "new")] == [new]

@@ -181,7 +181,7 @@ class Scheduler:
         for job in jobs:
             owner = ref if job.job_id == job_id else self.slurm.pod_of(job, self.config.scheduler_name)
             if owner is not None:
-                self.index.record(owner, job)
+                self.index.observe(owner, job)
                 self.queue.add(f"{owner.namespace}/{owner.name}")
 
     async def job_terminating(self, ref: PodRef, job_id: int) -> None:

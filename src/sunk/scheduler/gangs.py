@@ -13,7 +13,6 @@ and sunk.decide (pure); this module only does the I/O.
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import logging
 import time
 from collections import defaultdict
@@ -249,7 +248,7 @@ class Gangs:
                 self.rec.note_unanswered(job.pod.uid)
             return Outcome(requeue_after=1)
         for job in jobs:
-            self.rec.index.record(job.pod, components[job.pod.uid])
+            self.rec.index.observe(job.pod, components[job.pod.uid])
         for pod, job in zip(members, jobs, strict=True):
             component = components[job.pod.uid]
             try:
@@ -326,8 +325,7 @@ class Gangs:
             members.append(pod)
         log.info("cancelling job %s of PodGroup %s: %s", leader, group, message)
         await self.rec.slurm.cancel(leader)
-        for ref, job in self.components(leader):
-            self.rec.index.record(ref, dataclasses.replace(job, state="CANCELLED"))
+        self.rec.index.expect_cancelled(leader)
         if group is not None and retry_after:
             self._retry_at[str(group)] = time.monotonic() + retry_after
         for pod in members:

@@ -12,6 +12,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.errors import SlurmError
@@ -66,9 +67,48 @@ class JobIndex:
             self._by_key.setdefault((ref.namespace, ref.name), set()).add(job_id)
         return touched
 
-    def record(self, ref: PodRef, job: SlurmJob) -> None:
-        """Remember a job we just submitted or read, before the next listing sees it. A job
-        ID a slurmctld that lost its state handed out again leaves its old Pod's key."""
+    # What this process learned or did since the last listing. Each wins over a listing
+    # requested before it, and is replaced by the first listing requested after it.
+    def observe(self, ref: PodRef, job: SlurmJob) -> None:
+        """A job just read from Slurm (a single read, not a listing). A job ID a slurmctld
+        that lost its state handed out again leaves its old Pod's key."""
+        self._record(ref, job)
+
+    def expect_submitted(self, ref: PodRef, job_id: int, name: str, comment: str) -> None:
+        """Slurm just accepted job `job_id` for `ref`: until a listing shows it, it counts
+        as pending, so a retry of the Pod adopts it instead of submitting again."""
+        self._record(
+            ref,
+            SlurmJob(
+                job_id=job_id,
+                name=name,
+                state="PENDING",
+                reason="None",
+                nodes=(),
+                comment=comment,
+                user_id=None,
+                group_id=None,
+                partition="",
+                time_limit_min=None,
+                priority=None,
+                submit_time=int(time.time()),
+            ),
+        )
+
+    def expect_excluded(self, job_id: int, nodes: tuple[str, ...]) -> None:
+        """Slurm accepted new excluded nodes for pending job `job_id`."""
+        found = self._by_id.get(job_id)
+        if found is not None:
+            self._record(found[0], replace(found[1], excluded_nodes=nodes))
+
+    def expect_cancelled(self, leader: int) -> None:
+        """Slurm accepted the cancel of `leader` and of every component of its job."""
+        for ref, job in [
+            v for v in self._by_id.values() if v[1].job_id == leader or v[1].het_job_id == leader
+        ]:
+            self._record(ref, replace(job, state="CANCELLED"))
+
+    def _record(self, ref: PodRef, job: SlurmJob) -> None:
         old = self._by_id.get(job.job_id)
         if old is not None and (old[0].namespace, old[0].name) != (ref.namespace, ref.name):
             self._by_key.get((old[0].namespace, old[0].name), set()).discard(job.job_id)

@@ -288,7 +288,7 @@ class Reconciler:
         if found is not None:
             owner = self.slurm.pod_of(found, self.settings.scheduler_name)
             if owner is not None:
-                self.index.record(owner, found)  # the ID's new owner: the old key forgets it
+                self.index.observe(owner, found)  # the ID's new owner: the old key forgets it
         return False
 
     # -- Slurm ends the job (R5.2, R5.3) --------------------------------------------------
@@ -351,7 +351,7 @@ class Reconciler:
             self._asking_slurm -= 1
         self._ending_reported.discard((job_id, ref.uid))
         if found is not None and self.slurm.pod_of(found, self.settings.scheduler_name) == ref:
-            self.index.record(ref, found)
+            self.index.observe(ref, found)
             if found.ending or (found.gave_up_resources and (pod.get("spec") or {}).get("nodeName")):
                 return await self._job_ending(pod, found)  # says why, deletes, drains if late
             log.warning(
@@ -374,7 +374,7 @@ class Reconciler:
         if job_id is not None:
             found = await self.slurm.job(job_id)
             if found is not None and self.slurm.pod_of(found, self.settings.scheduler_name) == PodRef.of(pod):
-                self.index.record(PodRef.of(pod), found)
+                self.index.observe(PodRef.of(pod), found)
                 return Outcome(requeue_after=1) if found.ending else await self._check_still_there(pod, found)
         note = f"Slurm job {job_id} no longer exists in Slurm; deleting the Pod"
         await self.recorder.event(pod, ev.JOB_ENDED, note, warning=True)
@@ -523,7 +523,7 @@ class Reconciler:
             return await self.refuse(pod, ev.REJECTED_BY_SLURM, [str(err)])
 
         job_id = submitted.job_id
-        self.index.record(job.pod, _submitted(job_id, job.name, job.options.comment))
+        self.index.expect_submitted(job.pod, job_id, job.name, job.options.comment)
         try:
             await self.record_job(pod, job_id, avoid)
         except KubeError as err:
@@ -591,9 +591,8 @@ class Reconciler:
             # the next pass binds it, or tries again.
             log.info("could not widen Slurm job %s of %s: %s", job.job_id, PodRef.of(pod), err)
             return Outcome(requeue_after=1)
-        ref = PodRef.of(pod)
         given_back = sorted(set(job.excluded_nodes) - needed)
-        self.index.record(ref, dataclasses.replace(job, excluded_nodes=tuple(sorted(needed))))
+        self.index.expect_excluded(job.job_id, tuple(sorted(needed)))
         more = " …" if len(given_back) > 5 else ""
         why = "they can host the Pod now"
         if self.placement_policy == "pack":
@@ -745,23 +744,6 @@ class Reconciler:
         outcome = await self.submit(pod, avoid=avoid)
         await self.slurm.cancel(job.job_id)
         return outcome
-
-
-def _submitted(job_id: int, name: str, comment: str) -> SlurmJob:
-    return SlurmJob(
-        job_id=job_id,
-        name=name,
-        state="PENDING",
-        reason="None",
-        nodes=(),
-        comment=comment,
-        user_id=None,
-        group_id=None,
-        partition="",
-        time_limit_min=None,
-        priority=None,
-        submit_time=int(time.time()),
-    )
 
 
 def _waiting(job: SlurmJob) -> tuple[str, str]:
