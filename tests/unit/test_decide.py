@@ -336,6 +336,24 @@ def node(
 KILL_WAIT = decide.kill_wait_drain_reason(REF, 7)
 
 
+@pytest.mark.parametrize(
+    ("state", "problem"),
+    [
+        pytest.param(None, "Slurm does not know node sn-1", id="r4_3_an_unknown_node_is_refused"),
+        pytest.param(node(flags=()), None, id="r4_3_an_idle_node_is_fine"),
+        pytest.param(node(state="mixed", flags=()), None, id="r4_3_a_node_in_use_is_fine"),
+        pytest.param(node(), "Slurm node sn-1 is idle+DRAIN (disk)", id="r4_3_a_draining_node_is_refused"),
+        pytest.param(
+            node(state="down", flags=(), reason=""),
+            "Slurm node sn-1 is down (no reason given)",
+            id="r4_3_a_down_node_is_refused",
+        ),
+    ],
+)
+def test_binding_checks_slurms_own_view_of_the_node(state: SlurmNode | None, problem: str | None) -> None:
+    assert decide.slurm_node_problem("sn-1", state) == problem
+
+
 def test_r5_3_a_node_in_use_gets_no_drain_notice() -> None:
     assert decide.drain_notice(node(flags=()), "s") is None
     assert decide.drain_notice(node(state="down", flags=()), "s") is None  # down is not a drain

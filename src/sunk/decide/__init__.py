@@ -9,6 +9,7 @@ The questions answered:
 - `for_claim`: a job names this Pod key; may it live?
 - `for_pod`: the Pod exists; what is its next step?
 - `placement_problem`: before a submit, can any Slurm node host the Pod at all?
+- `slurm_node_problem`: at bind time, does Slurm's own view rule the node out?
 - `drain_due`: a bound Pod outlives its ending job; when must its node be drained?
 - `drain_notice`: a Slurm node is drained; what Event explains it, on which object?
 - `group_bind`: a gang's job runs; may its members be bound, all of them?
@@ -286,6 +287,17 @@ def placement_problem(
         return f"required Slurm node(s) cannot host this Pod ({why})"
     if slurm_nodes and not slurm_nodes - ruled_out:
         return "no Slurm node can host this Pod: " + "; ".join(sorted(set(excluded.values()))[:5])
+    return None
+
+
+def slurm_node_problem(name: str, state: SlurmNode | None) -> str | None:
+    """Why Slurm's own view rules node `name` out for a binding (unknown, down, draining),
+    or None (R4.3)."""
+    if state is None:
+        return f"Slurm does not know node {name}"
+    if state.draining:
+        flags = "+".join((state.state, *state.flags))
+        return f"Slurm node {name} is {flags} ({state.reason or 'no reason given'})"
     return None
 
 

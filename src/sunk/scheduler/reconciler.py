@@ -634,13 +634,12 @@ class Reconciler:
         # API call, happens outside it so a burst of Pods on one node is not queued behind it.
         # A Pod with affinity or spread rules also takes one lock shared by all such Pods:
         # their rules span Nodes (a zone), and each must count the others' placements.
+        state = await self._slurm_node_state(slurm_node)
         rules_apply = podaffinity.has_rules(pod)
         rules = self._rules_lock if rules_apply else contextlib.nullcontext()
         async with rules, self._node_locks[slurm_node]:
             target = self.cluster.target(slurm_node, pod, self._placed(pod) if rules_apply else [])
-            problem = target.problem
-            if problem is None:
-                problem = await self._slurm_node_problem(slurm_node)
+            problem = target.problem or decide.slurm_node_problem(slurm_node, state)
             if problem is not None or target.node is None:
                 return None, problem or "no Node", True
             node_name: str = target.node["metadata"]["name"]
@@ -695,21 +694,15 @@ class Reconciler:
             if u != uid and not p["metadata"].get("deletionTimestamp") and not finished(p)
         ]
 
-    async def _slurm_node_problem(self, slurm_node: str) -> str | None:
-        """Why Slurm's own view rules the node out (down, draining…), read at most every
-        NODE_STATE_TTL_S per node: every binding in a burst shares one fresh read."""
+    async def _slurm_node_state(self, slurm_node: str) -> SlurmNode | None:
+        """Slurm's own view of the node, read at most every NODE_STATE_TTL_S per node:
+        every binding in a burst shares one fresh read."""
         cached = self._node_states.get(slurm_node)
         now = time.monotonic()
         if cached is None or now - cached[0] > NODE_STATE_TTL_S:
             cached = (now, await self.slurm.node(slurm_node))
             self._node_states[slurm_node] = cached
-        state = cached[1]
-        if state is None:
-            return f"Slurm does not know node {slurm_node}"
-        if state.draining:
-            flags = "+".join((state.state, *state.flags))
-            return f"Slurm node {slurm_node} is {flags} ({state.reason or 'no reason given'})"
-        return None
+        return cached[1]
 
     async def _already_on(self, pod: Json, node: str) -> bool:
         meta = pod["metadata"]
