@@ -57,3 +57,12 @@ def test_r9_1_a_group_times_out_only_after_its_own_timeout() -> None:
     assert not gang.timed_out(group, int(NOW) - 59, NOW)
     assert gang.timed_out(group, int(NOW) - 60, NOW)
     assert not gang.timed_out(group, 0, NOW)  # Slurm gave no submit time: never judged
+
+
+def test_r9_1_members_asking_for_different_slurm_users_cannot_share_one_job() -> None:
+    group = gang.PodGroup("ns", "g", 2, 60)
+    assert gang.identity_problem(group, [(1000, 1000), (1000, 1000)]) is None
+    message = gang.identity_problem(group, [(1000, 1000), (0, 0)])
+    assert message is not None
+    assert "uid 0 gid 0, uid 1000 gid 1000" in message
+    assert "give them the same user-id and group-id annotations" in message

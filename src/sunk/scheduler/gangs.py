@@ -6,8 +6,11 @@ index, adoption after a restart, Events, the drain at KillWait) works per member
 this module adds is what concerns the group as a whole, always under the group's lock:
 submitting once enough members are here, binding all members together, and giving the
 members back their freedom (cancelling the job) when the group times out, loses a member
-before it starts, or a placement is rejected. What is decided lives in sunk.translate.gang
-and sunk.decide (pure); this module only does the I/O.
+before it starts, or a placement is rejected. What can be decided from data alone lives in
+sunk.translate.gang and sunk.decide (when a group may be submitted, whether its members
+agree on one Slurm identity, whether it timed out, whether all members may be bound);
+this module gathers, keeps the order of steps under the group's lock, and does the I/O
+through the Pod controller's steps (`MemberSteps`).
 """
 
 from __future__ import annotations
@@ -202,13 +205,8 @@ class Gangs:
             if not isinstance(prepared, PlaceholderJob):
                 return Outcome(requeue_after=GROUP_WAIT_S)  # that member says why; the rest wait
             jobs.append(prepared)
-        users = sorted({(j.options.user_id, j.options.group_id) for j in jobs})
-        if len(users) > 1:
-            message = (
-                f"the members of PodGroup {group} ask for different Slurm users ("
-                + ", ".join(f"uid {u} gid {g}" for u, g in users)
-                + "); one Slurm job runs as one user: give them the same user-id and group-id annotations"
-            )
+        message = gang.identity_problem(group, [(j.options.user_id, j.options.group_id) for j in jobs])
+        if message:
             await self._say_waiting(members, ev.UNSCHEDULABLE, message)
             return Outcome(requeue_after=30)
         # The batch script runs in the first component only, so only it needs the script's

@@ -80,3 +80,16 @@ def timeout_message(group: PodGroup, job_id: int, reason: str) -> str:
         f"Slurm job {job_id} for PodGroup {group} did not start within {group.timeout_s}s "
         f"(pending: {reason}); it was cancelled and the group is tried again in {group.timeout_s}s"
     )
+
+
+def identity_problem(group: PodGroup, identities: list[tuple[int | None, int | None]]) -> str | None:
+    """Why the members cannot share one Slurm job: they ask for different Slurm users or
+    groups ((uid, gid) per member), and one job runs as one user. None when they agree."""
+    distinct = sorted(set(identities), key=str)
+    if len(distinct) < 2:
+        return None
+    return (
+        f"the members of PodGroup {group} ask for different Slurm users ("
+        + ", ".join(f"uid {u} gid {g}" for u, g in distinct)
+        + "); one Slurm job runs as one user: give them the same user-id and group-id annotations"
+    )
