@@ -11,7 +11,7 @@ from typing import Any
 from sunk.kube.client import KubeError
 from sunk.slurm.dataparser import DataParser
 from sunk.slurm.dialect import Dialect, Submission
-from sunk.slurm.errors import SlurmError
+from sunk.slurm.errors import SlurmError, SlurmNoAnswer
 from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.translate import PlaceholderJob, PodRef
 
@@ -169,6 +169,12 @@ class FakeSlurm:
     failures: Failures = field(default_factory=Failures)
     next_id: int = 100
     submit_warning: str | None = None
+    # Jobs a listing leaves out (a partial answer); a read of the one job still finds them.
+    unlisted: set[int] = field(default_factory=set)
+    # How many of the next cancels Slurm accepts and then loses (a slurmctld crash).
+    lost_cancels: int = 0
+    # How many of the next submits Slurm carries out but whose answer is lost (SlurmNoAnswer).
+    lost_answers: int = 0
 
     def fail(self, call: str, error: SlurmError, times: int = 1) -> None:
         self.failures.fail(call, error, times)
@@ -206,11 +212,15 @@ class FakeSlurm:
                 raw["het_job_offset"] = offset
             self.raw_jobs[job_id] = raw
         self.calls.append(("submit", leader, submission))
+        if self.lost_answers:
+            self.lost_answers -= 1
+            raise SlurmNoAnswer("read timeout: slurmrestd took the request but sent no answer")
         return FakeSubmitResult(leader, self.submit_warning)
 
     async def jobs(self) -> list[SlurmJob]:
         self.failures.check("jobs")
-        return [self.dialect.parse_job(raw) for raw in self.raw_jobs.values()]
+        listed = [raw for raw in self.raw_jobs.values() if raw["job_id"] not in self.unlisted]
+        return [self.dialect.parse_job(raw) for raw in listed]
 
     async def job(self, job_id: int) -> SlurmJob | None:
         self.failures.check("job")
@@ -228,7 +238,9 @@ class FakeSlurm:
     async def cancel(self, job_id: int, *, signal: str | None = None) -> None:
         self.failures.check("cancel")
         self.calls.append(("cancel", job_id, signal))
-        if signal is None:
+        if signal is None and self.lost_cancels:
+            self.lost_cancels -= 1
+        elif signal is None:
             for raw in self.raw_jobs.values():
                 if raw["job_id"] == job_id or raw.get("het_job_id") == job_id:
                     raw["job_state"] = ["CANCELLED"]
@@ -293,6 +305,22 @@ class FakeSlurm:
         raw["job_state"] = [state]
         raw["state_reason"] = reason
         raw["end_time"] = {"set": True, "number": int(time.time())}
+
+    def end_group(self, leader: int, state: str = "CANCELLED") -> None:
+        """`scancel` of a heterogeneous job's leader: every component ends."""
+        for raw in list(self.raw_jobs.values()):
+            if raw["job_id"] == leader or raw.get("het_job_id") == leader:
+                self.end(raw["job_id"], state)
+
+    def set_drained(self, node: str, reason: str = "bad DIMM") -> None:
+        """An administrator drains `node` (no call of the port)."""
+        raw = self.raw_nodes[node]
+        raw["state"] = [*raw["state"], "DRAIN"]
+        raw["reason"] = reason
+        raw["reason_changed_at"] = int(time.time())
+
+    def drains(self) -> list[tuple[str, str]]:
+        return [(call[1], call[2]) for call in self.calls if call[0] == "drain"]
 
     def wait(self, job_id: int, reason: str) -> None:
         """The job stays pending, Slurm says why."""

@@ -5,8 +5,11 @@ builds them."""
 from __future__ import annotations
 
 import copy
+import sys
 import time
+import time as _time  # the real clock, also while a Clock stands in for `time` here
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from sunk.hooks.auth import HookCredentials
@@ -14,13 +17,15 @@ from sunk.kube.events import Recorder
 from sunk.policy import PolicyFile
 from sunk.runtime.controller import Outcome
 from sunk.runtime.queue import WorkQueue
+from sunk.scheduler import gangs, jobs, reconciler
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.reconciler import Reconciler
 from sunk.scheduler.slurmnodes import SlurmNodeController, SlurmNodePoller
+from sunk.testing import fakes
 from sunk.testing.fakes import FakeKube, FakeSlurm, MemoryCache
-from sunk.translate import Settings
+from sunk.translate import Settings, gang
 
 Json = dict[str, Any]
 SCHEDULER = "sunk"
@@ -81,6 +86,29 @@ def slurmd_pod(slurm_node: str, on: str) -> Json:
     }
 
 
+class Clock:
+    """The clocks of the scheduler's modules and of the fakes, moved on by hand: put it in
+    place of their `time` module (`monkeypatch.setattr(module, "time", clock)` for each of
+    `Clock.MODULES`), then `advance`."""
+
+    MODULES: tuple[ModuleType, ...] = (reconciler, gangs, jobs, fakes, sys.modules[__name__])
+
+    def __init__(self) -> None:
+        self.offset = 0.0
+
+    def time(self) -> float:
+        return _time.time() + self.offset
+
+    def monotonic(self) -> float:
+        return _time.monotonic() + self.offset
+
+    def advance(self, seconds: float) -> None:
+        self.offset += seconds
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(_time, name)
+
+
 @dataclass
 class World:
     """Kubernetes and Slurm in memory, and the scheduler's controllers on them."""
@@ -129,10 +157,12 @@ class World:
         )
 
     # -- the cluster ------------------------------------------------------------------------
-    def add_node(self, name: str, *, slurm_node: str | None = None, cordoned: bool = False) -> None:
+    def add_node(
+        self, name: str, *, slurm_node: str | None = None, cordoned: bool = False, ready: bool = True
+    ) -> None:
         """A Node hosting the slurmd Pod of Slurm node `slurm_node` (default: the same name)."""
         slurm_node = slurm_node or name
-        self.nodes.put(node(name, cordoned=cordoned))
+        self.nodes.put(node(name, cordoned=cordoned, ready=ready))
         self.slurmd.put(slurmd_pod(slurm_node, name))
         self.slurm.add_node(slurm_node)
 
@@ -140,6 +170,41 @@ class World:
         found = copy.deepcopy(self.nodes.store[name])
         found["spec"]["unschedulable"] = cordoned
         self.nodes.put(found)
+
+    def add_podgroup(self, name: str, min_member: int, timeout_s: int | None = None) -> None:
+        """A scheduling.x-k8s.io PodGroup, as the API server serves it."""
+        spec: Json = {"minMember": min_member}
+        if timeout_s is not None:
+            spec["scheduleTimeoutSeconds"] = timeout_s
+        self.kube.objects[gang.path(NAMESPACE, name)] = {
+            "apiVersion": f"{gang.API_GROUP}/{gang.API_VERSION}",
+            "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": spec,
+        }
+
+    def restarted(self) -> World:
+        """The scheduler after a restart: the same Kubernetes and Slurm, nothing remembered."""
+        return World(
+            placement=self.placement,
+            refuse_static_cpu=self.refuse_static_cpu,
+            drain_cordoned=self.drain_cordoned,
+            kill_wait_s=self.kill_wait_s,
+            kube=self.kube,
+            slurm=self.slurm,
+            nodes=self.nodes,
+            slurmd=self.slurmd,
+        )
+
+    def finish(self, key: str, phase: str = "Succeeded") -> None:
+        """The Pod's containers end on their own."""
+        found = copy.deepcopy(self.pod(key))
+        found["status"]["phase"] = phase
+        self.kube.pods.put(found)
+
+    def remove(self, key: str) -> None:
+        """The Pod is gone from the API server."""
+        del self.kube.pods.store[key]
 
     def create(self, manifest: Json) -> str:
         self.kube.pods.put(copy.deepcopy(manifest))
