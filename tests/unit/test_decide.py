@@ -398,7 +398,7 @@ PLACEMENTS = [
         {"sn-1": "cordoned"},
         ("sn-2",),
         NODES,
-        "no Slurm node can host this Pod: cordoned",
+        "no Slurm node can host this Pod: a placement on sn-2 was rejected before; cordoned",
         id="r4_3_no_usable_node_waits_with_the_reasons",
     ),
     pytest.param(

@@ -257,15 +257,6 @@ async def test_r4_3_a_slurm_node_drained_at_bind_time_is_rejected_and_avoided() 
     assert world.slurm.raw_jobs[101]["excluded_nodes"] == "sn-1"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "Reconciler._reject cancels the rejected job even when prepare() finds no other node "
-        "(nothing resubmitted, no job-id/avoid-nodes recorded): the Pod still names the job it "
-        "cancelled, so the next pass takes it for a job Slurm ended and deletes the Pod "
-        "(CancelledInSlurm) instead of leaving it waiting (R4.3)"
-    ),
-)
 async def test_r4_3_a_rejected_placement_with_no_other_node_leaves_the_pod_waiting() -> None:
     world = World()
     world.add_node("n1", slurm_node="sn-1")
@@ -278,14 +269,6 @@ async def test_r4_3_a_rejected_placement_with_no_other_node_leaves_the_pod_waiti
     assert "CancelledInSlurm" not in world.kube.reasons("web")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason=(
-        "decide.placement_problem names only the reasons of `excluded` nodes: when every node "
-        "is ruled out by `avoid` (placements rejected before), the message is "
-        "'no Slurm node can host this Pod: ' with no reason at all (R4.5)"
-    ),
-)
 async def test_r4_5_a_pod_whose_only_node_was_rejected_is_told_why_it_waits() -> None:
     world = World()
     world.add_node("n1", slurm_node="sn-1")

@@ -286,7 +286,8 @@ def placement_problem(
         )
         return f"required Slurm node(s) cannot host this Pod ({why})"
     if slurm_nodes and not slurm_nodes - ruled_out:
-        return "no Slurm node can host this Pod: " + "; ".join(sorted(set(excluded.values()))[:5])
+        reasons = {excluded.get(n, f"a placement on {n} was rejected before") for n in slurm_nodes}
+        return "no Slurm node can host this Pod: " + "; ".join(sorted(reasons)[:5])
     return None
 
 

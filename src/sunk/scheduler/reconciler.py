@@ -436,9 +436,10 @@ class Reconciler:
         raw = self._annotation(pod, "avoid-nodes") or ""
         return tuple(n for n in raw.split(",") if n)
 
-    async def record_job(self, pod: Json, job_id: int, avoid: tuple[str, ...]) -> None:
+    async def record_job(self, pod: Json, job_id: int | None, avoid: tuple[str, ...]) -> None:
+        """Write the Pod's job (None: it has none now) and the nodes its jobs must avoid."""
         meta = pod["metadata"]
-        annotations: dict[str, str | None] = {self.prefix + "job-id": str(job_id)}
+        annotations: dict[str, str | None] = {self.prefix + "job-id": str(job_id) if job_id else None}
         annotations[self.prefix + "avoid-nodes"] = ",".join(avoid) if avoid else None
         await self.kube.patch_pod(
             meta["namespace"], meta["name"], meta["uid"], {"metadata": {"annotations": annotations}}
@@ -506,7 +507,9 @@ class Reconciler:
         prepared = await self.prepare(pod, avoid)
         if isinstance(prepared, Outcome):
             return prepared
-        job = prepared
+        return await self._submit_prepared(pod, prepared, avoid)
+
+    async def _submit_prepared(self, pod: Json, job: PlaceholderJob, avoid: tuple[str, ...]) -> Outcome:
         packing = decide.Packing()
         if self.placement_policy == "pack":
             packing = decide.pack(job, self.cluster.slurm_node_usage)
@@ -734,7 +737,15 @@ class Reconciler:
             f"Slurm started job {job.job_id} on {slurm_node or '?'} but {problem}; {what}",
             warning=True,
         )
-        outcome = await self.submit(pod, avoid=avoid)
+        prepared = await self.prepare(pod, avoid)
+        if isinstance(prepared, Outcome):
+            # No other node can take the Pod now (said on the Pod), or it is refused for good:
+            # it stops naming the rejected job before that job is cancelled, so the job's end
+            # is not taken for Slurm ending the Pod's job, and it remembers the node.
+            await self.record_job(pod, None, avoid)
+            outcome = prepared
+        else:
+            outcome = await self._submit_prepared(pod, prepared, avoid)
         await self.slurm.cancel(job.job_id)
         return outcome
 
