@@ -559,3 +559,20 @@ async def test_r8_1_a_failed_event_write_never_fails_a_binding() -> None:
     await world.reconcile(key)
     assert world.pod(key)["spec"]["nodeName"] == "n1"
     assert "Scheduled" not in world.kube.reasons()
+
+
+# -- one pass, two reasons to look again (R8.2) ----------------------------------------------------
+
+
+async def test_r8_2_a_cancel_to_confirm_is_rechecked_whatever_step_the_new_pod_takes() -> None:
+    """Was: the cancel's 5 s re-check was kept on two of the Pod's paths only; on the others
+    a lost cancel waited for the 30 s resync."""
+    world = two_nodes()
+    key = await submitted(world)
+    world.slurm.start(100, "sn-1")
+    world.remove(key)
+    world.create(pod(uid="uid-web-2"))  # the Pod replaced under the same name
+    outcome = await world.reconcile(key)
+    assert (100, None) in world.slurm.cancelled()
+    assert world.slurm.submitted() == [100, 101]  # the new Pod's own step: a submit
+    assert outcome.requeue_after == decide.CANCEL_CONFIRM_S
