@@ -13,10 +13,12 @@ import pytest
 from sunk.devcluster import DevCluster
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.slurmcluster import run_cli
-from tests.e2e.test_lifecycle import reasons
-from tests.e2e.test_schedule_flow import host_of, slurm_nodes
+from sunk.slurm.hostlist import expand
+from tests.e2e.conftest import SCHEDULER
+from tests.e2e.test_lifecycle import job_state, reasons
+from tests.e2e.test_schedule_flow import P, create, get, host_of, job_of, slurm_nodes, wait_bound
 from tests.e2e.test_workloads import all_bound, assert_each_pod_on_its_jobs_node, template
-from tests.support import SchedulerProcess, SlurmRest, holds_for, wait_for
+from tests.support import SchedulerProcess, SlurmRest, holds_for, make_pod, wait_for
 
 pytestmark = pytest.mark.e2e
 ZONE = "topology.kubernetes.io/zone"
@@ -111,6 +113,44 @@ def test_r9_4_nodes_cordoned_or_being_removed_are_never_chosen(
     finally:
         kube.patch(f"/api/v1/nodes/{first}", {"spec": {"unschedulable": None}})
         kube.patch(f"/api/v1/nodes/{second}", {"spec": {"taints": None}})
+
+
+def test_r9_4_a_pending_job_gets_back_the_nodes_uncordoned_after_its_submission(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    """The case reported in issue #18: every Node cordoned but one, which a Slurm job holds
+    whole. The Pod's job leaves the cordoned nodes out and waits; once they are uncordoned
+    it gets them back (PlacementWidened) and the Pod is bound on one of them while the
+    blocker still holds the node it could use at first. Before, it waited for ever."""
+    open_node, *others = slurm_nodes(kube)
+    hosts = [host_of(kube, n) for n in others]
+    blocker = slurm.submit("#!/bin/sh\nsleep 600\n", name="blocker", nodelist=open_node, exclusive=True)
+    try:
+        wait_for(lambda: job_state(slurm, blocker) == "RUNNING", timeout=30, what="the blocker to run")
+        for host in hosts:
+            kube.patch(f"/api/v1/nodes/{host}", {"spec": {"unschedulable": True}})
+        create(kube, namespace, make_pod("waiting", SCHEDULER))
+        pod = wait_for(
+            lambda: (
+                (p := get(kube, namespace, "waiting"))
+                and P + "job-id" in p["metadata"].get("annotations", {})
+                and p
+            ),
+            timeout=15,
+            what="the Pod's job",
+        )
+        waiting = job_of(pod, slurm)
+        assert waiting["job_state"] == "PENDING"
+        assert set(expand(waiting.get("excluded_nodes") or "")) == set(others)
+        for host in hosts:
+            kube.patch(f"/api/v1/nodes/{host}", {"spec": {"unschedulable": None}})
+        bound = wait_bound(kube, namespace, "waiting", timeout=20)
+        assert bound["spec"]["nodeName"] in hosts
+        assert "can host the Pod now" in reasons(kube, namespace, "waiting")["PlacementWidened"]
+    finally:
+        for host in hosts:
+            kube.patch(f"/api/v1/nodes/{host}", {"spec": {"unschedulable": None}})
+        slurm.cancel(blocker)
 
 
 def all_pods(kube: AdminKube, namespace: str, app: str) -> list[dict[str, Any]]:

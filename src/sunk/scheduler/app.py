@@ -12,6 +12,7 @@ import ssl
 import time
 from collections import Counter
 from dataclasses import replace
+from typing import Any
 
 from sunk import metrics
 from sunk.config import Config
@@ -37,6 +38,7 @@ from sunk.slurm.errors import SlurmError
 from sunk.slurm.scontrol import memory_oversubscription_warning
 from sunk.slurm.tokens import TokenSource
 from sunk.translate import PodRef, Settings
+from sunk.translate.nodefilter import node_ready
 
 log = logging.getLogger(__name__)
 RESYNC_EVERY_S = 30.0
@@ -148,6 +150,11 @@ class Scheduler:
             )
         for informer in self.pod_informers.values():
             informer.add_handler(self._pod_event)
+        # Per Node and slurmd Pod, what placement reads of it; a change may let pending jobs
+        # use nodes they left out (the Pod controller then widens them).
+        self._placement_inputs: dict[str, tuple[object, ...]] = {}
+        self.nodes.add_handler(self._placement_input_event)
+        self.slurmd.add_handler(self._placement_input_event)
 
     def _pod_event(self, kind: str, pod: dict[str, object]) -> None:
         self.queue.add(_key(pod))
@@ -155,6 +162,22 @@ class Scheduler:
             meta = pod.get("metadata") or {}
             assert isinstance(meta, dict)
             self.gone.deleted(str(meta.get("uid")))
+
+    def _placement_input_event(self, kind: str, obj: dict[str, Any]) -> None:
+        """A Node cordoned or uncordoned, tainted, Ready or not, or a slurmd Pod bound,
+        moved or going: every Pod whose job is pending is looked at again (the routine
+        status updates of Nodes change nothing placement reads, and cost nothing)."""
+        key = _key(obj)  # Nodes have no namespace: "None/<name>" never clashes with a Pod's
+        seen = None if kind == "DELETED" else placement_inputs(obj)
+        if self._placement_inputs.get(key) == seen:
+            return
+        if seen is None:
+            self._placement_inputs.pop(key, None)
+        else:
+            self._placement_inputs[key] = seen
+        for ref, job in self.index.items():
+            if job.pending:
+                self._job_changed(ref)
 
     # -- what the hooks API asks of the scheduler ---------------------------------------
     async def pod_of_job(self, job_id: int) -> PodRef | None:
@@ -346,6 +369,17 @@ class Scheduler:
 
 def _failed_pass(_key: str, _err: BaseException) -> None:
     metrics.ATTEMPTS.labels("error").inc()
+
+
+def placement_inputs(obj: dict[str, Any]) -> tuple[object, ...]:
+    """What placement reads of a Node (cordon, taints, readiness, labels) or of a slurmd Pod
+    (its Node, whether it is going)."""
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    if "nodeName" in spec or "containers" in spec:
+        return (spec.get("nodeName"), bool(meta.get("deletionTimestamp")))
+    taints = tuple((t.get("key"), t.get("value"), t.get("effect")) for t in spec.get("taints") or ())
+    labels = tuple(sorted((meta.get("labels") or {}).items()))
+    return (bool(spec.get("unschedulable")), taints, node_ready(obj), labels)
 
 
 def _identity() -> str:
