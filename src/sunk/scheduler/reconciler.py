@@ -9,19 +9,16 @@ where the last process stopped, without a second job for the same Pod.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import dataclasses
 import datetime as dt
 import logging
 import os
 import time
-from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
 from sunk import decide, metrics, policy
-from sunk.decide import finished, pod_actions, submission
+from sunk.decide import pod_actions, submission
 from sunk.hooks.auth import HookCredentials
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
@@ -30,21 +27,18 @@ from sunk.runtime.ports import KubePort, SlurmPort
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.gangs import Gangs
 from sunk.scheduler.jobs import JobIndex
+from sunk.scheduler.placement import Placement
 from sunk.scheduler.pods import PodStore
 from sunk.slurm.dialect import JOB_PATH, mark_environment
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer
-from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.translate import PlaceholderJob, PodRef, Settings, gang, gres_text, podaffinity, translate
+from sunk.slurm.models import SlurmJob
+from sunk.translate import PlaceholderJob, PodRef, Settings, gang, gres_text, translate
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
-# How old Slurm's view of a node may be when deciding a binding there.
-NODE_STATE_TTL_S = 0.5
 # A submission that got no answer is looked for in a listing requested at least this long
 # after it, before the Pod is submitted again (slurmrestd may act on it late).
 UNANSWERED_GRACE_S = 3.0
-# How long a binding this process made counts for affinity rules before the informer shows it.
-PLACING_TTL_S = 30.0
 # Slurm reads on behalf of hook calls in flight at once; beyond that the poller answers.
 ASK_WHY_AT_ONCE = 4
 
@@ -85,12 +79,7 @@ class Reconciler:
         self.policy = policy
         self.placement_policy = placement  # --placement
         self.refuse_static_cpu = refuse_static_cpu
-        self._node_locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
-        self._rules_lock = asyncio.Lock()
-        # Pod UID → (when, the Pod as bound), from the decision until the informer shows the
-        # binding (or PLACING_TTL_S, should the Pod go first).
-        self._placing: dict[str, tuple[float, Json]] = {}
-        self._node_states: dict[str, tuple[float, SlurmNode | None]] = {}
+        self.places = Placement(slurm=slurm, cluster=cluster, pods=pods, settings=settings)
         # Jobs are remembered by (job ID, Pod UID): a slurmctld that lost its state hands
         # the same job IDs out again, and what was done to the old job says nothing of the new.
         self._signalled: set[tuple[int, str]] = set()
@@ -131,13 +120,7 @@ class Reconciler:
         self._drained &= live
         for uid in [u for u, at in self._unanswered.items() if time.monotonic() - at > 600]:
             del self._unanswered[uid]
-        now = time.monotonic()
-        for node in [n for n, (at, _) in self._node_states.items() if now - at > 60]:
-            del self._node_states[node]
-        for node in [n for n, lock in self._node_locks.items() if not lock.locked()]:
-            del self._node_locks[node]
-        for uid in [u for u, (at, _) in self._placing.items() if now - at > PLACING_TTL_S]:
-            del self._placing[uid]
+        self.places.prune()
         self.gangs.prune()
 
     # -- small readers --------------------------------------------------------------------
@@ -483,7 +466,7 @@ class Reconciler:
     def _excluded_for(self, pod: Json) -> dict[str, str]:
         """The Slurm nodes the Pod's own constraints rule out, with why. Only Pods with
         affinity or spread rules gather the Pods already placed."""
-        return self.cluster.excluded_for(pod, self._placed(pod) if podaffinity.has_rules(pod) else [])
+        return self.places.excluded_for(pod)
 
     def environment(self, job: PlaceholderJob) -> dict[str, str]:
         """What the placeholder script of `job` is told (its Pod, the hooks API, its key)."""
@@ -610,6 +593,9 @@ class Reconciler:
         return Outcome()
 
     # -- binding (R4.3, R4.4) -------------------------------------------------------------
+    async def placement(self, pod: Json, job: SlurmJob) -> tuple[str | None, str, bool]:
+        return await self.places.choose(pod, job)
+
     async def _bind(self, pod: Json, job: SlurmJob) -> Outcome:
         if job.group_leader is not None and gang.group_of(pod):
             return await self.gangs.bind(pod, job)
@@ -620,43 +606,6 @@ class Reconciler:
             )
         return await self.bind_to(pod, job, node_name)
 
-    async def placement(self, pod: Json, job: SlurmJob) -> tuple[str | None, str, bool]:
-        """(the Node to bind `pod` to, "", _) or (None, why not, whether the node is the
-        problem). Strict node locking: never a doubtful node or allocation. A Node chosen is
-        counted as placed at once, before the informer shows the binding."""
-        if len(job.nodes) != 1:
-            return None, f"Slurm allocated {len(job.nodes)} nodes, not one", True
-        slurm_node = job.nodes[0]
-        wanted = translate(pod, self.settings).job
-        short = (
-            decide.allocation_problem(job, wanted.cpus, wanted.memory_mib, wanted.gres) if wanted else None
-        )
-        if short:
-            return None, short, False
-        # The lock serialises the decision for one node (R4.3); the binding itself, a plain
-        # API call, happens outside it so a burst of Pods on one node is not queued behind it.
-        # A Pod with affinity or spread rules also takes one lock shared by all such Pods:
-        # their rules span Nodes (a zone), and each must count the others' placements.
-        state = await self._slurm_node_state(slurm_node)
-        rules_apply = podaffinity.has_rules(pod)
-        rules = self._rules_lock if rules_apply else contextlib.nullcontext()
-        async with rules, self._node_locks[slurm_node]:
-            target = self.cluster.target(slurm_node, pod, self._placed(pod) if rules_apply else [])
-            problem = target.problem or decide.slurm_node_problem(slurm_node, state)
-            if problem is not None or target.node is None:
-                return None, problem or "no Node", True
-            node_name: str = target.node["metadata"]["name"]
-            self.placing(pod, node_name)
-        return node_name, "", False
-
-    def placing(self, pod: Json, node_name: str) -> None:
-        """Count `pod` as placed on `node_name` from now on (affinity and spread rules)."""
-        spec = pod.get("spec") or {}
-        self._placing[pod["metadata"]["uid"]] = (
-            time.monotonic(),
-            {**pod, "spec": {**spec, "nodeName": node_name}},
-        )
-
     async def bind_to(self, pod: Json, job: SlurmJob, node_name: str, note: str = "") -> Outcome:
         meta = pod["metadata"]
         try:
@@ -664,7 +613,7 @@ class Reconciler:
         except KubeError as err:
             if err.conflict and await self._already_on(pod, node_name):
                 return Outcome()
-            self._placing.pop(meta["uid"], None)
+            self.places.forget(meta["uid"])
             raise
         self._observe_bound(pod, job)
         await self.recorder.event(
@@ -674,38 +623,6 @@ class Reconciler:
             f"(Slurm job {job.job_id} on node {job.nodes[0]}{note})",
         )
         return Outcome()
-
-    def _placed(self, pod: Json) -> list[Json]:
-        """The Pods of this scheduler on a Node (or being bound to one), but `pod`: what its
-        affinity and spread rules count. Terminating and finished Pods do not count."""
-        uid = pod["metadata"].get("uid")
-        placed: dict[str, Json] = {}
-        for key in self.pods.all_keys():
-            other = self.pods.get(key)
-            if other is None or not (other.get("spec") or {}).get("nodeName"):
-                continue
-            placed[other["metadata"].get("uid", key)] = other
-        now = time.monotonic()
-        for other_uid in [
-            u for u, (at, _) in self._placing.items() if u in placed or now - at > PLACING_TTL_S
-        ]:
-            del self._placing[other_uid]  # the informer shows it now (or it went meanwhile)
-        placed.update({u: p for u, (_, p) in self._placing.items()})
-        return [
-            p
-            for u, p in placed.items()
-            if u != uid and not p["metadata"].get("deletionTimestamp") and not finished(p)
-        ]
-
-    async def _slurm_node_state(self, slurm_node: str) -> SlurmNode | None:
-        """Slurm's own view of the node, read at most every NODE_STATE_TTL_S per node:
-        every binding in a burst shares one fresh read."""
-        cached = self._node_states.get(slurm_node)
-        now = time.monotonic()
-        if cached is None or now - cached[0] > NODE_STATE_TTL_S:
-            cached = (now, await self.slurm.node(slurm_node))
-            self._node_states[slurm_node] = cached
-        return cached[1]
 
     async def _already_on(self, pod: Json, node: str) -> bool:
         meta = pod["metadata"]

@@ -17,7 +17,7 @@ from sunk.kube.events import Recorder
 from sunk.policy import PolicyFile
 from sunk.runtime.controller import Outcome
 from sunk.runtime.queue import WorkQueue
-from sunk.scheduler import gangs, jobs, reconciler
+from sunk.scheduler import gangs, jobs, placement, reconciler
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.pods import PodStore
@@ -91,7 +91,7 @@ class Clock:
     place of their `time` module (`monkeypatch.setattr(module, "time", clock)` for each of
     `Clock.MODULES`), then `advance`."""
 
-    MODULES: tuple[ModuleType, ...] = (reconciler, gangs, jobs, fakes, sys.modules[__name__])
+    MODULES: tuple[ModuleType, ...] = (reconciler, placement, gangs, jobs, fakes, sys.modules[__name__])
 
     def __init__(self) -> None:
         self.offset = 0.0
