@@ -136,3 +136,16 @@ async def test_r9_4_a_node_slurm_no_longer_lists_is_left_alone() -> None:
     outcome = await world.node_controller.reconcile("sn-1")
     assert outcome.requeue_after is None
     assert not [c for c in world.slurm.calls if c[0] == "drain"]
+
+
+async def test_r9_4_a_drain_an_administrator_made_since_the_listing_is_never_overridden() -> None:
+    """Was: a listing taken just before the admin's drain made sunk drain the node again
+    with its own reason, and resume it (the admin's drain lost) once the Node was uncordoned."""
+    world = World(drain_cordoned=True)
+    world.add_node("n1", slurm_node="sn-1")
+    await world.list_nodes()  # Slurm's listing: sn-1 in use, not drained
+    drained_by_admin(world)  # then the administrator drains it…
+    world.cordon("n1")  # …and the Node is cordoned
+    await world.node_controller.reconcile("sn-1")
+    assert not [c for c in world.slurm.calls if c[0] == "drain"]
+    assert world.slurm.raw_nodes["sn-1"]["reason"] == "bad DIMM"

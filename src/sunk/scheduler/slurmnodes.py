@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable
+from dataclasses import replace
 from typing import Any
 
 from sunk.decide.slurm_node import Drain, Explain, Resume, SlurmNodeFacts, for_slurm_node
@@ -119,8 +120,16 @@ class SlurmNodeController:
         if facts is None:
             self._explained.pop(key, None)
             return DONE
+        actions = for_slurm_node(facts)
+        if any(isinstance(action, Drain | Resume) for action in actions):
+            # A drain or resume changes Slurm: decided again on a fresh read of the node, so
+            # a listing a few seconds old never overrides a drain an administrator just made.
+            fresh = await self.slurm.node(key)
+            if fresh is None:
+                return DONE
+            actions = for_slurm_node(replace(facts, node=fresh))
         outcome = DONE
-        for action in for_slurm_node(facts):
+        for action in actions:
             if isinstance(action, Drain):
                 problem = await self.slurm.drain(action.node, action.reason)
                 if problem:
