@@ -9,6 +9,7 @@ import pytest
 from kubernetes_asyncio import client as k8s
 
 from sunk.kube.client import KubeClient, KubeError
+from sunk.metrics import REGISTRY
 from sunk.runtime.controller import DONE, Outcome, after, work
 from sunk.runtime.manager import Manager, Phase
 from sunk.runtime.queue import WorkQueue
@@ -115,6 +116,7 @@ async def test_a_supervised_task_that_fails_is_started_again() -> None:
     with pytest.raises(asyncio.CancelledError):
         await task
     assert len(runs) == 2
+    assert REGISTRY.get_sample_value("sunk_task_restarts_total", {"task": "poller"}) == 1
 
 
 async def test_r8_2_an_api_server_refusing_connections_is_a_kube_error_not_aiohttps() -> None:
@@ -193,7 +195,7 @@ async def test_a_failing_term_source_never_ends_the_term() -> None:
         restarted.set()
         await asyncio.sleep(3600)
 
-    manager.run_while_leading("poller", poller)
+    manager.run_while_leading("term-poller", poller)
     running = asyncio.create_task(manager.run(component))
     await within(3, restarted)
     assert manager.is_acting

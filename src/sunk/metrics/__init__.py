@@ -53,3 +53,9 @@ PENDING_IN_SLURM = Gauge(
 )
 HOOK_CALLS = Counter("sunk_hook_calls_total", "Hooks API calls, by outcome", ["outcome"], registry=REGISTRY)
 LEADER = Gauge("sunk_leader", "1 while this replica holds the leader Lease", registry=REGISTRY)
+TASK_RESTARTS = Counter(
+    "sunk_task_restarts_total",
+    "Background tasks (pollers, informers, workers) that failed or returned and were started again",
+    ["task"],
+    registry=REGISTRY,
+)

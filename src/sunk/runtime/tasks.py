@@ -11,6 +11,8 @@ import asyncio
 import logging
 from collections.abc import Awaitable, Callable
 
+from sunk.metrics import TASK_RESTARTS
+
 log = logging.getLogger(__name__)
 RESTART_FIRST_S = 0.5
 RESTART_MAX_S = 10.0
@@ -34,6 +36,7 @@ async def supervised(
             log.exception("task %s failed; starting it again in %.1fs", name, delay)
         else:
             log.warning("task %s returned; starting it again in %.1fs", name, delay)
+        TASK_RESTARTS.labels(name).inc()
         await asyncio.sleep(delay)
         delay = min(delay * 2, max_delay)
 
