@@ -16,14 +16,6 @@ from sunk.translate import gang
 A, B = "ns/a", "ns/b"
 
 
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    clock = Clock()
-    for module in Clock.MODULES:
-        monkeypatch.setattr(module, "time", clock)
-    return clock
-
-
 def member(name: str) -> dict:
     return pod(name, labels={gang.GROUP_LABEL: "g"})
 

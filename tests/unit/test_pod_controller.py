@@ -16,14 +16,6 @@ from sunk.testing.scheduler import NAMESPACE, PREFIX, SCHEDULER, Clock, World, p
 from sunk.translate import PodRef, owner_tag
 
 
-@pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    clock = Clock()
-    for module in Clock.MODULES:
-        monkeypatch.setattr(module, "time", clock)
-    return clock
-
-
 def two_nodes() -> World:
     world = World()
     world.add_node("n1", slurm_node="sn-1")
