@@ -574,7 +574,28 @@ GANG_CLAIMS = [
         id="r9_1_a_member_being_deleted_keeps_its_node_and_is_not_signalled",
     ),
     pytest.param(None, component(1), True, Claim.CANCEL, id="r9_1_a_member_gone_ends_the_group"),
+    pytest.param(
+        None,
+        component(1, "PENDING"),
+        True,
+        Claim.RELEASE_GROUP,
+        id="r9_1_a_member_gone_before_the_start_releases_the_others",
+    ),
+    pytest.param(
+        pod(phase="Failed", job_id=41),
+        component(0, "PENDING"),
+        False,
+        Claim.RELEASE_GROUP,
+        id="r9_1_a_member_failed_before_the_start_releases_the_others",
+    ),
 ]
+
+
+def test_r9_1_a_group_is_released_once_for_a_member_that_left() -> None:
+    got = decide.for_claim(
+        None, REF, component(1, "PENDING"), prefix=P, cancelled_at=1.0, signalled=False, now=100.0
+    )
+    assert got is Claim.KEEP
 
 
 @pytest.mark.parametrize(("the_pod", "the_job", "others_running", "verdict"), GANG_CLAIMS)

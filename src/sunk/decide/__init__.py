@@ -65,6 +65,8 @@ class Claim(enum.Enum):
     SIGNAL = "signal"  # its Pod is being deleted: ask the script to end, keep the resources
     CANCEL = "cancel"  # its Pod is gone, finished, refused or has another job: end it now
     RECHECK = "recheck"  # cancelled already; look again until Slurm ends it
+    RELEASE_GROUP = "release-group"  # a gang's member left before its job started: the
+    # job is cancelled and the other members wait for a new one (never deleted for it)
 
 
 def owns(pod: Json | None, ref: PodRef, job: SlurmJob, prefix: str) -> bool:
@@ -114,6 +116,8 @@ def for_claim(
         or recorded_job_id(pod, prefix) not in (None, job.job_id)
     )
     if gone:
+        if group and job.pending:
+            return Claim.RELEASE_GROUP if cancelled_at is None else Claim.KEEP
         # Cancelled even while Slurm is ending it: that stops a requeue.
         if cancelled_at is None:
             return Claim.CANCEL
@@ -170,7 +174,7 @@ def for_pod(
     if finally_refused(pod):
         return Decision(Step.NOTHING)
     bound = bool((pod.get("spec") or {}).get("nodeName"))
-    if job is not None and (job.ending or (bound and job.gave_up_resources)):
+    if job is not None and slurm_ends(pod, job):
         return Decision(Step.END_POD)
     if pod["metadata"].get("deletionTimestamp") or finished(pod):
         return Decision(Step.NOTHING)
@@ -198,6 +202,13 @@ def for_pod(
             return Decision(Step.WAIT, wait)  # the script usually starts within a second
         return Decision(Step.REPORT_STARTING)
     return Decision(Step.NOTHING)
+
+
+def slurm_ends(pod: Json, job: SlurmJob) -> bool:
+    """Slurm is ending the Pod's job, or gave up its resources while the Pod is bound
+    (requeued, suspended): either way the Pod must go."""
+    bound = bool((pod.get("spec") or {}).get("nodeName"))
+    return job.ending or (bound and job.gave_up_resources)
 
 
 def transient_for(since: int, now: float) -> float:

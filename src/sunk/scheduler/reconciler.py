@@ -231,8 +231,8 @@ class Reconciler:
             now=time.monotonic(),
             others_running=job.group_leader is not None and self.gangs.others_running(ref, job),
         )
-        if verdict is decide.Claim.CANCEL and job.group_leader is not None and job.pending:
-            if (job.job_id, ref.uid) not in self._cancelled and await self._still_claims(ref, job.job_id):
+        if verdict is decide.Claim.RELEASE_GROUP:
+            if await self._still_claims(ref, job.job_id):
                 self._cancelled[(job.job_id, ref.uid)] = time.monotonic()
                 await self.gangs.member_left(ref, job)
             return False
@@ -335,7 +335,7 @@ class Reconciler:
         self._ending_reported.discard((job_id, ref.uid))
         if found is not None and self.slurm.pod_of(found, self.settings.scheduler_name) == ref:
             self.index.observe(ref, found)
-            if found.ending or (found.gave_up_resources and (pod.get("spec") or {}).get("nodeName")):
+            if decide.slurm_ends(pod, found):
                 return await self._job_ending(pod, found)  # says why, deletes, drains if late
             log.warning(
                 "the placeholder of job %s said Slurm is ending it, but Slurm says %s; the Pod %s stays",
