@@ -66,3 +66,40 @@ def test_r9_1_members_asking_for_different_slurm_users_cannot_share_one_job() ->
     assert message is not None
     assert "uid 0 gid 0, uid 1000 gid 1000" in message
     assert "give them the same user-id and group-id annotations" in message
+
+
+def step(**kw: Any) -> gang.SubmitStep:
+    base: dict[str, Any] = {
+        "placed": False,
+        "retry_in": 0.0,
+        "unanswered_at": 0.0,
+        "listed_at": 100.0,
+        "grace_s": 3.0,
+        "wait_s": 5.0,
+    }
+    return gang.next_submit_step(
+        gang.PodGroup("ns", "g", 2, 60), kw.pop("waiting", ["a", "b"]), **{**base, **kw}
+    )
+
+
+def test_r9_1_a_complete_group_is_submitted() -> None:
+    assert step() == gang.SubmitStep("submit")
+
+
+def test_r9_1_a_member_beyond_a_group_already_placed_goes_alone() -> None:
+    assert step(placed=True, waiting=["c"]) == gang.SubmitStep("alone")
+
+
+def test_r9_1_a_group_short_of_members_waits_saying_so() -> None:
+    got = step(waiting=["a"])
+    assert (got.kind, got.after) == ("wait", 5.0)
+    assert "needs 2 members" in got.message
+
+
+def test_r9_1_a_group_timed_out_waits_out_its_timeout_before_a_new_job() -> None:
+    assert step(retry_in=42.0) == gang.SubmitStep("wait", 42.0)
+
+
+def test_r8_2_a_group_whose_submission_got_no_answer_waits_for_a_listing_that_could_show_it() -> None:
+    assert step(unanswered_at=99.0) == gang.SubmitStep("wait", 1.0)
+    assert step(unanswered_at=90.0) == gang.SubmitStep("submit")

@@ -181,22 +181,25 @@ class Gangs:
                 await self._say_waiting([pod], ev.WAITING_FOR_GROUP, problem or "no PodGroup")
                 return Outcome(requeue_after=GROUP_WAIT_S)
             waiting, placed = self._members_waiting(namespace, name)
-            if placed:
-                # The group's job exists already: a member beyond it (more replicas than
-                # minMember, or one that came back) is placed on its own, as the
-                # coscheduling plugin does once a group is scheduled.
+            step = gang.next_submit_step(
+                group,
+                [str(p["metadata"]["name"]) for p in waiting],
+                placed=placed,
+                retry_in=self._retry_at.get(key, 0.0) - time.monotonic(),
+                unanswered_at=max(
+                    (self.rec.unanswered_since(p["metadata"]["uid"]) for p in waiting), default=0.0
+                ),
+                listed_at=self.rec.index.listed_at,
+                grace_s=UNANSWERED_GRACE_S,
+                wait_s=GROUP_WAIT_S,
+            )
+            if step.kind == "alone":
                 return await self.rec.submit(pod)
-            retry = self._retry_at.get(key, 0.0) - time.monotonic()
-            if retry > 0:
-                return Outcome(requeue_after=retry)
-            message = gang.waiting_for_members(group, [str(p["metadata"]["name"]) for p in waiting])
-            if message:
-                await self._say_waiting(waiting, ev.WAITING_FOR_GROUP, message)
-                return Outcome(requeue_after=GROUP_WAIT_S)
-            unanswered = [self.rec.unanswered_since(p["metadata"]["uid"]) for p in waiting]
-            if max(unanswered) and self.rec.index.listed_at < max(unanswered) + UNANSWERED_GRACE_S:
-                return Outcome(requeue_after=1)  # a listing may yet show the job of that submit
-            return await self._submit(group, waiting)
+            if step.kind == "submit":
+                return await self._submit(group, waiting)
+            if step.message:
+                await self._say_waiting(waiting, ev.WAITING_FOR_GROUP, step.message)
+            return Outcome(requeue_after=step.after)
 
     async def _submit(self, group: gang.PodGroup, members: list[Json]) -> Outcome:
         jobs: list[PlaceholderJob] = []

@@ -93,3 +93,43 @@ def identity_problem(group: PodGroup, identities: list[tuple[int | None, int | N
         + ", ".join(f"uid {u} gid {g}" for u, g in distinct)
         + "); one Slurm job runs as one user: give them the same user-id and group-id annotations"
     )
+
+
+@dataclass(frozen=True)
+class SubmitStep:
+    """What a member with no job does next: `kind` is "wait" (look again after `after`
+    seconds; `message`, if any, goes on the waiting members), "alone" (the group's job
+    exists: this member gets a job of its own) or "submit" (one job for the waiting members)."""
+
+    kind: str
+    after: float = 0.0
+    message: str = ""
+
+
+def next_submit_step(
+    group: PodGroup,
+    waiting: list[str],
+    *,
+    placed: bool,
+    retry_in: float,
+    unanswered_at: float,
+    listed_at: float,
+    grace_s: float,
+    wait_s: float,
+) -> SubmitStep:
+    """For a group whose PodGroup exists. `waiting`: the members with no job; `placed`: some
+    member has a job or a Node; `retry_in`: seconds before the group may be submitted again
+    (after a timeout); `unanswered_at`: when a submission for a waiting member last got no
+    answer (monotonic, 0: never), `listed_at` when the newest job listing was requested."""
+    if placed:
+        # A member beyond the group (more replicas than minMember, or one that came back) is
+        # placed on its own, as the coscheduling plugin does once a group is scheduled.
+        return SubmitStep("alone")
+    if retry_in > 0:
+        return SubmitStep("wait", retry_in)
+    message = waiting_for_members(group, waiting)
+    if message:
+        return SubmitStep("wait", wait_s, message)
+    if unanswered_at and listed_at < unanswered_at + grace_s:
+        return SubmitStep("wait", 1.0)  # a listing may yet show the job of that submission
+    return SubmitStep("submit")
