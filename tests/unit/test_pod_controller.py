@@ -3,6 +3,7 @@ and each failure of either side on each write. Named after the requirement check
 
 from __future__ import annotations
 
+import copy
 import time
 
 import pytest
@@ -225,6 +226,29 @@ async def test_r4_3_a_node_cordoned_at_bind_time_gets_the_pod_a_new_job_that_avo
     assert "PlacementRejected" in world.kube.reasons("web")
     assert world.job_id(key) == 101
     assert world.slurm.raw_jobs[101]["excluded_nodes"] == "sn-1"
+
+
+async def test_r8_2_a_cache_still_showing_the_rejected_job_never_ends_the_pod_or_its_new_job() -> None:
+    """Seen in a fault run: the pass after a rejected placement read the Pod from a cache
+    that did not show the new job yet, took the cancelled old job for Slurm ending the
+    Pod's job, deleted the Pod, and cancelled its new job as unowned."""
+    world = two_nodes()
+    key = await submitted(world)
+    before = copy.deepcopy(world.pod(key))  # what the informer still shows a moment later
+    world.cordon("n1")
+    world.slurm.start(100, "sn-1")
+    await world.reconcile(key)
+    assert world.job_id(key) == 101
+    world.kube.pods.put(before)
+    outcome = await world.reconcile(key)
+    assert not deleted(world, key)
+    assert (101, None) not in world.slurm.cancelled()
+    assert outcome.requeue_after is not None and outcome.requeue_after < 1
+    world.kube.pods.put(
+        {**before, "metadata": {**before["metadata"], "annotations": {PREFIX + "job-id": "101"}}}
+    )
+    await world.reconcile(key)  # the cache caught up: the Pod waits on its new job
+    assert not deleted(world, key)
 
 
 async def test_r4_3_a_rejected_job_is_cancelled_after_its_successor_is_submitted() -> None:

@@ -202,3 +202,19 @@ async def test_a_failing_term_source_never_ends_the_term() -> None:
     running.cancel()
     with pytest.raises(asyncio.CancelledError):
         await running
+
+
+def test_an_expectation_holds_until_seen_or_too_old(monkeypatch: pytest.MonkeyPatch) -> None:
+    from sunk.runtime import expectations
+
+    now = [1000.0]
+    monkeypatch.setattr(expectations.time, "monotonic", lambda: now[0])
+    written = expectations.Expectations[int | None](within=10)
+    assert not written.unseen("pod", 7)  # nothing written: the cache is believed
+    written.expect("pod", 8)
+    assert written.unseen("pod", 7)  # the cache lags behind the write
+    assert not written.unseen("pod", 8)  # seen: dropped
+    assert not written.unseen("pod", 7)
+    written.expect("pod", None)
+    now[0] += 10
+    assert not written.unseen("pod", 7)  # too old: someone else may have changed it since

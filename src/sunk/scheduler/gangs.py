@@ -64,7 +64,7 @@ class MemberSteps(Protocol):
 
     async def refuse(self, pod: Json, reason: str, problems: list[str]) -> Outcome: ...
 
-    async def record_job(self, pod: Json, job_id: int, avoid: tuple[str, ...]) -> None: ...
+    async def record_job(self, pod: Json, job_id: int | None, avoid: tuple[str, ...]) -> None: ...
 
     def avoid_nodes(self, pod: Json) -> tuple[str, ...]: ...
 
@@ -310,15 +310,8 @@ class Gangs:
             if (pod.get("spec") or {}).get("nodeName"):
                 continue  # bound already: its job ending deletes it (never happens before all are)
             avoided = self.rec.avoid_nodes(pod) + ((avoid[ref.uid],) if avoid and ref.uid in avoid else ())
-            annotations: dict[str, str | None] = {
-                self.rec.prefix + "job-id": None,
-                self.rec.prefix + "avoid-nodes": ",".join(avoided) or None,
-            }
-            meta = pod["metadata"]
             try:
-                await self.rec.kube.patch_pod(
-                    meta["namespace"], meta["name"], meta["uid"], {"metadata": {"annotations": annotations}}
-                )
+                await self.rec.record_job(pod, None, avoided)
             except KubeError as err:
                 if not (err.not_found or err.conflict):
                     raise

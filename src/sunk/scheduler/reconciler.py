@@ -23,6 +23,7 @@ from sunk.hooks.auth import HookCredentials
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.runtime.controller import Outcome
+from sunk.runtime.expectations import Expectations
 from sunk.runtime.ports import KubePort, SlurmPort
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.gangs import Gangs
@@ -39,6 +40,8 @@ Json = dict[str, Any]
 # A submission that got no answer is looked for in a listing requested at least this long
 # after it, before the Pod is submitted again (slurmrestd may act on it late).
 UNANSWERED_GRACE_S = 3.0
+# How soon a Pod whose cache lags behind this process's own write is looked at again.
+WRITE_UNSEEN_RECHECK_S = 0.2
 # Slurm reads on behalf of hook calls in flight at once; beyond that the poller answers.
 ASK_WHY_AT_ONCE = 4
 
@@ -99,6 +102,8 @@ class Reconciler:
         # a claim to check with Slurm before the Pod goes (a stolen key must not end a Pod).
         self._ending_reported: set[tuple[int, str]] = set()
         self._asking_slurm = 0
+        # Pod UID → the job ID this process last wrote on it, until the cache shows it.
+        self._job_written: Expectations[int | None] = Expectations()
         self.gangs = Gangs(self)
 
     def note_unanswered(self, uid: str) -> None:
@@ -121,6 +126,7 @@ class Reconciler:
         for uid in [u for u, at in self._unanswered.items() if time.monotonic() - at > 600]:
             del self._unanswered[uid]
         self.places.prune()
+        self._job_written.prune()
         self.gangs.prune()
 
     # -- small readers --------------------------------------------------------------------
@@ -162,6 +168,11 @@ class Reconciler:
         pod = self.pods.get(key)
         if pod is None:
             self._deleting.pop(key, None)
+        elif self._job_written.unseen(pod["metadata"]["uid"], self._recorded_job_id(pod)):
+            # The cache still shows the job this process just moved the Pod off (a rejected
+            # placement, a released group): judged by that copy, the Pod would look ended
+            # and its new job unowned.
+            return Outcome(requeue_after=WRITE_UNSEEN_RECHECK_S)
         recheck = Outcome()
         for ref, other in self.index.for_key(namespace, name):
             if await self._settle_claim(ref, other, pod):
@@ -172,8 +183,8 @@ class Reconciler:
         return recheck.merge(await self._next_step(pod))
 
     async def _next_step(self, pod: Json) -> Outcome:
-        job = self._current_job(pod)
         job_id = self._recorded_job_id(pod)
+        job = self._current_job(pod)
         needed = self._widenable(pod, job)
         decision = decide.for_pod(
             pod,
@@ -420,13 +431,15 @@ class Reconciler:
         return tuple(n for n in raw.split(",") if n)
 
     async def record_job(self, pod: Json, job_id: int | None, avoid: tuple[str, ...]) -> None:
-        """Write the Pod's job (None: it has none now) and the nodes its jobs must avoid."""
+        """Write the Pod's job (None: it has none now) and the nodes its jobs must avoid;
+        until the cache shows the new job, the Pod is not judged by the old one."""
         meta = pod["metadata"]
         annotations: dict[str, str | None] = {self.prefix + "job-id": str(job_id) if job_id else None}
         annotations[self.prefix + "avoid-nodes"] = ",".join(avoid) if avoid else None
         await self.kube.patch_pod(
             meta["namespace"], meta["name"], meta["uid"], {"metadata": {"annotations": annotations}}
         )
+        self._job_written.expect(meta["uid"], job_id)
 
     async def refuse(self, pod: Json, reason: str, problems: list[str]) -> Outcome:
         """A final answer (R2.4): Event + condition, and the Pod is never tried again."""
