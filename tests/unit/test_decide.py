@@ -799,3 +799,9 @@ def test_r9_4_a_pending_job_leaving_out_nodes_usable_again_is_widened_at_once() 
     pending = job("PENDING", reason="Resources", submit_time=int(NOW) - 1)
     got = decide.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=0.0)
     assert got.step is Step.WIDEN
+
+
+def test_r8_2_a_submission_with_no_answer_is_not_sent_again_before_a_listing_could_show_its_job() -> None:
+    assert decide.unanswered_wait(100.0, 102.0, 3.0)  # the newest listing may predate the job
+    assert not decide.unanswered_wait(100.0, 103.5, 3.0)  # a later listing did not show it
+    assert not decide.unanswered_wait(0.0, 0.0, 3.0)  # nothing went unanswered

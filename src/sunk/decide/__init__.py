@@ -211,6 +211,13 @@ def slurm_ends(pod: Json, job: SlurmJob) -> bool:
     return job.ending or (bound and job.gave_up_resources)
 
 
+def unanswered_wait(unanswered_at: float, listed_at: float, grace_s: float) -> bool:
+    """A submission sent at `unanswered_at` (monotonic; 0: none) got no answer: Slurm may
+    hold its job, so nothing is submitted again until a listing requested at least
+    `grace_s` later (`listed_at`) could have shown it (R8.2: never two jobs for one Pod)."""
+    return bool(unanswered_at) and listed_at < unanswered_at + grace_s
+
+
 def transient_for(since: int, now: float) -> float:
     """Seconds left before a state entered at `since` (epoch) is worth a condition write;
     0 once it has lasted TRANSIENT_S (or when Slurm gave no time)."""

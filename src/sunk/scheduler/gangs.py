@@ -186,11 +186,11 @@ class Gangs:
                 [str(p["metadata"]["name"]) for p in waiting],
                 placed=placed,
                 retry_in=self._retry_at.get(key, 0.0) - time.monotonic(),
-                unanswered_at=max(
-                    (self.rec.unanswered_since(p["metadata"]["uid"]) for p in waiting), default=0.0
+                unanswered=decide.unanswered_wait(
+                    max((self.rec.unanswered_since(p["metadata"]["uid"]) for p in waiting), default=0.0),
+                    self.rec.index.listed_at,
+                    UNANSWERED_GRACE_S,
                 ),
-                listed_at=self.rec.index.listed_at,
-                grace_s=UNANSWERED_GRACE_S,
                 wait_s=GROUP_WAIT_S,
             )
             if step.kind == "alone":

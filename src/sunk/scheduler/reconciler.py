@@ -402,9 +402,8 @@ class Reconciler:
         if await self.adopt(pod):
             self._unanswered.pop(uid, None)
             return Outcome()
-        sent = self._unanswered.get(uid)
-        if sent is not None and self.index.listed_at < sent + UNANSWERED_GRACE_S:
-            return Outcome(requeue_after=1)  # wait for a listing that would show that job
+        if decide.unanswered_wait(self.unanswered_since(uid), self.index.listed_at, UNANSWERED_GRACE_S):
+            return Outcome(requeue_after=1)
         self._unanswered.pop(uid, None)
         return await self.submit(pod)
 

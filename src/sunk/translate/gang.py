@@ -112,15 +112,13 @@ def next_submit_step(
     *,
     placed: bool,
     retry_in: float,
-    unanswered_at: float,
-    listed_at: float,
-    grace_s: float,
+    unanswered: bool,
     wait_s: float,
 ) -> SubmitStep:
     """For a group whose PodGroup exists. `waiting`: the members with no job; `placed`: some
     member has a job or a Node; `retry_in`: seconds before the group may be submitted again
-    (after a timeout); `unanswered_at`: when a submission for a waiting member last got no
-    answer (monotonic, 0: never), `listed_at` when the newest job listing was requested."""
+    (after a timeout); `unanswered`: a submission for a waiting member got no answer and no
+    listing since could have shown its job (sunk.decide.unanswered_wait)."""
     if placed:
         # A member beyond the group (more replicas than minMember, or one that came back) is
         # placed on its own, as the coscheduling plugin does once a group is scheduled.
@@ -130,6 +128,6 @@ def next_submit_step(
     message = waiting_for_members(group, waiting)
     if message:
         return SubmitStep("wait", wait_s, message)
-    if unanswered_at and listed_at < unanswered_at + grace_s:
+    if unanswered:
         return SubmitStep("wait", 1.0)  # a listing may yet show the job of that submission
     return SubmitStep("submit")
