@@ -650,6 +650,7 @@ class ChaosRun:
         self.initially_drained: set[str] = set()
         self.fresh = False  # the last observe() saw both sides
         self._events: list[Json] | None = None
+        self._node_events: list[Json] | None = None
         self.daemons = Daemons(self.layout)
         self.sched = SchedulerUnderTest(cluster, self.name)
 
@@ -1041,12 +1042,7 @@ class ChaosRun:
             drained = {}
         # Drains that name a Pod are told on it; others (an administrator's, Slurm's own
         # "Duplicate jobid") on the Node hosting the Slurm node, whose Events live in `default`.
-        node_events = self.kube.get("/apis/events.k8s.io/v1/namespaces/default/events")["items"]
-        drain_events = [
-            e
-            for e in [*self.events(), *node_events]
-            if e.get("reason") == "NodeDrained" and e.get("reportingController") == self.name
-        ]
+        drain_events = [e for e in [*self.events(), *self.node_events()] if e.get("reason") == "NodeDrained"]
         for node, reason in sorted(drained.items()):
             if node in self.initially_drained:
                 continue
@@ -1077,6 +1073,13 @@ class ChaosRun:
             self._events = [e for e in items if e.get("reportingController") == self.name]
         return self._events
 
+    def node_events(self) -> list[Json]:
+        """The scheduler's Events on Nodes (drains Slurm made), read once, after settling."""
+        if self._node_events is None:
+            items = self.kube.get("/apis/events.k8s.io/v1/namespaces/default/events")["items"]
+            self._node_events = [e for e in items if e.get("reportingController") == self.name]
+        return self._node_events
+
     def check_disappearances(self) -> None:
         by_uid: dict[str, list[Json]] = {}
         for event in self.events():
@@ -1089,7 +1092,10 @@ class ChaosRun:
             event_at = _ts(why[0].get("eventTime")) if why else None
             went_at = track.deleting_since or event_at or track.gone_at or time.time()
             needles = (track.name, *((f"job {track.job_id}",) if track.job_id else ()))
-            cause = self.cause(track, went_at, why[0] if why else None)
+            # A binding the harness's polling missed (the Pod went a moment after) still
+            # shows in the scheduler's Scheduled Event.
+            scheduled = any(e.get("reason") == "Scheduled" for e in events)
+            cause = self.cause(track, went_at, why[0] if why else None, scheduled=scheduled)
             self.count(f"scheduler deletions: {cause[0] if cause else 'no cause found'}")
             if not why:
                 seen = ", ".join(sorted({str(e.get("reason")) for e in events})) or "none"
@@ -1129,7 +1135,9 @@ class ChaosRun:
                     pod=track.name,
                 )
 
-    def cause(self, track: PodTrack, went_at: float, event: Json | None) -> tuple[str, str] | None:
+    def cause(
+        self, track: PodTrack, went_at: float, event: Json | None, *, scheduled: bool = False
+    ) -> tuple[str, str] | None:
         """Why the Pod could go, as Slurm and the harness's own actions show it; None if
         nothing shows its job had ended. The first item is a category for the tally."""
         scancelled = [
@@ -1177,7 +1185,7 @@ class ChaosRun:
             for f in self.report.faults
             if f.kind == "kill-slurmctld" and went_at - 15 <= f.started <= went_at
         ]
-        if track.bound_at is not None and restarted:
+        if (track.bound_at is not None or scheduled) and restarted:
             for job in mine:
                 start, end = int(job.get("start_time") or 0), int(job.get("end_time") or 0)
                 if job["job_state"] == "CANCELLED" and start and start == end:
@@ -1185,6 +1193,24 @@ class ChaosRun:
                         f"the Pod was bound to job {job['job_id']} once it ran, yet after slurmctld's "
                         f"restart (fault #{restarted[-1].index}) Slurm records it cancelled before it ran"
                     )
+        # Slurm itself killed the job as it started: slurmctld, restarted from older state,
+        # handed the job's ID out again while a job that had that ID before still ran on the
+        # node; it found the duplicate, drained the node ("Duplicate jobid") and killed the
+        # job (start = end). Slurm said so in the drain the scheduler explained on the Node.
+        if restarted:
+            for job in mine:
+                start, end = int(job.get("start_time") or 0), int(job.get("end_time") or 0)
+                node = str(job.get("nodes") or "")
+                if job["job_state"] != "CANCELLED" or not start or start != end or not node:
+                    continue
+                for drain in self.node_events():
+                    note = str(drain.get("note") or "")
+                    at = _ts(drain.get("eventTime"))
+                    if "Duplicate jobid" in note and _mentions(note, node) and at and abs(at - went_at) < 30:
+                        return "job killed by Slurm (a job ID handed out twice)", (
+                            f"after slurmctld's restart (fault #{restarted[-1].index}) Slurm killed job "
+                            f"{job['job_id']} as it started on {node} and drained it: Duplicate jobid"
+                        )
         if event is not None and event.get("reason") == "PlaceholderJobMoved":
             for job in mine:
                 nodes = [n for n in str(job.get("nodes") or "").split(",") if n]
