@@ -1302,6 +1302,14 @@ class ChaosRun:
             self.daemons.restore()
         except HarnessError as err:
             self.note(f"cleanup could not restore the cluster: {err}")
+        try:
+            # kube-controller-manager's watches back off while the API server is killed
+            # again and again; the suites after this one need its serviceaccount controller
+            # (a new namespace's default ServiceAccount), so the run ends once it works.
+            probe = self.kube.create_namespace(f"{self.namespace}-after", within=180)
+            self.kube.request("DELETE", f"/api/v1/namespaces/{probe}")
+        except (TimeoutError, *TRANSIENT_ERRORS) as err:
+            self.note(f"cleanup: the controllers did not come back: {err}")
         with self.lock:
             for track in self.tracks.values():
                 if track.deleted_by_harness is None and not track.went:

@@ -75,11 +75,12 @@ class AdminKube:
                 return None
             raise
 
-    def create_namespace(self, name: str, labels: dict[str, str] | None = None) -> str:
+    def create_namespace(self, name: str, labels: dict[str, str] | None = None, *, within: float = 60) -> str:
         """Create a namespace (or keep the one there) and wait until Pods can be created in it.
 
         The API server refuses a Pod until the serviceaccount controller has made the
-        namespace's `default` ServiceAccount; on a busy machine that takes a moment."""
+        namespace's `default` ServiceAccount; on a busy machine, or while that controller's
+        watches reconnect after an API server restart, that takes a while."""
         metadata: Json = {"name": name}
         if labels:
             metadata["labels"] = labels
@@ -88,11 +89,11 @@ class AdminKube:
         except KubeError as err:
             if err.status != 409:
                 raise
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + within
         while self.find(f"/api/v1/namespaces/{name}/serviceaccounts/default") is None:
             if time.monotonic() > deadline:
                 raise TimeoutError(
-                    f"namespace {name} has no default ServiceAccount after 30 s: "
+                    f"namespace {name} has no default ServiceAccount after {within:.0f} s: "
                     "is kube-controller-manager running? (see its log under the dev cluster's logs/)"
                 )
             time.sleep(0.1)
