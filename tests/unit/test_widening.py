@@ -72,12 +72,12 @@ async def test_r9_4_a_widen_refused_because_the_job_started_is_tried_on_the_next
 
 
 def test_r9_4_a_cordon_or_a_slurmd_pod_moving_is_a_change_placement_sees_a_heartbeat_is_not() -> None:
-    from sunk.scheduler.app import placement_inputs
+    from sunk.scheduler.app import node_inputs, slurmd_inputs
     from sunk.testing.scheduler import node, slurmd_pod
 
     ready = node("n1")
     heartbeat = {**ready, "status": {**ready["status"], "heartbeatTime": "later"}}
-    assert placement_inputs(heartbeat) == placement_inputs(ready)
-    assert placement_inputs(node("n1", cordoned=True)) != placement_inputs(ready)
-    assert placement_inputs(node("n1", ready=False)) != placement_inputs(ready)
-    assert placement_inputs(slurmd_pod("sn-1", "n1")) != placement_inputs(slurmd_pod("sn-1", "n2"))
+    assert node_inputs(heartbeat) == node_inputs(ready)
+    assert node_inputs(node("n1", cordoned=True)) != node_inputs(ready)
+    assert node_inputs(node("n1", ready=False)) != node_inputs(ready)
+    assert slurmd_inputs(slurmd_pod("sn-1", "n1")) != slurmd_inputs(slurmd_pod("sn-1", "n2"))

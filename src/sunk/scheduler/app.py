@@ -11,7 +11,9 @@ import socket
 import ssl
 import time
 from collections import Counter
+from collections.abc import Callable
 from dataclasses import replace
+from functools import partial
 from typing import Any
 
 from sunk import metrics
@@ -153,9 +155,9 @@ class Scheduler:
             informer.add_handler(self._pod_event)
         # Per Node and slurmd Pod, what placement reads of it; a change may let pending jobs
         # use nodes they left out (the Pod controller then widens them).
-        self._placement_inputs: dict[str, tuple[object, ...]] = {}
-        self.nodes.add_handler(self._placement_input_event)
-        self.slurmd.add_handler(self._placement_input_event)
+        self._placement_inputs: dict[tuple[str, str], tuple[object, ...]] = {}
+        self.nodes.add_handler(partial(self._placement_input_event, "Node", node_inputs))
+        self.slurmd.add_handler(partial(self._placement_input_event, "slurmd Pod", slurmd_inputs))
 
     def _pod_event(self, kind: str, pod: dict[str, object]) -> None:
         self.queue.add(_key(pod))
@@ -164,12 +166,18 @@ class Scheduler:
             assert isinstance(meta, dict)
             self.gone.deleted(str(meta.get("uid")))
 
-    def _placement_input_event(self, kind: str, obj: dict[str, Any]) -> None:
+    def _placement_input_event(
+        self,
+        what: str,
+        inputs: Callable[[dict[str, Any]], tuple[object, ...]],
+        kind: str,
+        obj: dict[str, Any],
+    ) -> None:
         """A Node cordoned or uncordoned, tainted, Ready or not, or a slurmd Pod bound,
         moved or going: every Pod whose job is pending is looked at again (the routine
         status updates of Nodes change nothing placement reads, and cost nothing)."""
-        key = _key(obj)  # Nodes have no namespace: "None/<name>" never clashes with a Pod's
-        seen = None if kind == "DELETED" else placement_inputs(obj)
+        key = (what, _key(obj))
+        seen = None if kind == "DELETED" else inputs(obj)
         if self._placement_inputs.get(key) == seen:
             return
         if seen is None:
@@ -372,15 +380,20 @@ def _failed_pass(_key: str, _err: BaseException) -> None:
     metrics.ATTEMPTS.labels("error").inc()
 
 
-def placement_inputs(obj: dict[str, Any]) -> tuple[object, ...]:
-    """What placement reads of a Node (cordon, taints, readiness, labels) or of a slurmd Pod
-    (its Node, whether it is going)."""
-    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
-    if "nodeName" in spec or "containers" in spec:
-        return (spec.get("nodeName"), bool(meta.get("deletionTimestamp")))
+def node_inputs(node: dict[str, Any]) -> tuple[object, ...]:
+    """What placement reads of a Node: cordon, taints, readiness, labels."""
+    meta, spec = node.get("metadata") or {}, node.get("spec") or {}
     taints = tuple((t.get("key"), t.get("value"), t.get("effect")) for t in spec.get("taints") or ())
     labels = tuple(sorted((meta.get("labels") or {}).items()))
-    return (bool(spec.get("unschedulable")), taints, node_ready(obj), labels)
+    return (bool(spec.get("unschedulable")), taints, node_ready(node), labels)
+
+
+def slurmd_inputs(pod: dict[str, Any]) -> tuple[object, ...]:
+    """What placement reads of a slurmd Pod: its Node, and whether it is going."""
+    return (
+        (pod.get("spec") or {}).get("nodeName"),
+        bool((pod.get("metadata") or {}).get("deletionTimestamp")),
+    )
 
 
 def _identity() -> str:

@@ -376,7 +376,9 @@ class Reconciler:
         return Outcome()
 
     async def _check_still_there(self, pod: Json, job: SlurmJob) -> Outcome:
-        hosts = self.cluster.host_map().get(job.nodes[0], set()) if len(job.nodes) == 1 else set()
+        # The Slurm node → Node map is built from every slurmd Pod: only for a job that runs.
+        running = job.running and len(job.nodes) == 1
+        hosts = self.cluster.host_map().get(job.nodes[0], set()) if running else set()
         return await self._carry_out(pod, job, pod_actions.for_bound_pod(pod, job, hosts))
 
     def _being_deleted(self, pod: Json) -> bool:
