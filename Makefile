@@ -9,13 +9,15 @@ demo: bootstrap
 	.venv/bin/sunk demo
 
 ## Lint, type-check and run every test suite (the dev cluster is brought up on demand):
-## everything on the default Slurm (24.11), then the schedule, lifecycle and workload flows
-## on the other supported versions, so a dialect change that breaks one of them fails here.
+## everything on the default Slurm (24.11), Slurm in Pods on three real kubelet Nodes, then
+## the schedule, lifecycle and workload flows on the other supported versions, so a dialect
+## change that breaks one of them fails here.
 VERSION_SUITE = tests/integration/test_slurm_client.py tests/e2e/test_schedule_flow.py \
 	tests/e2e/test_lifecycle.py tests/e2e/test_workloads.py tests/e2e/test_gangs.py tests/e2e/test_packing.py
 test: bootstrap lint
 	.venv/bin/pytest
 	SUNK_TEST_CLUSTER=accounting .venv/bin/pytest tests/e2e/test_accounting.py
+	SUNK_TEST_CLUSTER=real .venv/bin/pytest tests/e2e/test_real_nodes.py
 	SUNK_TEST_SLURM=26.05 .venv/bin/pytest $(VERSION_SUITE)
 	SUNK_TEST_SLURM=22.05 .venv/bin/pytest $(VERSION_SUITE)
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the upstream Go tools the dev cluster runs (etcd, kube-apiserver,
-# kube-controller-manager, kwok, kube-scheduler, helm) from the modules pinned under hack/tools/<group>/go.mod.
+# kube-controller-manager, kwok, kube-scheduler, kubelet, kube-proxy, kubectl, coredns, helm) from the modules pinned under hack/tools/<group>/go.mod.
 #
 # Each binary lands in $SUNK_CACHE/bin (default ~/.cache/sunk/bin) under a name keyed by a
 # hash of its go.mod and go.sum, so a changed pin rebuilds and an unchanged one is reused.
@@ -24,6 +24,10 @@ catalog=(
   "kwok           kwok        sigs.k8s.io/kwok/cmd/kwok"
   "kube-controller-manager kubernetes k8s.io/kubernetes/cmd/kube-controller-manager"
   "kube-scheduler kubernetes  k8s.io/kubernetes/cmd/kube-scheduler"
+  "kubelet        kubernetes  k8s.io/kubernetes/cmd/kubelet"
+  "kube-proxy     kubernetes  k8s.io/kubernetes/cmd/kube-proxy"
+  "kubectl        kubernetes  k8s.io/kubernetes/cmd/kubectl"
+  "coredns        coredns     github.com/coredns/coredns"
   "helm           helm        helm.sh/helm/v3/cmd/helm"
 )
 

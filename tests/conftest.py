@@ -11,37 +11,47 @@ from pathlib import Path
 
 import pytest
 
-from sunk.devcluster import ClusterSpec, DevCluster, procs
+from sunk.devcluster import ClusterSpec, DevCluster, hostnet, procs, slurmroot
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.layout import cache_dir
 from sunk.devcluster.prereqs import ensure_go_tools
 from tests.support import SlurmRest
 
-ACCOUNTING = os.environ.get("SUNK_TEST_CLUSTER") == "accounting"
+# Which kind of dev cluster this session runs on: plain, accounting (slurmdbd) or real
+# (three real kubelet Nodes next to the kwok ones). Each test runs on exactly one kind.
+CLUSTER = os.environ.get("SUNK_TEST_CLUSTER") or "plain"
+ACCOUNTING = CLUSTER == "accounting"
+REAL_NODES = 3 if CLUSTER == "real" else 0
 # Which Slurm the suites run on (`sunk dev up --slurm`): the default, or one CI also covers.
 SLURM = os.environ.get("SUNK_TEST_SLURM", "24.11")
 
 
 def wanted_spec() -> ClusterSpec:
     """The default suite runs on a plain cluster; SUNK_TEST_CLUSTER=accounting selects the
-    suite that needs slurmdbd (QoS preemption, PreemptMode=REQUEUE); SUNK_TEST_SLURM the
-    Slurm version."""
+    suite that needs slurmdbd (QoS preemption, PreemptMode=REQUEUE), SUNK_TEST_CLUSTER=real
+    the one with real Nodes; SUNK_TEST_SLURM the Slurm version."""
     nodes = int(os.environ.get("SUNK_TEST_NODES", "4"))
     if ACCOUNTING:
         return ClusterSpec(nodes=nodes, accounting=True, preempt_mode="REQUEUE", slurm=SLURM)
-    return ClusterSpec(nodes=nodes, slurm=SLURM)
+    return ClusterSpec(nodes=nodes, slurm=SLURM, real_nodes=REAL_NODES)
+
+
+def _kind(item: pytest.Item) -> str:
+    if item.get_closest_marker("accounting") is not None:
+        return "accounting"
+    return "real" if item.get_closest_marker("real_nodes") is not None else "plain"
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
-        needs_accounting = item.get_closest_marker("accounting") is not None
-        if needs_accounting != ACCOUNTING and item.get_closest_marker("unit") is None:
-            if needs_accounting:
-                item.add_marker(
-                    pytest.mark.skip(reason="needs SUNK_TEST_CLUSTER=accounting (`make test` runs it)")
-                )
-            elif "unit" not in str(item.path):
-                item.add_marker(pytest.mark.skip(reason="runs on the plain cluster, not the accounting one"))
+        kind = _kind(item)
+        if kind == CLUSTER or item.get_closest_marker("unit") is not None or "unit" in str(item.path):
+            continue
+        if kind == "plain":
+            reason = f"runs on the plain cluster, not the {CLUSTER} one"
+        else:
+            reason = f"needs SUNK_TEST_CLUSTER={kind} (`make test` runs it)"
+        item.add_marker(pytest.mark.skip(reason=reason))
 
 
 @pytest.fixture(scope="session")
@@ -52,22 +62,23 @@ def dev_cluster() -> Iterator[DevCluster]:
     if cluster.is_running():
         status = cluster.status()
         spec = status.spec
-        healthy = spec is not None and status.ready_nodes == spec.nodes and status.rest_ok
+        healthy = spec is not None and status.ready_nodes == spec.nodes + spec.real_nodes and status.rest_ok
         if not healthy:
             pytest.fail(
                 "a dev cluster is running but not healthy (see `sunk dev status`): "
                 "restart it with `sunk dev down && sunk dev up`"
             )
-        if spec is not None and (spec.accounting, spec.preempt_mode, spec.slurm) != (
+        if spec is not None and (spec.accounting, spec.preempt_mode, spec.slurm, spec.real_nodes) != (
             wanted.accounting,
             wanted.preempt_mode,
             wanted.slurm,
+            wanted.real_nodes,
         ):
             pytest.fail(
                 f"the running dev cluster (Slurm {spec.slurm}, accounting={spec.accounting}, preempt mode "
-                f"{spec.preempt_mode}) is not the one this suite needs (Slurm {wanted.slurm}, "
-                f"accounting={wanted.accounting}, {wanted.preempt_mode}): stop it with `sunk dev down` "
-                "and run the tests again"
+                f"{spec.preempt_mode}, {spec.real_nodes} real Nodes) is not the one this suite needs "
+                f"(Slurm {wanted.slurm}, accounting={wanted.accounting}, {wanted.preempt_mode}, "
+                f"{wanted.real_nodes} real Nodes): stop it with `sunk dev down` and run the tests again"
             )
     else:
         cluster.up(wanted)
@@ -78,6 +89,10 @@ def dev_cluster() -> Iterator[DevCluster]:
         assert not cluster.alive(), "dev cluster processes outlived `sunk dev down`"
         strays = procs.leftovers(f"SLURM_CONF={cluster.layout.slurm_conf}")
         assert not strays, f"job processes outlived `sunk dev down`: {strays}"
+        if wanted.real_nodes:
+            assert hostnet.read_claim() is None, "`sunk dev down` did not give the host back"
+            assert not hostnet.changed_sysctls()
+            assert not slurmroot.mounts_under(cluster.layout.root), "mounts outlived `sunk dev down`"
 
 
 @pytest.fixture(scope="session")

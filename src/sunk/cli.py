@@ -30,6 +30,16 @@ def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         help=f"Slurm release line: {', '.join(slurmroot.SUPPORTED)} ({slurmroot.DEFAULT_VERSION}; "
         "22.05 is the host's Debian 12 packages, the others run in a cached Debian root)",
     )
+    up.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N real kubelet Nodes (containerd, runc, CNI bridge) that run the Slurm images (0)",
+    )
+    node = dev_sub.add_parser("node", help="stop or start a real Node, as if its machine went down")
+    node.add_argument("action", choices=["stop", "start"])
+    node.add_argument("name", help="a real Node's name (real-1, real-2, ...)")
     dev_sub.add_parser("down", help="stop every process of the dev cluster and wipe its state")
     dev_sub.add_parser("status", help="show what runs and whether it answers")
     dev_sub.add_parser("env", help="print `export` lines for kubectl, Slurm's CLI and sunk")
@@ -99,6 +109,7 @@ def run_dev(args: argparse.Namespace) -> int:
             args.cpus_per_node,
             args.slurm,
             args.gpus_per_node,
+            args.real_nodes,
         )
         seconds = cluster.up(spec)
         print(f"dev cluster up in {seconds:.1f} s")
@@ -110,6 +121,9 @@ def run_dev(args: argparse.Namespace) -> int:
         status = cluster.status()
         report.print_status(cluster, status)
         return 0 if status.running else 1
+    elif args.dev_command == "node":
+        (cluster.stop_node if args.action == "stop" else cluster.start_node)(args.name)
+        print(f"{args.name} {'stopped' if args.action == 'stop' else 'started'}")
     elif args.dev_command == "env":
         cluster.require_running()
         sys.stdout.write(cluster.env_text())

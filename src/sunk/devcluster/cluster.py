@@ -9,10 +9,21 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sunk.devcluster import kubecluster, prereqs, procs, slurmcluster, slurmroot, topology
+from sunk.devcluster import (
+    hostnet,
+    images,
+    kubecluster,
+    prereqs,
+    procs,
+    realcluster,
+    slurmcluster,
+    slurmroot,
+    topology,
+)
 from sunk.devcluster.errors import DevClusterError
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.layout import Layout
+from sunk.devcluster.realnode import RealNode, nodes_of
 
 # Stop order: Slurm's job processes first, the API server's clients before the API server.
 STOP_ORDER = (
@@ -24,6 +35,8 @@ STOP_ORDER = (
     "mariadbd",
     "munged",
     "kwok",
+    "coredns",
+    "kube-proxy",
     "kube-controller-manager",
     "kube-apiserver",
     "etcd",
@@ -39,6 +52,7 @@ class ClusterSpec:
     cpus_per_node: int = topology.CPUS_PER_NODE
     slurm: str = slurmroot.DEFAULT_VERSION  # 24.11, 26.05 (Debian roots) or 22.05 (host)
     gpus_per_node: int = topology.GPUS_PER_NODE
+    real_nodes: int = 0  # real kubelet Nodes next to the kwok ones (containers really run)
 
     def __post_init__(self) -> None:
         slurmroot.check_version(self.slurm)
@@ -48,6 +62,15 @@ class ClusterSpec:
             raise DevClusterError(f"--gpus-per-node must be between 1 and 16, not {self.gpus_per_node}")
         if not 5 < self.kill_wait <= 600:
             raise DevClusterError(f"--kill-wait must be between 6 and 600 s, not {self.kill_wait}")
+        if not 0 <= self.real_nodes <= hostnet.MAX_REAL_NODES:
+            raise DevClusterError(
+                f"--real-nodes must be between 0 and {hostnet.MAX_REAL_NODES}, not {self.real_nodes}"
+            )
+        if self.real_nodes and self.slurm == slurmroot.HOST_VERSION:
+            raise DevClusterError(
+                "real Nodes run the Slurm images, which are built for 24.11 and 26.05: "
+                "use --slurm 24.11 or --slurm 26.05 with --real-nodes"
+            )
 
 
 @dataclass
@@ -56,6 +79,7 @@ class Status:
     spec: ClusterSpec | None
     processes: dict[str, bool] = field(default_factory=dict)
     ready_nodes: int = 0
+    real_nodes: dict[str, str] = field(default_factory=dict)  # name -> Ready/NotReady/missing
     idle_slurm_nodes: int = 0
     rest_ok: bool = False
     slurm_version: str = ""
@@ -104,16 +128,23 @@ class DevCluster:
         self._wipe()
         setup_log = layout.logs / "setup.log"
         prereqs.check_ports_free(layout, spec.nodes, spec.accounting)
+        if spec.real_nodes:
+            realcluster.check_machine()
+            prereqs.ensure_real_node_packages(setup_log)
         root: Path | None = None
         if spec.slurm == slurmroot.HOST_VERSION:
             prereqs.ensure_debian_packages(spec.accounting, setup_log)
             prereqs.ensure_job_user(topology.JOB_USER, topology.JOB_UID)
         else:
             root, _ = slurmroot.ensure_root(spec.slurm)  # the job user lives inside the root
-        tools = prereqs.ensure_go_tools(setup_log)
+        wanted = prereqs.CLUSTER_TOOLS + (realcluster.TOOLS if spec.real_nodes else ())
+        tools = prereqs.ensure_go_tools(setup_log, wanted)
+        built = images.ensure_images(spec.slurm, setup_log) if spec.real_nodes else {}
         nodes = topology.plan(spec.nodes, spec.cpus_per_node, spec.gpus_per_node)
         layout.state_file.write_text(json.dumps(asdict(spec)))
         try:
+            if spec.real_nodes:
+                realcluster.prepare_host(layout, spec.real_nodes)
             kubecluster.start(layout, tools)
             slurmcluster.start(
                 slurmcluster.SlurmSpec(
@@ -122,6 +153,13 @@ class DevCluster:
                 layout,
             )
             kubecluster.populate(layout, nodes)
+            if spec.real_nodes:
+                realcluster.start(
+                    layout,
+                    spec.real_nodes,
+                    built["pause"].tag,
+                    lambda node: images.import_into(node.socket, built.values(), setup_log),
+                )
             layout.hooks_secret.write_text(secrets.token_hex(32))
             layout.hooks_secret.chmod(0o600)
             layout.env_file.write_text(self.env_text())
@@ -133,6 +171,12 @@ class DevCluster:
     def _wipe(self) -> None:
         """A fresh cluster every time: old state would resurrect jobs and objects."""
         if self.layout.root.exists():
+            mounted = slurmroot.mounts_under(self.layout.root)
+            if mounted:
+                raise DevClusterError(
+                    f"not wiping {self.layout.root}: {mounted[0]} is still mounted there (by a "
+                    "Node's process that outlived `sunk dev down`?); stop that process first"
+                )
             shutil.rmtree(self.layout.root)
         for sub in (self.layout.pids, self.layout.logs):
             sub.mkdir(parents=True, exist_ok=True)
@@ -148,6 +192,11 @@ class DevCluster:
             except Exception:
                 pass
         stopped = []
+        real = realcluster.configured_nodes(self.layout)
+        if real or hostnet.owned_by(self.layout):
+            # Containers first: they are Slurm's daemons and jobs on real Nodes.
+            stopped += realcluster.stop(self.layout, real)
+            running = {p.name: p for p in procs.tracked(pid_dir)}
         for pattern in STOP_ORDER:
             group = [p for name, p in running.items() if Path(name).match(pattern)]
             if group:
@@ -179,6 +228,7 @@ class DevCluster:
             admin = AdminKube(self.layout)
             try:
                 status.ready_nodes = len(admin.ready_nodes())
+                status.real_nodes = realcluster.node_states(admin, self.layout)
             finally:
                 admin.close()
         except Exception:
@@ -193,6 +243,26 @@ class DevCluster:
         except Exception:
             pass
         return status
+
+    # -- real Nodes --------------------------------------------------------------------------
+    def real_node(self, name: str) -> RealNode:
+        spec = self.require_running()
+        for node in nodes_of(self.layout, spec.real_nodes):
+            if node.name == name:
+                return node
+        names = ", ".join(n.name for n in nodes_of(self.layout, spec.real_nodes)) or "none"
+        raise DevClusterError(f"{name} is not a real Node of this dev cluster (its real Nodes: {names})")
+
+    def stop_node(self, name: str) -> None:
+        """Stop a real Node as if its machine went down: containers, kubelet, containerd."""
+        self.real_node(name).stop()
+
+    def start_node(self, name: str) -> None:
+        """Start a stopped real Node again; its images and Pod directories are still there."""
+        node = self.real_node(name)
+        if any(node.processes().values()):
+            raise DevClusterError(f"{name} is running: stop it first (`sunk dev node stop {name}`)")
+        node.start()
 
     def env(self) -> dict[str, str]:
         layout = self.layout

@@ -29,6 +29,10 @@ CONTROLLERS = (
     "disruption",
     "ttl-after-finished",
     "podgc",
+    # For Pods on real Nodes: the CA bundle every ServiceAccount token mount needs, and the
+    # endpoints behind Services.
+    "root-ca-cert-publisher",
+    "endpointslice",
 )
 
 
@@ -65,7 +69,8 @@ def write_kubeconfig(layout: Layout) -> None:
 def start(layout: Layout, tools: dict[str, Path]) -> None:
     """Start etcd, kube-apiserver, kube-controller-manager and kwok; return when ready."""
     ports, kube = layout.ports, layout.kube
-    make_pki(kube)
+    host = layout.api_host
+    make_pki(kube, api_ips=(host,) if host != HOST else ())
     write_kubeconfig(layout)
     dirs = (layout.pids, layout.logs)
 
@@ -101,8 +106,8 @@ def start(layout: Layout, tools: dict[str, Path]) -> None:
         [
             str(tools["kube-apiserver"]),
             f"--etcd-servers={etcd_url}",
-            f"--bind-address={HOST}",
-            f"--advertise-address={HOST}",
+            f"--bind-address={host}",
+            f"--advertise-address={host}",
             f"--secure-port={ports.apiserver}",
             f"--tls-cert-file={kube / 'apiserver.crt'}",
             f"--tls-private-key-file={kube / 'apiserver.key'}",
@@ -111,8 +116,14 @@ def start(layout: Layout, tools: dict[str, Path]) -> None:
             f"--service-account-key-file={kube / 'sa.pub'}",
             f"--service-account-signing-key-file={kube / 'sa.key'}",
             "--service-cluster-ip-range=10.96.0.0/16",
-            "--authorization-mode=RBAC",
+            "--authorization-mode=Node,RBAC",
+            "--enable-admission-plugins=NodeRestriction",
             "--allow-privileged=true",
+            # kubectl logs/exec on real Nodes: dial the kubelet at its address on the bridge.
+            f"--kubelet-client-certificate={kube / 'kubelet-client.crt'}",
+            f"--kubelet-client-key={kube / 'kubelet-client.key'}",
+            f"--kubelet-certificate-authority={kube / 'ca.crt'}",
+            "--kubelet-preferred-address-types=InternalIP",
             # Nothing here runs the node-lifecycle controller that lifts the not-ready taint
             # this plugin puts on new Nodes; kwok keeps the Nodes Ready instead.
             "--disable-admission-plugins=TaintNodesByCondition",

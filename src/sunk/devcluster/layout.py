@@ -32,6 +32,7 @@ class Ports:
     slurmrestd: int = 26820
     mariadb: int = 23306
     slurmd_base: int = 27000
+    kubelet_base: int = 28250
 
     def shifted(self, offset: int) -> Ports:
         """Every port moved by `offset`, so two dev clusters can run side by side."""
@@ -39,6 +40,24 @@ class Ports:
 
     def slurmd(self, index: int) -> int:
         return self.slurmd_base + index
+
+    @property
+    def offset(self) -> int:
+        """How far these ports were shifted from the defaults (SUNK_DEV_PORT_OFFSET)."""
+        return self.apiserver - Ports.apiserver
+
+    def kubelet(self, number: int) -> int:
+        """The kubelet API port of real Node `number` (its healthz port is the next one)."""
+        return self.kubelet_base + 2 + 2 * number
+
+    @property
+    def coredns(self) -> int:
+        return self.kubelet_base
+
+    @property
+    def kube_proxy(self) -> int:
+        """kube-proxy's health port; its metrics port is the next one."""
+        return self.kubelet_base + 1
 
     def fixed(self, accounting: bool) -> dict[str, int]:
         """Every fixed port the cluster binds, by the component that binds it."""
@@ -106,6 +125,20 @@ class Layout:
         return self.slurm / "munge" / "munge.socket"
 
     @property
+    def nodes(self) -> Path:
+        """One directory per real kubelet Node."""
+        return self.root / "nodes"
+
+    @property
+    def api_host(self) -> str:
+        """Where the API server listens: 127.0.0.1, or the host's address on the real Nodes'
+        bridge when the cluster has real Nodes (their Pods must reach it too)."""
+        try:
+            return (self.kube / "api-host").read_text().strip() or HOST
+        except OSError:
+            return HOST
+
+    @property
     def state_file(self) -> Path:
         return self.root / "cluster.json"
 
@@ -123,4 +156,4 @@ class Layout:
 
     @property
     def apiserver_url(self) -> str:
-        return f"https://{HOST}:{self.ports.apiserver}"
+        return f"https://{self.api_host}:{self.ports.apiserver}"

@@ -92,8 +92,9 @@ def _write_cert(path: Path, cert: x509.Certificate) -> None:
     path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
 
-def make_pki(directory: Path) -> None:
-    """Write ca.crt, apiserver.{crt,key}, admin.{crt,key} and sa.{key,pub} into `directory`."""
+def make_pki(directory: Path, api_ips: tuple[str, ...] = ()) -> None:
+    """Write ca.crt, apiserver.{crt,key}, admin.{crt,key}, sa.{key,pub} and the API server's
+    client certificate for kubelets (kubelet-client.{crt,key}) into `directory`."""
     directory.mkdir(parents=True, exist_ok=True)
     ca_key = _key()
     ca_name = _name("sunk-dev-ca")
@@ -106,7 +107,7 @@ def make_pki(directory: Path) -> None:
         server_key,
         ca_name,
         ca_key,
-        server_ips=["127.0.0.1", "10.96.0.1"],
+        server_ips=["127.0.0.1", "10.96.0.1", *api_ips],
         server_dns=["localhost", "kubernetes", "kubernetes.default", "kubernetes.default.svc"],
     )
     _write_cert(directory / "apiserver.crt", server)
@@ -117,6 +118,8 @@ def make_pki(directory: Path) -> None:
     _write_cert(directory / "admin.crt", admin)
     _write_key(directory / "admin.key", admin_key)
 
+    issue_client(directory, directory, "kubelet-client", "kube-apiserver-kubelet-client", "system:masters")
+
     sa_key = rsa.generate_private_key(public_exponent=65537, key_size=2048)
     _write_key(directory / "sa.key", sa_key)
     (directory / "sa.pub").write_bytes(
@@ -124,3 +127,28 @@ def make_pki(directory: Path) -> None:
             serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
         )
     )
+
+
+def _load_ca(directory: Path) -> tuple[x509.Name, ec.EllipticCurvePrivateKey]:
+    cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
+    key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), password=None)
+    if not isinstance(key, ec.EllipticCurvePrivateKey):
+        raise TypeError("the dev CA key is not an EC key")
+    return cert.subject, key
+
+
+def issue_client(ca_dir: Path, out: Path, stem: str, common: str, org: str | None = None) -> None:
+    """out/stem.{crt,key}: a client certificate for user `common` in group `org`."""
+    ca_name, ca_key = _load_ca(ca_dir)
+    key = _key()
+    _write_cert(out / f"{stem}.crt", _issue(_name(common, org), key, ca_name, ca_key, client=True))
+    _write_key(out / f"{stem}.key", key)
+
+
+def issue_serving(ca_dir: Path, out: Path, stem: str, common: str, ips: list[str], dns: list[str]) -> None:
+    """out/stem.{crt,key}: a serving certificate for these addresses, signed by the dev CA."""
+    ca_name, ca_key = _load_ca(ca_dir)
+    key = _key()
+    cert = _issue(_name(common), key, ca_name, ca_key, server_ips=ips, server_dns=dns)
+    _write_cert(out / f"{stem}.crt", cert)
+    _write_key(out / f"{stem}.key", key)

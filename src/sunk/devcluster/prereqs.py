@@ -10,6 +10,7 @@ import socket
 import subprocess
 from pathlib import Path
 
+from sunk.devcluster import hostnet
 from sunk.devcluster.errors import DevClusterError
 from sunk.devcluster.layout import HOST, Layout, cache_dir
 
@@ -37,6 +38,8 @@ SLURM_COMMANDS = (
 )
 ACCOUNTING_COMMANDS = ("slurmdbd", "mariadbd", "mariadb-install-db", "sacctmgr")
 CLUSTER_TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "kwok")
+# Real kubelet Nodes: the container runtime and Pod network (hostnet), and the image builder.
+REAL_NODE_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "nftables", "buildah")
 
 
 def repo_root() -> Path | None:
@@ -100,6 +103,43 @@ def ensure_debian_packages(accounting: bool, log: Path) -> None:
     still = _missing_slurm(accounting)
     if still:
         raise DevClusterError(f"after installing Slurm these are still missing: {', '.join(still)}")
+
+
+def ensure_real_node_packages(log: Path) -> None:
+    """containerd, runc, the CNI plugins, nftables and buildah from Debian, installed once.
+
+    Installing containerd would start Debian's own containerd service; a policy-rc.d that
+    refuses service starts is in place while apt runs (and removed again if we added it)."""
+    missing = hostnet.missing_packages() + ([] if shutil.which("buildah") else ["buildah"])
+    if not missing:
+        return
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        raise DevClusterError(
+            f"real Nodes need {', '.join(missing)}: install them (`apt-get install "
+            f"{' '.join(REAL_NODE_PACKAGES)}`) as root, or run `sunk dev up` as root on Debian"
+        )
+    policy = Path("/usr/sbin/policy-rc.d")
+    added = not policy.exists()
+    if added:
+        policy.write_text("#!/bin/sh\n# sunk dev: no service starts while packages install\nexit 101\n")
+        policy.chmod(0o755)
+    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
+    try:
+        with open(log, "ab") as out:
+            for argv in (
+                ["apt-get", "update", "-q"],
+                ["apt-get", "install", "-y", "-q", "--no-install-recommends", *REAL_NODE_PACKAGES],
+            ):
+                if subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT).returncode:
+                    raise DevClusterError(
+                        f"`{' '.join(argv[:2])}` failed while installing what real Nodes need: see {log}"
+                    )
+    finally:
+        if added:
+            policy.unlink(missing_ok=True)
+    still = hostnet.missing_packages()
+    if still:
+        raise DevClusterError(f"after installing them these are still missing: {', '.join(still)}")
 
 
 def _undo_emulator_alternatives() -> None:

@@ -180,6 +180,21 @@ def leftovers(marker: str) -> list[int]:
     return found
 
 
+def leftovers_by_argv(needle: str) -> list[int]:
+    """PIDs whose command line contains `needle` (e.g. a containerd shim given our socket)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        except OSError:
+            continue
+        if needle in argv:
+            found.append(int(entry.name))
+    return found
+
+
 def kill_all(pids: Sequence[int]) -> None:
     for pid in pids:
         _signal(pid, signal.SIGKILL)

@@ -23,10 +23,13 @@ def print_status(cluster: DevCluster, status: Status) -> None:
     slurmds = [name for name in status.processes if name.startswith("slurmd-")]
     alive_slurmds = sum(status.processes[name] for name in slurmds)
     for name, alive in status.processes.items():
-        if not name.startswith("slurmd-"):
+        if not name.startswith(("slurmd-", "containerd-real-", "kubelet-real-")):
             print(f"  {name:<24} {'running' if alive else 'STOPPED'}")
     print(f"  {'slurmd':<24} {alive_slurmds}/{len(slurmds)} running")
-    print(f"  Kubernetes Nodes Ready   {status.ready_nodes}/{spec.nodes}")
+    print(f"  Kubernetes Nodes Ready   {status.ready_nodes}/{spec.nodes + spec.real_nodes}")
+    for name, state in status.real_nodes.items():
+        hint = "" if state == "Ready" else f" (`sunk dev node stop {name} && sunk dev node start {name}`)"
+        print(f"  {'real Node ' + name:<24} {state}{hint}")
     print(f"  Slurm nodes idle         {status.idle_slurm_nodes}/{spec.nodes}")
     print(f"  slurmrestd               {'answers' if status.rest_ok else 'NOT ANSWERING'}")
     print(f"  API server               {cluster.layout.apiserver_url}")

@@ -1,0 +1,479 @@
+"""Slurm container images built from the repository's Dockerfiles, with no registry and no daemon.
+
+Every image under `images/` is built by buildah (daemonless, packaged by Debian, reads
+Dockerfiles as they are) into its own storage under `cache_dir()/images/storage`, then
+written out as a docker-archive tarball that `ctr images import` loads into a containerd.
+
+The parent of everything is a Debian image made here from a `debootstrap --variant=minbase`
+tree, since nothing can be pulled. Each image is cached by a key: the hash of its Dockerfile
+directory, its parent's key, the Debian suite and RECIPE. A tarball named after that key
+means the image is built; finding every tarball is the whole warm path (no buildah call).
+
+Every buildah command runs inside `unshare --mount --propagation private`: the overlay
+driver mounts layers (and bind-mounts its own storage directory onto itself), and those
+mounts vanish with the command instead of piling up in the host's mount table. Builds use
+buildah's default OCI isolation (runc); chroot isolation bind-mounts host device nodes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from sunk.devcluster import slurmroot
+from sunk.devcluster.errors import DevClusterError
+from sunk.devcluster.layout import cache_dir
+from sunk.devcluster.prereqs import repo_root
+
+# In build order: every image comes after the one it is built FROM.
+IMAGES: tuple[str, ...] = (
+    "pause",
+    "slurm-base",
+    "slurmctld",
+    "slurmd",
+    "slurmrestd",
+    "slurmdbd",
+    "login",
+)
+# The Debian image made from debootstrap: the parent of the images that name no other.
+DEBIAN = "debian"
+# image -> (the image it is built FROM, the build-arg its Dockerfile takes that image in)
+PARENTS: dict[str, tuple[str, str]] = {
+    "pause": (DEBIAN, "BASE"),
+    "slurm-base": (DEBIAN, "BASE"),
+    "slurmctld": ("slurm-base", "SLURM_BASE"),
+    "slurmd": ("slurm-base", "SLURM_BASE"),
+    "slurmrestd": ("slurm-base", "SLURM_BASE"),
+    "slurmdbd": ("slurm-base", "SLURM_BASE"),
+    "login": ("slurm-base", "SLURM_BASE"),
+}
+# Bumped whenever the way images (or the Debian base) are made here changes: every key moves.
+RECIPE = 1
+REGISTRY = "localhost/sunk"
+# Names and paths of the base tree that a container runtime provides itself, or that would
+# leak this host into the image.
+_ROOTFS_EXCLUDES = ("./dev/*", "./proc/*", "./sys/*", "./run/*", "./tmp/*")
+_HOST_FILES = ("etc/resolv.conf", "etc/hostname", "etc/hosts")
+# Like Debian's "slim" images: no manuals, documentation (but the copyright files) or locales.
+_SLIM_DPKG = """\
+# sunk: keep the image small, as Debian's slim images do.
+path-exclude /usr/share/doc/*
+path-include /usr/share/doc/*/copyright
+path-exclude /usr/share/man/*
+path-exclude /usr/share/info/*
+path-exclude /usr/share/locale/*
+path-include /usr/share/locale/locale.alias
+path-exclude /usr/share/lintian/*
+"""
+_STEP = re.compile(r"^STEP (\d+)(?:/(\d+))?: (.*)$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Built:
+    """One image ready to import: `ref` names exactly this build, `tag` is the stable name."""
+
+    name: str
+    ref: str
+    tag: str
+    archive: Path
+
+
+# -- pure parts -------------------------------------------------------------------------------
+def images_dir() -> Path:
+    root = repo_root()
+    if root is None or not (root / "images").is_dir():
+        raise DevClusterError("the Slurm images' Dockerfiles are not found: run this from a sunk checkout")
+    return root / "images"
+
+
+def context_digest(directory: Path) -> str:
+    """sha256 of every file under `directory`: relative path, executable bit and contents."""
+    digest = hashlib.sha256()
+    for path in sorted(p for p in directory.rglob("*") if p.is_file() or p.is_symlink()):
+        rel = path.relative_to(directory).as_posix()
+        digest.update(rel.encode() + b"\0")
+        if path.is_symlink():
+            digest.update(b"link\0" + os.readlink(path).encode() + b"\0")
+            continue
+        digest.update(b"x\0" if os.access(path, os.X_OK) else b"-\0")
+        digest.update(hashlib.sha256(path.read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def base_key(suite: str) -> str:
+    return hashlib.sha256(f"{DEBIAN}\0{suite}\0{RECIPE}".encode()).hexdigest()
+
+
+def image_keys(images: Path, suite: str) -> dict[str, str]:
+    """Key of every image in IMAGES: its directory's digest chained to its parent's key."""
+    keys = {DEBIAN: base_key(suite)}
+    for name in build_order(PARENTS):
+        parent, _ = PARENTS[name]
+        material = f"{name}\0{suite}\0{RECIPE}\0{keys[parent]}\0{context_digest(images / name)}"
+        keys[name] = hashlib.sha256(material.encode()).hexdigest()
+    return keys
+
+
+def build_order(parents: Mapping[str, tuple[str, str]]) -> list[str]:
+    """Images ordered so that each comes after its parent (stable: IMAGES' order otherwise)."""
+    order: list[str] = []
+    pending = [name for name in IMAGES if name in parents] + sorted(set(parents) - set(IMAGES))
+    while pending:
+        ready = [n for n in pending if parents[n][0] not in parents or parents[n][0] in order]
+        if not ready:
+            raise DevClusterError(f"the images {', '.join(pending)} are built FROM each other in a cycle")
+        order.append(ready[0])
+        pending.remove(ready[0])
+    return order
+
+
+def failed_step(log_text: str) -> str | None:
+    """The last `STEP n/m: INSTRUCTION` buildah announced: the one that failed, in a failed build."""
+    steps = _STEP.findall(log_text)
+    if not steps:
+        return None
+    number, total, instruction = steps[-1]
+    instruction = " ".join(instruction.split())
+    if len(instruction) > 100:
+        instruction = instruction[:97] + "..."
+    where = f"{number}/{total}" if total else number
+    return f"STEP {where} ({instruction})"
+
+
+def _short(key: str) -> str:
+    return key[:12]
+
+
+def _ref(name: str, version: str, key: str) -> str:
+    return f"{REGISTRY}/{name}:{version}-{_short(key)}"
+
+
+def _tag(name: str, version: str) -> str:
+    return f"{REGISTRY}/{name}:{version}"
+
+
+def _base_ref(suite: str, key: str) -> str:
+    return f"{REGISTRY}/{DEBIAN}:{suite}-{_short(key)}"
+
+
+def store_dir() -> Path:
+    return cache_dir() / "images"
+
+
+def _archive(label: str, key: str) -> Path:
+    return store_dir() / f"{label}-{_short(key)}.tar"
+
+
+# -- building -----------------------------------------------------------------------------------
+def ensure_images(version: str, log: Path) -> dict[str, Built]:
+    """Every image of Slurm `version`, built when its key has no tarball yet (minutes per
+    image, cold), else found on disk at once."""
+    suite = slurmroot.SUITES.get(version)
+    if suite is None:
+        raise DevClusterError(
+            f"there are no Slurm images for {version}: choose one of {', '.join(slurmroot.SUITES)}"
+        )
+    keys = image_keys(images_dir(), suite)
+    built = {
+        name: Built(
+            name,
+            _ref(name, version, keys[name]),
+            _tag(name, version),
+            _archive(f"{name}-{version}", keys[name]),
+        )
+        for name in IMAGES
+    }
+    if all(b.archive.is_file() for b in built.values()):
+        return built
+    store_dir().mkdir(parents=True, exist_ok=True)
+    with slurmroot._locked(store_dir() / ".lock"):
+        missing = [name for name in build_order(PARENTS) if not built[name].archive.is_file()]
+        if not missing:
+            return built  # another process built them while we waited
+        builder = _Builder(log)
+        base = _Image(DEBIAN, _base_ref(suite, keys[DEBIAN]), _archive(f"{DEBIAN}-{suite}", keys[DEBIAN]))
+        refs = {DEBIAN: base}
+        refs |= {name: _Image(name, b.ref, b.archive) for name, b in built.items()}
+        started = time.monotonic()
+        print(
+            f"building Slurm {version} images ({', '.join(missing)}) with buildah; log {log}",
+            file=sys.stderr,
+            flush=True,
+        )
+        for name in missing:
+            parent, arg = PARENTS[name]
+            if parent == DEBIAN and not base.archive.is_file():
+                builder.debian_base(suite, base)
+            builder.ensure_loaded(refs[parent])
+            builder.build(name, images_dir() / name, refs[name], {arg: refs[parent].ref})
+            _prune(f"{name}-{version}", built[name].archive)
+        builder.forget_older(version, suite, {b.ref for b in refs.values()})
+        print(f"built the Slurm {version} images in {time.monotonic() - started:.0f} s", file=sys.stderr)
+    return built
+
+
+@dataclass(frozen=True)
+class _Image:
+    name: str
+    ref: str
+    archive: Path
+
+
+def _prune(label: str, keep: Path) -> None:
+    """Remove the tarballs of earlier builds of the same image (keys that no longer apply)."""
+    for old in store_dir().glob(f"{label}-????????????.tar"):
+        if old != keep:
+            old.unlink(missing_ok=True)
+
+
+class _Builder:
+    """buildah with this cache's storage, each command in its own private mount namespace."""
+
+    def __init__(self, log: Path) -> None:
+        self.log = log
+        storage = store_dir() / "storage"
+        # overlay: this host's kernel mounts overlayfs on its ext4, so layers are shared and a
+        # build does not copy the parent's whole tree as vfs would (several times faster and
+        # much smaller on disk). vfs would be the fallback on a filesystem overlay refuses.
+        self.prefix = [
+            "unshare",
+            "--mount",
+            "--propagation",
+            "private",
+            "--",
+            "buildah",
+            "--root",
+            str(storage / "root"),
+            "--runroot",
+            str(storage / "run"),
+            "--storage-driver",
+            "overlay",
+        ]
+
+    def run(self, args: Sequence[str], what: str) -> subprocess.CompletedProcess[bytes]:
+        argv = [*self.prefix, *args]
+        with open(self.log, "ab") as out:
+            out.write(f"\n$ {shlex.join(argv)}\n".encode())
+            out.flush()
+            return subprocess.run(
+                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_env()
+            )
+
+    def check(self, args: Sequence[str], what: str) -> None:
+        done = self.run(args, what)
+        if done.returncode:
+            raise DevClusterError(f"{what} failed (exit {done.returncode}): see {self.log}")
+
+    def has(self, ref: str) -> bool:
+        return self.run(["inspect", "--type", "image", ref], f"looking up {ref}").returncode == 0
+
+    def ensure_loaded(self, image: _Image) -> None:
+        """Put `image` back into the storage from its tarball if the storage lost it."""
+        if not self.has(image.ref):
+            self.check(["pull", "--quiet", f"docker-archive:{image.archive}"], f"loading {image.archive}")
+
+    def forget_older(self, version: str, suite: str, current: set[str]) -> None:
+        """Remove earlier builds of this version's images (and of the suite's Debian base)
+        from the storage: each rebuild would otherwise keep its predecessor's layers."""
+        listed = subprocess.run(
+            [*self.prefix, "images", "--noheading", "--format", "{{.Name}}:{{.Tag}}"],
+            capture_output=True,
+            text=True,
+            stdin=subprocess.DEVNULL,
+            env=_env(),
+        )
+        prefixes = [f"{REGISTRY}/{name}:{version}-" for name in IMAGES] + [f"{REGISTRY}/{DEBIAN}:{suite}-"]
+        stale = [
+            ref
+            for ref in listed.stdout.split()
+            if ref not in current and any(ref.startswith(prefix) for prefix in prefixes)
+        ]
+        if stale:
+            # Best effort: a leftover image costs disk space, never correctness.
+            self.run(["rmi", *stale], "removing superseded images")
+
+    def build(self, name: str, context: Path, image: _Image, args: Mapping[str, str]) -> None:
+        start = self.log.stat().st_size if self.log.exists() else 0
+        argv = [
+            "bud",
+            "--pull=never",
+            "--isolation",
+            "oci",
+            "--network",
+            "host",
+            "--tag",
+            image.ref,
+            *(f"--build-arg={k}={v}" for k, v in args.items()),
+            str(context),
+        ]
+        begun = time.monotonic()
+        done = self.run(argv, f"building {name}")
+        if done.returncode:
+            with open(self.log, "rb") as handle:
+                handle.seek(start)
+                step = failed_step(handle.read().decode(errors="replace"))
+            at = f" at {step}" if step else ""
+            raise DevClusterError(
+                f"building the {name} image failed{at} (Dockerfile {context / 'Dockerfile'}): see {self.log}"
+            )
+        self.export(image)
+        print(f"  {name}: built in {time.monotonic() - begun:.0f} s", file=sys.stderr, flush=True)
+
+    def export(self, image: _Image) -> None:
+        """Write `image` to its docker-archive tarball, atomically (the tarball marks it built)."""
+        partial = image.archive.with_suffix(".partial")
+        partial.unlink(missing_ok=True)
+        try:
+            self.check(
+                ["push", "--quiet", image.ref, f"docker-archive:{partial}:{image.ref}"],
+                f"exporting {image.ref}",
+            )
+            partial.rename(image.archive)
+        finally:
+            partial.unlink(missing_ok=True)
+
+    def debian_base(self, suite: str, image: _Image) -> None:
+        """Debian `suite` as an image: a minbase debootstrap tree, tarred and ADDed to scratch."""
+        begun = time.monotonic()
+        for stale in store_dir().glob(f".build-{DEBIAN}-{suite}-*"):
+            _remove_work(stale)  # an interrupted earlier build
+        work = store_dir() / f".build-{DEBIAN}-{suite}-{os.getpid()}"
+        tree = work / "rootfs"
+        work.mkdir(parents=True)
+        try:
+            slurmroot._ensure_debootstrap(self.log)
+            # In a private mount namespace: debootstrap may bind-mount device nodes and /proc.
+            slurmroot._run_logged(
+                [
+                    "unshare",
+                    "--mount",
+                    "--propagation",
+                    "private",
+                    "--",
+                    "debootstrap",
+                    "--variant=minbase",
+                    suite,
+                    str(tree),
+                    slurmroot.MIRROR,
+                ],
+                self.log,
+                f"debootstrap of Debian {suite}",
+            )
+            _slim(tree, suite)
+            tarball = work / "rootfs.tar"
+            excludes = [f"--exclude={pattern}" for pattern in _ROOTFS_EXCLUDES]
+            slurmroot._run_logged(
+                ["tar", "--numeric-owner", "--xattrs", "-C", str(tree), *excludes, "-cf", str(tarball), "."],
+                self.log,
+                f"packing the Debian {suite} tree",
+            )
+            (work / "Dockerfile").write_text(
+                f"# Debian {suite} minbase from debootstrap, made by sunk.devcluster.images\n"
+                'FROM scratch\nADD rootfs.tar /\nCMD ["bash"]\n'
+            )
+            (work / ".dockerignore").write_text("rootfs\n")
+            done = self.run(
+                ["bud", "--pull=never", "--isolation", "oci", "--tag", image.ref, str(work)],
+                f"making the Debian {suite} image",
+            )
+            if done.returncode:
+                raise DevClusterError(f"making the Debian {suite} base image failed: see {self.log}")
+            self.export(image)
+        finally:
+            _remove_work(work)
+        print(f"  {DEBIAN} {suite}: made in {time.monotonic() - begun:.0f} s", file=sys.stderr, flush=True)
+
+
+def _slim(tree: Path, suite: str) -> None:
+    """Make a fresh debootstrap tree fit to be an image: no host files, caches or docs."""
+    for name in _HOST_FILES:
+        (tree / name).unlink(missing_ok=True)
+    for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
+        for entry in (tree / cache).glob("*"):
+            if entry.is_file() and not entry.is_symlink() and entry.name != "lock":
+                entry.unlink()
+    for sub in ("usr/share/man", "usr/share/info", "usr/share/locale", "usr/share/lintian"):
+        target = tree / sub
+        if target.is_dir() and not target.is_symlink():
+            subprocess.run(["rm", "-rf", "--one-file-system", "--", str(target)], check=True)
+            target.mkdir()
+    docs = tree / "usr/share/doc"
+    if docs.is_dir():
+        subprocess.run(
+            [
+                "find",
+                str(docs),
+                "-mindepth",
+                "1",
+                "-not",
+                "-name",
+                "copyright",
+                "-not",
+                "-type",
+                "d",
+                "-delete",
+            ],
+            check=True,
+        )
+    (tree / "etc/dpkg/dpkg.cfg.d/sunk-slim").write_text(_SLIM_DPKG)
+    policy = tree / "usr/sbin/policy-rc.d"
+    policy.write_text("#!/bin/sh\n# sunk: package scripts never start services in an image\nexit 101\n")
+    policy.chmod(0o755)
+    if suite == "sid":
+        # sid's Release files can look expired against a machine's clock (as for the roots).
+        (tree / "etc/apt/apt.conf.d/99sunk-no-valid-until").write_text(
+            'Acquire::Check-Valid-Until "false";\nAcquire::Check-Date "false";\n'
+        )
+
+
+def _remove_work(work: Path) -> None:
+    """Remove a build directory, refusing (as slurmroot does) when something is mounted in it."""
+    slurmroot.remove_root(work)
+
+
+def _env() -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BUILDAH_", "STORAGE_"))}
+    return dict(env, PATH=slurmroot.ROOT_PATH)
+
+
+# -- containerd ---------------------------------------------------------------------------------
+def _ctr(socket: Path) -> list[str]:
+    return ["ctr", "--address", str(socket), "--namespace", "k8s.io"]
+
+
+def present(socket: Path) -> set[str]:
+    """Image names the containerd at `socket` holds in the k8s.io namespace."""
+    done = subprocess.run(
+        [*_ctr(socket), "images", "ls", "--quiet"], capture_output=True, text=True, stdin=subprocess.DEVNULL
+    )
+    if done.returncode:
+        raise DevClusterError(
+            f"listing the images of the containerd at {socket} failed: {done.stderr.strip()[:200]}"
+        )
+    return set(done.stdout.split())
+
+
+def import_into(socket: Path, built: Iterable[Built], log: Path) -> None:
+    """Load every image the containerd at `socket` lacks, and point its stable tag at it."""
+    have = present(socket)
+    for image in built:
+        if image.ref not in have:
+            slurmroot._run_logged(
+                [*_ctr(socket), "images", "import", str(image.archive)],
+                log,
+                f"importing {image.ref} into the containerd at {socket}",
+            )
+        if image.tag != image.ref:
+            slurmroot._run_logged(
+                [*_ctr(socket), "images", "tag", "--force", image.ref, image.tag],
+                log,
+                f"tagging {image.ref} as {image.tag} in the containerd at {socket}",
+            )

@@ -1,0 +1,273 @@
+"""Real kubelet Nodes next to the kwok ones, and what makes Services work for their Pods.
+
+`sunk dev up --real-nodes N` adds N Nodes that run real containers (see `realnode`), one
+kube-proxy for all of them (they share the host's network namespace, so one set of
+nftables rules serves every Node) and CoreDNS answering cluster names behind the usual
+`kube-dns` Service. Both run as host processes like the rest of the control plane, built
+from their Go modules; CoreDNS listens only on the host's bridge address.
+"""
+
+from __future__ import annotations
+
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from sunk.devcluster import hostnet, pki, procs
+from sunk.devcluster.errors import DevClusterError
+from sunk.devcluster.kubeapi import AdminKube, KubeError
+from sunk.devcluster.layout import Layout, cache_dir
+from sunk.devcluster.realnode import PRIVATE_DIRS, RealNode, nodes_of, write_kubeconfig
+
+TOOLS = ("kubelet", "kube-proxy", "kubectl", "coredns")
+DNS_NAMESPACE = "kube-system"
+
+
+def check_machine() -> None:
+    """Stop with one sentence when this machine cannot run real Nodes."""
+    reason = hostnet.unusable_reason()
+    if reason:
+        raise DevClusterError(reason)
+
+
+def prepare_host(layout: Layout, count: int) -> None:
+    """Before the API server starts: claim the host, make the bridge it will listen on."""
+    hostnet.claim(layout, PRIVATE_DIRS)
+    net = hostnet.prepare(layout, count)
+    layout.kube.mkdir(parents=True, exist_ok=True)
+    (layout.kube / "api-host").write_text(net.gateway + "\n")
+
+
+def start(
+    layout: Layout, count: int, sandbox_image: str, load_images: Callable[[RealNode], None]
+) -> list[RealNode]:
+    """Start the Nodes (each gets the images from `load_images` before its kubelet asks for
+    them), kube-proxy and CoreDNS; return once every Node is Ready."""
+    nodes = nodes_of(layout, count)
+    for node in nodes:
+        node.write_config(sandbox_image)
+    for node in nodes:
+        node.start()
+        load_images(node)
+    _start_kube_proxy(layout, nodes[0])
+    _start_dns(layout)
+    admin = AdminKube(layout)
+    try:
+        watch = [t for n in nodes for t in map(lambda p: procs.load(layout.pids, p), _procs(n)) if t]
+        procs.wait_until(
+            lambda: _ready(admin, {n.name for n in nodes}),
+            timeout=90,
+            interval=0.25,
+            what=f"{count} real Nodes to become Ready",
+            watch=watch,
+            log_dir=layout.logs,
+        )
+    finally:
+        admin.close()
+    return nodes
+
+
+def _procs(node: RealNode) -> tuple[str, str]:
+    return node.containerd_proc, node.kubelet_proc
+
+
+def _ready(admin: AdminKube, names: set[str]) -> bool:
+    ready = set()
+    for node in admin.get("/api/v1/nodes")["items"]:
+        conditions = node.get("status", {}).get("conditions") or []
+        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
+            ready.add(node["metadata"]["name"])
+    return names <= ready
+
+
+def _start_kube_proxy(layout: Layout, node: RealNode) -> None:
+    out = layout.kube
+    pki.issue_client(out, out, "kube-proxy", "system:kube-proxy")
+    write_kubeconfig(layout, out / "kube-proxy.kubeconfig", out / "kube-proxy")
+    net = hostnet.network_of(layout)
+    ports = layout.ports
+    procs.spawn(
+        "kube-proxy",
+        [
+            str(cache_dir() / "bin" / "kube-proxy"),
+            f"--kubeconfig={out / 'kube-proxy.kubeconfig'}",
+            "--proxy-mode=nftables",
+            f"--cluster-cidr={net.cidr}",
+            f"--hostname-override={node.name}",
+            f"--healthz-bind-address=127.0.0.1:{ports.kube_proxy}",
+            f"--metrics-bind-address=127.0.0.1:{ports.kube_proxy + 1}",
+            f"--nodeport-addresses={net.cidr}",
+            # Leave the host's conntrack table size and timeouts as they are.
+            "--conntrack-max-per-core=0",
+            "--conntrack-tcp-timeout-established=0",
+            "--conntrack-tcp-timeout-close-wait=0",
+            "--v=1",
+        ],
+        layout.pids,
+        layout.logs,
+    )
+
+
+def _start_dns(layout: Layout) -> None:
+    out = layout.kube
+    net = hostnet.network_of(layout)
+    port = layout.ports.coredns
+    pki.issue_client(out, out, "coredns", "system:coredns")
+    write_kubeconfig(layout, out / "coredns.kubeconfig", out / "coredns")
+    corefile = out / "Corefile"
+    # Cluster names only: nothing is forwarded, so Pods cannot resolve (or reach) the world.
+    corefile.write_text(
+        f"{hostnet.CLUSTER_DOMAIN}:{port} in-addr.arpa:{port} ip6.arpa:{port} {{\n"
+        f"  bind {net.gateway}\n"
+        "  errors\n"
+        f"  kubernetes {hostnet.CLUSTER_DOMAIN} in-addr.arpa ip6.arpa {{\n"
+        f"    kubeconfig {out / 'coredns.kubeconfig'} sunk-dev\n"
+        "    pods insecure\n"
+        "  }\n"
+        "  cache 5\n"
+        "}\n"
+        f".:{port} {{\n"
+        f"  bind {net.gateway}\n"
+        "  template ANY ANY {\n"
+        "    rcode NXDOMAIN\n"
+        "  }\n"
+        "}\n"
+    )
+    admin = AdminKube(layout)
+    try:
+        _apply_dns_objects(admin, net.gateway, port)
+    finally:
+        admin.close()
+    dns = procs.spawn(
+        "coredns",
+        [str(cache_dir() / "bin" / "coredns"), "-conf", str(corefile)],
+        layout.pids,
+        layout.logs,
+    )
+    procs.wait_until(
+        lambda: _answers(net.gateway, port),
+        timeout=30,
+        what="CoreDNS to answer",
+        watch=[dns],
+        log_dir=layout.logs,
+    )
+
+
+def _answers(address: str, port: int) -> bool:
+    import socket
+
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.settimeout(1)
+        return sock.connect_ex((address, port)) == 0
+
+
+COREDNS_RULES = [
+    {
+        "apiGroups": [""],
+        "resources": ["endpoints", "services", "pods", "namespaces"],
+        "verbs": ["list", "watch"],
+    },
+    {"apiGroups": ["discovery.k8s.io"], "resources": ["endpointslices"], "verbs": ["list", "watch"]},
+]
+
+
+def _apply_dns_objects(admin: AdminKube, gateway: str, port: int) -> None:
+    """RBAC for CoreDNS, and the kube-dns Service pointing at it (selectorless: CoreDNS is
+    not a Pod here, so its EndpointSlice is written by hand)."""
+    rbac = "/apis/rbac.authorization.k8s.io/v1"
+    _create(admin, f"{rbac}/clusterroles", {"metadata": {"name": "sunk-dev:coredns"}, "rules": COREDNS_RULES})
+    _create(
+        admin,
+        f"{rbac}/clusterrolebindings",
+        {
+            "metadata": {"name": "sunk-dev:coredns"},
+            "roleRef": {
+                "apiGroup": "rbac.authorization.k8s.io",
+                "kind": "ClusterRole",
+                "name": "sunk-dev:coredns",
+            },
+            "subjects": [{"kind": "User", "name": "system:coredns", "apiGroup": "rbac.authorization.k8s.io"}],
+        },
+    )
+    ports = [
+        {"name": "dns", "port": 53, "targetPort": port, "protocol": "UDP"},
+        {"name": "dns-tcp", "port": 53, "targetPort": port, "protocol": "TCP"},
+    ]
+    _create(
+        admin,
+        f"/api/v1/namespaces/{DNS_NAMESPACE}/services",
+        {
+            "metadata": {"name": "kube-dns", "labels": {"k8s-app": "kube-dns"}},
+            "spec": {"clusterIP": hostnet.DNS_SERVICE_IP, "ports": ports},
+        },
+    )
+    _create(
+        admin,
+        f"/apis/discovery.k8s.io/v1/namespaces/{DNS_NAMESPACE}/endpointslices",
+        {
+            "metadata": {
+                "name": "kube-dns-host",
+                "labels": {
+                    "kubernetes.io/service-name": "kube-dns",
+                    "endpointslice.kubernetes.io/managed-by": "sunk-dev",
+                },
+            },
+            "addressType": "IPv4",
+            "endpoints": [{"addresses": [gateway], "conditions": {"ready": True}}],
+            "ports": [{"name": p["name"], "port": port, "protocol": p["protocol"]} for p in ports],
+        },
+    )
+
+
+def _create(admin: AdminKube, path: str, body: dict[str, Any]) -> None:
+    """Create once: a restarted DNS finds its objects in place."""
+    if admin.find(f"{path}/{body['metadata']['name']}") is not None:
+        return
+    try:
+        admin.create(path, body)
+    except KubeError as err:
+        if err.status != 409:
+            raise
+
+
+def stop(layout: Layout, count: int) -> list[str]:
+    """Stop CoreDNS, kube-proxy (and remove its rules) and every Node; give the host back."""
+    stopped = []
+    for name in ("coredns", "kube-proxy"):
+        tracked = procs.load(layout.pids, name)
+        if tracked is not None:
+            procs.stop(tracked, layout.pids)
+            stopped.append(name)
+    kube_proxy = cache_dir() / "bin" / "kube-proxy"
+    if kube_proxy.exists():
+        subprocess.run([str(kube_proxy), "--cleanup"], capture_output=True)
+    subprocess.run(["nft", "delete", "table", "ip", "kube-proxy"], capture_output=True)
+    subprocess.run(["nft", "delete", "table", "ip6", "kube-proxy"], capture_output=True)
+    for node in nodes_of(layout, count):
+        node.stop()
+        stopped.append(node.name)
+    hostnet.release(layout)
+    return stopped
+
+
+def node_states(admin: AdminKube, layout: Layout) -> dict[str, str]:
+    """Each real Node's condition as the API server and this machine see it."""
+    nodes = nodes_of(layout, configured_nodes(layout))
+    found = {n["metadata"]["name"]: n for n in admin.get("/api/v1/nodes")["items"]}
+    states = {}
+    for node in nodes:
+        down = [name.split("-")[0] for name, alive in node.processes().items() if not alive]
+        if down:
+            states[node.name] = f"{' and '.join(down)} NOT RUNNING"
+            continue
+        conditions = (found.get(node.name) or {}).get("status", {}).get("conditions") or []
+        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+        states[node.name] = "Ready" if ready else "NotReady" if node.name in found else "not registered"
+    return states
+
+
+def configured_nodes(layout: Layout) -> int:
+    """How many real Nodes this cluster was started with (their directories say)."""
+    base: Path = layout.nodes
+    return len(list(base.glob("real-*"))) if base.is_dir() else 0
