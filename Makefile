@@ -19,6 +19,7 @@ test: bootstrap lint
 	SUNK_TEST_CLUSTER=accounting .venv/bin/pytest tests/e2e/test_accounting.py
 	SUNK_TEST_CLUSTER=real .venv/bin/pytest tests/e2e/test_real_nodes.py
 	SUNK_TEST_SLURM=26.05 .venv/bin/pytest $(VERSION_SUITE)
+	SUNK_TEST_CLUSTER=real SUNK_TEST_SLURM=26.05 .venv/bin/pytest tests/e2e/test_real_nodes.py
 	SUNK_TEST_SLURM=22.05 .venv/bin/pytest $(VERSION_SUITE)
 
 lint: bootstrap
