@@ -179,23 +179,18 @@ class SlurmInPods:
     def pod(self, name: str) -> dict[str, Any]:
         return self.kube.get(f"/api/v1/namespaces/{self.namespace}/pods/{name}")
 
-    def exec(self, pod: str, *argv: str, timeout: float = 60) -> str:
+    def run(self, pod: str, *argv: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
         """`kubectl exec`: through the API server and the kubelet into the container."""
-        done = subprocess.run(
-            [
-                str(cache_dir() / "bin" / "kubectl"),
-                f"--kubeconfig={self.cluster.layout.kubeconfig}",
-                "-n",
-                self.namespace,
-                "exec",
-                pod,
-                "--",
-                *argv,
-            ],
+        kubectl = [str(cache_dir() / "bin" / "kubectl"), f"--kubeconfig={self.cluster.layout.kubeconfig}"]
+        return subprocess.run(
+            [*kubectl, "-n", self.namespace, "exec", pod, "--", *argv],
             capture_output=True,
             text=True,
             timeout=timeout,
         )
+
+    def exec(self, pod: str, *argv: str, timeout: float = 60) -> str:
+        done = self.run(pod, *argv, timeout=timeout)
         assert done.returncode == 0, f"exec {argv} in {pod} failed: {done.stderr.strip()}"
         return done.stdout
 

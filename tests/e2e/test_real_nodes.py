@@ -56,6 +56,33 @@ def test_r10_slurmctld_and_slurmrestd_run_as_pods_on_real_nodes(slurm_pods: Slur
     assert answer.json()["pings"][0]["responding"] is True
 
 
+def test_r10_containers_on_real_nodes_have_logs_tokens_services_and_cluster_dns(
+    slurm_pods: SlurmInPods, kube: AdminKube
+) -> None:
+    """What a Pod on a real Node relies on: its log is read through the kubelet, its
+    ServiceAccount token mounts and authenticates, Services and cluster names resolve, and
+    names outside the cluster do not (Pods stay on the dev cluster's own network)."""
+    ns = slurm_pods.namespace
+    log = kube.http.get(f"/api/v1/namespaces/{ns}/pods/slurmctld/log")
+    assert log.status_code == 200 and "slurmctld" in log.text, log.text[:300]
+    pod = make_pod("client", "none", cpu="100m", memory="32Mi", nodeName=slurm_pods.nodes[1])
+    main = pod["spec"]["containers"][0]
+    main.update(image=slurm_pods.images["slurmd"], imagePullPolicy="Never", command=["sleep", "infinity"])
+    del pod["spec"]["schedulerName"]
+    kube.create(f"/api/v1/namespaces/{ns}/pods", pod)
+    wait_for(lambda: _running(slurm_pods.pod("client")) or None, timeout=60, what="the client Pod to run")
+    account = "/var/run/secrets/kubernetes.io/serviceaccount"
+    call = (
+        f'curl -s --cacert {account}/ca.crt -H "Authorization: Bearer $(cat {account}/token)" '
+        f"https://kubernetes.default.svc/api/v1/namespaces/{ns}/secrets"
+    )
+    answer = slurm_pods.exec("client", "sh", "-c", call)
+    assert f"system:serviceaccount:{ns}:default" in answer, answer  # authenticated, then refused
+    assert slurm_pods.exec("client", "getent", "hosts", f"slurmrestd.{ns}.svc.cluster.local").strip()
+    outside = slurm_pods.run("client", "getent", "hosts", "deb.debian.org")
+    assert outside.returncode != 0, "an outside name resolved inside a Pod"
+
+
 def test_r10_slurmd_pods_on_three_real_nodes_register_idle_with_the_cpus_and_memory_they_were_given(
     slurm_pods: SlurmInPods,
 ) -> None:

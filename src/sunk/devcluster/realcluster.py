@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import subprocess
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +50,8 @@ def start(
         node.write_config(sandbox_image)
     for node in nodes:
         node.start()
-        load_images(node)
+    with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
+        list(pool.map(load_images, nodes))
     _start_kube_proxy(layout, nodes[0])
     _start_dns(layout)
     admin = AdminKube(layout)
