@@ -17,7 +17,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from tests.e2e.slurm_in_pods import SlurmInPods
+from tests.e2e.slurm_in_pods import SlurmInPods, delete_namespace
 
 from sunk.devcluster import DevCluster, images, procs
 from sunk.devcluster.kubeapi import AdminKube
@@ -69,15 +69,6 @@ def _start_pods(kube: AdminKube, namespace: str, nodes: list[str], count: int, i
     if len(took) < count:
         raise SystemExit(f"only {len(took)} of {count} Pods ran within 120 s")
     return sorted(took.values())
-
-
-def _delete_namespace(kube: AdminKube, namespace: str) -> None:
-    """Delete and wait until it is gone: a kubelet counts its terminating Pods' requests, and
-    a bound Pod it cannot admit fails for good (OutOfcpu)."""
-    kube.delete(f"/api/v1/namespaces/{namespace}")
-    deadline = time.monotonic() + 120
-    while kube.find(f"/api/v1/namespaces/{namespace}") is not None and time.monotonic() < deadline:
-        time.sleep(0.2)
 
 
 def _rss_mib(pid: int) -> float:
@@ -138,7 +129,7 @@ def main() -> None:
                 into += _start_pods(kube, namespace, nodes, args.pods, built["slurmd"].tag)
                 if nodes is real and run == args.runs - 1:
                     memory = _memory(cluster, spec.real_nodes)
-                _delete_namespace(kube, namespace)
+                delete_namespace(kube, namespace)
             namespace = f"bench-slurm-{uuid.uuid4().hex[:6]}"
             kube.create_namespace(namespace)
             pods = SlurmInPods(cluster, kube, namespace, real, {k: b.tag for k, b in built.items()})
@@ -150,7 +141,7 @@ def main() -> None:
             pods.add_slurmd("compute-extra", real[0])
             pods.wait_idle(len(real) + 1, timeout=120)
             idle_times.append(time.monotonic() - started)
-            _delete_namespace(kube, namespace)
+            delete_namespace(kube, namespace)
     finally:
         kube.close()
 

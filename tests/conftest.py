@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sunk.devcluster import ClusterSpec, DevCluster, hostnet, procs, slurmroot
+from sunk.devcluster import ClusterSpec, DevCluster, hostnet, procs, realcluster, slurmroot
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.layout import cache_dir
 from sunk.devcluster.prereqs import ensure_go_tools
@@ -59,6 +59,7 @@ def dev_cluster() -> Iterator[DevCluster]:
     cluster = DevCluster()
     started_here = False
     wanted = wanted_spec()
+    host_before = hostnet.current_sysctls()
     if cluster.is_running():
         status = cluster.status()
         spec = status.spec
@@ -90,9 +91,9 @@ def dev_cluster() -> Iterator[DevCluster]:
         strays = procs.leftovers(f"SLURM_CONF={cluster.layout.slurm_conf}")
         assert not strays, f"job processes outlived `sunk dev down`: {strays}"
         if wanted.real_nodes:
-            assert hostnet.read_claim() is None, "`sunk dev down` did not give the host back"
-            assert not hostnet.changed_sysctls()
-            assert not slurmroot.mounts_under(cluster.layout.root), "mounts outlived `sunk dev down`"
+            left = realcluster.host_leftovers(cluster.layout) + slurmroot.mounts_under(cluster.layout.root)
+            assert not left, f"`sunk dev down` did not give the host back: {left}"
+            assert hostnet.current_sysctls() == host_before, "kernel settings were not restored"
 
 
 @pytest.fixture(scope="session")

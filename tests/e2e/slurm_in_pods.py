@@ -98,6 +98,17 @@ def _pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
 
 
+def delete_namespace(kube: AdminKube, namespace: str, timeout: float = 120) -> None:
+    """Delete and wait until it is gone: a kubelet counts the requests of its Pods while
+    they terminate, and a Pod bound by name that does not fit fails for good (OutOfcpu)."""
+    kube.delete(f"/api/v1/namespaces/{namespace}")
+    wait_for(
+        lambda: kube.find(f"/api/v1/namespaces/{namespace}") is None or None,
+        timeout=timeout,
+        what=f"namespace {namespace} to be gone",
+    )
+
+
 @dataclass
 class SlurmInPods:
     cluster: DevCluster

@@ -17,7 +17,7 @@ from sunk.devcluster import DevCluster, images, realcluster
 from sunk.devcluster.hostnet import network_of
 from sunk.devcluster.kubeapi import AdminKube
 from tests.conftest import SLURM
-from tests.e2e.slurm_in_pods import SLURMD_CPUS, SLURMD_MEMORY_MIB, SlurmInPods
+from tests.e2e.slurm_in_pods import SLURMD_CPUS, SLURMD_MEMORY_MIB, SlurmInPods, delete_namespace
 from tests.support import SchedulerProcess, free_port, make_pod, wait_for
 
 pytestmark = pytest.mark.real_nodes
@@ -41,7 +41,7 @@ def slurm_pods(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[SlurmInPods
     pods.wait_idle(len(nodes))
     pods.idle_after = time.monotonic() - started  # type: ignore[attr-defined]
     yield pods
-    kube.delete(f"/api/v1/namespaces/{namespace}")
+    delete_namespace(kube, namespace)
 
 
 def test_r10_slurmctld_and_slurmrestd_run_as_pods_on_real_nodes(slurm_pods: SlurmInPods) -> None:
@@ -100,6 +100,19 @@ def test_r10_srun_across_three_nodes_prints_three_pod_hostnames(slurm_pods: Slur
     count = len(slurm_pods.nodes)
     out = slurm_pods.exec("slurmctld", "srun", f"-N{count}", "hostname")
     assert sorted(out.split()) == [f"compute-{n}" for n in range(1, count + 1)]
+    # The job steps' slurmstepd processes are orphaned when they end; the image's init
+    # (tini as PID 1) must reap them, or every job would leave zombies in the Pod.
+    for n in range(1, count + 1):
+        wait_for(
+            lambda n=n: not _zombies(slurm_pods, f"compute-{n}") or None,  # type: ignore[misc]
+            timeout=20,
+            what=f"compute-{n} to have reaped its job steps",
+        )
+
+
+def _zombies(slurm_pods: SlurmInPods, pod: str) -> list[str]:
+    out = slurm_pods.exec(pod, "sh", "-c", "grep -ls '^State:[[:space:]]*Z' /proc/[0-9]*/status || true")
+    return out.split()
 
 
 @pytest.fixture

@@ -5,11 +5,14 @@ from __future__ import annotations
 import re
 import shutil
 import subprocess
+import tomllib
+from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from sunk.devcluster import images
+from sunk.devcluster import images, slurmroot
 from sunk.devcluster.errors import DevClusterError
 
 REPO_IMAGES = Path(__file__).resolve().parents[2] / "images"
@@ -167,3 +170,129 @@ def test_an_unknown_version_is_refused() -> None:
     """Catches building images of the host's 22.05 (or a typo) from some other suite."""
     with pytest.raises(DevClusterError, match=r"24\.11"):
         images.ensure_images("22.05", Path("/nonexistent/log"))
+
+
+# -- keeping buildah off the host -----------------------------------------------------------------
+STARTS_CONTAINERS = ("bud", "build", "build-using-dockerfile", "run", "from")
+
+
+def _subcommand(argv: Sequence[str]) -> str:
+    """The buildah subcommand of a full command line (the word after the global options)."""
+    rest = list(argv[argv.index("buildah") + 1 :])
+    while rest[0].startswith("--"):
+        rest = rest[2:]
+    return rest[0]
+
+
+def _has_pair(argv: Sequence[str], flag: str, value: str) -> bool:
+    return any(argv[i] == flag and argv[i + 1] == value for i in range(len(argv) - 1))
+
+
+def test_commands_that_can_start_a_container_use_the_host_network(tmp_path: Path) -> None:
+    """Catches a container-starting buildah command without `--network host` (the Debian base's
+    bud had none): buildah then used its default CNI network and left a cni-podman0 bridge,
+    nftables tables and /var/lib/cni behind; runc's state must not go to /run/runc either."""
+    storage = tmp_path / "storage"
+    for sub in STARTS_CONTAINERS:
+        argv = images.buildah_argv(storage, [sub, "--pull=never", "x"])
+        assert _subcommand(argv) == sub
+        assert _has_pair(argv, "--network", "host"), sub
+        assert _has_pair(argv, "--isolation", "oci"), sub
+        if sub != "from":  # `buildah from` starts nothing itself and takes no --runtime-flag
+            assert _has_pair(argv, "--runtime-flag", f"root={storage / 'runc'}"), sub
+    for sub in ("pull", "push", "inspect", "images", "rmi"):
+        argv = images.buildah_argv(storage, [sub, "x"])
+        assert "--network" not in argv, sub  # these refuse the flag
+        assert argv[-2:] == [sub, "x"]
+
+
+def test_every_buildah_command_overlays_var_lib_in_a_private_namespace(tmp_path: Path) -> None:
+    """Catches buildah's blob-info cache landing in the host's /var/lib/containers/cache (it
+    ignores --root): /var/lib must be an overlay whose upper layer is in the storage, mounted
+    in the command's own mount namespace, never on the host."""
+    storage = tmp_path / "storage"
+    argv = images.buildah_argv(storage, ["push", "a", "b"])
+    assert argv[:5] == ["unshare", "--mount", "--propagation", "private", "--"]
+    script = argv[argv.index("-c") + 1]
+    assert "lowerdir=/var/lib,upperdir=$1,workdir=$2" in script and script.endswith('exec "$@"')
+    upper, work = argv[argv.index("-c") + 3 : argv.index("-c") + 5]
+    assert Path(upper).is_relative_to(storage) and Path(work).is_relative_to(storage)
+    assert argv.index("buildah") == argv.index("-c") + 5
+
+
+def test_the_containers_conf_keeps_networking_in_the_storage(tmp_path: Path) -> None:
+    """Catches a containers.conf buildah would ignore or that leaves /etc/cni in use: buildah
+    created /etc/cni/net.d on every pull or build, and a container not given --network got
+    the CNI network; both keys below were checked to take effect in buildah 1.28."""
+    storage = tmp_path / "storage"
+    images.prepare_host_dirs(storage)
+    conf = tomllib.loads((storage / "containers.conf").read_text())
+    assert conf["containers"]["netns"] == "host"
+    assert Path(conf["network"]["network_config_dir"]).is_relative_to(storage)
+    assert Path(conf["network"]["network_config_dir"]).is_dir()
+
+
+def test_buildah_gets_our_containers_conf_and_not_the_callers(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Catches buildah reading the system's containers.conf (CNI in /etc/cni, private network
+    by default) or a caller's CONTAINERS_* settings, and temporary files going to /var/tmp."""
+    storage = tmp_path / "storage"
+    monkeypatch.setenv("CONTAINERS_CONF", "/etc/containers/containers.conf")
+    monkeypatch.setenv("CONTAINERS_STORAGE_CONF", "/etc/containers/storage.conf")
+    monkeypatch.setenv("STORAGE_DRIVER", "vfs")
+    env = images.buildah_env(storage)
+    assert env["CONTAINERS_CONF"] == str(storage / "containers.conf")
+    assert "CONTAINERS_STORAGE_CONF" not in env and "STORAGE_DRIVER" not in env
+    assert Path(env["TMPDIR"]).is_relative_to(storage)
+
+
+def test_a_storage_under_var_lib_is_refused(tmp_path: Path) -> None:
+    """Catches overlaying /var/lib while buildah's own storage lies inside it: the storage
+    would be read through the overlay and copied up into itself."""
+    with pytest.raises(DevClusterError, match="/var/lib"):
+        images.prepare_host_dirs(Path("/var/lib/sunk-test-never-created/storage"))
+    assert not Path("/var/lib/sunk-test-never-created").exists()
+
+
+def test_a_cold_build_runs_every_buildah_command_off_the_host(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Catches any buildah call of a whole cold build (Debian base, loading a parent back from
+    its tarball, each Dockerfile, exports, removing superseded images) that bypasses the
+    private namespace, our environment, or --network host where it can start a container."""
+    monkeypatch.setenv("SUNK_CACHE", str(tmp_path / "cache"))
+    storage = tmp_path / "cache" / "images" / "storage"
+    calls: list[tuple[list[str], dict[str, str] | None]] = []
+
+    def fake_run(argv: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[Any]:
+        argv = list(argv)
+        if "buildah" not in argv:
+            return subprocess.CompletedProcess(argv, 0, b"", b"")  # debootstrap, tar
+        calls.append((argv, kwargs.get("env")))
+        sub = _subcommand(argv)
+        if sub == "push":
+            target = next(a for a in argv if a.startswith("docker-archive:"))
+            Path(target.split(":")[1]).write_bytes(b"")
+        if sub == "images":
+            return subprocess.CompletedProcess(argv, 0, "localhost/sunk/slurmd:24.11-000000000000\n", "")
+        return subprocess.CompletedProcess(argv, 1 if sub == "inspect" else 0, b"", b"")
+
+    monkeypatch.setattr(subprocess, "run", fake_run)
+    monkeypatch.setattr(slurmroot, "_ensure_debootstrap", lambda log: None)
+    monkeypatch.setattr(images, "_slim", lambda tree, suite: None)
+    monkeypatch.setattr(images, "_remove_work", lambda work: shutil.rmtree(work))
+    built = images.ensure_images("24.11", tmp_path / "log")
+    assert all(b.archive.is_file() for b in built.values())
+
+    seen = {_subcommand(argv) for argv, _ in calls}
+    assert {"bud", "pull", "push", "inspect", "images", "rmi"} <= seen  # the test covers them all
+    buds = [argv for argv, _ in calls if _subcommand(argv) == "bud"]
+    assert len(buds) == len(images.IMAGES) + 1  # the Debian base is built too
+    for argv, env in calls:
+        assert argv[:5] == ["unshare", "--mount", "--propagation", "private", "--"], argv
+        assert argv[argv.index("-c") + 1] == images._VAR_LIB_OVERLAY
+        assert _has_pair(argv, "--root", str(storage / "root")), argv
+        if _subcommand(argv) in STARTS_CONTAINERS:
+            assert _has_pair(argv, "--network", "host"), argv
+        assert env is not None and env["CONTAINERS_CONF"] == str(storage / "containers.conf")

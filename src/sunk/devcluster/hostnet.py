@@ -126,7 +126,7 @@ def claim(layout: Layout, mount_points: Iterable[str]) -> None:
     made = [point for point in mount_points if not Path(point).exists()]
     record = {
         "owner": str(layout.root),
-        "sysctls": {name: _read_sysctl(name) for name in SYSCTLS},
+        "sysctls": current_sysctls(),
         "made_dirs": made,
     }
     CLAIM.parent.mkdir(parents=True, exist_ok=True)
@@ -159,6 +159,11 @@ def release(layout: Layout) -> None:
         CLAIM.parent.rmdir()
     except OSError:
         pass
+
+
+def current_sysctls() -> dict[str, str | None]:
+    """The settings real Nodes change, as they are now."""
+    return {name: _read_sysctl(name) for name in SYSCTLS}
 
 
 def changed_sysctls() -> dict[str, tuple[str, str]]:

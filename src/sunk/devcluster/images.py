@@ -13,11 +13,22 @@ Every buildah command runs inside `unshare --mount --propagation private`: the o
 driver mounts layers (and bind-mounts its own storage directory onto itself), and those
 mounts vanish with the command instead of piling up in the host's mount table. Builds use
 buildah's default OCI isolation (runc); chroot isolation bind-mounts host device nodes.
+
+buildah also writes to host paths that no flag moves: it creates /etc/cni/net.d (and, for a
+container on its default network, a CNI bridge, nftables chains and /var/lib/cni), and it
+keeps a blob-info cache in /var/lib/containers/cache whatever `--root` says. So, in the
+private namespace, /var/lib is overlaid by a directory of the storage (what buildah writes
+there lands in the cache; the host's /var/lib is untouched and nothing is created on the
+host to mount over), a containers.conf of our own (CONTAINERS_CONF) makes the host network
+the default and moves the CNI configuration directory into the storage, every command that
+can start a container gets `--network host` and a runc state directory in the storage, and
+TMPDIR points into the storage too.
 """
 
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import re
 import shlex
@@ -239,32 +250,20 @@ class _Builder:
 
     def __init__(self, log: Path) -> None:
         self.log = log
-        storage = store_dir() / "storage"
-        # overlay: this host's kernel mounts overlayfs on its ext4, so layers are shared and a
-        # build does not copy the parent's whole tree as vfs would (several times faster and
-        # much smaller on disk). vfs would be the fallback on a filesystem overlay refuses.
-        self.prefix = [
-            "unshare",
-            "--mount",
-            "--propagation",
-            "private",
-            "--",
-            "buildah",
-            "--root",
-            str(storage / "root"),
-            "--runroot",
-            str(storage / "run"),
-            "--storage-driver",
-            "overlay",
-        ]
+        self.storage = store_dir() / "storage"
+        prepare_host_dirs(self.storage)
 
     def run(self, args: Sequence[str], what: str) -> subprocess.CompletedProcess[bytes]:
-        argv = [*self.prefix, *args]
+        argv = buildah_argv(self.storage, args)
         with open(self.log, "ab") as out:
             out.write(f"\n$ {shlex.join(argv)}\n".encode())
             out.flush()
             return subprocess.run(
-                argv, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=_env()
+                argv,
+                stdout=out,
+                stderr=subprocess.STDOUT,
+                stdin=subprocess.DEVNULL,
+                env=buildah_env(self.storage),
             )
 
     def check(self, args: Sequence[str], what: str) -> None:
@@ -284,11 +283,11 @@ class _Builder:
         """Remove earlier builds of this version's images (and of the suite's Debian base)
         from the storage: each rebuild would otherwise keep its predecessor's layers."""
         listed = subprocess.run(
-            [*self.prefix, "images", "--noheading", "--format", "{{.Name}}:{{.Tag}}"],
+            buildah_argv(self.storage, ["images", "--noheading", "--format", "{{.Name}}:{{.Tag}}"]),
             capture_output=True,
             text=True,
             stdin=subprocess.DEVNULL,
-            env=_env(),
+            env=buildah_env(self.storage),
         )
         prefixes = [f"{REGISTRY}/{name}:{version}-" for name in IMAGES] + [f"{REGISTRY}/{DEBIAN}:{suite}-"]
         stale = [
@@ -305,10 +304,6 @@ class _Builder:
         argv = [
             "bud",
             "--pull=never",
-            "--isolation",
-            "oci",
-            "--network",
-            "host",
             "--tag",
             image.ref,
             *(f"--build-arg={k}={v}" for k, v in args.items()),
@@ -381,7 +376,7 @@ class _Builder:
             )
             (work / ".dockerignore").write_text("rootfs\n")
             done = self.run(
-                ["bud", "--pull=never", "--isolation", "oci", "--tag", image.ref, str(work)],
+                ["bud", "--pull=never", "--tag", image.ref, str(work)],
                 f"making the Debian {suite} image",
             )
             if done.returncode:
@@ -439,9 +434,128 @@ def _remove_work(work: Path) -> None:
     slurmroot.remove_root(work)
 
 
-def _env() -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BUILDAH_", "STORAGE_"))}
-    return dict(env, PATH=slurmroot.ROOT_PATH)
+# -- keeping buildah off the host -------------------------------------------------------------
+# Run in the private mount namespace before buildah: /var/lib becomes an overlay whose upper
+# layer is in the storage ($1, with $2 its work directory), then buildah is exec'd ("$@").
+_VAR_LIB_OVERLAY = (
+    'mount -t overlay sunk-var-lib -o "lowerdir=/var/lib,upperdir=$1,workdir=$2" /var/lib'
+    ' && shift 2 && exec "$@"'
+)
+# buildah subcommands that can start a container -> whether it takes --runtime-flag. Each
+# always gets the host's network (never CNI: no bridge, no nftables chains, no /var/lib/cni)
+# and runc rather than chroot isolation; with --runtime-flag, runc also keeps its state in
+# the storage instead of /run/runc.
+_RUNS_CONTAINERS: dict[str, bool] = {
+    "bud": True,
+    "build": True,
+    "build-using-dockerfile": True,
+    "run": True,
+    "from": False,
+}
+
+
+def host_dirs(storage: Path) -> dict[str, Path]:
+    """Where, inside the storage, buildah's would-be host files go."""
+    return {
+        "containers.conf": storage / "containers.conf",
+        "cni": storage / "cni",  # CNI configuration directory (only cni.lock ends up there)
+        "var-lib": storage / "var-lib",  # overlay upper layer of /var/lib: the blob-info cache
+        "var-lib.work": storage / "var-lib.work",
+        "runc": storage / "runc",
+        "tmp": storage / "tmp",
+    }
+
+
+def containers_conf(storage: Path) -> str:
+    """The containers.conf buildah reads instead of the system's (CONTAINERS_CONF replaces
+    /usr/share/containers and /etc/containers' files): a container that is not told otherwise
+    shares the host's network, and the CNI configuration lives in the storage."""
+    cni = json.dumps(str(host_dirs(storage)["cni"]))  # a JSON string is a TOML basic string
+    return (
+        "# Written by sunk.devcluster.images for its own buildah commands; rewritten on every build.\n"
+        "[containers]\n"
+        'netns = "host"\n'
+        "\n"
+        "[network]\n"
+        'network_backend = "cni"\n'
+        f"network_config_dir = {cni}\n"
+    )
+
+
+def buildah_prefix(storage: Path) -> list[str]:
+    """The command line up to buildah's subcommand: a private mount namespace with /var/lib
+    overlaid from the storage, and buildah told to use the storage."""
+    dirs = host_dirs(storage)
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "sh",
+        "-c",
+        _VAR_LIB_OVERLAY,
+        "sh",
+        str(dirs["var-lib"]),
+        str(dirs["var-lib.work"]),
+        "buildah",
+        "--root",
+        str(storage / "root"),
+        "--runroot",
+        str(storage / "run"),
+        # overlay: this host's kernel mounts overlayfs on its ext4, so layers are shared and a
+        # build does not copy the parent's whole tree as vfs would (several times faster and
+        # much smaller on disk). vfs would be the fallback on a filesystem overlay refuses.
+        "--storage-driver",
+        "overlay",
+    ]
+
+
+def buildah_argv(storage: Path, args: Sequence[str]) -> list[str]:
+    """The whole command line of `buildah ARGS`; a subcommand that can start a container
+    gets the flags it must always have right after its name."""
+    if not args:
+        return buildah_prefix(storage)
+    sub = args[0]
+    flags: list[str] = []
+    if sub in _RUNS_CONTAINERS:
+        flags = ["--isolation", "oci", "--network", "host"]
+        if _RUNS_CONTAINERS[sub]:
+            flags += ["--runtime-flag", f"root={host_dirs(storage)['runc']}"]
+    return [*buildah_prefix(storage), sub, *flags, *args[1:]]
+
+
+def buildah_env(storage: Path) -> dict[str, str]:
+    """The environment of every buildah command: none of the caller's buildah, storage or
+    containers settings, our containers.conf, and temporary files in the storage."""
+    dirs = host_dirs(storage)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("BUILDAH_", "STORAGE_", "CONTAINERS_"))}
+    return dict(
+        env,
+        PATH=slurmroot.ROOT_PATH,
+        CONTAINERS_CONF=str(dirs["containers.conf"]),
+        TMPDIR=str(dirs["tmp"]),
+    )
+
+
+def prepare_host_dirs(storage: Path) -> None:
+    """Create the storage's stand-ins for host paths, and write the containers.conf."""
+    resolved = storage.resolve()
+    if resolved.is_relative_to(Path("/var/lib").resolve()):
+        raise DevClusterError(
+            f"the image storage {resolved} is under /var/lib, which every buildah command here "
+            "overlays: set SUNK_CACHE to a directory elsewhere"
+        )
+    if any(c in str(resolved) for c in ",:\\"):
+        raise DevClusterError(
+            f"the image storage {resolved} has a comma, colon or backslash in its path, which "
+            "overlayfs options cannot carry: set SUNK_CACHE to a plainer directory"
+        )
+    dirs = host_dirs(storage)
+    for name, path in dirs.items():
+        if name != "containers.conf":
+            path.mkdir(parents=True, exist_ok=True)
+    dirs["containers.conf"].write_text(containers_conf(storage))
 
 
 # -- containerd ---------------------------------------------------------------------------------

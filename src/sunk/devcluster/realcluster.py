@@ -253,6 +253,21 @@ def stop(layout: Layout, count: int) -> list[str]:
     return stopped
 
 
+def host_leftovers(layout: Layout) -> list[str]:
+    """What real Nodes of this cluster left on the host; empty after a clean `down`."""
+    net = hostnet.network_of(layout)
+    found = []
+    if Path("/sys/class/net", net.bridge).exists():
+        found.append(f"bridge {net.bridge}")
+    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    found += [line for line in tables.splitlines() if net.nft_table in line or "kube-proxy" in line]
+    prefix = f"sunk-{net.index}-real-"
+    found += [str(p) for h in hostnet.hierarchies() for p in h.glob(f"{prefix}*")]
+    if hostnet.owned_by(layout):
+        found.append(f"the claim {hostnet.CLAIM}")
+    return found
+
+
 def node_states(admin: AdminKube, layout: Layout) -> dict[str, str]:
     """Each real Node's condition as the API server and this machine see it."""
     nodes = nodes_of(layout, configured_nodes(layout))

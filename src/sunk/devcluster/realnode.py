@@ -214,6 +214,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
     def start(self) -> None:
         """Start containerd in a fresh private mount namespace, then the kubelet inside it."""
         hostnet.make_cgroup_root(self.cgroup_root)
+        log = self.layout.logs / f"{self.containerd_proc}.log"
+        offset = log.stat().st_size if log.exists() else 0
         mounts = " && ".join(
             f"mount --bind {shlex.quote(str(self.dir / sub))} {shlex.quote(point)}"
             for point, sub in PRIVATE_DIRS.items()
@@ -235,9 +237,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             self.layout.logs,
         )
         procs.wait_until(
-            self.socket.exists,
+            lambda: _cri_ready(log, offset),
             timeout=30,
-            what=f"containerd of {self.name} to listen",
+            what=f"containerd of {self.name} to serve the CRI",
             watch=[containerd],
             log_dir=self.layout.logs,
         )
@@ -289,6 +291,15 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         stuck = hostnet.remove_cgroup_root(self.cgroup_root)
         if stuck:
             raise DevClusterError(f"cgroups of {self.name} would not go: {', '.join(stuck[:3])}")
+
+
+def _cri_ready(log: Path, offset: int) -> bool:
+    """containerd's socket answers before its CRI plugin does, and a kubelet that asks too
+    early exits ("server is not initialized yet"). The plugin marks itself ready right
+    after it logs that its streaming server starts."""
+    with open(log, "rb") as handle:
+        handle.seek(offset)
+        return b"Start streaming server" in handle.read()
 
 
 def write_kubeconfig(layout: Layout, path: Path, cert: Path) -> None:
