@@ -39,7 +39,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sunk.devcluster import slurmroot
+from sunk.devcluster import procs, slurmroot
 from sunk.devcluster.errors import DevClusterError
 from sunk.devcluster.layout import cache_dir
 from sunk.devcluster.prereqs import repo_root
@@ -344,24 +344,7 @@ class _Builder:
         tree = work / "rootfs"
         work.mkdir(parents=True)
         try:
-            slurmroot._ensure_debootstrap(self.log)
-            # In a private mount namespace: debootstrap may bind-mount device nodes and /proc.
-            slurmroot._run_logged(
-                [
-                    "unshare",
-                    "--mount",
-                    "--propagation",
-                    "private",
-                    "--",
-                    "debootstrap",
-                    "--variant=minbase",
-                    suite,
-                    str(tree),
-                    slurmroot.MIRROR,
-                ],
-                self.log,
-                f"debootstrap of Debian {suite}",
-            )
+            slurmroot.debootstrap(suite, tree, self.log)
             _slim(tree, suite)
             tarball = work / "rootfs.tar"
             excludes = [f"--exclude={pattern}" for pattern in _ROOTFS_EXCLUDES]
@@ -487,17 +470,7 @@ def buildah_prefix(storage: Path) -> list[str]:
     overlaid from the storage, and buildah told to use the storage."""
     dirs = host_dirs(storage)
     return [
-        "unshare",
-        "--mount",
-        "--propagation",
-        "private",
-        "--",
-        "sh",
-        "-c",
-        _VAR_LIB_OVERLAY,
-        "sh",
-        str(dirs["var-lib"]),
-        str(dirs["var-lib.work"]),
+        *procs.in_private_mounts(_VAR_LIB_OVERLAY, str(dirs["var-lib"]), str(dirs["var-lib.work"])),
         "buildah",
         "--root",
         str(storage / "root"),

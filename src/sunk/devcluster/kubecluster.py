@@ -36,8 +36,12 @@ CONTROLLERS = (
 )
 
 
-def write_kubeconfig(layout: Layout) -> None:
+def write_kubeconfig(layout: Layout, path: Path | None = None, cert: Path | None = None) -> None:
+    """A kubeconfig for the dev API server: the admin's (the default), or one at `path` for
+    the client certificate `cert`.{crt,key} (a kubelet, kube-proxy, CoreDNS)."""
     kube = layout.kube
+    cert = cert or kube / "admin"
+    user = "sunk-dev-admin" if cert == kube / "admin" else cert.name
     config = {
         "apiVersion": "v1",
         "kind": "Config",
@@ -52,18 +56,16 @@ def write_kubeconfig(layout: Layout) -> None:
         ],
         "users": [
             {
-                "name": "sunk-dev-admin",
-                "user": {
-                    "client-certificate": str(kube / "admin.crt"),
-                    "client-key": str(kube / "admin.key"),
-                },
+                "name": user,
+                "user": {"client-certificate": f"{cert}.crt", "client-key": f"{cert}.key"},
             }
         ],
-        "contexts": [{"name": "sunk-dev", "context": {"cluster": "sunk-dev", "user": "sunk-dev-admin"}}],
+        "contexts": [{"name": "sunk-dev", "context": {"cluster": "sunk-dev", "user": user}}],
         "current-context": "sunk-dev",
     }
-    layout.kubeconfig.write_text(yaml.safe_dump(config))
-    layout.kubeconfig.chmod(0o600)
+    target = path or layout.kubeconfig
+    target.write_text(yaml.safe_dump(config))
+    target.chmod(0o600)
 
 
 def start(layout: Layout, tools: dict[str, Path]) -> None:

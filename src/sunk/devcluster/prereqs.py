@@ -87,6 +87,15 @@ def ensure_debian_packages(accounting: bool, log: Path) -> None:
             f"Slurm is not installed and installing it needs root: run `sudo apt-get install "
             f"{' '.join(packages)}` once, or run this command as root"
         )
+    apt_install(packages, log, "Slurm's Debian packages")
+    _undo_emulator_alternatives()
+    still = _missing_slurm(accounting)
+    if still:
+        raise DevClusterError(f"after installing Slurm these are still missing: {', '.join(still)}")
+
+
+def apt_install(packages: tuple[str, ...], log: Path, what: str) -> None:
+    """`apt-get update` and `install` of `packages`, logged; one sentence if either fails."""
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     log.parent.mkdir(parents=True, exist_ok=True)
     with open(log, "ab") as out:
@@ -96,13 +105,9 @@ def ensure_debian_packages(accounting: bool, log: Path) -> None:
         ):
             if subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT).returncode:
                 raise DevClusterError(
-                    f"`{' '.join(argv[:2])}` failed while installing Slurm's Debian packages: "
-                    f"see {log} and check that the Debian mirror is reachable"
+                    f"`{' '.join(argv[:2])}` failed while installing {what}: see {log} and check "
+                    "that the Debian mirror is reachable"
                 )
-    _undo_emulator_alternatives()
-    still = _missing_slurm(accounting)
-    if still:
-        raise DevClusterError(f"after installing Slurm these are still missing: {', '.join(still)}")
 
 
 def ensure_real_node_packages(log: Path) -> None:
@@ -123,17 +128,8 @@ def ensure_real_node_packages(log: Path) -> None:
     if added:
         policy.write_text("#!/bin/sh\n# sunk dev: no service starts while packages install\nexit 101\n")
         policy.chmod(0o755)
-    env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     try:
-        with open(log, "ab") as out:
-            for argv in (
-                ["apt-get", "update", "-q"],
-                ["apt-get", "install", "-y", "-q", "--no-install-recommends", *REAL_NODE_PACKAGES],
-            ):
-                if subprocess.run(argv, env=env, stdout=out, stderr=subprocess.STDOUT).returncode:
-                    raise DevClusterError(
-                        f"`{' '.join(argv[:2])}` failed while installing what real Nodes need: see {log}"
-                    )
+        apt_install(REAL_NODE_PACKAGES, log, "what real Nodes need")
     finally:
         if added:
             policy.unlink(missing_ok=True)

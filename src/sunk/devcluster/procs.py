@@ -125,6 +125,12 @@ def _signal(pid: int, sig: signal.Signals) -> None:
         pass
 
 
+def in_private_mounts(script: str, *args: str) -> list[str]:
+    """argv that runs the shell `script` (its arguments: $1...) in a new, private mount
+    namespace: whatever it mounts is seen by it and its children only, and goes with them."""
+    return ["unshare", "--mount", "--propagation", "private", "--", "sh", "-c", script, "sh", *args]
+
+
 def wait_until(
     condition: Callable[[], bool],
     *,

@@ -18,8 +18,9 @@ from typing import Any
 from sunk.devcluster import hostnet, pki, procs
 from sunk.devcluster.errors import DevClusterError
 from sunk.devcluster.kubeapi import AdminKube, KubeError
+from sunk.devcluster.kubecluster import write_kubeconfig
 from sunk.devcluster.layout import Layout, cache_dir
-from sunk.devcluster.realnode import PRIVATE_DIRS, RealNode, nodes_of, write_kubeconfig
+from sunk.devcluster.realnode import PRIVATE_DIRS, RealNode, nodes_of
 
 TOOLS = ("kubelet", "kube-proxy", "kubectl", "coredns")
 DNS_NAMESPACE = "kube-system"

@@ -23,6 +23,7 @@ import yaml
 
 from sunk.devcluster import hostnet, pki, procs
 from sunk.devcluster.errors import DevClusterError
+from sunk.devcluster.kubecluster import write_kubeconfig
 from sunk.devcluster.layout import Layout, cache_dir
 
 REAL_NODE_LABEL = "sunk.dev/real-node"
@@ -222,17 +223,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         )
         containerd = procs.spawn(
             self.containerd_proc,
-            [
-                "unshare",
-                "--mount",
-                "--propagation",
-                "private",
-                "--",
-                "sh",
-                "-c",
-                f'{mounts} && exec containerd --config "$0"',
-                str(self.dir / "containerd.toml"),
-            ],
+            procs.in_private_mounts(
+                f'{mounts} && exec containerd --config "$1"', str(self.dir / "containerd.toml")
+            ),
             self.layout.pids,
             self.layout.logs,
         )
@@ -300,33 +293,6 @@ def _cri_ready(log: Path, offset: int) -> bool:
     with open(log, "rb") as handle:
         handle.seek(offset)
         return b"Start streaming server" in handle.read()
-
-
-def write_kubeconfig(layout: Layout, path: Path, cert: Path) -> None:
-    """A kubeconfig for the dev API server with the client certificate `cert`.{crt,key}."""
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [
-            {
-                "name": "sunk-dev",
-                "cluster": {
-                    "server": layout.apiserver_url,
-                    "certificate-authority": str(layout.kube / "ca.crt"),
-                },
-            }
-        ],
-        "users": [
-            {
-                "name": "user",
-                "user": {"client-certificate": f"{cert}.crt", "client-key": f"{cert}.key"},
-            }
-        ],
-        "contexts": [{"name": "sunk-dev", "context": {"cluster": "sunk-dev", "user": "user"}}],
-        "current-context": "sunk-dev",
-    }
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
 
 
 def nodes_of(layout: Layout, count: int) -> list[RealNode]:

@@ -182,25 +182,9 @@ def _build(suite: str, version: str) -> tuple[Path, str]:
         flush=True,
     )
     log.write_bytes(b"")
-    _ensure_debootstrap(log)
     work = base / f".build-{suite}-{os.getpid()}"
     try:
-        _run_logged(
-            [
-                "unshare",
-                "--mount",
-                "--propagation",
-                "private",
-                "--",
-                "debootstrap",
-                "--variant=minbase",
-                suite,
-                str(work),
-                MIRROR,
-            ],
-            log,
-            f"debootstrap of Debian {suite}",
-        )
+        debootstrap(suite, work, log)
         _configure(work, suite)
         env = dict(os.environ, DEBIAN_FRONTEND="noninteractive", PATH=ROOT_PATH, LC_ALL="C")
         _run_logged(
@@ -245,6 +229,18 @@ def _build(suite: str, version: str) -> tuple[Path, str]:
         flush=True,
     )
     return final, release
+
+
+def debootstrap(suite: str, target: Path, log: Path) -> None:
+    """A minbase Debian `suite` in `target`, made in a private mount namespace (debootstrap
+    mounts /proc and more in the tree while it works; those mounts die with it)."""
+    _ensure_debootstrap(log)
+    argv = ["debootstrap", "--variant=minbase", suite, str(target), MIRROR]
+    _run_logged(
+        ["unshare", "--mount", "--propagation", "private", "--", *argv],
+        log,
+        f"debootstrap of Debian {suite}",
+    )
 
 
 def _run_logged(argv: Sequence[str], log: Path, what: str, env: dict[str, str] | None = None) -> None:
