@@ -9,7 +9,15 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from sunk import config
-from sunk.devcluster import ClusterSpec, DevCluster, DevClusterError, report, slurmcluster, slurmroot
+from sunk.devcluster import (
+    ClusterSpec,
+    DevCluster,
+    DevClusterError,
+    realcluster,
+    report,
+    slurmcluster,
+    slurmroot,
+)
 from sunk.translate import DEFAULT_PREFIX, Settings
 
 
@@ -117,6 +125,10 @@ def run_dev(args: argparse.Namespace) -> int:
     elif args.dev_command == "down":
         stopped = cluster.down()
         print(f"stopped {len(stopped)} processes" if stopped else "nothing was running")
+        left = realcluster.host_leftovers(cluster.layout)
+        if left:
+            print(f"sunk: real Nodes left this on the host: {'; '.join(left)}", file=sys.stderr)
+            return 1
     elif args.dev_command == "status":
         status = cluster.status()
         report.print_status(cluster, status)

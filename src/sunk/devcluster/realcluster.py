@@ -9,6 +9,7 @@ from their Go modules; CoreDNS listens only on the host's bridge address.
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -260,8 +261,16 @@ def host_leftovers(layout: Layout) -> list[str]:
     found = []
     if Path("/sys/class/net", net.bridge).exists():
         found.append(f"bridge {net.bridge}")
-    tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
-    found += [line for line in tables.splitlines() if net.nft_table in line or "kube-proxy" in line]
+    tables = ""
+    if shutil.which("nft"):
+        tables = subprocess.run(["nft", "list", "tables"], capture_output=True, text=True).stdout
+    # kube-proxy's tables are machine-wide: they are ours unless another cluster holds the host.
+    theirs = hostnet.read_claim() is not None and not hostnet.owned_by(layout)
+    found += [
+        line
+        for line in tables.splitlines()
+        if net.nft_table in line.split() or ("kube-proxy" in line.split() and not theirs)
+    ]
     prefix = f"sunk-{net.index}-real-"
     found += [str(p) for h in hostnet.hierarchies() for p in h.glob(f"{prefix}*")]
     if hostnet.owned_by(layout):
