@@ -36,10 +36,8 @@ def slurm_pods(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[SlurmInPods
     kube.create_namespace(namespace)
     nodes = [f"real-{n}" for n in range(1, spec.real_nodes + 1)]
     pods = SlurmInPods(dev_cluster, kube, namespace, nodes, {name: b.tag for name, b in built.items()})
-    started = time.monotonic()
     pods.create()
     pods.wait_idle(len(nodes))
-    pods.idle_after = time.monotonic() - started  # type: ignore[attr-defined]
     yield pods
     delete_namespace(kube, namespace)
 
