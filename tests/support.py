@@ -137,8 +137,19 @@ class SlurmRest:
         return self._normalize(jobs[0])
 
     def jobs(self) -> list[dict[str, Any]]:
-        raw: list[dict[str, Any]] = self.http.get("/jobs").json().get("jobs", [])
-        return [self._normalize(j) for j in raw]
+        """Every job slurmrestd lists. An answer with errors (slurmctld too busy to answer
+        in time) is asked again, never read as "no jobs": an absence check would pass on it
+        and a test would stop the scheduler that was about to cancel its jobs."""
+        deadline = time.monotonic() + 20
+        while True:
+            resp = self.http.get("/jobs")
+            data = resp.json() if resp.content else {}
+            if resp.status_code == 200 and "jobs" in data and not data.get("errors"):
+                return [self._normalize(j) for j in data["jobs"]]
+            if time.monotonic() > deadline:
+                answer = f"HTTP {resp.status_code} {resp.text[:300]}"
+                raise AssertionError(f"slurmrestd could not list jobs: {answer}")
+            time.sleep(0.2)
 
     def jobs_of_pod(self, uid: str) -> list[dict[str, Any]]:
         """Every job Slurm knows for a Pod UID, finished ones included."""
