@@ -15,21 +15,13 @@ import statistics
 import time
 import uuid
 from pathlib import Path
-from typing import Any
 
-from tests.e2e.slurm_in_pods import SlurmInPods, delete_namespace
+from tests.e2e.slurm_in_pods import SlurmInPods, containers_running, delete_namespace
 
 from sunk.devcluster import DevCluster, images, procs
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.realnode import nodes_of
 from sunk.devcluster.topology import KWOK_NODE_LABEL
-
-
-def _running(pod: dict[str, Any]) -> bool:
-    if pod.get("status", {}).get("phase") != "Running":
-        return False
-    statuses = pod.get("status", {}).get("containerStatuses") or []
-    return all("running" in (s.get("state") or {}) for s in statuses)
 
 
 def _start_pods(kube: AdminKube, namespace: str, nodes: list[str], count: int, image: str) -> list[float]:
@@ -63,7 +55,7 @@ def _start_pods(kube: AdminKube, namespace: str, nodes: list[str], count: int, i
     while len(took) < count and time.monotonic() < deadline:
         for pod in kube.get(path)["items"]:
             name = pod["metadata"]["name"]
-            if name not in took and _running(pod):
+            if name not in took and containers_running(pod):
                 took[name] = time.monotonic() - created[name]
         time.sleep(0.02)
     if len(took) < count:

@@ -98,6 +98,12 @@ def _pod(
     return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "labels": labels}, "spec": spec}
 
 
+def containers_running(pod: dict[str, Any]) -> bool:
+    """Every container of the Pod runs (the kubelet says so), not just the Pod bound."""
+    statuses = pod.get("status", {}).get("containerStatuses") or []
+    return bool(statuses) and all("running" in (s.get("state") or {}) for s in statuses)
+
+
 def delete_namespace(kube: AdminKube, namespace: str, timeout: float = 120) -> None:
     """Delete and wait until it is gone: a kubelet counts the requests of its Pods while
     they terminate, and a Pod bound by name that does not fit fails for good (OutOfcpu)."""

@@ -17,15 +17,16 @@ from sunk.devcluster import DevCluster, images, realcluster
 from sunk.devcluster.hostnet import network_of
 from sunk.devcluster.kubeapi import AdminKube
 from tests.conftest import SLURM
-from tests.e2e.slurm_in_pods import SLURMD_CPUS, SLURMD_MEMORY_MIB, SlurmInPods, delete_namespace
+from tests.e2e.slurm_in_pods import (
+    SLURMD_CPUS,
+    SLURMD_MEMORY_MIB,
+    SlurmInPods,
+    containers_running,
+    delete_namespace,
+)
 from tests.support import SchedulerProcess, free_port, make_pod, wait_for
 
 pytestmark = pytest.mark.real_nodes
-
-
-def _running(pod: dict[str, Any]) -> bool:
-    statuses = pod.get("status", {}).get("containerStatuses") or []
-    return bool(statuses) and all("running" in (s.get("state") or {}) for s in statuses)
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,7 @@ def slurm_pods(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[SlurmInPods
 def test_r10_slurmctld_and_slurmrestd_run_as_pods_on_real_nodes(slurm_pods: SlurmInPods) -> None:
     for name in ("slurmctld", "slurmrestd"):
         pod = slurm_pods.pod(name)
-        assert _running(pod), f"{name} is not running: {pod.get('status')}"
+        assert containers_running(pod), f"{name} is not running: {pod.get('status')}"
         assert pod["spec"]["nodeName"].startswith("real-")
     address = slurm_pods.pod("slurmrestd")["status"]["podIP"]
     headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": slurm_pods.token()}
@@ -68,7 +69,9 @@ def test_r10_containers_on_real_nodes_have_logs_tokens_services_and_cluster_dns(
     main.update(image=slurm_pods.images["slurmd"], imagePullPolicy="Never", command=["sleep", "infinity"])
     del pod["spec"]["schedulerName"]
     kube.create(f"/api/v1/namespaces/{ns}/pods", pod)
-    wait_for(lambda: _running(slurm_pods.pod("client")) or None, timeout=60, what="the client Pod to run")
+    wait_for(
+        lambda: containers_running(slurm_pods.pod("client")) or None, timeout=60, what="the client Pod to run"
+    )
     account = "/var/run/secrets/kubernetes.io/serviceaccount"
     call = (
         f'curl -s --cacert {account}/ca.crt -H "Authorization: Bearer $(cat {account}/token)" '
@@ -153,7 +156,7 @@ def test_r10_a_pod_sunk_places_runs_on_the_node_of_the_slurmd_pod_slurm_chose(
 
     def running() -> dict[str, Any] | None:
         found = slurm_pods.pod("inference")
-        return found if _running(found) else None
+        return found if containers_running(found) else None
 
     placed = wait_for(running, timeout=60, what="the Pod sunk placed to run")
     jobs = slurm_pods.exec("slurmctld", "squeue", "-h", "-o", "%i %N %j")

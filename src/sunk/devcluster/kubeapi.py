@@ -24,6 +24,12 @@ class KubeError(Exception):
         self.status = status
 
 
+def is_ready(node: Json) -> bool:
+    """Whether a Node object says Ready."""
+    conditions = node.get("status", {}).get("conditions") or []
+    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
+
+
 class AdminKube:
     def __init__(self, layout: Layout, *, token: str | None = None) -> None:
         """Admin identity by client certificate; pass `token` to act as someone else."""
@@ -103,9 +109,4 @@ class AdminKube:
         return self.http.get("/readyz").status_code == 200
 
     def ready_nodes(self) -> list[str]:
-        ready = []
-        for node in self.get("/api/v1/nodes")["items"]:
-            conditions = node.get("status", {}).get("conditions", [])
-            if any(c["type"] == "Ready" and c["status"] == "True" for c in conditions):
-                ready.append(node["metadata"]["name"])
-        return ready
+        return [node["metadata"]["name"] for node in self.get("/api/v1/nodes")["items"] if is_ready(node)]

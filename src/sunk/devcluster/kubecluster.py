@@ -247,7 +247,7 @@ CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 def _install_podgroup_crd(admin: AdminKube) -> None:
     crd = yaml.safe_load(PODGROUP_CRD.read_text())
-    _create(admin, CRDS, crd)
+    create_once(admin, CRDS, crd)
 
     def established() -> bool:
         found = admin.find(f"{CRDS}/{crd['metadata']['name']}") or {}
@@ -265,8 +265,8 @@ def populate(layout: Layout, nodes: list[topology.NodePlan]) -> None:
         admin.create_namespace(topology.SLURMD_NAMESPACE)
         pods_path = f"/api/v1/namespaces/{topology.SLURMD_NAMESPACE}/pods"
         with ThreadPoolExecutor(max_workers=8) as pool:
-            list(pool.map(lambda n: _create(admin, "/api/v1/nodes", node_manifest(n)), nodes))
-            list(pool.map(lambda n: _create(admin, pods_path, slurmd_pod_manifest(n)), nodes))
+            list(pool.map(lambda n: create_once(admin, "/api/v1/nodes", node_manifest(n)), nodes))
+            list(pool.map(lambda n: create_once(admin, pods_path, slurmd_pod_manifest(n)), nodes))
         kwok = procs.load(layout.pids, "kwok")
         procs.wait_until(
             lambda: len(admin.ready_nodes()) >= len(nodes),
@@ -293,7 +293,8 @@ def _running_pods(admin: AdminKube, path: str) -> int:
     return sum(1 for p in pods if p.get("status", {}).get("phase") == "Running")
 
 
-def _create(admin: AdminKube, path: str, body: dict[str, object]) -> None:
+def create_once(admin: AdminKube, path: str, body: dict[str, object]) -> None:
+    """Create; an object that already exists (409) is left as it is."""
     try:
         admin.create(path, body)
     except KubeError as err:

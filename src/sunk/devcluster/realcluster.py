@@ -10,6 +10,7 @@ from their Go modules; CoreDNS listens only on the host's bridge address.
 from __future__ import annotations
 
 import shutil
+import socket
 import subprocess
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -18,8 +19,8 @@ from typing import Any
 
 from sunk.devcluster import hostnet, pki, procs
 from sunk.devcluster.errors import DevClusterError
-from sunk.devcluster.kubeapi import AdminKube, KubeError
-from sunk.devcluster.kubecluster import write_kubeconfig
+from sunk.devcluster.kubeapi import AdminKube, is_ready
+from sunk.devcluster.kubecluster import create_once, write_kubeconfig
 from sunk.devcluster.layout import Layout, cache_dir
 from sunk.devcluster.realnode import PRIVATE_DIRS, RealNode, nodes_of
 
@@ -58,9 +59,10 @@ def start(
     _start_dns(layout)
     admin = AdminKube(layout)
     try:
-        watch = [t for n in nodes for t in map(lambda p: procs.load(layout.pids, p), _procs(n)) if t]
+        names = [name for n in nodes for name in (n.containerd_proc, n.kubelet_proc)]
+        watch = [t for t in (procs.load(layout.pids, name) for name in names) if t]
         procs.wait_until(
-            lambda: _ready(admin, {n.name for n in nodes}),
+            lambda: {n.name for n in nodes} <= set(admin.ready_nodes()),
             timeout=90,
             interval=0.25,
             what=f"{count} real Nodes to become Ready",
@@ -70,19 +72,6 @@ def start(
     finally:
         admin.close()
     return nodes
-
-
-def _procs(node: RealNode) -> tuple[str, str]:
-    return node.containerd_proc, node.kubelet_proc
-
-
-def _ready(admin: AdminKube, names: set[str]) -> bool:
-    ready = set()
-    for node in admin.get("/api/v1/nodes")["items"]:
-        conditions = node.get("status", {}).get("conditions") or []
-        if any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions):
-            ready.add(node["metadata"]["name"])
-    return names <= ready
 
 
 def _start_kube_proxy(layout: Layout, node: RealNode) -> None:
@@ -159,8 +148,6 @@ def _start_dns(layout: Layout) -> None:
 
 
 def _answers(address: str, port: int) -> bool:
-    import socket
-
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.settimeout(1)
         return sock.connect_ex((address, port)) == 0
@@ -225,14 +212,10 @@ def _apply_dns_objects(admin: AdminKube, gateway: str, port: int) -> None:
 
 
 def _create(admin: AdminKube, path: str, body: dict[str, Any]) -> None:
-    """Create once: a restarted DNS finds its objects in place."""
-    if admin.find(f"{path}/{body['metadata']['name']}") is not None:
-        return
-    try:
-        admin.create(path, body)
-    except KubeError as err:
-        if err.status != 409:
-            raise
+    """Create once: a restarted DNS finds its objects in place (a Service's fixed cluster
+    IP would be refused as taken, not as a conflict)."""
+    if admin.find(f"{path}/{body['metadata']['name']}") is None:
+        create_once(admin, path, body)
 
 
 def stop(layout: Layout, count: int) -> list[str]:
@@ -288,9 +271,10 @@ def node_states(admin: AdminKube, layout: Layout) -> dict[str, str]:
         if down:
             states[node.name] = f"{' and '.join(down)} NOT RUNNING"
             continue
-        conditions = (found.get(node.name) or {}).get("status", {}).get("conditions") or []
-        ready = any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
-        states[node.name] = "Ready" if ready else "NotReady" if node.name in found else "not registered"
+        if node.name not in found:
+            states[node.name] = "not registered"
+        else:
+            states[node.name] = "Ready" if is_ready(found[node.name]) else "NotReady"
     return states
 
 
