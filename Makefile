@@ -14,10 +14,13 @@ demo: bootstrap
 ## change that breaks one of them fails here.
 VERSION_SUITE = tests/integration/test_slurm_client.py tests/e2e/test_schedule_flow.py \
 	tests/e2e/test_lifecycle.py tests/e2e/test_workloads.py tests/e2e/test_gangs.py tests/e2e/test_packing.py
+# On real kubelet Nodes: Slurm in Pods from plain manifests, what the chart needs of the dev
+# cluster (kube-scheduler, volumes, the sunk and MariaDB images), then the Slurm chart itself.
+REAL_SUITE = tests/e2e/test_real_nodes.py tests/e2e/test_dev_platform_support.py tests/e2e/test_platform.py
 test: bootstrap lint
 	.venv/bin/pytest
 	SUNK_TEST_CLUSTER=accounting .venv/bin/pytest tests/e2e/test_accounting.py
-	SUNK_TEST_CLUSTER=real .venv/bin/pytest tests/e2e/test_real_nodes.py
+	SUNK_TEST_CLUSTER=real .venv/bin/pytest $(REAL_SUITE)
 	SUNK_TEST_SLURM=26.05 .venv/bin/pytest $(VERSION_SUITE)
 	SUNK_TEST_CLUSTER=real SUNK_TEST_SLURM=26.05 .venv/bin/pytest tests/e2e/test_real_nodes.py
 	SUNK_TEST_SLURM=22.05 .venv/bin/pytest $(VERSION_SUITE)

@@ -18,6 +18,7 @@ from sunk.devcluster import (
     slurmcluster,
     slurmroot,
 )
+from sunk.operator import config as operator_config
 from sunk.translate import DEFAULT_PREFIX, Settings
 
 
@@ -65,6 +66,12 @@ def build_parser() -> argparse.ArgumentParser:
     sub.add_parser("demo", help="bring the dev cluster up (if needed) and show it working")
     scheduler = sub.add_parser("scheduler", help="run the scheduler (flags also read SUNK_* variables)")
     config.add_arguments(scheduler)
+    operator = sub.add_parser(
+        "operator", help="run the NodeSet operator: slurmd Pods from NodeSets (the Slurm chart runs it)"
+    )
+    operator_config.add_arguments(operator)
+    operator.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    operator.add_argument("--log-format", default="json", choices=["json", "text"])
     ensure = sub.add_parser(
         "ensure-hooks-secret",
         help="create the hooks secret if it is missing, never change it (the chart runs this as a Job)",
@@ -76,6 +83,25 @@ def build_parser() -> argparse.ArgumentParser:
     ensure.add_argument(
         "--tls-host", action="append", default=[], help="a DNS name or address of the hooks API (repeat)"
     )
+    # The Slurm chart's hook Jobs (charts/slurm): its keys and tokens, and the pre-upgrade check.
+    slurm_secrets = sub.add_parser(
+        "ensure-slurm-secrets",
+        help="create the Slurm chart's keys and scheduler token if missing, never change them (a hook Job)",
+    )
+    slurm_secrets.add_argument("--namespace", required=True)
+    slurm_secrets.add_argument("--auth-secret", required=True, help="Secret for slurm.key and jwt_hs256.key")
+    slurm_secrets.add_argument("--token-secret", required=True, help="Secret for the scheduler's Slurm JWT")
+    slurm_secrets.add_argument("--token-user", default="root", help="the Slurm user that token speaks for")
+    slurm_secrets.add_argument("--mariadb-secret", help="also a Secret for the accounting database password")
+    slurm_secrets.add_argument("--kubeconfig", default=config._env("kubeconfig"))
+    partitions = sub.add_parser(
+        "check-partitions",
+        help="fail when an unfinished Slurm job uses a partition not in --keep (a pre-upgrade hook Job)",
+    )
+    partitions.add_argument("--slurm-api-base", required=True, help="slurmrestd's URL")
+    partitions.add_argument("--slurm-jwt-key-file", required=True, type=Path, help="Slurm's jwt_hs256.key")
+    partitions.add_argument("--slurm-user", default="slurm", help="the Slurm user the check's token names")
+    partitions.add_argument("--keep", required=True, help="comma-separated partitions the new values declare")
     explain = sub.add_parser("explain", help="show the placeholder job a Pod manifest would get, offline")
     explain.add_argument(
         "-f",
@@ -163,6 +189,27 @@ def run_demo() -> int:
     from sunk.demo import demo
 
     return demo(DevCluster())
+
+
+def run_operator(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from sunk import logs
+    from sunk.operator.app import run
+    from sunk.slurm.client import SlurmVersionError
+
+    try:
+        settings = operator_config.from_args(args)
+    except ValueError as err:
+        print(f"sunk operator: {err}", file=sys.stderr)
+        return 2
+    logs.setup(args.log_level, args.log_format)
+    try:
+        asyncio.run(run(settings))
+    except SlurmVersionError as err:
+        print(f"sunk operator: {err}", file=sys.stderr)
+        return 1
+    return 0
 
 
 def run_scheduler(args: argparse.Namespace) -> int:
@@ -269,10 +316,27 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_demo()
         if args.command == "scheduler":
             return run_scheduler(args)
+        if args.command == "operator":
+            return run_operator(args)
         if args.command == "explain":
             return run_explain(args)
         if args.command == "ensure-hooks-secret":
             return run_ensure_hooks_secret(args)
+        if args.command == "ensure-slurm-secrets":
+            from sunk.operator import secrets
+
+            return secrets.run(
+                args.namespace,
+                args.auth_secret,
+                args.token_secret,
+                args.token_user,
+                args.mariadb_secret,
+                args.kubeconfig,
+            )
+        if args.command == "check-partitions":
+            from sunk.operator import upgrade_check
+
+            return upgrade_check.run(args.slurm_api_base, args.slurm_jwt_key_file, args.slurm_user, args.keep)
     except DevClusterError as err:
         print(f"sunk: {err}", file=sys.stderr)
         return 1

@@ -1,19 +1,61 @@
-"""Rendering the chart with the real helm binary (the `helm` fixture lives in tests/conftest.py)."""
+"""Rendering the charts with the real helm binary (the `helm` fixture lives in tests/conftest.py)."""
 
 from __future__ import annotations
 
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import pytest
 import yaml
 
-CHART = Path(__file__).resolve().parents[2] / "charts" / "sunk-scheduler"
+from sunk.devcluster.platform import build_chart_dependencies
+
+CHARTS = Path(__file__).resolve().parents[2] / "charts"
+CHART = CHARTS / "sunk-scheduler"
+SLURM_CHART = CHARTS / "slurm"
+
+
+def render_text(
+    helm: Path,
+    chart: Path,
+    *sets: str,
+    namespace: str = "team",
+    release: str = "r1",
+    values: dict[str, Any] | None = None,
+) -> str:
+    """`helm template` of `chart` with `--set` items and, optionally, a values file."""
+    argv = [str(helm), "template", release, str(chart), "--namespace", namespace]
+    for value in sets:
+        argv += ["--set", value]
+    with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
+        if values is not None:
+            yaml.safe_dump(values, file)
+            file.flush()
+            argv += ["--values", file.name]
+        return subprocess.run(argv, capture_output=True, text=True, check=True).stdout
+
+
+def render_chart(
+    helm: Path,
+    chart: Path,
+    *sets: str,
+    namespace: str = "team",
+    release: str = "r1",
+    values: dict[str, Any] | None = None,
+) -> list[dict[str, Any]]:
+    text = render_text(helm, chart, *sets, namespace=namespace, release=release, values=values)
+    return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
 def render(helm: Path, *sets: str, namespace: str = "team", release: str = "r1") -> list[dict[str, Any]]:
-    argv = [str(helm), "template", release, str(CHART), "--namespace", namespace]
-    for value in sets:
-        argv += ["--set", value]
-    out = subprocess.run(argv, capture_output=True, text=True, check=True).stdout
-    return [doc for doc in yaml.safe_load_all(out) if doc]
+    return render_chart(helm, CHART, *sets, namespace=namespace, release=release)
+
+
+@pytest.fixture(scope="session")
+def slurm_chart(helm: Path) -> Iterator[Path]:
+    """charts/slurm, its sub-chart packed from the current charts/sunk-scheduler."""
+    build_chart_dependencies(helm, SLURM_CHART)
+    yield SLURM_CHART

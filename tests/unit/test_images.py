@@ -15,14 +15,22 @@ import pytest
 from sunk.devcluster import images, slurmroot
 from sunk.devcluster.errors import DevClusterError
 
-REPO_IMAGES = Path(__file__).resolve().parents[2] / "images"
+REPO = Path(__file__).resolve().parents[2]
+REPO_IMAGES = REPO / "images"
+JUNK = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 
 
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
-    """A copy of the repository's images/ that a test may edit."""
+    """A copy of the repository's images/ (and of what the sunk image's context takes from
+    the repository: pyproject.toml, README.md, src/) that a test may edit."""
     copy = tmp_path / "images"
     shutil.copytree(REPO_IMAGES, copy)
+    shutil.copy2(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
+    shutil.copy2(REPO / "README.md", tmp_path / "README.md")
+    shutil.copytree(REPO / "src", tmp_path / "src", ignore=JUNK)
+    (tmp_path / "docs").mkdir()
+    (tmp_path / "docs" / "notes.md").write_text("# notes\n")
     return copy
 
 
@@ -76,11 +84,137 @@ def test_editing_one_image_leaves_unrelated_keys_alone(tree: Path) -> None:
     assert changed == {"slurmrestd"}
 
 
-def test_the_suite_is_part_of_every_key(tree: Path) -> None:
+def test_the_suite_is_part_of_every_slurm_images_key(tree: Path) -> None:
     """Catches 24.11 and 26.05 sharing keys: one version's tarball would stand for the other's."""
     trixie = images.image_keys(tree, "trixie")
     sid = images.image_keys(tree, "sid")
-    assert all(trixie[name] != sid[name] for name in (images.DEBIAN, *images.IMAGES))
+    slurm_images = [name for name in images.IMAGES if name not in images.UNVERSIONED]
+    assert all(trixie[name] != sid[name] for name in (images.DEBIAN, *slurm_images))
+
+
+def test_the_images_without_slurm_are_made_once_for_every_version(tree: Path) -> None:
+    """Catches sunk and mariadb keyed (and so built) per Slurm version, or built on sid for
+    26.05: they are the same trixie images whatever Slurm the cluster runs."""
+    assert set(images.UNVERSIONED) == {"sunk", "mariadb"}
+    trixie = images.image_keys(tree, "trixie")
+    sid = images.image_keys(tree, "sid")
+    for name, suite in images.UNVERSIONED.items():
+        assert suite == "trixie"
+        assert trixie[name] == sid[name], name
+        assert images.suite_of(name, "sid") == "trixie"
+        assert images._tag(name, "26.05") == images._tag(name, "24.11") == f"localhost/sunk/{name}:trixie"
+        same = images.archive_of(name, "24.11", trixie[name])
+        assert images.archive_of(name, "26.05", trixie[name]) == same
+    assert images._tag("slurmd", "26.05") == "localhost/sunk/slurmd:26.05"
+
+
+# -- the sunk image's context: the repository's source --------------------------------------------
+def test_a_source_change_rebuilds_the_sunk_image_only(tree: Path) -> None:
+    """Catches a sunk image that keeps running old code after src/ changed (its key must
+    cover the package's source), and a source edit that rebuilds the Slurm images."""
+    before = images.image_keys(tree, "trixie")
+    cli = tree.parent / "src" / "sunk" / "cli.py"
+    cli.write_text(cli.read_text() + "# an edit\n")
+    after = images.image_keys(tree, "trixie")
+    assert {name for name in images.IMAGES if after[name] != before[name]} == {"sunk"}
+
+
+@pytest.mark.parametrize("extra", ["pyproject.toml", "src/sunk/new_module.py"])
+def test_the_package_files_are_part_of_the_sunk_key(tree: Path, extra: str) -> None:
+    """Catches a key blind to pyproject.toml (dependencies) or to a module added to src/."""
+    before = images.image_keys(tree, "trixie")["sunk"]
+    target = tree.parent / extra
+    target.write_text((target.read_text() if target.exists() else "") + "# more\n")
+    assert images.image_keys(tree, "trixie")["sunk"] != before
+
+
+def test_unrelated_files_and_caches_leave_the_sunk_key_alone(tree: Path) -> None:
+    """Catches a key over the whole checkout (any doc edit would rebuild the image) or over
+    bytecode caches (every test run would)."""
+    before = images.image_keys(tree, "trixie")["sunk"]
+    (tree.parent / "docs" / "notes.md").write_text("# other notes\n")
+    (tree.parent / "tests").mkdir()
+    (tree.parent / "tests" / "test_x.py").write_text("x = 1\n")
+    cache = tree.parent / "src" / "sunk" / "__pycache__"
+    cache.mkdir(exist_ok=True)
+    (cache / "cli.cpython-313.pyc").write_bytes(b"\0bytecode")
+    (tree.parent / "src" / "sunk.egg-info").mkdir()
+    (tree.parent / "src" / "sunk.egg-info" / "PKG-INFO").write_text("Name: sunk\n")
+    (tree.parent / ".venv").mkdir()
+    (tree.parent / ".venv" / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    assert images.image_keys(tree, "trixie")["sunk"] == before
+
+
+def test_the_staged_sunk_context_holds_the_package_and_no_caches(
+    tree: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Catches a build context without pyproject.toml, README.md (pyproject's readme) or
+    src/ (the Dockerfile COPYs them), one that carries bytecode, or a staging directory
+    left behind in the cache."""
+    monkeypatch.setenv("SUNK_CACHE", str(tmp_path / "cache"))
+    (tree.parent / "src" / "sunk" / "__pycache__").mkdir(exist_ok=True)
+    (tree.parent / "src" / "sunk" / "__pycache__" / "cli.cpython-313.pyc").write_bytes(b"\0")
+    with images.staged_context(tree, "sunk") as context:
+        assert context != tree / "sunk" and context.is_relative_to(tmp_path / "cache")
+        files = {p.relative_to(context).as_posix() for p in context.rglob("*") if p.is_file()}
+        assert {"Dockerfile", "pyproject.toml", "README.md", "src/sunk/cli.py"} <= files
+        assert not [f for f in files if "__pycache__" in f or f.endswith(".pyc")]
+        assert images.context_digest(context) == images.context_digest(images.context_files(tree, "sunk"))
+    assert not context.exists()
+    with images.staged_context(tree, "slurmd") as context:
+        assert context == tree / "slurmd"  # an image whose directory is its whole context
+
+
+def test_a_missing_package_file_is_named(tree: Path) -> None:
+    """Catches an obscure failure (or a silently smaller key) outside a full checkout."""
+    (tree.parent / "pyproject.toml").unlink()
+    with pytest.raises(DevClusterError, match=r"pyproject\.toml"):
+        images.image_keys(tree, "trixie")
+
+
+# -- the two images that are not Slurm's -----------------------------------------------------------
+def _user(name: str) -> str:
+    users = re.findall(r"^USER\s+(\S+)", (REPO_IMAGES / name / "Dockerfile").read_text(), re.MULTILINE)
+    assert users, name
+    return str(users[-1])
+
+
+def test_sunk_and_mariadb_run_as_fixed_numeric_non_root_users() -> None:
+    """Catches a user that runAsNonRoot cannot check (a name), root, or a MariaDB uid that
+    collides with the Slurm images' fixed ids (volumes shared between them would mix up)."""
+    assert _user("sunk") == "65532:65532"
+    assert _user("mariadb") == "999:999"
+    slurm_ids = {
+        int(i) for i in re.findall(r"--uid (\d+)", (REPO_IMAGES / "slurm-base" / "Dockerfile").read_text())
+    }
+    assert slurm_ids == {64030, 990, 991}
+    assert 999 not in slurm_ids
+
+
+def test_the_entrypoints_take_their_command_from_args() -> None:
+    """Catches an entrypoint that would swallow `args: [operator, ...]` or run without tini."""
+    sunk = (REPO_IMAGES / "sunk" / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["tini", "--", "sunk"]' in sunk
+    mariadb = (REPO_IMAGES / "mariadb" / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["tini", "--", "sunk-mariadb-entrypoint"]' in mariadb
+    assert re.search(r"^CMD \[\]", mariadb, re.MULTILINE), (
+        "the base's CMD [bash] would become mariadbd's argument"
+    )
+    entrypoint = REPO_IMAGES / "mariadb" / "sunk-mariadb-entrypoint"
+    assert entrypoint.stat().st_mode & 0o111, "COPY keeps the mode: the script must be executable"
+
+
+def test_the_mariadb_entrypoint_never_puts_the_password_on_a_command_line() -> None:
+    """Catches the password reaching an argv (visible in /proc to every process of the Pod)
+    or the environment of the server: it may only go through the shell's own printf."""
+    script = (REPO_IMAGES / "mariadb" / "sunk-mariadb-entrypoint").read_text()
+    for line in script.splitlines():
+        code = line.split("#", 1)[0]
+        if "$password" in code or "$quoted" in code:
+            assert re.search(r"(^|\s)(printf|case|quoted=|\[ -n|\*\))", code), line
+            assert not re.search(
+                r"\b(mariadb|mariadbd|sed|grep|echo|env|export)\b[^|]*\$(password|quoted)", code
+            ), line
 
 
 def test_the_build_order_puts_every_parent_first() -> None:
@@ -154,7 +288,8 @@ def test_warm_images_call_no_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     store = tmp_path / "images"
     store.mkdir()
     for name in images.IMAGES:
-        (store / f"{name}-24.11-{keys[name][:12]}.tar").write_bytes(b"")
+        label = "trixie" if name in images.UNVERSIONED else "24.11"
+        (store / f"{name}-{label}-{keys[name][:12]}.tar").write_bytes(b"")
 
     def refuse(*args: object, **kwargs: object) -> None:
         raise AssertionError(f"ran {args}")
@@ -163,6 +298,9 @@ def test_warm_images_call_no_tool(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     built = images.ensure_images("24.11", tmp_path / "log")
     assert built["slurmd"].ref == f"localhost/sunk/slurmd:24.11-{keys['slurmd'][:12]}"
     assert built["slurmd"].tag == "localhost/sunk/slurmd:24.11"
+    assert built["sunk"].ref == f"localhost/sunk/sunk:trixie-{keys['sunk'][:12]}"
+    assert built["mariadb"].tag == "localhost/sunk/mariadb:trixie"
+    assert list(built) == list(images.IMAGES)  # the dev cluster imports every one of them
     assert all(b.archive.parent == store for b in built.values())
 
 
@@ -255,15 +393,22 @@ def test_a_storage_under_var_lib_is_refused(tmp_path: Path) -> None:
     assert not Path("/var/lib/sunk-test-never-created").exists()
 
 
+@pytest.mark.parametrize("version", ["24.11", "26.05"])
 def test_a_cold_build_runs_every_buildah_command_off_the_host(
-    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, version: str
 ) -> None:
     """Catches any buildah call of a whole cold build (Debian base, loading a parent back from
     its tarball, each Dockerfile, exports, removing superseded images) that bypasses the
-    private namespace, our environment, or --network host where it can start a container."""
+    private namespace, our environment, or --network host where it can start a container;
+    and, for sunk and mariadb, a build on the wrong Debian base (26.05's is sid, theirs is
+    trixie) or a sunk build without its source or pip's CA bundle."""
     monkeypatch.setenv("SUNK_CACHE", str(tmp_path / "cache"))
+    ca = tmp_path / "ca.crt"
+    ca.write_text("a CA bundle\n")
+    monkeypatch.setenv("PIP_CERT", str(ca))
     storage = tmp_path / "cache" / "images" / "storage"
     calls: list[tuple[list[str], dict[str, str] | None]] = []
+    contexts: dict[str, set[str]] = {}
 
     def fake_run(argv: Sequence[str], **kwargs: Any) -> subprocess.CompletedProcess[Any]:
         argv = list(argv)
@@ -271,24 +416,30 @@ def test_a_cold_build_runs_every_buildah_command_off_the_host(
             return subprocess.CompletedProcess(argv, 0, b"", b"")  # debootstrap, tar
         calls.append((argv, kwargs.get("env")))
         sub = _subcommand(argv)
+        if sub == "bud":
+            context = Path(argv[-1])
+            contexts[argv[argv.index("--tag") + 1]] = {
+                p.relative_to(context).as_posix() for p in context.rglob("*") if p.is_file()
+            }
         if sub == "push":
             target = next(a for a in argv if a.startswith("docker-archive:"))
             Path(target.split(":")[1]).write_bytes(b"")
         if sub == "images":
-            return subprocess.CompletedProcess(argv, 0, "localhost/sunk/slurmd:24.11-000000000000\n", "")
+            return subprocess.CompletedProcess(argv, 0, f"localhost/sunk/slurmd:{version}-000000000000\n", "")
         return subprocess.CompletedProcess(argv, 1 if sub == "inspect" else 0, b"", b"")
 
     monkeypatch.setattr(subprocess, "run", fake_run)
     monkeypatch.setattr(slurmroot, "_ensure_debootstrap", lambda log: None)
     monkeypatch.setattr(images, "_slim", lambda tree, suite: None)
     monkeypatch.setattr(images, "_remove_work", lambda work: shutil.rmtree(work))
-    built = images.ensure_images("24.11", tmp_path / "log")
+    built = images.ensure_images(version, tmp_path / "log")
     assert all(b.archive.is_file() for b in built.values())
 
     seen = {_subcommand(argv) for argv, _ in calls}
     assert {"bud", "pull", "push", "inspect", "images", "rmi"} <= seen  # the test covers them all
     buds = [argv for argv, _ in calls if _subcommand(argv) == "bud"]
-    assert len(buds) == len(images.IMAGES) + 1  # the Debian base is built too
+    suites = {"trixie"} | {slurmroot.SUITES[version]}
+    assert len(buds) == len(images.IMAGES) + len(suites)  # each suite's Debian base is built too
     for argv, env in calls:
         assert argv[:5] == ["unshare", "--mount", "--propagation", "private", "--"], argv
         assert argv[argv.index("-c") + 1] == images._VAR_LIB_OVERLAY
@@ -296,3 +447,32 @@ def test_a_cold_build_runs_every_buildah_command_off_the_host(
         if _subcommand(argv) in STARTS_CONTAINERS:
             assert _has_pair(argv, "--network", "host"), argv
         assert env is not None and env["CONTAINERS_CONF"] == str(storage / "containers.conf")
+
+    def bud_of(name: str) -> list[str]:
+        return next(argv for argv in buds if argv[argv.index("--tag") + 1] == built[name].ref)
+
+    keys = images.image_keys(REPO_IMAGES, slurmroot.SUITES[version])
+    trixie_base = f"localhost/sunk/debian:trixie-{images.base_key('trixie')[:12]}"
+    for name in images.UNVERSIONED:
+        assert f"--build-arg=BASE={trixie_base}" in bud_of(name), name
+    own_base = f"localhost/sunk/debian:{slurmroot.SUITES[version]}-{keys[images.DEBIAN][:12]}"
+    assert f"--build-arg=BASE={own_base}" in bud_of("slurm-base")
+    assert _has_pair(bud_of("sunk"), "--secret", f"id=pip-cert,src={ca}")
+    assert "--secret" not in bud_of("slurmd")
+    assert {"Dockerfile", "pyproject.toml", "README.md", "src/sunk/cli.py"} <= contexts[built["sunk"].ref]
+    assert not list((tmp_path / "cache" / "images").glob(".context-*")), "the staged context was left behind"
+
+
+def test_the_manifest_of_a_clusters_images_reads_back_what_was_imported(tmp_path: Path) -> None:
+    """Catches tests and charts deploying a different build than the Nodes hold (a later
+    ensure_images rebuilds sunk after a source edit), or a manifest that loses an image."""
+    built = {
+        name: images.Built(
+            name, f"localhost/sunk/{name}:x-{i:012d}", f"localhost/sunk/{name}:x", tmp_path / name
+        )
+        for i, name in enumerate(images.IMAGES)
+    }
+    images.write_manifest(tmp_path / "images.json", built)
+    assert images.read_manifest(tmp_path / "images.json") == built
+    with pytest.raises(DevClusterError, match="real Nodes"):
+        images.read_manifest(tmp_path / "absent.json")

@@ -75,3 +75,12 @@ def test_the_runtime_knows_no_component() -> None:
     runtime = [m for m in graph if m.startswith("sunk.runtime")]
     components = {m for r in runtime for m in reachable(graph, r)}
     assert sorted(m for m in components if m.startswith(("sunk.scheduler", "sunk.operator"))) == []
+
+
+def test_the_operator_and_the_scheduler_are_separate_components() -> None:
+    graph = imports()
+    operator = reachable(graph, "sunk.operator.app") | {"sunk.operator.app"}
+    scheduler = reachable(graph, "sunk.scheduler.app") | {"sunk.scheduler.app"}
+    foreign = ("sunk.scheduler", "sunk.devcluster", "sunk.testing")
+    assert sorted(m for m in operator if m.startswith(foreign)) == []
+    assert sorted(m for m in scheduler if m.startswith("sunk.operator")) == []

@@ -18,8 +18,9 @@
 {{- end -}}
 {{- end -}}
 
+{{/* Values that name a parent chart's objects may hold templates ({{ .Release.Name }}). */}}
 {{- define "sunk.slurmdNamespace" -}}
-{{- default .Release.Namespace .Values.scheduler.slurmd.namespace -}}
+{{- default .Release.Namespace (tpl .Values.scheduler.slurmd.namespace .) -}}
 {{- end -}}
 
 {{- define "sunk.hooksTLSSecret" -}}

@@ -35,6 +35,8 @@ STOP_ORDER = (
     "mariadbd",
     "munged",
     "kwok",
+    "kube-scheduler",
+    "volume-provisioner",
     "coredns",
     "kube-proxy",
     "kube-controller-manager",
@@ -160,6 +162,7 @@ class DevCluster:
                     built["pause"].tag,
                     lambda node: images.import_into(node.socket, built.values(), setup_log),
                 )
+                images.write_manifest(layout.images_file, built)
             layout.hooks_secret.write_text(secrets.token_hex(32))
             layout.hooks_secret.chmod(0o600)
             layout.env_file.write_text(self.env_text())

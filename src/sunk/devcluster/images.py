@@ -5,9 +5,12 @@ Dockerfiles as they are) into its own storage under `cache_dir()/images/storage`
 written out as a docker-archive tarball that `ctr images import` loads into a containerd.
 
 The parent of everything is a Debian image made here from a `debootstrap --variant=minbase`
-tree, since nothing can be pulled. Each image is cached by a key: the hash of its Dockerfile
-directory, its parent's key, the Debian suite and RECIPE. A tarball named after that key
-means the image is built; finding every tarball is the whole warm path (no buildah call).
+tree, since nothing can be pulled. Each image is cached by a key: the hash of its build
+context (its Dockerfile directory, plus the repository files it copies: sunk's own source
+for the `sunk` image), its parent's key, the Debian suite and RECIPE. A tarball named after
+that key means the image is built; finding every tarball is the whole warm path (no
+buildah call). The Slurm images are made per Slurm version, on the suite that ships it;
+`sunk` and `mariadb` are not Slurm's and are made once, on trixie, for every version.
 
 Every buildah command runs inside `unshare --mount --propagation private`: the overlay
 driver mounts layers (and bind-mounts its own storage directory onto itself), and those
@@ -27,15 +30,17 @@ TMPDIR points into the storage too.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -53,6 +58,8 @@ IMAGES: tuple[str, ...] = (
     "slurmrestd",
     "slurmdbd",
     "login",
+    "sunk",
+    "mariadb",
 )
 # The Debian image made from debootstrap: the parent of the images that name no other.
 DEBIAN = "debian"
@@ -65,7 +72,22 @@ PARENTS: dict[str, tuple[str, str]] = {
     "slurmrestd": ("slurm-base", "SLURM_BASE"),
     "slurmdbd": ("slurm-base", "SLURM_BASE"),
     "login": ("slurm-base", "SLURM_BASE"),
+    "sunk": (DEBIAN, "BASE"),
+    "mariadb": (DEBIAN, "BASE"),
 }
+# Images that have nothing of Slurm in them: built on this Debian suite, once for every
+# Slurm version (their tag names the suite, not a Slurm version).
+UNVERSIONED: dict[str, str] = {"sunk": "trixie", "mariadb": "trixie"}
+# Files of the repository (relative to its root) that an image's build context holds next
+# to its own directory, at the same relative paths: the `sunk` image installs the package.
+EXTRA_CONTEXT: dict[str, tuple[str, ...]] = {"sunk": ("pyproject.toml", "README.md", "src")}
+# Images whose Dockerfile runs pip: their build gets this machine's CA bundle as the build
+# secret `pip-cert` (mounted for those steps only, never stored in the image), so that pip
+# reaches PyPI through whatever TLS-inspecting proxy this machine trusts.
+PIP_IMAGES = frozenset({"sunk"})
+# Never part of a build context: what Python, tools and editors leave in a source tree.
+_CONTEXT_JUNK_DIRS = ("__pycache__", ".mypy_cache", ".ruff_cache", ".pytest_cache", ".venv")
+_CONTEXT_JUNK_SUFFIXES = (".pyc", ".pyo", ".egg-info", ".swp")
 # Bumped whenever the way images (or the Debian base) are made here changes: every key moves.
 RECIPE = 1
 REGISTRY = "localhost/sunk"
@@ -105,11 +127,45 @@ def images_dir() -> Path:
     return root / "images"
 
 
-def context_digest(directory: Path) -> str:
-    """sha256 of every file under `directory`: relative path, executable bit and contents."""
+def _junk(rel: Path) -> bool:
+    return any(part in _CONTEXT_JUNK_DIRS or part.endswith(_CONTEXT_JUNK_SUFFIXES) for part in rel.parts)
+
+
+def _files_under(directory: Path) -> dict[str, Path]:
+    found = {}
+    for path in directory.rglob("*"):
+        rel = path.relative_to(directory)
+        if (path.is_file() or path.is_symlink()) and not _junk(rel):
+            found[rel.as_posix()] = path
+    return found
+
+
+def context_files(images: Path, name: str) -> dict[str, Path]:
+    """The build context of image `name`: path inside the context -> the file it comes from.
+
+    The image's own directory, plus its EXTRA_CONTEXT taken from the repository (the parent
+    of `images`), minus caches and build leftovers. The cache key and the staged context are
+    both made from this one listing, so the key covers exactly what the build sees."""
+    files = _files_under(images / name)
+    root = images.parent
+    for extra in EXTRA_CONTEXT.get(name, ()):
+        source = root / extra
+        if source.is_dir():
+            files |= {f"{extra}/{rel}": path for rel, path in _files_under(source).items()}
+        elif source.is_file():
+            files[extra] = source
+        else:
+            raise DevClusterError(f"the {name} image needs {source}, which is missing: is this a checkout?")
+    return files
+
+
+def context_digest(files: Mapping[str, Path] | Path) -> str:
+    """sha256 of a build context (a listing from `context_files`, or every file under a
+    directory): each file's relative path, executable bit and contents."""
+    listing = files if isinstance(files, Mapping) else _files_under(files)
     digest = hashlib.sha256()
-    for path in sorted(p for p in directory.rglob("*") if p.is_file() or p.is_symlink()):
-        rel = path.relative_to(directory).as_posix()
+    for rel in sorted(listing):
+        path = listing[rel]
         digest.update(rel.encode() + b"\0")
         if path.is_symlink():
             digest.update(b"link\0" + os.readlink(path).encode() + b"\0")
@@ -119,16 +175,42 @@ def context_digest(directory: Path) -> str:
     return digest.hexdigest()
 
 
+def pip_cert() -> Path | None:
+    """The CA bundle pip on this machine trusts: PIP_CERT, SSL_CERT_FILE or Debian's bundle."""
+    for candidate in (os.environ.get("PIP_CERT"), os.environ.get("SSL_CERT_FILE")):
+        if candidate and Path(candidate).is_file():
+            return Path(candidate)
+    debian = Path("/etc/ssl/certs/ca-certificates.crt")
+    return debian if debian.is_file() else None
+
+
+def build_secrets(name: str) -> list[str]:
+    """buildah flags that hand image `name`'s build the secrets its Dockerfile may mount."""
+    cert = pip_cert() if name in PIP_IMAGES else None
+    if cert is None or any(c in str(cert) for c in ",="):
+        return []
+    return ["--secret", f"id=pip-cert,src={cert}"]
+
+
+def suite_of(name: str, suite: str) -> str:
+    """The Debian suite image `name` is built on when the Slurm version's suite is `suite`."""
+    return UNVERSIONED.get(name, suite)
+
+
 def base_key(suite: str) -> str:
     return hashlib.sha256(f"{DEBIAN}\0{suite}\0{RECIPE}".encode()).hexdigest()
 
 
 def image_keys(images: Path, suite: str) -> dict[str, str]:
-    """Key of every image in IMAGES: its directory's digest chained to its parent's key."""
+    """Key of every image in IMAGES (and DEBIAN: the base of `suite`): its build context's
+    digest chained to its parent's key. An UNVERSIONED image gets the same key whatever `suite`."""
     keys = {DEBIAN: base_key(suite)}
     for name in build_order(PARENTS):
         parent, _ = PARENTS[name]
-        material = f"{name}\0{suite}\0{RECIPE}\0{keys[parent]}\0{context_digest(images / name)}"
+        own = suite_of(name, suite)
+        parent_key = base_key(own) if parent == DEBIAN else keys[parent]
+        digest = context_digest(context_files(images, name))
+        material = f"{name}\0{own}\0{RECIPE}\0{parent_key}\0{digest}"
         keys[name] = hashlib.sha256(material.encode()).hexdigest()
     return keys
 
@@ -163,12 +245,17 @@ def _short(key: str) -> str:
     return key[:12]
 
 
+def _label(name: str, version: str) -> str:
+    """What an image's tag says it is for: a Slurm version, or the suite of an UNVERSIONED one."""
+    return UNVERSIONED.get(name, version)
+
+
 def _ref(name: str, version: str, key: str) -> str:
-    return f"{REGISTRY}/{name}:{version}-{_short(key)}"
+    return f"{REGISTRY}/{name}:{_label(name, version)}-{_short(key)}"
 
 
 def _tag(name: str, version: str) -> str:
-    return f"{REGISTRY}/{name}:{version}"
+    return f"{REGISTRY}/{name}:{_label(name, version)}"
 
 
 def _base_ref(suite: str, key: str) -> str:
@@ -183,10 +270,15 @@ def _archive(label: str, key: str) -> Path:
     return store_dir() / f"{label}-{_short(key)}.tar"
 
 
+def archive_of(name: str, version: str, key: str) -> Path:
+    """The tarball of image `name` with `key`: `slurmd-24.11-<key>.tar`, `sunk-trixie-<key>.tar`."""
+    return _archive(f"{name}-{_label(name, version)}", key)
+
+
 # -- building -----------------------------------------------------------------------------------
 def ensure_images(version: str, log: Path) -> dict[str, Built]:
-    """Every image of Slurm `version`, built when its key has no tarball yet (minutes per
-    image, cold), else found on disk at once."""
+    """Every image of Slurm `version` (and the UNVERSIONED ones), built when its key has no
+    tarball yet (minutes per image, cold), else found on disk at once."""
     suite = slurmroot.SUITES.get(version)
     if suite is None:
         raise DevClusterError(
@@ -198,7 +290,7 @@ def ensure_images(version: str, log: Path) -> dict[str, Built]:
             name,
             _ref(name, version, keys[name]),
             _tag(name, version),
-            _archive(f"{name}-{version}", keys[name]),
+            archive_of(name, version, keys[name]),
         )
         for name in IMAGES
     }
@@ -210,25 +302,56 @@ def ensure_images(version: str, log: Path) -> dict[str, Built]:
         if not missing:
             return built  # another process built them while we waited
         builder = _Builder(log)
-        base = _Image(DEBIAN, _base_ref(suite, keys[DEBIAN]), _archive(f"{DEBIAN}-{suite}", keys[DEBIAN]))
-        refs = {DEBIAN: base}
-        refs |= {name: _Image(name, b.ref, b.archive) for name, b in built.items()}
+        bases = {
+            own: _Image(DEBIAN, _base_ref(own, base_key(own)), _archive(f"{DEBIAN}-{own}", base_key(own)))
+            for own in {suite_of(name, suite) for name in IMAGES}
+        }
+        refs = {name: _Image(name, b.ref, b.archive) for name, b in built.items()}
         started = time.monotonic()
         print(
             f"building Slurm {version} images ({', '.join(missing)}) with buildah; log {log}",
             file=sys.stderr,
             flush=True,
         )
+        for stale in store_dir().glob(".context-*"):
+            _remove_work(stale)  # the staged context of an interrupted build
         for name in missing:
             parent, arg = PARENTS[name]
-            if parent == DEBIAN and not base.archive.is_file():
-                builder.debian_base(suite, base)
-            builder.ensure_loaded(refs[parent])
-            builder.build(name, images_dir() / name, refs[name], {arg: refs[parent].ref})
-            _prune(f"{name}-{version}", built[name].archive)
-        builder.forget_older(version, suite, {b.ref for b in refs.values()})
+            if parent == DEBIAN:
+                own = suite_of(name, suite)
+                if not bases[own].archive.is_file():
+                    builder.debian_base(own, bases[own])
+                parent_image = bases[own]
+            else:
+                parent_image = refs[parent]
+            builder.ensure_loaded(parent_image)
+            with staged_context(images_dir(), name) as context:
+                builder.build(name, context, refs[name], {arg: parent_image.ref})
+            _prune(f"{name}-{_label(name, version)}", built[name].archive)
+        current = {image.ref for image in (*refs.values(), *bases.values())}
+        builder.forget_older(version, suite, current)
         print(f"built the Slurm {version} images in {time.monotonic() - started:.0f} s", file=sys.stderr)
     return built
+
+
+@contextlib.contextmanager
+def staged_context(images: Path, name: str) -> Iterator[Path]:
+    """The directory to build image `name` from: its own directory when that is the whole
+    context, else a copy of `context_files` made under the cache and removed afterwards."""
+    if name not in EXTRA_CONTEXT:
+        yield images / name
+        return
+    stage = store_dir() / f".context-{name}-{os.getpid()}"
+    if stage.exists():
+        _remove_work(stage)
+    try:
+        for rel, source in context_files(images, name).items():
+            target = stage / rel
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target, follow_symlinks=False)
+        yield stage
+    finally:
+        _remove_work(stage)
 
 
 @dataclass(frozen=True)
@@ -289,7 +412,8 @@ class _Builder:
             stdin=subprocess.DEVNULL,
             env=buildah_env(self.storage),
         )
-        prefixes = [f"{REGISTRY}/{name}:{version}-" for name in IMAGES] + [f"{REGISTRY}/{DEBIAN}:{suite}-"]
+        prefixes = [f"{REGISTRY}/{name}:{_label(name, version)}-" for name in IMAGES]
+        prefixes += [f"{REGISTRY}/{DEBIAN}:{own}-" for own in {suite_of(name, suite) for name in IMAGES}]
         stale = [
             ref
             for ref in listed.stdout.split()
@@ -307,6 +431,7 @@ class _Builder:
             "--tag",
             image.ref,
             *(f"--build-arg={k}={v}" for k, v in args.items()),
+            *build_secrets(name),
             str(context),
         ]
         begun = time.monotonic()
@@ -529,6 +654,29 @@ def prepare_host_dirs(storage: Path) -> None:
         if name != "containers.conf":
             path.mkdir(parents=True, exist_ok=True)
     dirs["containers.conf"].write_text(containers_conf(storage))
+
+
+# -- what a cluster's Nodes hold -----------------------------------------------------------------
+def write_manifest(path: Path, built: Mapping[str, Built]) -> None:
+    """Record the builds imported into a cluster's Nodes (the run directory's images.json).
+
+    Tests and charts deploy what the Nodes hold: calling `ensure_images` again later would
+    build anew after a source edit (the sunk image follows src/), and that build would be in
+    no Node."""
+    records = {name: {"ref": b.ref, "tag": b.tag, "archive": str(b.archive)} for name, b in built.items()}
+    path.write_text(json.dumps(records, indent=1) + "\n")
+
+
+def read_manifest(path: Path) -> dict[str, Built]:
+    """The builds a running cluster's Nodes hold, by image name (see `write_manifest`)."""
+    try:
+        records = json.loads(path.read_text())
+    except (OSError, ValueError):
+        raise DevClusterError(
+            f"{path} is missing or unreadable: is a dev cluster with real Nodes running "
+            "(`sunk dev up --real-nodes N`)?"
+        ) from None
+    return {name: Built(name, r["ref"], r["tag"], Path(r["archive"])) for name, r in records.items()}
 
 
 # -- containerd ---------------------------------------------------------------------------------

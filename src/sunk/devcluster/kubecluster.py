@@ -33,6 +33,14 @@ CONTROLLERS = (
     # endpoints behind Services.
     "root-ca-cert-publisher",
     "endpointslice",
+    # PersistentVolumeClaims: the binder matches claims and volumes (and hands claims of an
+    # external provisioner's class to it: `storage`); the protection controllers lift the
+    # finalizers the API server puts on every claim and volume, without which deleting a
+    # claim (or its namespace) would hang for ever. On a cluster with no claims (kwok only)
+    # they have nothing to do. No attach/detach controller: hostPath volumes attach nothing.
+    "persistentvolume-binder",
+    "pvc-protection",
+    "pv-protection",
 )
 
 

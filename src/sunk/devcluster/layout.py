@@ -59,6 +59,13 @@ class Ports:
         """kube-proxy's health port; its metrics port is the next one."""
         return self.kubelet_base + 1
 
+    @property
+    def kube_scheduler(self) -> int:
+        """kube-scheduler's secure (healthz) port, on 127.0.0.1: between kube-proxy's metrics
+        port and the first kubelet's. It moves with the offset, and no offset in thousands
+        lands it on the port bench/run.py gives the kube-scheduler it starts (29259)."""
+        return self.kubelet_base + 3
+
     def fixed(self, accounting: bool) -> dict[str, int]:
         """Every fixed port the cluster binds, by the component that binds it."""
         ports = {
@@ -128,6 +135,16 @@ class Layout:
     def nodes(self) -> Path:
         """One directory per real kubelet Node."""
         return self.root / "nodes"
+
+    @property
+    def images_file(self) -> Path:
+        """The images the real Nodes were given: name -> exact reference and stable tag."""
+        return self.root / "images.json"
+
+    @property
+    def volumes(self) -> Path:
+        """The data of PersistentVolumes on real Nodes, one directory per volume (`storage`)."""
+        return self.root / "volumes"
 
     @property
     def api_host(self) -> str:

@@ -5,26 +5,35 @@ kube-proxy for all of them (they share the host's network namespace, so one set 
 nftables rules serves every Node) and CoreDNS answering cluster names behind the usual
 `kube-dns` Service. Both run as host processes like the rest of the control plane, built
 from their Go modules; CoreDNS listens only on the host's bridge address.
+
+It also starts what Deployments and StatefulSets on real Nodes need: kube-scheduler (the
+default scheduler, which only ever picks real Nodes: kwok's belong to sunk's scheduler),
+and a default StorageClass with its provisioner (`storage`).
 """
 
 from __future__ import annotations
 
 import shutil
 import socket
+import ssl
 import subprocess
+import sys
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
-from sunk.devcluster import hostnet, pki, procs
+import httpx
+import yaml
+
+from sunk.devcluster import hostnet, pki, procs, storage
 from sunk.devcluster.errors import DevClusterError
 from sunk.devcluster.kubeapi import AdminKube, is_ready
 from sunk.devcluster.kubecluster import create_once, write_kubeconfig
-from sunk.devcluster.layout import Layout, cache_dir
-from sunk.devcluster.realnode import PRIVATE_DIRS, RealNode, nodes_of
+from sunk.devcluster.layout import HOST, Layout, cache_dir
+from sunk.devcluster.realnode import PRIVATE_DIRS, REAL_NODE_LABEL, RealNode, nodes_of
 
-TOOLS = ("kubelet", "kube-proxy", "kubectl", "coredns")
+TOOLS = ("kubelet", "kube-proxy", "kubectl", "coredns", "kube-scheduler")
 DNS_NAMESPACE = "kube-system"
 
 
@@ -57,6 +66,8 @@ def start(
         list(pool.map(load_images, nodes))
     _start_kube_proxy(layout, nodes[0])
     _start_dns(layout)
+    scheduler = _start_scheduler(layout)
+    storage.start(layout)
     admin = AdminKube(layout)
     try:
         names = [name for n in nodes for name in (n.containerd_proc, n.kubelet_proc)]
@@ -71,7 +82,78 @@ def start(
         )
     finally:
         admin.close()
+    healthz = f"https://{HOST}:{layout.ports.kube_scheduler}/healthz"
+    ca = str(layout.kube / "ca.crt")
+    procs.wait_until(
+        lambda: httpx.get(healthz, verify=ssl.create_default_context(cafile=ca), timeout=2).text == "ok",
+        timeout=30,
+        what="kube-scheduler to be healthy",
+        watch=[scheduler],
+        log_dir=layout.logs,
+    )
     return nodes
+
+
+SCHEDULER = "kube-scheduler"
+
+
+def scheduler_config(layout: Layout) -> dict[str, Any]:
+    """kube-scheduler's configuration: the default profile, told to consider real Nodes only.
+
+    NodeAffinity's `addedAffinity` is ANDed with every Pod's own affinity, so a Pod without
+    a nodeSelector still lands on a real Node, and one that asks for a kwok Node stays
+    Pending: kwok's Nodes run no containers, and only sunk's scheduler (or `nodeName`)
+    places Pods there."""
+    only_real = {"key": REAL_NODE_LABEL, "operator": "In", "values": ["true"]}
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1",
+        "kind": "KubeSchedulerConfiguration",
+        "clientConnection": {"kubeconfig": str(layout.kubeconfig)},
+        "leaderElection": {"leaderElect": False},
+        "profiles": [
+            {
+                "schedulerName": "default-scheduler",
+                "pluginConfig": [
+                    {
+                        "name": "NodeAffinity",
+                        "args": {
+                            "addedAffinity": {
+                                "requiredDuringSchedulingIgnoredDuringExecution": {
+                                    "nodeSelectorTerms": [{"matchExpressions": [only_real]}]
+                                }
+                            }
+                        },
+                    }
+                ],
+            }
+        ],
+    }
+
+
+def _start_scheduler(layout: Layout) -> procs.Tracked:
+    out = layout.kube
+    config = out / "kube-scheduler.yaml"
+    config.write_text(yaml.safe_dump(scheduler_config(layout)))
+    # A serving certificate from the dev CA, so its health can be checked without turning
+    # verification off (it would make a throwaway self-signed one otherwise).
+    pki.issue_serving(out, out, "kube-scheduler-serving", SCHEDULER, [HOST], [])
+    return procs.spawn(
+        SCHEDULER,
+        [
+            str(cache_dir() / "bin" / "kube-scheduler"),
+            f"--config={config}",
+            f"--tls-cert-file={out / 'kube-scheduler-serving.crt'}",
+            f"--tls-private-key-file={out / 'kube-scheduler-serving.key'}",
+            # No --authentication/authorization-kubeconfig: /healthz is open without them,
+            # and with them it logs, every few seconds, that the API server has no
+            # request-header CA (this one has no front proxy).
+            f"--bind-address={HOST}",
+            f"--secure-port={layout.ports.kube_scheduler}",
+            "--v=1",
+        ],
+        layout.pids,
+        layout.logs,
+    )
 
 
 def _start_kube_proxy(layout: Layout, node: RealNode) -> None:
@@ -219,9 +301,10 @@ def _create(admin: AdminKube, path: str, body: dict[str, Any]) -> None:
 
 
 def stop(layout: Layout, count: int) -> list[str]:
-    """Stop CoreDNS, kube-proxy (and remove its rules) and every Node; give the host back."""
+    """Stop kube-scheduler, the volume provisioner, CoreDNS, kube-proxy (and remove its
+    rules) and every Node; remove the volumes' data; give the host back."""
     stopped = []
-    for name in ("coredns", "kube-proxy"):
+    for name in (SCHEDULER, storage.PROCESS, "coredns", "kube-proxy"):
         tracked = procs.load(layout.pids, name)
         if tracked is not None:
             procs.stop(tracked, layout.pids)
@@ -234,6 +317,11 @@ def stop(layout: Layout, count: int) -> list[str]:
     for node in nodes_of(layout, count):
         node.stop()
         stopped.append(node.name)
+    try:
+        # Every container is gone now: nothing uses the volumes any more.
+        storage.remove_data(layout, layout.volumes)
+    except DevClusterError as err:  # give the host back all the same; host_leftovers tells
+        print(f"sunk: {err}", file=sys.stderr)
     hostnet.release(layout)
     return stopped
 
@@ -258,6 +346,8 @@ def host_leftovers(layout: Layout) -> list[str]:
     found += [str(p) for h in hostnet.hierarchies() for p in h.glob(f"{prefix}*")]
     if hostnet.owned_by(layout):
         found.append(f"the claim {hostnet.CLAIM}")
+    if layout.volumes.exists():
+        found.append(f"volume data in {layout.volumes}")
     return found
 
 

@@ -192,6 +192,16 @@ class KubeClient:
     async def create_event(self, namespace: str, event: Json) -> None:
         await self.request("POST", f"/apis/events.k8s.io/v1/namespaces/{namespace}/events", body=event)
 
+    # -- the calls the operator adds ----------------------------------------------------
+    async def create_pod(self, namespace: str, pod: Json) -> Json:
+        return await self.request("POST", f"/api/v1/namespaces/{namespace}/pods", body=pod)
+
+    async def patch_status(self, path: str, status: Json) -> Json:
+        """Merge-patch the status subresource of the object at `path` (a custom resource)."""
+        return await self.request(
+            "PATCH", f"{path}/status", body={"status": status}, content_type="application/merge-patch+json"
+        )
+
 
 def _unreachable(err: BaseException) -> KubeError:
     return KubeError(0, f"{type(err).__name__}: {err}" if str(err) else type(err).__name__)

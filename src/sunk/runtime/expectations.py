@@ -41,6 +41,10 @@ class Expectations(Generic[V]):
         del self._expected[key]
         return False
 
+    def waiting_for(self) -> list[Hashable]:
+        """What is still expected (seen or expired entries go as `unseen` meets them)."""
+        return list(self._expected)
+
     def prune(self) -> None:
         now = time.monotonic()
         for key in [k for k, (_, at) in self._expected.items() if now - at >= self._within]:

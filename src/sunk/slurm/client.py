@@ -16,9 +16,11 @@ from sunk.slurm.dataparser import VERSIONS as DATA_PARSER_VERSIONS
 from sunk.slurm.dataparser import DataParser
 from sunk.slurm.dialect import Dialect, Submission
 from sunk.slurm.errors import (
+    INVALID_NODE_NAME,
     SlurmError,
     SlurmJobGone,
     SlurmNoAnswer,
+    SlurmRejected,
     SlurmUnavailable,
     describe,
     error_code,
@@ -27,7 +29,7 @@ from sunk.slurm.errors import (
 )
 from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.slurm.scontrol import Scontrol
-from sunk.slurm.tokens import TokenSource
+from sunk.slurm.tokens import Tokens
 from sunk.slurm.v0038 import V0038
 from sunk.translate import PlaceholderJob, PodRef
 
@@ -79,7 +81,7 @@ class SlurmClient:
     def __init__(
         self,
         base_url: str,
-        tokens: TokenSource,
+        tokens: Tokens,
         *,
         dialect: Dialect,
         user: str = "root",
@@ -142,7 +144,7 @@ class SlurmClient:
 
     @classmethod
     async def connect(
-        cls, base_url: str, tokens: TokenSource, *, user: str = "root", forced: str | None = None
+        cls, base_url: str, tokens: Tokens, *, user: str = "root", forced: str | None = None
     ) -> SlurmClient:
         """A client speaking the newest REST version both slurmrestd and sunk know (or
         `forced`). Raises SlurmUnavailable/SlurmAuthError while slurmrestd cannot be asked,
@@ -286,6 +288,19 @@ class SlurmClient:
         reply = await self._call("GET", f"/node/{name}", f"read node {name}", endpoint="/node/{name}")
         nodes = reply.get("nodes") or []
         return self.dialect.parse_node(nodes[0]) if nodes else None
+
+    async def partitions(self) -> list[str]:
+        """The names of Slurm's partitions."""
+        reply = await self._call("GET", "/partitions", "list partitions")
+        return [str(p.get("name")) for p in reply.get("partitions") or [] if p.get("name")]
+
+    async def delete_node(self, name: str) -> None:
+        """Delete a (dynamic) node's record; a node that is already gone is not an error."""
+        try:
+            await self._call("DELETE", f"/node/{name}", f"delete node {name}", endpoint="/node/{name}")
+        except SlurmRejected as err:
+            if err.code != INVALID_NODE_NAME:
+                raise
 
     async def drain(self, node: str, reason: str) -> str | None:
         """Drain `node` with `reason`; None on success, otherwise what went wrong."""

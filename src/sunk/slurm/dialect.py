@@ -105,6 +105,7 @@ def node_usage(raw: dict[str, Any]) -> dict[str, Any]:
         "alloc_memory_mib": number(raw.get("alloc_memory")) or 0,
         "gres": gres_counts(str(raw.get("gres") or "")),
         "gres_used": gres_counts(str(raw.get("gres_used") or "")),
+        "address": str(raw.get("address") or ""),
     }
 
 

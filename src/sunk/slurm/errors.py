@@ -43,6 +43,7 @@ class SlurmJobGone(SlurmRejected):
 
 # slurmctld error numbers (slurm_errno.h) that we name in messages.
 UNKNOWN_JOB = 2017
+INVALID_NODE_NAME = 2010  # also what deleting a node that no longer exists answers
 
 # Slurm error numbers after which the same request can succeed later: slurmctld or its
 # database unreachable or failing over, socket and RPC timeouts, and limits that lift as

@@ -144,6 +144,7 @@ class SlurmNode:
     alloc_memory_mib: int = 0
     gres: tuple[tuple[str, int], ...] = ()
     gres_used: tuple[tuple[str, int], ...] = ()
+    address: str = ""  # where slurmctld reaches its slurmd (a dynamic node's Pod IP)
 
     @property
     def drained(self) -> bool:

@@ -16,13 +16,13 @@ import logging
 import os
 import shutil
 
-from sunk.slurm.tokens import TokenSource
+from sunk.slurm.tokens import Tokens
 
 log = logging.getLogger(__name__)
 
 
 class Scontrol:
-    def __init__(self, tokens: TokenSource) -> None:
+    def __init__(self, tokens: Tokens) -> None:
         self._tokens = tokens
 
     async def _run(self, *args: str) -> tuple[int, str, str]:

@@ -4,9 +4,18 @@ token is picked up without a restart). It never appears in logs, reprs or messag
 from __future__ import annotations
 
 import os
+import time
 from pathlib import Path
+from typing import Protocol
 
 from sunk.slurm.errors import SlurmUnavailable
+from sunk.slurm.jwt import mint
+
+
+class Tokens(Protocol):
+    """Where a Slurm client gets the token for its next request."""
+
+    def get(self) -> str: ...
 
 
 class TokenSource:
@@ -34,3 +43,30 @@ class TokenSource:
 
     def __repr__(self) -> str:
         return f"TokenSource(path={self._path!s}, token=<redacted>)"
+
+
+class MintedTokens:
+    """Short-lived tokens signed with Slurm's JWT key (what `scontrol token` makes), for a
+    component that holds the key: a fresh one well before the last runs out, none stored."""
+
+    def __init__(self, key_path: Path, user: str, lifetime_s: int = 3600) -> None:
+        self._key_path = key_path
+        self._user = user
+        self._lifetime_s = lifetime_s
+        self._token = ""
+        self._renew_at = 0.0
+
+    def get(self) -> str:
+        now = time.time()
+        if now >= self._renew_at:
+            try:
+                key = self._key_path.read_bytes()
+            except OSError as err:
+                why = f"cannot read Slurm's JWT key {self._key_path}: {err.strerror}"
+                raise SlurmUnavailable(why) from None
+            self._token = mint(key, self._user, self._lifetime_s, now=now)
+            self._renew_at = now + self._lifetime_s / 2
+        return self._token
+
+    def __repr__(self) -> str:
+        return f"MintedTokens(key={self._key_path!s}, user={self._user})"

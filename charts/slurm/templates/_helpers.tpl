@@ -1,0 +1,98 @@
+{{/*
+F: the prefix of every object's name. 40 characters leave room for the longest suffix
+("-controller-0" and the StatefulSet's revision label stay within Kubernetes' 63).
+*/}}
+{{- define "slurm.fullname" -}}
+{{- .Release.Name | trunc 40 -}}
+{{- end -}}
+
+{{- define "slurm.clusterName" -}}
+{{- default (include "slurm.fullname" .) .Values.slurm.clusterName -}}
+{{- end -}}
+
+{{/* Where slurmctld answers: the StatefulSet Pod's own DNS name, and the Service's. */}}
+{{- define "slurm.controllerHost" -}}
+{{- $f := include "slurm.fullname" . -}}
+{{- printf "%s-controller-0.%s-controller.%s.svc.%s" $f $f .Release.Namespace .Values.clusterDomain -}}
+{{- end -}}
+
+{{- define "slurm.confServer" -}}
+{{- printf "%s-controller.%s.svc.%s:6817" (include "slurm.fullname" .) .Release.Namespace .Values.clusterDomain -}}
+{{- end -}}
+
+{{- define "slurm.restapiURL" -}}
+{{- printf "http://%s-restapi:6820" (include "slurm.fullname" .) -}}
+{{- end -}}
+
+{{/* Labels of every object; call with (list "component-name" $). */}}
+{{- define "slurm.labels" -}}
+{{- $root := index . 1 -}}
+{{ include "slurm.selector" . }}
+app.kubernetes.io/part-of: slurm
+app.kubernetes.io/managed-by: {{ $root.Release.Service }}
+helm.sh/chart: {{ $root.Chart.Name }}-{{ $root.Chart.Version }}
+{{- end -}}
+
+{{/* What a component's Pods are selected by; call with (list "component-name" $). */}}
+{{- define "slurm.selector" -}}
+app.kubernetes.io/name: {{ index . 0 }}
+app.kubernetes.io/instance: {{ (index . 1).Release.Name }}
+{{- end -}}
+
+{{/* image and imagePullPolicy of a container; call with (list .Values.x.image $). */}}
+{{- define "slurm.image" -}}
+{{- $image := index . 0 -}}
+image: "{{ $image.repository }}:{{ $image.tag | default (index . 1).Chart.AppVersion }}"
+imagePullPolicy: {{ $image.pullPolicy }}
+{{- end -}}
+
+{{/*
+Pod-level settings every component shares: pull secrets, and where it may run (its own
+nodeSelector, tolerations and affinity, or the chart-wide defaults when it sets none).
+Call with (list .Values.component $).
+*/}}
+{{- define "slurm.podPlacement" -}}
+{{- $c := index . 0 -}}
+{{- $root := index . 1 -}}
+{{- $d := $root.Values.defaults -}}
+{{- with $root.Values.imagePullSecrets }}
+imagePullSecrets: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with ($c.nodeSelector | default $d.nodeSelector) }}
+nodeSelector: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with ($c.tolerations | default $d.tolerations) }}
+tolerations: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- with ($c.affinity | default $d.affinity) }}
+affinity: {{- toYaml . | nindent 2 }}
+{{- end }}
+{{- end -}}
+
+{{/* Hook annotations; call with (list "pre-install,pre-upgrade" weight "delete policy"). */}}
+{{- define "slurm.hook" -}}
+helm.sh/hook: {{ index . 0 }}
+helm.sh/hook-weight: {{ index . 1 | quote }}
+helm.sh/hook-delete-policy: {{ index . 2 }}
+{{- end -}}
+
+{{/* The partitions the values declare, comma-separated (the pre-upgrade check keeps them). */}}
+{{- define "slurm.partitionNames" -}}
+{{- $names := list -}}
+{{- range .Values.slurm.partitions }}{{ $names = append $names .name }}{{ end -}}
+{{- join "," $names -}}
+{{- end -}}
+
+{{/* The in-cluster MariaDB runs when accounting is on and no external host is named. */}}
+{{- define "slurm.inClusterDatabase" -}}
+{{- if and .Values.accounting.enabled (not .Values.accounting.database.host) }}true{{ end -}}
+{{- end -}}
+
+{{/* The Secret holding the database password, and whether the hook Job makes it. */}}
+{{- define "slurm.databaseSecret" -}}
+{{- default (printf "%s-mariadb" (include "slurm.fullname" .)) .Values.accounting.database.passwordSecret.name -}}
+{{- end -}}
+
+{{- define "slurm.makesDatabaseSecret" -}}
+{{- if and (include "slurm.inClusterDatabase" .) (not .Values.accounting.database.passwordSecret.name) }}true{{ end -}}
+{{- end -}}

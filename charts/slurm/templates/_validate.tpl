@@ -1,0 +1,60 @@
+{{/*
+Values that would render a Slurm that cannot work are refused at render time, with what to
+change. Included once, from the Slurm configuration's template.
+*/}}
+{{- define "slurm.validate" -}}
+{{- $s := .Values.slurm -}}
+{{- if not $s.partitions -}}
+{{- fail "slurm.partitions is empty: declare at least one partition (name, default, options)" -}}
+{{- end -}}
+{{- $seen := dict -}}
+{{- $defaults := 0 -}}
+{{- range $s.partitions -}}
+{{- $p := . -}}
+{{- if not (regexMatch "^[A-Za-z0-9][A-Za-z0-9_-]*$" (toString .name)) -}}
+{{- fail (printf "slurm.partitions: %q is not a usable partition name (letters, digits, _ and -, starting with a letter or digit)" (toString .name)) -}}
+{{- end -}}
+{{- if hasKey $seen .name -}}
+{{- fail (printf "slurm.partitions declares %s twice" .name) -}}
+{{- end -}}
+{{- $_ := set $seen .name true -}}
+{{- if .default }}{{ $defaults = add1 $defaults }}{{ end -}}
+{{- range $key, $_ := .options -}}
+{{- if has (lower $key) (list "partitionname" "nodes" "state" "default") -}}
+{{- fail (printf "slurm.partitions[%s].options.%s is set by the chart (nodes join by NodeSet, default by `default: true`)" $p.name $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if gt $defaults 1 -}}
+{{- fail "slurm.partitions: more than one partition says default: true; Slurm has one default partition" -}}
+{{- end -}}
+{{- range $key, $_ := $s.extraConf -}}
+{{- if has (lower $key) (list "partitionname" "nodename" "nodeset" "prolog" "epilog") -}}
+{{- fail (printf "slurm.extraConf.%s: partitions are declared in slurm.partitions and nodes come from NodeSets, so the pre-upgrade check and the operator know them; scripts go in slurm.prolog and slurm.epilog" $key) -}}
+{{- end -}}
+{{- end -}}
+{{- range $kind := list "prolog" "epilog" -}}
+{{- range $name, $_ := index $s $kind -}}
+{{- if not (regexMatch "^[A-Za-z0-9][A-Za-z0-9_.-]*$" $name) -}}
+{{- fail (printf "slurm.%s.%s: script names may hold letters, digits, '.', '_' and '-'" $kind $name) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range .Values.nodeSets -}}
+{{- $set := . -}}
+{{- range .partitions -}}
+{{- if not (hasKey $seen .) -}}
+{{- fail (printf "nodeSets[%s] joins partition %s, which slurm.partitions does not declare" $set.name .) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- if and .Values.accounting.enabled .Values.accounting.database.host (not .Values.accounting.database.passwordSecret.name) -}}
+{{- fail "accounting.database.host names an external database: set accounting.database.passwordSecret.name to the Secret holding its password" -}}
+{{- end -}}
+{{- if .Values.scheduler.enabled -}}
+{{- $want := printf "%ds" (int $s.killWait) -}}
+{{- if ne $want (toString .Values.scheduler.scheduler.killWait) -}}
+{{- fail (printf "scheduler.scheduler.killWait (%v) must equal Slurm's KillWait, slurm.killWait (%v s): set it to %s" .Values.scheduler.scheduler.killWait $s.killWait $want) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

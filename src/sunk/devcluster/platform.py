@@ -1,0 +1,225 @@
+"""The Slurm chart installed on the dev cluster's real Nodes: `sunk dev platform`.
+
+The chart goes in unchanged; only values differ from a real cluster's: the images built
+here (never pulled), every Pod kept to the real Nodes (kwok Nodes run no containers), small
+requests for a 2-core machine, and a NodeSet over the real Nodes applied once the CRD is
+in. The e2e tests install it the same way.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sunk.devcluster.cluster import DevCluster
+from sunk.devcluster.errors import DevClusterError
+from sunk.devcluster.images import Built, read_manifest
+from sunk.devcluster.kubeapi import AdminKube
+from sunk.devcluster.layout import cache_dir
+from sunk.devcluster.prereqs import ensure_go_tools, repo_root
+from sunk.devcluster.realnode import REAL_NODE_LABEL
+
+Json = dict[str, Any]
+NODESETS = "/apis/sunk.coreweave.com/v1alpha1/namespaces/{ns}/nodesets"
+REAL = {REAL_NODE_LABEL: "true"}
+# Each slurmd Pod takes one CPU of its Node; Slurm gets 1 CPU and 1 GiB less the reserve.
+MEMBER_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+
+
+def chart_dir() -> Path:
+    root = repo_root()
+    if root is None:
+        raise DevClusterError("the Slurm chart is read from a checkout of the sunk repository; run from one")
+    return root / "charts" / "slurm"
+
+
+def helm_binary() -> Path:
+    return ensure_go_tools(cache_dir() / "helm-build.log", ("helm",))["helm"]
+
+
+def build_chart_dependencies(helm: Path, chart: Path | None = None) -> None:
+    """Pack the chart's sub-charts into its charts/ directory (kept out of git), one process
+    at a time: the Slurm chart takes sunk-scheduler from ../sunk-scheduler."""
+    chart = chart or chart_dir()
+    lock = Path(tempfile.gettempdir()) / f"sunk-helm-dependency-{chart.name}.lock"
+    with lock.open("w") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        subprocess.run(
+            [str(helm), "dependency", "build", str(chart)], capture_output=True, text=True, check=True
+        )
+
+
+def _image(built: Built) -> Json:
+    repository, _, tag = built.ref.rpartition(":")
+    return {"repository": repository, "tag": tag, "pullPolicy": "Never"}
+
+
+def dev_values(images: dict[str, Built], *, scheduler: bool = True) -> Json:
+    """Values for the dev cluster: only what differs from a real cluster's."""
+    small = {"requests": {"cpu": "20m", "memory": "64Mi"}}
+    slurmd = _image(images["slurmd"])
+    return {
+        "defaults": {"nodeSelector": REAL},
+        "slurm": {"gresConf": "# no GPUs on the dev cluster's Nodes\n", "maxNodeCount": 64},
+        "controller": {"image": _image(images["slurmctld"]), "resources": small},
+        "restapi": {"image": _image(images["slurmrestd"]), "resources": small},
+        "accounting": {
+            "image": _image(images["slurmdbd"]),
+            "resources": small,
+            "mariadb": {
+                "image": _image(images["mariadb"]),
+                "resources": small,
+                "args": ["--innodb-buffer-pool-size=32M"],
+            },
+        },
+        "login": {"image": _image(images["login"]), "resources": small},
+        "operator": {"image": _image(images["sunk"]), "resources": small},
+        "slurmd": {"image": {"repository": slurmd["repository"], "tag": slurmd["tag"]}},
+        "scheduler": {
+            "enabled": scheduler,
+            "scheduler": {
+                "image": _image(images["sunk"]),
+                "replicas": 1,
+                "nodeSelector": REAL,
+                "resources": small,
+            },
+        },
+    }
+
+
+def nodeset(name: str, partitions: list[str], **spec: Any) -> Json:
+    return {
+        "apiVersion": "sunk.coreweave.com/v1alpha1",
+        "kind": "NodeSet",
+        "metadata": {"name": name},
+        "spec": {"partitions": partitions, "nodeSelector": REAL, "resources": MEMBER_RESOURCES, **spec},
+    }
+
+
+@dataclass
+class Platform:
+    """One release of the Slurm chart on the dev cluster."""
+
+    cluster: DevCluster
+    namespace: str = "slurm"
+    release: str = "slurm"
+
+    def __post_init__(self) -> None:
+        self.helm = helm_binary()
+        spec = self.cluster.require_running()
+        if not spec.real_nodes:
+            raise DevClusterError("the Slurm chart needs real Nodes: `sunk dev up --real-nodes 3` first")
+        # The builds the Nodes hold: a fresh ensure_images would rebuild the sunk image after
+        # any source change, and that build is in no Node.
+        self.images = read_manifest(self.cluster.layout.images_file)
+
+    @property
+    def values_file(self) -> Path:
+        return self.cluster.layout.root / f"platform-{self.namespace}-{self.release}.yaml"
+
+    def helm_run(
+        self, *argv: str, check: bool = True, timeout: float = 600
+    ) -> subprocess.CompletedProcess[str]:
+        env = {
+            "KUBECONFIG": str(self.cluster.layout.kubeconfig),
+            "HOME": str(self.cluster.layout.root),
+            "PATH": "/usr/bin:/bin",
+        }
+        result = subprocess.run(
+            [str(self.helm), *argv], capture_output=True, text=True, env=env, timeout=timeout
+        )
+        if check and result.returncode != 0:
+            raise DevClusterError(f"helm {argv[0]} failed: {result.stderr.strip() or result.stdout.strip()}")
+        return result
+
+    def install(self, values: Json | None = None, *, scheduler: bool = True) -> float:
+        """`helm upgrade --install` with the dev values (plus `values`), waiting until every
+        Deployment and StatefulSet is ready; returns the seconds it took."""
+        build_chart_dependencies(self.helm)
+        merged = _merge(dev_values(self.images, scheduler=scheduler), values or {})
+        self.values_file.write_text(yaml.safe_dump(merged))
+        started = time.monotonic()
+        self.upgrade(wait=True)
+        return time.monotonic() - started
+
+    def upgrade(
+        self, values: Json | None = None, *, wait: bool = True, check: bool = True
+    ) -> subprocess.CompletedProcess[str]:
+        """`helm upgrade --install` with the stored values, plus `values` on top when given."""
+        argv = [
+            "upgrade",
+            "--install",
+            self.release,
+            str(chart_dir()),
+            "--namespace",
+            self.namespace,
+            "--create-namespace",
+            "-f",
+            str(self.values_file),
+        ]
+        if values:
+            extra = self.values_file.with_suffix(".extra.yaml")
+            extra.write_text(yaml.safe_dump(values))
+            argv += ["-f", str(extra)]
+        if wait:
+            argv += ["--wait", "--timeout", "8m"]
+        return self.helm_run(*argv, check=check)
+
+    def uninstall(self) -> None:
+        self.helm_run(
+            "uninstall", self.release, "--namespace", self.namespace, "--wait", "--timeout", "3m", check=False
+        )
+
+    def apply_nodeset(self, kube: AdminKube, obj: Json) -> None:
+        path = NODESETS.format(ns=self.namespace)
+        existing = kube.find(f"{path}/{obj['metadata']['name']}")
+        if existing is None:
+            kube.create(path, obj)
+        else:
+            kube.patch(f"{path}/{obj['metadata']['name']}", {"spec": obj["spec"]})
+
+    def nodeset(self, kube: AdminKube, name: str) -> Json:
+        return kube.get(f"{NODESETS.format(ns=self.namespace)}/{name}")
+
+    def kubectl(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        kubectl = cache_dir() / "bin" / "kubectl"
+        env = {"KUBECONFIG": str(self.cluster.layout.kubeconfig), "PATH": "/usr/bin:/bin"}
+        return subprocess.run(
+            [str(kubectl), "-n", self.namespace, *argv],
+            capture_output=True,
+            text=True,
+            env=env,
+            timeout=timeout,
+        )
+
+    def login(self, command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
+        """A shell command in the login Pod, as a user who logged in would run it."""
+        return self.kubectl(
+            "exec",
+            f"deploy/{self.release}-login",
+            "-c",
+            "sshd",
+            "--",
+            "bash",
+            "-lc",
+            command,
+            timeout=timeout,
+        )
+
+
+def _merge(base: Json, extra: Json) -> Json:
+    merged: Json = json.loads(json.dumps(base))
+    for key, value in extra.items():
+        if isinstance(value, dict) and isinstance(merged.get(key), dict):
+            merged[key] = _merge(merged[key], value)
+        else:
+            merged[key] = value
+    return merged

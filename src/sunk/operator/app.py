@@ -1,0 +1,191 @@
+"""`sunk operator`: the NodeSet controller on the runtime's manager.
+
+Sources: informers for NodeSets (the release's namespace), Nodes and Pods (every
+namespace: a Node's free room counts everyone's Pods), and a Slurm poller, which alone
+writes the `SlurmView` and runs only on the replica that acts. Every change that could
+alter a NodeSet's plan enqueues it; the one controller does the rest.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import secrets
+import signal
+import socket
+from typing import Any
+
+from sunk.kube.client import KubeClient
+from sunk.kube.events import Recorder
+from sunk.kube.informer import Informer, object_key
+from sunk.kube.leader import LeaderElector
+from sunk.metrics.server import serve_metrics, serve_probes
+from sunk.operator import members as m
+from sunk.operator.config import OperatorConfig
+from sunk.operator.controller import NodeSetController
+from sunk.operator.nodeset import API_VERSION, PLURAL
+from sunk.operator.plan import SlurmView
+from sunk.operator.selection import member_nodeset
+from sunk.operator.token_keeper import TokenKeeper
+from sunk.runtime.manager import Manager
+from sunk.runtime.queue import WorkQueue
+from sunk.slurm.client import SlurmClient
+from sunk.slurm.errors import SlurmError
+from sunk.slurm.tokens import MintedTokens
+
+Json = dict[str, Any]
+log = logging.getLogger(__name__)
+
+
+class SlurmPoller:
+    """Lists Slurm's nodes and partitions every `interval` seconds; the only writer of the
+    view. A failed listing makes the view unknown (so nothing is removed on stale facts)."""
+
+    def __init__(self, slurm: SlurmClient, interval: float, changed: Any) -> None:
+        self.slurm = slurm
+        self.interval = interval
+        self.changed = changed
+        self.view = SlurmView()
+        self.listed = asyncio.Event()
+
+    def reset(self) -> None:
+        self.view = SlurmView()
+        self.listed.clear()
+
+    async def poll_once(self) -> None:
+        try:
+            nodes = await self.slurm.nodes()
+            partitions = await self.slurm.partitions()
+        except SlurmError as err:
+            fresh = SlurmView(problem=f"cannot list Slurm's nodes: {err}")
+        else:
+            fresh = SlurmView({n.name: n for n in nodes}, frozenset(partitions))
+        if fresh != self.view:
+            if fresh.known != self.view.known:
+                log.info("Slurm %s", "answers" if fresh.known else f"does not answer: {fresh.problem}")
+            self.view = fresh
+            self.changed()
+        self.listed.set()
+
+    async def run(self) -> None:
+        while True:
+            await self.poll_once()
+            await asyncio.sleep(self.interval)
+
+
+class Operator:
+    def __init__(self, config: OperatorConfig, kube: KubeClient, slurm: SlurmClient) -> None:
+        self.config = config
+        self.kube = kube
+        self.queue = WorkQueue()
+        identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{secrets.token_hex(4)}"
+        elector = LeaderElector(kube, config.namespace, config.lease_name, identity)
+        self.manager = Manager(elector if config.leader_elect else None)
+        ns = config.namespace
+        self.nodesets = self.manager.watch(
+            Informer(kube, f"/apis/{API_VERSION}/namespaces/{ns}/{PLURAL}", name="nodesets")
+        )
+        self.nodes = self.manager.watch(Informer(kube, "/api/v1/nodes", name="nodes"))
+        # Every Pod, ended ones too: a member the kubelet rejected must be seen to be replaced.
+        self.pods = self.manager.watch(Informer(kube, "/api/v1/pods", name="pods"))
+        self.poller = SlurmPoller(slurm, config.poll_s, self._enqueue_all)
+        settings = m.Settings(config.release, config.conf_server, config.auth_secret)
+        self.controller = NodeSetController(
+            kube,
+            slurm,
+            lambda: self.poller.view,
+            nodesets=self.nodesets,
+            nodes=self.nodes,
+            pods=self.pods,
+            settings=settings,
+            default_image=config.slurmd_image,
+            recorder=Recorder(kube, "sunk-operator", identity),
+        )
+        self.nodesets.add_handler(lambda _kind, obj: self.queue.add(object_key(obj)))
+        self.nodes.add_handler(lambda _kind, _obj: self._enqueue_all())
+        self.pods.add_handler(self._pod_event)
+
+    def _pod_event(self, _kind: str, pod: Json) -> None:
+        meta = pod.get("metadata") or {}
+        owner = member_nodeset(pod)
+        if owner is not None and meta.get("namespace") == self.config.namespace:
+            self.queue.add(f"{self.config.namespace}/{owner}")
+        elif (pod.get("spec") or {}).get("nodeName"):
+            self._enqueue_all()  # a Node's free room changed
+
+    def _enqueue_all(self) -> None:
+        for key in list(self.nodesets.store):
+            self.queue.add(key)
+
+    def not_ready(self) -> str | None:
+        return self.manager.not_ready()
+
+    async def run(self) -> None:
+        self.manager.run_while_leading("slurm-nodes", self.poller.run)
+        if self.config.scheduler_token_secret:
+            keeper = TokenKeeper(
+                self.kube,
+                self.config.namespace,
+                self.config.scheduler_token_secret,
+                self.config.slurm_jwt_key_file,
+            )
+            self.manager.run_while_leading("scheduler-token", keeper.run)
+        self.manager.control(self.controller, self.queue)
+        await self.manager.run(self)
+
+    # -- sunk.runtime.manager.Component ------------------------------------------------------
+    def term_starting(self) -> None:
+        self.poller.reset()
+
+    async def term_ready(self) -> None:
+        await self.poller.listed.wait()
+
+    def acting(self) -> None:
+        log.info("managing %d NodeSets in %s", len(self.nodesets.store), self.config.namespace)
+        self._enqueue_all()
+
+    async def leadership(self, leading: bool) -> None:
+        return None
+
+
+async def connect_slurm(config: OperatorConfig) -> SlurmClient:
+    """Waits while slurmrestd is not up yet (an install starts everything at once)."""
+    tokens = MintedTokens(config.slurm_jwt_key_file, config.slurm_user)
+    delay = 0.5
+    while True:
+        try:
+            return await SlurmClient.connect(
+                config.slurm_api_base, tokens, user=config.slurm_user, forced=config.slurm_api_version
+            )
+        except SlurmError as err:
+            log.warning("waiting for slurmrestd (%s); retrying in %.0fs", err, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 10)
+
+
+async def run(config: OperatorConfig) -> None:
+    kube = await KubeClient.connect(config.kubeconfig)
+    main = asyncio.current_task()
+    assert main is not None
+    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
+    operator: Operator | None = None
+
+    def not_ready() -> str | None:
+        return "waiting for slurmrestd" if operator is None else operator.not_ready()
+
+    runners = [await serve_metrics(*config.metrics_bind), await serve_probes(*config.health_bind, not_ready)]
+    slurm = None
+    try:
+        slurm = await connect_slurm(config)
+        log.info("speaking slurmrestd %s", slurm.version)
+        operator = Operator(config, kube, slurm)
+        await operator.run()
+    except asyncio.CancelledError:
+        log.info("stopped by SIGTERM")
+    finally:
+        for runner in runners:
+            await runner.cleanup()
+        if slurm is not None:
+            await slurm.aclose()
+        await kube.close()

@@ -1,0 +1,80 @@
+"""`sunk operator` settings from flags, with SUNK_OPERATOR_* environment variables as defaults."""
+
+from __future__ import annotations
+
+import argparse
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+from sunk.config import parse_bind, parse_duration
+
+
+@dataclass(frozen=True)
+class OperatorConfig:
+    namespace: str
+    release: str
+    slurm_api_base: str
+    slurm_jwt_key_file: Path
+    conf_server: str
+    auth_secret: str
+    slurmd_image: str
+    slurm_user: str = "slurm"
+    scheduler_token_secret: str = ""
+    slurm_api_version: str | None = None
+    poll_s: float = 5.0
+    leader_elect: bool = False
+    lease_name: str = "sunk-operator"
+    metrics_bind: tuple[str, int] = ("0.0.0.0", 8080)
+    health_bind: tuple[str, int] = ("0.0.0.0", 8081)
+    kubeconfig: str | None = None
+
+
+def _env(name: str, default: str | None = None) -> str | None:
+    return os.environ.get("SUNK_OPERATOR_" + name.upper().replace("-", "_"), default)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    def flag(name: str, help: str, default: str | None = None, required: bool = False) -> None:
+        value = _env(name, default)
+        parser.add_argument(f"--{name}", default=value, required=required and value is None, help=help)
+
+    flag("namespace", "the NodeSets' and slurmd Pods' namespace", os.environ.get("POD_NAMESPACE"), True)
+    flag("release", "the chart's release name (labels every slurmd Pod)", None, True)
+    flag("slurm-api-base", "slurmrestd's URL", None, True)
+    flag("slurm-jwt-key-file", "Slurm's JWT key (jwt_hs256.key): the operator signs short tokens", None, True)
+    flag("slurm-user", "the Slurm user the operator's tokens name", "slurm")
+    flag("slurm-api-version", "force a slurmrestd version (default: the newest both speak)")
+    flag("conf-server", "slurmctld's host:port, from which slurmd fetches its configuration", None, True)
+    flag("auth-secret", "the Secret holding slurm.key, mounted into every slurmd Pod", None, True)
+    flag("scheduler-token-secret", "a Secret whose `token` the operator keeps fresh for the scheduler", "")
+    flag("slurmd-image", "the slurmd image of NodeSets that name none", "")
+    flag("poll-interval", "how often Slurm's nodes are listed", "5s")
+    flag("leader-elect", "true: act only while holding the Lease (run several replicas)", "false")
+    flag("lease-name", "name of the Lease in the namespace", "sunk-operator")
+    flag("metrics-port", "port of /metrics", "8080")
+    flag("probes-port", "port of /healthz and /readyz", "8081")
+    flag("kubeconfig", "kubeconfig file (default: in-cluster, then ~/.kube/config)")
+
+
+def from_args(args: argparse.Namespace) -> OperatorConfig:
+    if str(args.leader_elect).lower() not in ("true", "false"):
+        raise ValueError("--leader-elect must be true or false")
+    return OperatorConfig(
+        namespace=args.namespace,
+        release=args.release,
+        slurm_api_base=args.slurm_api_base,
+        slurm_jwt_key_file=Path(args.slurm_jwt_key_file),
+        conf_server=args.conf_server,
+        auth_secret=args.auth_secret,
+        slurmd_image=args.slurmd_image or "",
+        slurm_user=args.slurm_user,
+        scheduler_token_secret=args.scheduler_token_secret or "",
+        slurm_api_version=args.slurm_api_version,
+        poll_s=parse_duration(args.poll_interval),
+        leader_elect=str(args.leader_elect).lower() == "true",
+        lease_name=args.lease_name,
+        metrics_bind=parse_bind(f":{args.metrics_port}"),
+        health_bind=parse_bind(f":{args.probes_port}"),
+        kubeconfig=args.kubeconfig,
+    )

@@ -1,0 +1,189 @@
+"""The NodeSet controller: gather from the caches, plan (pure), execute the plan in order.
+
+It writes only through two narrow ports (`OperatorKube`, `OperatorSlurm`), so unit tests
+drive it with in-memory fakes (sunk.testing.operator) and production with the real
+clients. Slurm's nodes come from `SlurmView`, which only the poller writes.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from sunk.kube.client import KubeError
+from sunk.kube.events import Recorder
+from sunk.operator import members as m
+from sunk.operator import plan as p
+from sunk.operator.nodeset import API_VERSION, PLURAL, Invalid, NodeSet, parse
+from sunk.operator.selection import assign, member_nodeset
+from sunk.runtime.controller import DONE, Outcome, after
+from sunk.runtime.expectations import Expectations
+from sunk.runtime.ports import Cache
+from sunk.slurm.errors import SlurmError
+from sunk.slurm.models import SlurmNode
+
+Json = dict[str, Any]
+log = logging.getLogger(__name__)
+
+
+class OperatorKube(Protocol):
+    async def create_pod(self, namespace: str, pod: Json) -> Json: ...
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+
+    async def patch_status(self, path: str, status: Json) -> Json: ...
+
+    async def create_event(self, namespace: str, event: Json) -> None: ...
+
+
+class OperatorSlurm(Protocol):
+    async def nodes(self) -> list[SlurmNode]: ...
+
+    async def partitions(self) -> list[str]: ...
+
+    async def delete_node(self, name: str) -> None: ...
+
+    async def drain(self, node: str, reason: str) -> str | None: ...
+
+    async def resume(self, node: str) -> str | None: ...
+
+
+def nodeset_path(namespace: str, name: str) -> str:
+    return f"/apis/{API_VERSION}/namespaces/{namespace}/{PLURAL}/{name}"
+
+
+def utc_now() -> str:
+    return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class NodeSetController:
+    name = "nodesets"
+
+    def __init__(
+        self,
+        kube: OperatorKube,
+        slurm: OperatorSlurm,
+        view: Callable[[], p.SlurmView],
+        *,
+        nodesets: Cache,
+        nodes: Cache,
+        pods: Cache,
+        settings: m.Settings,
+        default_image: str,
+        recorder: Recorder,
+        clock: Callable[[], str] = utc_now,
+    ) -> None:
+        self.kube, self.slurm, self.view = kube, slurm, view
+        self.nodesets, self.nodes, self.pods = nodesets, nodes, pods
+        self.settings = settings
+        self.default_image = default_image
+        self.recorder = recorder
+        self.clock = clock
+        self.created: Expectations[bool] = Expectations()
+
+    # -- gather -------------------------------------------------------------------------------
+    def members(self, namespace: str) -> list[Json]:
+        """Every NodeSet's Pods in `namespace` (of this release)."""
+        return [
+            pod
+            for pod in self.pods.store.values()
+            if (pod.get("metadata") or {}).get("namespace") == namespace
+            and member_nodeset(pod) is not None
+            and (
+                (pod["metadata"].get("labels") or {}).get("app.kubernetes.io/instance")
+                == self.settings.release
+            )
+        ]
+
+    def pods_by_node(self) -> dict[str, list[Json]]:
+        by_node: dict[str, list[Json]] = {}
+        for pod in self.pods.store.values():
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node:
+                by_node.setdefault(node, []).append(pod)
+        return by_node
+
+    async def reconcile(self, key: str) -> Outcome:
+        obj = self.nodesets.get(key)
+        if obj is None:
+            return DONE  # its Pods go with it (owner references); see docs/platform.md
+        namespace = obj["metadata"]["namespace"]
+        parsed = {
+            k: parse(o, self.default_image)
+            for k, o in self.nodesets.store.items()
+            if (o.get("metadata") or {}).get("namespace") == namespace
+        }
+        valid = [n for n in parsed.values() if isinstance(n, NodeSet)]
+        members = self.members(namespace)
+        shares = assign(valid, self.nodes.store, self.pods_by_node(), members)
+        nodeset: NodeSet | Invalid = parsed[key]
+        mine = [pod for pod in members if member_nodeset(pod) == nodeset.name]
+        present = {pod["metadata"]["name"] for pod in mine}
+        unseen = frozenset(
+            str(name)
+            for name in self.created.waiting_for()
+            if self.created.unseen(name, str(name) in present)
+        )
+        result = p.plan(
+            obj,
+            nodeset,
+            shares.get(nodeset.name),
+            mine,
+            self.nodes.store,
+            self.view(),
+            self.settings,
+            now=self.clock(),
+            unseen=unseen,
+        )
+        await self.execute(obj, result)
+        return DONE if result.after is None else after(result.after)
+
+    # -- execute ------------------------------------------------------------------------------
+    async def execute(self, obj: Json, result: p.Plan) -> None:
+        """Carry out the actions in order; a failure stops the rest (the pass is retried)."""
+        meta = obj["metadata"]
+        namespace, name = meta["namespace"], meta["name"]
+        for action in result.actions:
+            match action:
+                case p.CreatePod(pod=pod):
+                    pod_name = pod["metadata"]["name"]
+                    try:
+                        await self.kube.create_pod(namespace, pod)
+                    except KubeError as err:
+                        if not err.conflict:
+                            raise
+                        log.info("%s/%s: Pod %s exists already", namespace, name, pod_name)
+                    self.created.expect(pod_name, True)
+                    log.info(
+                        "%s/%s: created Pod %s on %s", namespace, name, pod_name, pod["spec"]["nodeName"]
+                    )
+                case p.DeletePod(name=pod_name, uid=uid, why=why):
+                    try:
+                        await self.kube.delete_pod(namespace, pod_name, uid)
+                    except KubeError as err:
+                        if not err.not_found:
+                            raise
+                    log.info("%s/%s: deleted Pod %s: %s", namespace, name, pod_name, why)
+                case p.DeleteSlurmNode(name=node, why=why):
+                    await self.slurm.delete_node(node)
+                    log.info("%s/%s: deleted Slurm node %s: %s", namespace, name, node, why)
+                case p.Drain(name=node, reason=reason):
+                    problem = await self.slurm.drain(node, reason)
+                    if problem:
+                        raise SlurmError(problem)
+                case p.Resume(name=node):
+                    problem = await self.slurm.resume(node)
+                    if problem:
+                        raise SlurmError(problem)
+                case p.Event(reason=reason, note=note, warning=warning, once_as=once_as):
+                    await self.recorder.event_on(
+                        p.regarding(obj), reason, note, warning=warning, name=once_as
+                    )
+                case p.PatchStatus(status=status):
+                    try:
+                        await self.kube.patch_status(nodeset_path(namespace, name), status)
+                    except KubeError as err:
+                        if not err.not_found:
+                            raise

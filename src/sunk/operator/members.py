@@ -1,0 +1,163 @@
+"""The slurmd Pod of one member: pinned to its Node, named after its Slurm node.
+
+The operator binds the Pod itself (spec.nodeName), as the DaemonSet controller once did:
+it has already checked that the Node qualifies, and a Pod that a scheduler could move
+elsewhere would break the name-follows-the-machine rule. The NodeSet's template is merged
+in first; the fields the operator depends on are set last, so a template cannot undo them.
+"""
+
+from __future__ import annotations
+
+import copy
+import hashlib
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from sunk.operator.hardware import Shape
+from sunk.operator.nodeset import API_VERSION, KIND, NodeSet
+from sunk.operator.selection import NODESET_LABEL
+
+Json = dict[str, Any]
+SLURM_NODE_LABEL = "sunk.coreweave.com/slurm-node"
+TEMPLATE_HASH = "sunk.coreweave.com/template-hash"
+SLURMD_CONF = "sunk.coreweave.com/slurmd-conf"
+CONTAINER = "slurmd"
+KEY_PATH = "/etc/slurm/slurm.key"
+
+
+@dataclass(frozen=True)
+class Settings:
+    """What every member shares, from the operator's flags."""
+
+    release: str
+    conf_server: str  # host:port of slurmctld, for configless slurmd
+    auth_secret: str  # the Secret holding slurm.key (auth/slurm)
+    termination_grace_s: int = 30
+
+
+def selector(settings: Settings, nodeset: str) -> dict[str, str]:
+    """The labels that find one NodeSet's members (also its scale subresource's selector)."""
+    return {"app.kubernetes.io/instance": settings.release, NODESET_LABEL: nodeset}
+
+
+def selector_string(settings: Settings, nodeset: str) -> str:
+    return ",".join(f"{k}={v}" for k, v in sorted(selector(settings, nodeset).items()))
+
+
+def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str, shape: Shape) -> Json:
+    template = copy.deepcopy(nodeset.template)
+    meta = template.get("metadata") or {}
+    spec: Json = copy.deepcopy(template.get("spec") or {})
+    labels = {
+        **(meta.get("labels") or {}),
+        **selector(settings, nodeset.name),
+        "app.kubernetes.io/name": "slurmd",
+        "app.kubernetes.io/managed-by": "sunk-operator",
+        SLURM_NODE_LABEL: slurm_name,
+    }
+    conf = shape.conf()
+    slurmd = {
+        "name": CONTAINER,
+        "image": nodeset.image,
+        "args": [
+            "slurmd",
+            "-D",
+            "-Z",
+            "-N",
+            slurm_name,
+            "--conf-server",
+            settings.conf_server,
+            "--conf",
+            conf,
+        ],
+        "resources": nodeset.resources,
+        "ports": [{"name": "slurmd", "containerPort": 6818}],
+        # slurmd answers on its port once it has registered and loaded its configuration.
+        "readinessProbe": {"tcpSocket": {"port": 6818}, "periodSeconds": 5},
+    }
+    containers = [
+        _merge(c, slurmd) if c.get("name") == CONTAINER else c for c in spec.get("containers") or []
+    ]
+    if not any(c.get("name") == CONTAINER for c in containers):
+        containers.insert(0, slurmd)
+    mounts = containers[_index(containers)].setdefault("volumeMounts", [])
+    mounts[:] = [m for m in mounts if m.get("name") != "slurm-key"]
+    mounts.append({"name": "slurm-key", "mountPath": KEY_PATH, "subPath": "slurm.key", "readOnly": True})
+    volumes = [v for v in spec.get("volumes") or [] if v.get("name") != "slurm-key"]
+    volumes.append(
+        {
+            "name": "slurm-key",
+            "secret": {
+                "secretName": settings.auth_secret,
+                "items": [{"key": "slurm.key", "path": "slurm.key"}],
+                "defaultMode": 0o400,
+            },
+        }
+    )
+    spec.update(
+        {
+            "nodeName": node,
+            "hostname": slurm_name,
+            "containers": containers,
+            "volumes": volumes,
+            "affinity": nodeset.affinity or spec.get("affinity") or None,
+            "nodeSelector": nodeset.node_selector or spec.get("nodeSelector") or None,
+            "tolerations": [*nodeset.tolerations, *(spec.get("tolerations") or [])] or None,
+        }
+    )
+    spec.setdefault("terminationGracePeriodSeconds", settings.termination_grace_s)
+    spec.setdefault("enableServiceLinks", False)
+    spec.setdefault("automountServiceAccountToken", False)
+    spec = {k: v for k, v in spec.items() if v is not None}
+    annotations = {
+        **(meta.get("annotations") or {}),
+        TEMPLATE_HASH: template_hash(nodeset),
+        SLURMD_CONF: conf,
+    }
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": slurm_name,
+            "namespace": nodeset.namespace,
+            "labels": labels,
+            "annotations": annotations,
+            "ownerReferences": [
+                {
+                    "apiVersion": API_VERSION,
+                    "kind": KIND,
+                    "name": nodeset.name,
+                    "uid": nodeset.uid,
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": spec,
+    }
+
+
+def template_hash(nodeset: NodeSet) -> str:
+    """A digest of what every member of the NodeSet shares (image, resources, template,
+    partitions and features): members made from an older spec have a different one."""
+    shared = {
+        "image": nodeset.image,
+        "resources": nodeset.resources,
+        "template": nodeset.template,
+        "partitions": nodeset.partitions,
+        "features": nodeset.features,
+        "reserve": nodeset.memory_reserve_mib,
+    }
+    return hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _index(containers: list[Json]) -> int:
+    return next(i for i, c in enumerate(containers) if c.get("name") == CONTAINER)
+
+
+def _merge(base: Json, ours: Json) -> Json:
+    """The template's slurmd container with our fields on top (its env, mounts, securityContext stay)."""
+    merged = copy.deepcopy(base)
+    merged.update({k: v for k, v in ours.items() if k != "resources" or v})
+    return merged

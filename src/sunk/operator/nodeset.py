@@ -1,0 +1,198 @@
+"""A NodeSet as the operator reads it: its spec checked field by field.
+
+Everything that can be wrong with a NodeSet by itself is found here, before anything is
+created: each problem names the field, so the condition and Event tell the user what to
+fix. What depends on the rest of the world (a partition Slurm does not know, a Node that
+does not fit) is judged later, by the plan.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+from sunk.translate.quantity import QuantityError, parse_quantity
+from sunk.translate.resources import MIB, Requests, pod_requests
+
+Json = dict[str, Any]
+
+GROUP = "sunk.coreweave.com"
+VERSION = "v1alpha1"
+API_VERSION = f"{GROUP}/{VERSION}"
+KIND = "NodeSet"
+PLURAL = "nodesets"
+
+DEFAULT_MEMORY_RESERVE = "256Mi"
+DEFAULT_GPU_RESOURCE = "nvidia.com/gpu"
+DEFAULT_GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
+# A Pod's hostname is at most 63 characters and the member names add "-ddd-ddd".
+MAX_NAME = 63 - len("-000-000")
+_SLURM_WORD = re.compile(r"^[A-Za-z0-9_.\-]+$")
+_IMAGE = re.compile(r"^[a-z0-9][a-z0-9._\-/:@]*$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class NodeSet:
+    """A valid NodeSet's spec, with the values the operator derives from it."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    created: str  # creationTimestamp: older NodeSets are offered free Nodes first
+    replicas: int | None  # None: every Node that qualifies, like a DaemonSet
+    partitions: tuple[str, ...]
+    features: tuple[str, ...]
+    image: str
+    node_selector: dict[str, str] = field(default_factory=dict)
+    affinity: Json = field(default_factory=dict)
+    tolerations: list[Json] = field(default_factory=list)
+    resources: Json = field(default_factory=dict)
+    memory_reserve_mib: int = 256
+    gpu_resource: str = DEFAULT_GPU_RESOURCE
+    gpu_product_label: str = DEFAULT_GPU_PRODUCT_LABEL
+    template: Json = field(default_factory=dict)
+    requests: Requests = field(default_factory=Requests)  # what the slurmd container takes from a Node
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def selection(self) -> Json:
+        """The part of a Pod spec that decides which Nodes qualify."""
+        return {
+            "nodeSelector": self.node_selector,
+            "affinity": self.affinity,
+            "tolerations": self.tolerations,
+        }
+
+
+@dataclass(frozen=True)
+class Invalid:
+    """A NodeSet that cannot be acted on, and every reason why (each names its field)."""
+
+    name: str
+    namespace: str
+    uid: str
+    generation: int
+    problems: tuple[str, ...]
+
+
+def parse(obj: Json, default_image: str) -> NodeSet | Invalid:
+    meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
+    name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
+    problems: list[str] = []
+
+    if len(name) > MAX_NAME:
+        problems.append(
+            f"metadata.name: {len(name)} characters; at most {MAX_NAME}, so that member names "
+            "(<name>-ddd-ddd) fit a Pod's 63-character hostname"
+        )
+    replicas = spec.get("replicas")
+    if replicas is not None and (not isinstance(replicas, int) or isinstance(replicas, bool) or replicas < 0):
+        problems.append(f"spec.replicas: {replicas!r} is not a whole number of 0 or more")
+        replicas = None
+    partitions = _words(spec, "partitions", problems)
+    features = _words(spec, "features", problems)
+    image = str(spec.get("image") or default_image)
+    if not image:
+        problems.append("spec.image: blank, and the operator has no default (--slurmd-image)")
+    elif not _IMAGE.match(image):
+        problems.append(f"spec.image: {image!r} is not an image reference (e.g. registry/slurmd:24.11)")
+    node_selector = _mapping(spec, "nodeSelector", problems)
+    affinity = _mapping(spec, "affinity", problems)
+    tolerations = spec.get("tolerations") or []
+    if not isinstance(tolerations, list) or not all(isinstance(t, dict) for t in tolerations):
+        problems.append("spec.tolerations: must be a list of tolerations")
+        tolerations = []
+    resources = _mapping(spec, "resources", problems)
+    requests = _requests(resources, problems)
+    reserve = _mib(spec.get("memoryReserve", DEFAULT_MEMORY_RESERVE), "spec.memoryReserve", problems)
+    gpu = _mapping(spec, "gpu", problems)
+    template = _mapping(spec, "template", problems)
+    for index, container in enumerate(((template.get("spec") or {}).get("containers")) or []):
+        if not isinstance(container, dict) or not container.get("name"):
+            problems.append(f"spec.template.spec.containers[{index}]: a container needs a name")
+
+    if problems:
+        return Invalid(
+            name, namespace, str(meta.get("uid") or ""), int(meta.get("generation") or 0), tuple(problems)
+        )
+    return NodeSet(
+        name=name,
+        namespace=namespace,
+        uid=str(meta.get("uid") or ""),
+        generation=int(meta.get("generation") or 0),
+        created=str(meta.get("creationTimestamp") or ""),
+        replicas=replicas,
+        partitions=partitions,
+        features=features,
+        image=image,
+        node_selector={str(k): str(v) for k, v in node_selector.items()},
+        affinity=affinity,
+        tolerations=list(tolerations),
+        resources=resources,
+        memory_reserve_mib=reserve,
+        gpu_resource=str(gpu.get("resource") or DEFAULT_GPU_RESOURCE),
+        gpu_product_label=str(gpu.get("productLabel") or DEFAULT_GPU_PRODUCT_LABEL),
+        template=template,
+        requests=requests,
+    )
+
+
+def _words(spec: Json, key: str, problems: list[str]) -> tuple[str, ...]:
+    values = spec.get(key) or []
+    if not isinstance(values, list):
+        problems.append(f"spec.{key}: must be a list of names")
+        return ()
+    for index, value in enumerate(values):
+        if not isinstance(value, str) or not _SLURM_WORD.match(value):
+            problems.append(
+                f"spec.{key}[{index}]: {value!r} is not a Slurm name (letters, digits, '_', '.', '-')"
+            )
+    return tuple(v for v in values if isinstance(v, str))
+
+
+def _mapping(spec: Json, key: str, problems: list[str]) -> Json:
+    value = spec.get(key) or {}
+    if not isinstance(value, dict):
+        problems.append(f"spec.{key}: must be an object")
+        return {}
+    return value
+
+
+def _mib(value: object, where: str, problems: list[str]) -> int:
+    try:
+        amount = parse_quantity(value)
+    except QuantityError as err:
+        problems.append(f"{where}: {err}")
+        return 0
+    if amount < 0:
+        problems.append(f"{where}: must not be negative")
+        return 0
+    return int(amount / MIB)
+
+
+def _requests(resources: Json, problems: list[str]) -> Requests:
+    """What the slurmd container asks of its Node; checks that Slurm is left whole CPUs."""
+    limits = resources.get("limits") or {}
+    requests = resources.get("requests") or {}
+    # Kubernetes takes a limit as the request when no request is given.
+    merged = {**limits, **requests}
+    for where, values in (("limits", limits), ("requests", requests)):
+        for key, value in values.items():
+            try:
+                parse_quantity(value)
+            except QuantityError as err:
+                problems.append(f"spec.resources.{where}.{key}: {err}")
+                return Requests()
+    for key in ("cpu", "memory"):
+        if key in limits and key in requests and parse_quantity(requests[key]) > parse_quantity(limits[key]):
+            problems.append(f"spec.resources.requests.{key}: more than its limit ({limits[key]})")
+    cpu = limits.get("cpu", requests.get("cpu"))
+    if cpu is not None and parse_quantity(cpu) < 1:
+        problems.append(f"spec.resources: a cpu of {cpu} leaves Slurm no whole CPU to hand out")
+    total, _ = pod_requests({"containers": [{"name": "slurmd", "resources": {"requests": merged}}]})
+    return total

@@ -1,0 +1,263 @@
+"""The NodeSet controller's world in memory: Nodes, Pods and NodeSets in informer caches,
+fakes of its two ports, and a kubelet and slurmd stand-in that move members along."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from sunk.kube.client import KubeError
+from sunk.kube.events import Recorder
+from sunk.operator import members as m
+from sunk.operator.controller import NodeSetController
+from sunk.operator.nodeset import API_VERSION
+from sunk.operator.plan import SlurmView
+from sunk.runtime.controller import Outcome
+from sunk.slurm.errors import SlurmError, SlurmUnavailable
+from sunk.slurm.models import SlurmNode
+from sunk.testing.fakes import Failures, MemoryCache
+
+Json = dict[str, Any]
+NAMESPACE = "slurm"
+SETTINGS = m.Settings("slurm", "slurm-controller.slurm.svc.cluster.local:6817", "slurm-auth")
+IMAGE = "registry.example/slurmd:24.11"
+_uids = itertools.count(1)
+
+
+class FakeOperatorKube:
+    """Writes land in the caches at once (as a watch would bring them)."""
+
+    def __init__(self, pods: MemoryCache, nodesets: MemoryCache) -> None:
+        self.pods, self.nodesets = pods, nodesets
+        self.events: list[Json] = []
+        self.calls: list[tuple[str, ...]] = []
+        self.failures = Failures()
+        self.hide_creates = False  # created Pods do not reach the cache (a lagging watch)
+        self._hidden: set[str] = set()
+
+    def fail(self, call: str, error: Exception | None = None, times: int = 1) -> None:
+        self.failures.fail(call, error or KubeError(0, "connection refused"), times)
+
+    async def create_pod(self, namespace: str, pod: Json) -> Json:
+        self.failures.check("create_pod")
+        name = pod["metadata"]["name"]
+        self.calls.append(("create_pod", name))
+        if self.pods.get(f"{namespace}/{name}") is not None or name in self._hidden:
+            raise KubeError(409, f'pods "{name}" already exists')
+        made = copy.deepcopy(pod)
+        made["metadata"].update(uid=f"uid-{next(_uids)}", resourceVersion="1")
+        made["status"] = {"phase": "Pending"}
+        if self.hide_creates:
+            self._hidden.add(name)
+        else:
+            self.pods.put(made)
+        return made
+
+    async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+        self.failures.check("delete_pod")
+        self.calls.append(("delete_pod", name))
+        if self.pods.store.pop(f"{namespace}/{name}", None) is None:
+            raise KubeError(404, f'pods "{name}" not found')
+
+    async def patch_status(self, path: str, status: Json) -> Json:
+        self.failures.check("patch_status")
+        name = path.rsplit("/", 1)[-1]
+        self.calls.append(("patch_status", name))
+        obj = self.nodesets.get(f"{NAMESPACE}/{name}")
+        if obj is None:
+            raise KubeError(404, "not found")
+        obj["status"] = copy.deepcopy(status)
+        return obj
+
+    async def create_event(self, namespace: str, event: Json) -> None:
+        name = event["metadata"]["name"]
+        if any(e["metadata"]["name"] == name for e in self.events):
+            raise KubeError(409, "exists")
+        self.events.append(event)
+
+    def reasons(self) -> list[str]:
+        return [e["reason"] for e in self.events]
+
+    def notes(self, reason: str) -> list[str]:
+        return [e["note"] for e in self.events if e["reason"] == reason]
+
+
+class FakeOperatorSlurm:
+    """slurmctld's node records and partitions; every call logged in `calls`."""
+
+    def __init__(self, partitions: tuple[str, ...] = ("batch",)) -> None:
+        self.records: dict[str, SlurmNode] = {}
+        self.partition_names = set(partitions)
+        self.calls: list[tuple[str, ...]] = []
+        self.failures = Failures()
+
+    def fail(self, call: str, error: SlurmError | None = None, times: int = 1) -> None:
+        self.failures.fail(call, error or SlurmUnavailable("slurmrestd is down"), times)
+
+    async def nodes(self) -> list[SlurmNode]:
+        self.failures.check("nodes")
+        return list(self.records.values())
+
+    async def partitions(self) -> list[str]:
+        self.failures.check("partitions")
+        return sorted(self.partition_names)
+
+    async def delete_node(self, name: str) -> None:
+        self.failures.check("delete_node")
+        self.calls.append(("delete_node", name))
+        self.records.pop(name, None)
+
+    async def drain(self, node: str, reason: str) -> str | None:
+        self.calls.append(("drain", node, reason))
+        record = self.records[node]
+        self.records[node] = replace(record, flags=(*record.flags, "DRAIN"), reason=reason)
+        return None
+
+    async def resume(self, node: str) -> str | None:
+        self.calls.append(("resume", node))
+        record = self.records[node]
+        self.records[node] = replace(record, flags=tuple(f for f in record.flags if f != "DRAIN"), reason="")
+        return None
+
+    def register(
+        self, name: str, *, address: str = "10.1.0.9", state: str = "IDLE", alloc_cpus: int = 0
+    ) -> None:
+        self.records[name] = SlurmNode(
+            name, state.lower(), (), "", cpus=4, alloc_cpus=alloc_cpus, address=address
+        )
+
+    def run_job(self, name: str) -> None:
+        self.records[name] = replace(self.records[name], state="allocated", alloc_cpus=1)
+
+    def end_jobs(self, name: str) -> None:
+        self.records[name] = replace(self.records[name], state="idle", alloc_cpus=0)
+
+    def drain_as_admin(self, name: str, reason: str = "bad DIMM") -> None:
+        record = self.records[name]
+        self.records[name] = replace(record, flags=(*record.flags, "DRAIN"), reason=reason)
+
+
+def node(
+    name: str,
+    address: str,
+    *,
+    labels: dict[str, str] | None = None,
+    cpu: str = "4",
+    memory: str = "8Gi",
+    taints: list[Json] | None = None,
+    ready: bool = True,
+    cordoned: bool = False,
+    extra: dict[str, str] | None = None,
+) -> Json:
+    return {
+        "metadata": {"name": name, "labels": labels or {}},
+        "spec": {"taints": taints or [], "unschedulable": cordoned},
+        "status": {
+            "addresses": [{"type": "InternalIP", "address": address}],
+            "allocatable": {"cpu": cpu, "memory": memory, **(extra or {})},
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        },
+    }
+
+
+def nodeset(name: str, *, created: str = "2026-01-01T00:00:00Z", generation: int = 1, **spec: Any) -> Json:
+    spec.setdefault("partitions", ["batch"])
+    spec.setdefault("resources", {"limits": {"cpu": "2", "memory": "2Gi"}})
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "NodeSet",
+        "metadata": {
+            "name": name,
+            "namespace": NAMESPACE,
+            "uid": f"ns-uid-{name}",
+            "generation": generation,
+            "creationTimestamp": created,
+        },
+        "spec": spec,
+    }
+
+
+@dataclass
+class OperatorWorld:
+    """Caches, fakes and a controller wired together; `kubelet()` and `slurmd()` play the
+    parts that make a created member Run and register."""
+
+    nodes: MemoryCache = field(default_factory=MemoryCache)
+    pods: MemoryCache = field(default_factory=MemoryCache)
+    nodesets: MemoryCache = field(default_factory=MemoryCache)
+    slurm: FakeOperatorSlurm = field(default_factory=FakeOperatorSlurm)
+    view: SlurmView = field(default_factory=SlurmView)
+
+    def __post_init__(self) -> None:
+        self.kube = FakeOperatorKube(self.pods, self.nodesets)
+        self.controller = self.new_controller()
+
+    def new_controller(self) -> NodeSetController:
+        """A fresh controller on the same world (an operator restart)."""
+        return NodeSetController(
+            self.kube,
+            self.slurm,
+            lambda: self.view,
+            nodesets=self.nodesets,
+            nodes=self.nodes,
+            pods=self.pods,
+            settings=SETTINGS,
+            default_image=IMAGE,
+            recorder=Recorder(self.kube, "sunk-operator", "test"),  # type: ignore[arg-type]
+            clock=lambda: "2026-11-24T12:00:00Z",
+        )
+
+    def add_node(self, name: str, address: str, **kw: Any) -> None:
+        self.nodes.put(node(name, address, **kw))
+
+    def add_nodeset(self, name: str, **kw: Any) -> None:
+        self.nodesets.put(nodeset(name, **kw))
+
+    def status(self, name: str) -> Json:
+        return (self.nodesets.get(f"{NAMESPACE}/{name}") or {}).get("status") or {}
+
+    def condition(self, name: str, kind: str) -> Json:
+        return next(c for c in self.status(name)["conditions"] if c["type"] == kind)
+
+    def members(self, nodeset_name: str | None = None) -> dict[str, Json]:
+        return {
+            pod["metadata"]["name"]: pod
+            for pod in self.pods.store.values()
+            if nodeset_name is None
+            or pod["metadata"]["labels"].get("sunk.coreweave.com/nodeset") == nodeset_name
+        }
+
+    async def poll(self) -> None:
+        """The Slurm poller's listing."""
+        try:
+            nodes, partitions = await self.slurm.nodes(), await self.slurm.partitions()
+        except SlurmError as err:
+            self.view = SlurmView(problem=str(err))
+            return
+        self.view = SlurmView({n.name: n for n in nodes}, frozenset(partitions))
+
+    async def reconcile(self, name: str) -> Outcome:
+        await self.poll()
+        return await self.controller.reconcile(f"{NAMESPACE}/{name}")
+
+    async def settle(self, *names: str, rounds: int = 4) -> None:
+        """Reconcile, run the kubelet and slurmd, and again, until nothing more happens."""
+        for _ in range(rounds):
+            for name in names:
+                await self.reconcile(name)
+            self.kubelet()
+            self.slurmd()
+
+    def kubelet(self) -> None:
+        """Every member Pod runs and is ready."""
+        for pod in self.pods.store.values():
+            pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
+
+    def slurmd(self) -> None:
+        """Every running member registers (its record appears, idle)."""
+        for pod in self.pods.store.values():
+            name = pod["metadata"]["labels"].get(m.SLURM_NODE_LABEL)
+            if name and pod["status"].get("phase") == "Running" and name not in self.slurm.records:
+                self.slurm.register(name, address=f"10.64.0.{len(self.slurm.records) + 2}")

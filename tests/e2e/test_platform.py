@@ -1,0 +1,264 @@
+"""R10 end to end: the Slurm chart installed with helm on the dev cluster's real Nodes, slurmd
+Pods from a NodeSet, users' Slurm commands from the login Pod, accounting in MariaDB, and a
+Pod placed by sunk's scheduler running beside a Slurm job.
+
+Runs on the dev cluster with real Nodes (`SUNK_TEST_CLUSTER=real`, which `make test` runs).
+The tests share one install and run in file order; each leaves the cluster as it found it.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sunk.devcluster import DevCluster
+from sunk.devcluster.kubeapi import AdminKube
+from sunk.devcluster.platform import Platform, nodeset
+from tests.e2e.slurm_in_pods import containers_running, delete_namespace
+from tests.support import make_pod, wait_for
+
+pytestmark = pytest.mark.real_nodes
+NAMESPACE = "plat"
+PARTITIONS = [{"name": "main", "default": True}]
+FIGURES: dict[str, float] = {}
+
+
+def members(kube: AdminKube) -> dict[str, dict[str, Any]]:
+    pods = kube.get(
+        f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector="sunk.coreweave.com/nodeset=compute"
+    )
+    return {p["metadata"]["name"]: p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")}
+
+
+def slurm_counts(platform: Platform, kube: AdminKube, name: str = "compute") -> dict[str, int]:
+    return dict((platform.nodeset(kube, name).get("status") or {}).get("slurm") or {})
+
+
+def pod_if_running(kube: AdminKube, name: str) -> dict[str, Any] | None:
+    pod = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
+    return pod if containers_running(pod) else None
+
+
+def login_output(platform: Platform, command: str) -> str | None:
+    """The command's output once it succeeds, else None (to wait on)."""
+    result = platform.login(command)
+    return result.stdout if result.returncode == 0 else None
+
+
+def logged_in(platform: Platform, command: str) -> str:
+    result = platform.login(command)
+    assert result.returncode == 0, f"{command}: {result.stderr or result.stdout}"
+    return result.stdout
+
+
+@pytest.fixture(scope="module")
+def platform(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[Platform]:
+    plat = Platform(dev_cluster, namespace=NAMESPACE, release="slurm")
+    FIGURES["helm install (s)"] = plat.install({"slurm": {"partitions": PARTITIONS}})
+    started = time.monotonic()
+    plat.apply_nodeset(kube, nodeset("compute", ["main"]))
+    wait_for(
+        lambda: slurm_counts(plat, kube).get("idle") == 3 or None,
+        timeout=180,
+        what="the NodeSet's three Slurm nodes to be idle",
+    )
+    FIGURES["NodeSet applied -> 3 nodes idle (s)"] = time.monotonic() - started
+    yield plat
+    print("\nplatform figures:", {k: round(v, 1) for k, v in FIGURES.items()})
+    plat.uninstall()
+    delete_namespace(kube, NAMESPACE, timeout=180)
+
+
+def test_r10_1_helm_install_gives_a_nodeset_of_idle_slurm_nodes_that_kubectl_shows_like_sinfo(
+    platform: Platform,
+) -> None:
+    table = platform.kubectl("get", "nodesets")
+    assert table.returncode == 0, table.stderr
+    header, row = table.stdout.splitlines()[:2]
+    assert header.split()[:8] == [
+        "NAME",
+        "PARTITIONS",
+        "DESIRED",
+        "FEASIBLE",
+        "PODS",
+        "READY",
+        "IDLE",
+        "ALLOC",
+    ]
+    assert row.split()[:2] == ["compute", "main"]
+    assert row.split()[3:7] == ["3", "3", "3", "3"]
+
+
+def test_r10_1_sinfo_from_the_login_pod_lists_the_nodeset(platform: Platform) -> None:
+    assert logged_in(platform, "sinfo -h -o '%P %D %t'").split() == ["main*", "3", "idle"]
+
+
+def test_r10_1_srun_runs_across_the_nodeset(platform: Platform, kube: AdminKube) -> None:
+    hosts = logged_in(platform, "srun -N3 hostname").split()
+    assert sorted(hosts) == sorted(members(kube))
+
+
+def test_r10_1_sacct_shows_a_finished_job_from_mariadb(platform: Platform) -> None:
+    job = logged_in(platform, "sbatch --parsable --wait --wrap true").strip()
+    state = wait_for(
+        lambda: logged_in(platform, f"sacct -X -n -P -j {job} -o State").strip() or None,
+        timeout=60,
+        what=f"job {job} in sacct",
+    )
+    assert state == "COMPLETED"
+
+
+def test_r10_7_a_pod_placed_by_sunk_runs_on_a_real_node_beside_a_slurm_job(
+    platform: Platform, kube: AdminKube
+) -> None:
+    member = next(name for name, pod in members(kube).items() if pod["spec"]["nodeName"] == "real-1")
+    job = logged_in(platform, f"sbatch --parsable -w {member} -c1 --mem=64 --wrap 'sleep 600'").strip()
+    try:
+        pod = make_pod(
+            "beside",
+            f"{NAMESPACE}-slurm",
+            cpu="100m",
+            memory="32Mi",
+            nodeSelector={"kubernetes.io/hostname": "real-1"},
+        )
+        main = pod["spec"]["containers"][0]
+        main.update(
+            image=platform.images["slurmd"].ref, imagePullPolicy="Never", command=["sleep", "infinity"]
+        )
+        started = time.monotonic()
+        kube.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+        running = wait_for(
+            lambda: pod_if_running(kube, "beside"), timeout=120, what="the Pod placed by sunk to run"
+        )
+        FIGURES["Pod through sunk: create -> running on a real Node (s)"] = time.monotonic() - started
+        assert running["spec"]["nodeName"] == "real-1"
+        queue = logged_in(platform, "squeue -h -t R -o '%i %N'")
+        assert f"{job} {member}" in queue
+        assert len([line for line in queue.splitlines() if line.endswith(member)]) == 2, queue
+    finally:
+        kube.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/beside")
+        logged_in(platform, f"scancel {job}")
+        wait_for(
+            lambda: logged_in(platform, "squeue -h").strip() == "" or None,
+            timeout=90,
+            what="the queue to drain",
+        )
+
+
+def test_r10_3_a_values_change_adds_a_partition_without_restarting_slurmd(
+    platform: Platform, kube: AdminKube
+) -> None:
+    before = {
+        name: (p["metadata"]["uid"], p["status"]["containerStatuses"][0]["restartCount"])
+        for name, p in members(kube).items()
+    }
+    platform.upgrade({"slurm": {"partitions": [*PARTITIONS, {"name": "extra"}]}})
+    shown = wait_for(
+        lambda: login_output(platform, "scontrol show partition extra"),
+        timeout=180,
+        what="partition extra in scontrol show partition",
+    )
+    assert "PartitionName=extra" in shown
+    after = {
+        name: (p["metadata"]["uid"], p["status"]["containerStatuses"][0]["restartCount"])
+        for name, p in members(kube).items()
+    }
+    assert after == before
+
+
+def test_r10_3_an_upgrade_dropping_a_partition_jobs_still_use_is_refused_naming_them(
+    platform: Platform,
+) -> None:
+    # Nothing is in partition extra, so the job waits there: it still counts.
+    job = logged_in(platform, "sbatch --parsable -p extra --wrap true").strip()
+    try:
+        result = platform.upgrade({"slurm": {"partitions": PARTITIONS}}, check=False)
+        assert result.returncode != 0
+        assert job in result.stderr + result.stdout, result.stderr
+        assert "PartitionName=extra" in logged_in(platform, "scontrol show partition extra")
+    finally:
+        logged_in(platform, f"scancel {job}")
+
+
+def test_r10_2_a_second_nodeset_selecting_a_held_node_does_not_take_it_and_says_so(
+    platform: Platform, kube: AdminKube
+) -> None:
+    platform.apply_nodeset(
+        kube, nodeset("other", ["main"], nodeSelector={"kubernetes.io/hostname": "real-1"})
+    )
+    status = wait_for(
+        lambda: (
+            (platform.nodeset(kube, "other").get("status") or {}).get("conditions")
+            and platform.nodeset(kube, "other")["status"]
+        ),
+        timeout=60,
+        what="the second NodeSet's status",
+    )
+    feasible = next(c for c in status["conditions"] if c["type"] == "Feasible")
+    assert feasible["status"] == "False" and "compute" in feasible["message"]
+    events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")["items"]
+    assert any(e["reason"] == "NodeHeldByOtherNodeSet" and e["regarding"]["name"] == "other" for e in events)
+    assert status["replicas"] == 0 and len(members(kube)) == 3
+
+
+def test_r10_2_a_nodeset_whose_selection_matches_nothing_reports_it(
+    platform: Platform, kube: AdminKube
+) -> None:
+    platform.apply_nodeset(kube, nodeset("nowhere", ["main"], nodeSelector={"sunk.dev/no-such": "label"}))
+    feasible = wait_for(
+        lambda: next(
+            (
+                c
+                for c in (platform.nodeset(kube, "nowhere").get("status") or {}).get("conditions", [])
+                if c["type"] == "Feasible"
+            ),
+            None,
+        ),
+        timeout=60,
+        what="the NodeSet's Feasible condition",
+    )
+    assert (feasible["status"], feasible["reason"]) == ("False", "NoFeasibleNodes")
+    assert "does not match nodeSelector" in feasible["message"]
+
+
+def test_r10_2_a_restarted_operator_creates_no_duplicate_and_loses_no_member(
+    platform: Platform, kube: AdminKube
+) -> None:
+    before = {name: p["metadata"]["uid"] for name, p in members(kube).items()}
+    platform.kubectl("delete", "pod", "-l", "app.kubernetes.io/name=sunk-operator", "--wait=false")
+    # A spec change only the new operator can answer: its status shows it has looked.
+    platform.apply_nodeset(kube, nodeset("nowhere", ["main"], nodeSelector={"sunk.dev/no-such": "other"}))
+    wait_for(
+        lambda: (
+            (platform.nodeset(kube, "nowhere").get("status") or {}).get("observedGeneration") == 2 or None
+        ),
+        timeout=120,
+        what="the restarted operator to reconcile",
+    )
+    assert {name: p["metadata"]["uid"] for name, p in members(kube).items()} == before
+
+
+def test_r10_5_scaling_in_removes_idle_members_and_their_records_and_scaling_out_brings_them_back(
+    platform: Platform, kube: AdminKube
+) -> None:
+    for name in ("other", "nowhere"):
+        kube.delete(f"/apis/sunk.coreweave.com/v1alpha1/namespaces/{NAMESPACE}/nodesets/{name}")
+    started = time.monotonic()
+    assert platform.kubectl("scale", "nodeset/compute", "--replicas=1").returncode == 0
+    wait_for(lambda: len(members(kube)) == 1 or None, timeout=120, what="two idle members to go")
+    wait_for(
+        lambda: logged_in(platform, "sinfo -h -N -o '%N'").split() == list(members(kube)) or None,
+        timeout=60,
+        what="their Slurm node records to go",
+    )
+    FIGURES["scale 3 -> 1: Pods and records gone (s)"] = time.monotonic() - started
+    started = time.monotonic()
+    assert platform.kubectl("scale", "nodeset/compute", "--replicas=3").returncode == 0
+    wait_for(
+        lambda: slurm_counts(platform, kube).get("idle") == 3 or None, timeout=180, what="3 idle members"
+    )
+    FIGURES["scale 1 -> 3: all idle (s)"] = time.monotonic() - started
+    assert "main* 3 idle" in logged_in(platform, "sinfo -h -o '%P %D %t'").splitlines()
