@@ -49,6 +49,10 @@ def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     node = dev_sub.add_parser("node", help="stop or start a real Node, as if its machine went down")
     node.add_argument("action", choices=["stop", "start"])
     node.add_argument("name", help="a real Node's name (real-1, real-2, ...)")
+    dev_sub.add_parser(
+        "platform",
+        help="install the Slurm chart on the real Nodes (needs `up --real-nodes 3`) and show it working",
+    )
     dev_sub.add_parser("down", help="stop every process of the dev cluster and wipe its state")
     dev_sub.add_parser("status", help="show what runs and whether it answers")
     dev_sub.add_parser("env", help="print `export` lines for kubectl, Slurm's CLI and sunk")
@@ -159,6 +163,10 @@ def run_dev(args: argparse.Namespace) -> int:
         status = cluster.status()
         report.print_status(cluster, status)
         return 0 if status.running else 1
+    elif args.dev_command == "platform":
+        from sunk.devcluster import platform
+
+        platform.demo(cluster)
     elif args.dev_command == "node":
         (cluster.stop_node if args.action == "stop" else cluster.start_node)(args.name)
         print(f"{args.name} {'stopped' if args.action == 'stop' else 'started'}")

@@ -8,6 +8,7 @@ The tests share one install and run in file order; each leaves the cluster as it
 
 from __future__ import annotations
 
+import re
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -22,7 +23,8 @@ from tests.support import make_pod, wait_for
 
 pytestmark = pytest.mark.real_nodes
 NAMESPACE = "plat"
-PARTITIONS = [{"name": "main", "default": True}]
+# The NodeSet joins both; a later upgrade adds a third, with no nodes yet.
+PARTITIONS = [{"name": "main", "default": True}, {"name": "extra"}]
 FIGURES: dict[str, float] = {}
 
 
@@ -33,8 +35,21 @@ def members(kube: AdminKube) -> dict[str, dict[str, Any]]:
     return {p["metadata"]["name"]: p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")}
 
 
+def nodeset_ready(platform: Platform, kube: AdminKube, name: str) -> bool:
+    conditions = (platform.nodeset(kube, name).get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
 def slurm_counts(platform: Platform, kube: AdminKube, name: str = "compute") -> dict[str, int]:
     return dict((platform.nodeset(kube, name).get("status") or {}).get("slurm") or {})
+
+
+def table_columns(text: str) -> dict[str, list[str]]:
+    """kubectl's table by column (cells cut at the headers' positions; blank cells stay)."""
+    header, *rows = text.splitlines()
+    starts = [m.start() for m in re.finditer(r"\S+", header)]
+    bounds = list(zip(starts, [*starts[1:], None], strict=True))
+    return {header[a:b].strip(): [row[a:b].strip() for row in rows] for a, b in bounds}
 
 
 def pod_if_running(kube: AdminKube, name: str) -> dict[str, Any] | None:
@@ -59,11 +74,11 @@ def platform(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[Platform]:
     plat = Platform(dev_cluster, namespace=NAMESPACE, release="slurm")
     FIGURES["helm install (s)"] = plat.install({"slurm": {"partitions": PARTITIONS}})
     started = time.monotonic()
-    plat.apply_nodeset(kube, nodeset("compute", ["main"]))
+    plat.apply_nodeset(kube, nodeset("compute", ["main", "extra"]))
     wait_for(
-        lambda: slurm_counts(plat, kube).get("idle") == 3 or None,
+        lambda: (nodeset_ready(plat, kube, "compute") and slurm_counts(plat, kube).get("idle") == 3) or None,
         timeout=180,
-        what="the NodeSet's three Slurm nodes to be idle",
+        what="the NodeSet's three members ready and idle",
     )
     FIGURES["NodeSet applied -> 3 nodes idle (s)"] = time.monotonic() - started
     yield plat
@@ -77,8 +92,8 @@ def test_r10_1_helm_install_gives_a_nodeset_of_idle_slurm_nodes_that_kubectl_sho
 ) -> None:
     table = platform.kubectl("get", "nodesets")
     assert table.returncode == 0, table.stderr
-    header, row = table.stdout.splitlines()[:2]
-    assert header.split()[:8] == [
+    columns = table_columns(table.stdout)
+    assert list(columns)[:8] == [
         "NAME",
         "PARTITIONS",
         "DESIRED",
@@ -88,12 +103,23 @@ def test_r10_1_helm_install_gives_a_nodeset_of_idle_slurm_nodes_that_kubectl_sho
         "IDLE",
         "ALLOC",
     ]
-    assert row.split()[:2] == ["compute", "main"]
-    assert row.split()[3:7] == ["3", "3", "3", "3"]
+    [row] = [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
+    assert row["NAME"] == "compute" and row["PARTITIONS"] == "main,extra"
+    assert row["DESIRED"] == ""  # no replicas: one per qualifying Node
+    assert [row[c] for c in ("FEASIBLE", "PODS", "READY", "IDLE", "ALLOC", "DRAIN", "DOWN")] == [
+        "3",
+        "3",
+        "3",
+        "3",
+        "0",
+        "0",
+        "0",
+    ]
 
 
 def test_r10_1_sinfo_from_the_login_pod_lists_the_nodeset(platform: Platform) -> None:
-    assert logged_in(platform, "sinfo -h -o '%P %D %t'").split() == ["main*", "3", "idle"]
+    lines = logged_in(platform, "sinfo -h -o '%P %D %t'").splitlines()
+    assert lines == ["main* 3 idle", "extra 3 idle"]
 
 
 def test_r10_1_srun_runs_across_the_nodeset(platform: Platform, kube: AdminKube) -> None:
@@ -155,13 +181,13 @@ def test_r10_3_a_values_change_adds_a_partition_without_restarting_slurmd(
         name: (p["metadata"]["uid"], p["status"]["containerStatuses"][0]["restartCount"])
         for name, p in members(kube).items()
     }
-    platform.upgrade({"slurm": {"partitions": [*PARTITIONS, {"name": "extra"}]}})
+    platform.upgrade({"slurm": {"partitions": [*PARTITIONS, {"name": "third"}]}})
     shown = wait_for(
-        lambda: login_output(platform, "scontrol show partition extra"),
+        lambda: login_output(platform, "scontrol show partition third"),
         timeout=180,
-        what="partition extra in scontrol show partition",
+        what="partition third in scontrol show partition",
     )
-    assert "PartitionName=extra" in shown
+    assert "PartitionName=third" in shown
     after = {
         name: (p["metadata"]["uid"], p["status"]["containerStatuses"][0]["restartCount"])
         for name, p in members(kube).items()
@@ -172,12 +198,14 @@ def test_r10_3_a_values_change_adds_a_partition_without_restarting_slurmd(
 def test_r10_3_an_upgrade_dropping_a_partition_jobs_still_use_is_refused_naming_them(
     platform: Platform,
 ) -> None:
-    # Nothing is in partition extra, so the job waits there: it still counts.
-    job = logged_in(platform, "sbatch --parsable -p extra --wrap true").strip()
+    job = logged_in(platform, "sbatch --parsable -p extra --wrap 'sleep 600'").strip()
     try:
-        result = platform.upgrade({"slurm": {"partitions": PARTITIONS}}, check=False)
+        keep = [PARTITIONS[0], {"name": "third"}]
+        result = platform.upgrade({"slurm": {"partitions": keep}}, check=False)
         assert result.returncode != 0
-        assert job in result.stderr + result.stdout, result.stderr
+        assert "partition-check" in result.stderr, result.stderr
+        said = platform.kubectl("logs", "job/slurm-partition-check").stdout
+        assert re.search(rf"\bextra\b.*\b{job}\b", said), said
         assert "PartitionName=extra" in logged_in(platform, "scontrol show partition extra")
     finally:
         logged_in(platform, f"scancel {job}")
@@ -250,7 +278,9 @@ def test_r10_5_scaling_in_removes_idle_members_and_their_records_and_scaling_out
     assert platform.kubectl("scale", "nodeset/compute", "--replicas=1").returncode == 0
     wait_for(lambda: len(members(kube)) == 1 or None, timeout=120, what="two idle members to go")
     wait_for(
-        lambda: logged_in(platform, "sinfo -h -N -o '%N'").split() == list(members(kube)) or None,
+        lambda: (
+            sorted(set(logged_in(platform, "sinfo -h -N -o '%N'").split())) == sorted(members(kube)) or None
+        ),
         timeout=60,
         what="their Slurm node records to go",
     )
@@ -261,4 +291,5 @@ def test_r10_5_scaling_in_removes_idle_members_and_their_records_and_scaling_out
         lambda: slurm_counts(platform, kube).get("idle") == 3 or None, timeout=180, what="3 idle members"
     )
     FIGURES["scale 1 -> 3: all idle (s)"] = time.monotonic() - started
-    assert "main* 3 idle" in logged_in(platform, "sinfo -h -o '%P %D %t'").splitlines()
+    lines = logged_in(platform, "sinfo -h -o '%P %D %t'").splitlines()
+    assert "main* 3 idle" in lines and "extra 3 idle" in lines

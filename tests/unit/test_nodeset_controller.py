@@ -74,6 +74,17 @@ async def test_r10_2_a_node_held_by_another_nodeset_is_not_taken_and_it_says_so(
     assert world.condition("second", "Feasible")["status"] == "False"
 
 
+async def test_r10_2_a_held_node_is_reported_as_held_even_when_its_holder_fills_it() -> None:
+    world = world_with_nodes(1, cpu="2")
+    whole_node = {"requests": {"cpu": "2", "memory": "1Gi"}}
+    world.add_nodeset("first", created="2026-01-01T00:00:00Z", resources=whole_node)
+    world.add_nodeset("second", created="2026-02-01T00:00:00Z", resources=whole_node)
+    await world.settle("first")
+    await world.reconcile("second")
+    message = world.condition("second", "Feasible")["message"]
+    assert "node-1 is held by NodeSet first" in message, message
+
+
 async def test_r10_2_the_older_nodeset_gets_a_free_node_whichever_is_reconciled_first() -> None:
     world = world_with_nodes(1)
     world.add_nodeset("young", created="2026-02-01T00:00:00Z")

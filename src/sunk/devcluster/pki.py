@@ -58,6 +58,12 @@ def _issue(
         .not_valid_before(now - dt.timedelta(minutes=5))
         .not_valid_after(now + _VALIDITY)
         .add_extension(x509.BasicConstraints(ca=ca, path_length=None), critical=True)
+        # Key identifiers: strict verifiers (Python 3.13's ssl, OpenSSL's X509_STRICT) refuse
+        # a chain without them ("Missing Authority Key Identifier").
+        .add_extension(x509.SubjectKeyIdentifier.from_public_key(key.public_key()), critical=False)
+        .add_extension(
+            x509.AuthorityKeyIdentifier.from_issuer_public_key(issuer_key.public_key()), critical=False
+        )
     )
     if ca:
         builder = builder.add_extension(

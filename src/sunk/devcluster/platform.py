@@ -13,6 +13,7 @@ import json
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -30,8 +31,9 @@ from sunk.devcluster.realnode import REAL_NODE_LABEL
 Json = dict[str, Any]
 NODESETS = "/apis/sunk.coreweave.com/v1alpha1/namespaces/{ns}/nodesets"
 REAL = {REAL_NODE_LABEL: "true"}
-# Each slurmd Pod takes one CPU of its Node; Slurm gets 1 CPU and 1 GiB less the reserve.
-MEMBER_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+# Each slurmd Pod asks its Node for one CPU and may use two: Slurm gets 2 CPUs (a job and a
+# Pod placed by sunk fit side by side) and 1 GiB less the reserve.
+MEMBER_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
 
 
 def chart_dir() -> Path:
@@ -117,6 +119,7 @@ class Platform:
         spec = self.cluster.require_running()
         if not spec.real_nodes:
             raise DevClusterError("the Slurm chart needs real Nodes: `sunk dev up --real-nodes 3` first")
+        self.real_nodes = spec.real_nodes
         # The builds the Nodes hold: a fresh ensure_images would rebuild the sunk image after
         # any source change, and that build is in no Node.
         self.images = read_manifest(self.cluster.layout.images_file)
@@ -191,7 +194,12 @@ class Platform:
 
     def kubectl(self, *argv: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         kubectl = cache_dir() / "bin" / "kubectl"
-        env = {"KUBECONFIG": str(self.cluster.layout.kubeconfig), "PATH": "/usr/bin:/bin"}
+        # HOME: kubectl keeps its discovery cache there (the working directory without one).
+        env = {
+            "KUBECONFIG": str(self.cluster.layout.kubeconfig),
+            "HOME": str(self.cluster.layout.root),
+            "PATH": "/usr/bin:/bin",
+        }
         return subprocess.run(
             [str(kubectl), "-n", self.namespace, *argv],
             capture_output=True,
@@ -223,3 +231,56 @@ def _merge(base: Json, extra: Json) -> Json:
         else:
             merged[key] = value
     return merged
+
+
+def demo(cluster: DevCluster, say: Callable[[str], None] = print) -> None:
+    """`sunk dev platform`: install the chart on the real Nodes and show it working, each
+    step with the command a user would type."""
+    kube = AdminKube(cluster.layout)
+    try:
+        plat = Platform(cluster)
+        say(f"helm upgrade --install {plat.release} charts/slurm -n {plat.namespace} -f {plat.values_file}")
+        seconds = plat.install({"slurm": {"partitions": [{"name": "main", "default": True}]}})
+        say(f"  installed in {seconds:.0f} s")
+        say("kubectl apply NodeSet compute (partition main, every real Node)")
+        started = time.monotonic()
+        plat.apply_nodeset(kube, nodeset("compute", ["main"]))
+        count = plat.real_nodes
+        _wait(
+            lambda: (
+                ((plat.nodeset(kube, "compute").get("status") or {}).get("slurm") or {}).get("idle") == count
+            ),
+            240,
+        )
+        say(f"  {count} Slurm nodes idle {time.monotonic() - started:.0f} s later")
+        shown: list[tuple[str, Callable[[], subprocess.CompletedProcess[str]]]] = [
+            ("kubectl get nodesets", lambda: plat.kubectl("get", "nodesets")),
+            ("sinfo (login Pod)", lambda: plat.login("sinfo")),
+            (f"srun -N{count} hostname (login Pod)", lambda: plat.login(f"srun -N{count} hostname")),
+            (
+                "sbatch --wait --wrap true; sacct (login Pod)",
+                lambda: plat.login("sbatch -Q --wait --wrap true; sacct -X"),
+            ),
+        ]
+        for title, run in shown:
+            result = run()
+            say(f"$ {title}\n{(result.stdout or result.stderr).rstrip()}")
+        say(
+            "\nnext: export KUBECONFIG="
+            + str(cluster.layout.kubeconfig)
+            + f"; kubectl -n {plat.namespace} get pods,nodesets"
+            f"\n      kubectl -n {plat.namespace} exec -it deploy/{plat.release}-login -c sshd -- bash -l"
+            f"\n      Pods naming schedulerName {plat.namespace}-{plat.release} are placed through Slurm"
+        )
+    finally:
+        kube.close()
+
+
+def _wait(probe: Callable[[], bool], timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while not probe():
+        if time.monotonic() > deadline:
+            raise DevClusterError(
+                f"the Slurm chart did not come up within {timeout:.0f} s: see `kubectl get pods`"
+            )
+        time.sleep(1)

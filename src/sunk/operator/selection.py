@@ -66,14 +66,22 @@ def may_stay(nodeset: NodeSet, node: Json) -> str | None:
     return None
 
 
-def why_not(nodeset: NodeSet, node: Json, bound: Iterable[Json]) -> str | None:
-    """None when a new member may go to `node`; otherwise why not, in words. `bound`: the
-    Pods bound to that Node (excluding this NodeSet's own member there)."""
+def not_selected(nodeset: NodeSet, node: Json) -> str | None:
+    """Why the NodeSet's selection leaves `node` out (selectors, affinity, taints), or None."""
     if not affinity_allows(nodeset.selection, node):
         return "does not match nodeSelector/affinity"
     taints = untolerated_taints(nodeset.selection, node)
     if taints:
         return f"has taints not tolerated: {', '.join(taints)}"
+    return None
+
+
+def why_not(nodeset: NodeSet, node: Json, bound: Iterable[Json]) -> str | None:
+    """None when a new member may go to `node`; otherwise why not, in words. `bound`: the
+    Pods bound to that Node (excluding this NodeSet's own member there)."""
+    selection = not_selected(nodeset, node)
+    if selection:
+        return selection
     if (node.get("spec") or {}).get("unschedulable"):
         return "is cordoned"
     if not node_ready(node):
@@ -129,12 +137,17 @@ def assign(
         for name in sorted(nodes):
             if held.get(name) == nodeset.name:
                 continue
+            selection = not_selected(nodeset, nodes[name])
+            if selection is not None:
+                share.unfit[name] = selection
+                continue
+            if name in taken:  # said before its room: the holder's own member fills it
+                share.held_by_others[name] = taken[name]
+                continue
             others = [p for p in pods_by_node.get(name, []) if member_nodeset(p) != nodeset.name]
             problem = why_not(nodeset, nodes[name], others)
             if problem is not None:
                 share.unfit[name] = problem
-            elif name in taken:
-                share.held_by_others[name] = taken[name]
             else:
                 offered.append(name)
         share.feasible = len(kept) + len(offered)
