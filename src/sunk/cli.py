@@ -199,77 +199,55 @@ def run_demo() -> int:
     return demo(DevCluster())
 
 
-def run_operator(args: argparse.Namespace) -> int:
+def run_server(name: str, args: argparse.Namespace) -> int:
+    """`sunk scheduler` or `sunk operator`: settings from the flags, then the component
+    until SIGTERM. A bad flag exits 2; so does a slurmrestd that speaks no version sunk knows."""
     import asyncio
 
     from sunk import logs
-    from sunk.operator.app import run
     from sunk.slurm.client import SlurmVersionError
 
     try:
-        settings = operator_config.from_args(args)
+        if name == "operator":
+            from sunk.operator.app import run as run_operator
+
+            main = run_operator(operator_config.from_args(args))
+        else:
+            from sunk.scheduler.app import run as run_scheduler
+
+            main = run_scheduler(config.from_arguments(args))
     except ValueError as err:
-        print(f"sunk operator: {err}", file=sys.stderr)
+        print(f"sunk {name}: {err}", file=sys.stderr)
         return 2
     logs.setup(args.log_level, args.log_format)
     try:
-        asyncio.run(run(settings))
+        asyncio.run(main)
     except SlurmVersionError as err:
-        print(f"sunk operator: {err}", file=sys.stderr)
-        return 1
-    return 0
-
-
-def run_scheduler(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from sunk import logs
-    from sunk.scheduler.app import run
-    from sunk.slurm.client import SlurmVersionError
-
-    try:
-        settings = config.from_arguments(args)
-    except ValueError as err:
-        print(f"sunk scheduler: {err}", file=sys.stderr)
-        return 2
-    logs.setup(settings.log_level, settings.log_format)
-    try:
-        asyncio.run(run(settings))
-    except SlurmVersionError as err:
-        print(f"sunk scheduler: {err}", file=sys.stderr)
+        print(f"sunk {name}: {err}", file=sys.stderr)
         return 2
     return 0
 
 
 def run_ensure_hooks_secret(args: argparse.Namespace) -> int:
-    import asyncio
-
-    from sunk.kube.client import KubeClient, KubeError
-    from sunk.kube.secret import ensure_hooks_secret, ensure_tls_secret
+    from sunk.kube.client import KubeClient
+    from sunk.kube.secret import ensure_and_report, ensure_hooks_secret, ensure_tls_secret
 
     if args.tls_secret and not args.tls_host:
         print("sunk ensure-hooks-secret: --tls-secret needs at least one --tls-host", file=sys.stderr)
         return 2
 
-    async def ensure() -> list[tuple[str, bool]]:
-        kube = await KubeClient.connect(args.kubeconfig)
-        try:
-            made = [(args.name, await ensure_hooks_secret(kube, args.namespace, args.name))]
-            if args.tls_secret:
-                tls = await ensure_tls_secret(kube, args.namespace, args.tls_secret, args.tls_host)
-                made.append((args.tls_secret, tls))
-            return made
-        finally:
-            await kube.close()
+    async def ensure(kube: KubeClient) -> list[tuple[str, bool]]:
+        made = [(args.name, await ensure_hooks_secret(kube, args.namespace, args.name))]
+        if args.tls_secret:
+            made.append(
+                (
+                    args.tls_secret,
+                    await ensure_tls_secret(kube, args.namespace, args.tls_secret, args.tls_host),
+                )
+            )
+        return made
 
-    try:
-        results = asyncio.run(ensure())
-    except (KubeError, ValueError) as err:
-        print(f"sunk ensure-hooks-secret: {err}", file=sys.stderr)
-        return 1
-    for name, made in results:
-        print(f"Secret {args.namespace}/{name} {'created' if made else 'exists; left as it is'}")
-    return 0
+    return ensure_and_report("ensure-hooks-secret", args.namespace, args.kubeconfig, ensure)
 
 
 def run_explain(args: argparse.Namespace) -> int:
@@ -322,10 +300,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             return run_dev(args)
         if args.command == "demo":
             return run_demo()
-        if args.command == "scheduler":
-            return run_scheduler(args)
-        if args.command == "operator":
-            return run_operator(args)
+        if args.command in ("scheduler", "operator"):
+            return run_server(args.command, args)
         if args.command == "explain":
             return run_explain(args)
         if args.command == "ensure-hooks-secret":

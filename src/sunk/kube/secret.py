@@ -12,11 +12,14 @@ the hooks API that is its own CA, handed to placeholder jobs so they can verify 
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import datetime as dt
 import ipaddress
 import logging
 import secrets
+import sys
+from collections.abc import Awaitable, Callable
 
 from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
@@ -107,3 +110,29 @@ async def _ensure(
             return False
         raise
     return True
+
+
+def ensure_and_report(
+    command: str,
+    namespace: str,
+    kubeconfig: str | None,
+    ensure: Callable[[KubeClient], Awaitable[list[tuple[str, bool]]]],
+) -> int:
+    """Run a chart hook's `ensure` (which Secrets it made) and say, per Secret, whether it
+    was made or left alone (never their contents); 1 with the reason on failure."""
+
+    async def connected() -> list[tuple[str, bool]]:
+        kube = await KubeClient.connect(kubeconfig)
+        try:
+            return await ensure(kube)
+        finally:
+            await kube.close()
+
+    try:
+        results = asyncio.run(connected())
+    except (KubeError, ValueError) as err:
+        print(f"sunk {command}: {err}", file=sys.stderr)
+        return 1
+    for name, made in results:
+        print(f"Secret {namespace}/{name} {'created' if made else 'exists; left as it is'}")
+    return 0

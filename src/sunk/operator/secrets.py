@@ -15,13 +15,12 @@ missing. An existing Secret is never changed, so upgrades and re-installs keep t
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import secrets
-import sys
 from typing import Any
 
 from sunk.kube.client import KubeClient, KubeError
+from sunk.kube.secret import ensure_and_report
 from sunk.slurm.jwt import mint
 
 SLURM_KEY = "slurm.key"
@@ -113,25 +112,14 @@ def run(
 ) -> int:
     """The command: prints which Secrets it made (never their contents); 1 on failure."""
 
-    async def ensure() -> list[tuple[str, bool]]:
-        kube = await KubeClient.connect(kubeconfig)
-        try:
-            return await ensure_slurm_secrets(
-                kube,
-                namespace,
-                auth_secret=auth_secret,
-                token_secret=token_secret,
-                token_user=token_user,
-                mariadb_secret=mariadb_secret,
-            )
-        finally:
-            await kube.close()
+    async def ensure(kube: KubeClient) -> list[tuple[str, bool]]:
+        return await ensure_slurm_secrets(
+            kube,
+            namespace,
+            auth_secret=auth_secret,
+            token_secret=token_secret,
+            token_user=token_user,
+            mariadb_secret=mariadb_secret,
+        )
 
-    try:
-        results = asyncio.run(ensure())
-    except (KubeError, ValueError) as err:
-        print(f"sunk ensure-slurm-secrets: {err}", file=sys.stderr)
-        return 1
-    for name, made in results:
-        print(f"Secret {namespace}/{name} {'created' if made else 'exists; left as it is'}")
-    return 0
+    return ensure_and_report("ensure-slurm-secrets", namespace, kubeconfig, ensure)
