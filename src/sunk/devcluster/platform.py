@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from sunk.devcluster import procs
 from sunk.devcluster.cluster import DevCluster
 from sunk.devcluster.errors import DevClusterError
 from sunk.devcluster.images import Built, read_manifest
@@ -246,11 +247,12 @@ def demo(cluster: DevCluster, say: Callable[[str], None] = print) -> None:
         started = time.monotonic()
         plat.apply_nodeset(kube, nodeset("compute", ["main"]))
         count = plat.real_nodes
-        _wait(
+        procs.wait_until(
             lambda: (
                 ((plat.nodeset(kube, "compute").get("status") or {}).get("slurm") or {}).get("idle") == count
             ),
-            240,
+            timeout=240,
+            what=f"{count} idle Slurm nodes (see `kubectl -n {plat.namespace} get pods,nodesets`)",
         )
         say(f"  {count} Slurm nodes idle {time.monotonic() - started:.0f} s later")
         shown: list[tuple[str, Callable[[], subprocess.CompletedProcess[str]]]] = [
@@ -274,13 +276,3 @@ def demo(cluster: DevCluster, say: Callable[[str], None] = print) -> None:
         )
     finally:
         kube.close()
-
-
-def _wait(probe: Callable[[], bool], timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    while not probe():
-        if time.monotonic() > deadline:
-            raise DevClusterError(
-                f"the Slurm chart did not come up within {timeout:.0f} s: see `kubectl get pods`"
-            )
-        time.sleep(1)

@@ -24,6 +24,7 @@ from sunk.operator.hardware import ShapeError, shape, slurm_node_name
 from sunk.operator.nodeset import API_VERSION, KIND, Invalid, NodeSet
 from sunk.operator.selection import Share
 from sunk.slurm.models import SlurmNode
+from sunk.translate.nodefilter import node_ready  # any object's Ready condition: here a Pod's
 
 Json = dict[str, Any]
 RECHECK_S = 5.0
@@ -203,7 +204,7 @@ def plan(
         obj, nodeset.name, nodeset, members, records, settings, now, slurm, share=share, notes=notes
     )
     settled = not notes.waiting and not [a for a in notes.actions if not isinstance(a, Event)]
-    pending_members = any(not _ready(p) for p in members)
+    pending_members = any(not node_ready(p) for p in members)
     return _finish(obj, notes, status, after=None if settled and not pending_members else RECHECK_S)
 
 
@@ -408,7 +409,7 @@ def _status(
         if record is not None and record.reason:
             entry["reason"] = record.reason
         listed.append(entry)
-    ready = sum(1 for p in live if _ready(p))
+    ready = sum(1 for p in live if node_ready(p))
     previous = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
     generation = (obj.get("metadata") or {}).get("generation")
     conditions: list[Json] = []
@@ -528,11 +529,6 @@ def _slurm_name(pod: Json) -> str:
 
 def _running(pod: Json) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running"
-
-
-def _ready(pod: Json) -> bool:
-    conditions = (pod.get("status") or {}).get("conditions") or []
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
 
 
 def regarding(obj: Json) -> Json:

@@ -55,13 +55,18 @@ class TokenKeeper:
             body={"data": {"token": base64.b64encode(token.encode()).decode()}},
             content_type="application/merge-patch+json",
         )
-        log.info("renewed the scheduler's Slurm token in %s (valid 30 days)", self.path)
+        log.info("renewed Secret %s for the scheduler (valid 30 days)", self.path.rsplit("/", 1)[-1])
         return True
 
     async def run(self) -> None:
         while True:
             try:
                 await self.renew_if_due()
-            except (KubeError, OSError) as err:
-                log.warning("could not check the scheduler's Slurm token in %s: %s", self.path, err)
+            except KubeError as err:
+                # The status only: an answer's text could quote what was sent.
+                log.warning(
+                    "could not renew Secret %s: API status %s", self.path.rsplit("/", 1)[-1], err.status
+                )
+            except OSError as err:
+                log.warning("could not read Slurm's JWT key %s: %s", self.key_path, err.strerror)
             await asyncio.sleep(CHECK_EVERY_S)
