@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -33,13 +34,20 @@ def delete_pods_and_wait_for_their_jobs(kube: AdminKube, slurm: SlurmRest, names
     ):
         kube.request("DELETE", f"/apis/{kind.format(namespace)}", propagationPolicy="Background")
     kube.request("DELETE", f"/api/v1/namespaces/{namespace}/pods")
-    wait_for(
-        lambda: (
-            not [j for j in slurm.jobs() if f":{namespace}/" in j["name"] and j["job_state"] in ACTIVE_STATES]
-        ),
-        timeout=30,
-        what=f"the placeholder jobs of namespace {namespace} to end",
-    )
+
+    def left() -> list[dict[str, Any]]:
+        return [j for j in slurm.jobs() if f":{namespace}/" in j["name"] and j["job_state"] in ACTIVE_STATES]
+
+    try:
+        wait_for(lambda: not left(), timeout=30, what=f"the placeholder jobs of namespace {namespace} to end")
+    except AssertionError as err:
+        # Fail this test with what was left, and cancel it, so that the jobs do not hold
+        # nodes and fail every test after this one too.
+        jobs = left()
+        for job in jobs:
+            slurm.cancel(job["job_id"])
+        summary = ", ".join(f"{j['job_id']} {j['name']} {j['job_state']}" for j in jobs)
+        raise AssertionError(f"{err}; left (now cancelled): {summary}") from None
 
 
 @pytest.fixture
