@@ -106,6 +106,12 @@ def build_parser() -> argparse.ArgumentParser:
     partitions.add_argument("--slurm-jwt-key-file", required=True, type=Path, help="Slurm's jwt_hs256.key")
     partitions.add_argument("--slurm-user", default="slurm", help="the Slurm user the check's token names")
     partitions.add_argument("--keep", required=True, help="comma-separated partitions the new values declare")
+    remove = sub.add_parser(
+        "remove-nodesets",
+        help="delete the NodeSets, wait until their members left job-safely (a pre-delete hook Job)",
+    )
+    remove.add_argument("--namespace", required=True)
+    remove.add_argument("--kubeconfig", default=config._env("kubeconfig"))
     explain = sub.add_parser("explain", help="show the placeholder job a Pod manifest would get, offline")
     explain.add_argument(
         "-f",
@@ -317,6 +323,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.mariadb_secret,
                 args.kubeconfig,
             )
+        if args.command == "remove-nodesets":
+            from sunk.operator import uninstall
+
+            return uninstall.run(args.namespace, args.kubeconfig)
         if args.command == "check-partitions":
             from sunk.operator import upgrade_check
 

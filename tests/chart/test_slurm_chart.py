@@ -415,7 +415,11 @@ def test_r10_2_leader_election_is_on_with_more_than_one_operator(helm: Path, slu
 def test_r10_2_the_operators_rights_are_exactly_the_narrow_set(helm: Path, slurm_chart: Path) -> None:
     objects = render(slurm_chart, helm)
     assert named(objects, "Role", "r1-operator")["rules"] == [
-        {"apiGroups": ["sunk.coreweave.com"], "resources": ["nodesets"], "verbs": ["get", "list", "watch"]},
+        {
+            "apiGroups": ["sunk.coreweave.com"],
+            "resources": ["nodesets"],
+            "verbs": ["get", "list", "watch", "patch"],
+        },
         {
             "apiGroups": ["sunk.coreweave.com"],
             "resources": ["nodesets/status"],
@@ -573,3 +577,21 @@ def test_r10_3_a_changed_configuration_is_applied_by_reconfigure_not_by_restarti
     watcher = container(before, "reconfigure")
     assert "scontrol reconfigure" in watcher["args"][-1]
     assert {"name": "etc-slurm", "mountPath": "/etc/slurm", "readOnly": True} in watcher["volumeMounts"]
+
+
+def test_r10_5_uninstall_first_removes_the_nodesets_job_safely_with_only_that_right(
+    helm: Path, slurm_chart: Path
+) -> None:
+    """Without this hook, `helm uninstall` deletes the operator with the NodeSets: members
+    would go under running jobs, or NodeSets would keep a finalizer nobody removes."""
+    objects = render(slurm_chart, helm)
+    job = named(objects, "Job", "r1-nodeset-removal")
+    assert job["metadata"]["annotations"]["helm.sh/hook"] == "pre-delete"
+    assert container(job, "remove")["args"] == ["remove-nodesets", "--namespace=team"]
+    assert named(objects, "Role", "r1-nodeset-removal")["rules"] == [
+        {"apiGroups": ["sunk.coreweave.com"], "resources": ["nodesets"], "verbs": ["list", "delete"]}
+    ]
+    for kind in ("ServiceAccount", "Role", "RoleBinding"):
+        hook = named(objects, kind, "r1-nodeset-removal")["metadata"]["annotations"]
+        assert hook["helm.sh/hook"] == "pre-delete"
+        assert int(hook["helm.sh/hook-weight"]) < int(job["metadata"]["annotations"]["helm.sh/hook-weight"])

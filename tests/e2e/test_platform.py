@@ -93,20 +93,22 @@ def test_r10_1_helm_install_gives_a_nodeset_of_idle_slurm_nodes_that_kubectl_sho
     table = platform.kubectl("get", "nodesets")
     assert table.returncode == 0, table.stderr
     columns = table_columns(table.stdout)
-    assert list(columns)[:8] == [
+    assert list(columns)[:9] == [
         "NAME",
         "PARTITIONS",
         "DESIRED",
         "FEASIBLE",
         "PODS",
         "READY",
+        "UPDATED",
         "IDLE",
         "ALLOC",
     ]
     [row] = [dict(zip(columns, values, strict=True)) for values in zip(*columns.values(), strict=True)]
     assert row["NAME"] == "compute" and row["PARTITIONS"] == "main,extra"
     assert row["DESIRED"] == ""  # no replicas: one per qualifying Node
-    assert [row[c] for c in ("FEASIBLE", "PODS", "READY", "IDLE", "ALLOC", "DRAIN", "DOWN")] == [
+    assert [row[c] for c in ("FEASIBLE", "PODS", "READY", "UPDATED", "IDLE", "ALLOC", "DRAIN", "DOWN")] == [
+        "3",
         "3",
         "3",
         "3",
@@ -293,3 +295,158 @@ def test_r10_5_scaling_in_removes_idle_members_and_their_records_and_scaling_out
     FIGURES["scale 1 -> 3: all idle (s)"] = time.monotonic() - started
     lines = logged_in(platform, "sinfo -h -o '%P %D %t'").splitlines()
     assert "main* 3 idle" in lines and "extra 3 idle" in lines
+
+
+def removals(platform: Platform, kube: AdminKube) -> list[dict[str, Any]]:
+    return list((platform.nodeset(kube, "compute").get("status") or {}).get("removals") or [])
+
+
+def slurm_reasons(platform: Platform) -> dict[str, str]:
+    """Slurm node → its drain reason (sinfo -R)."""
+    lines = logged_in(platform, "sinfo -h -R -N -o '%N|%E'").splitlines()
+    return dict(line.split("|", 1) for line in lines if "|" in line)
+
+
+def job_on(platform: Platform, member: str, seconds: int) -> str:
+    job = logged_in(platform, f"sbatch --parsable -w {member} -c1 --mem=64 --wrap 'sleep {seconds}'").strip()
+    wait_for(
+        lambda: logged_in(platform, f"squeue -h -j {job} -o %T").strip() == "RUNNING" or None,
+        timeout=60,
+        what=f"job {job} to run on {member}",
+    )
+    return job
+
+
+def sacct_state(platform: Platform, job: str) -> str:
+    return wait_for(
+        lambda: logged_in(platform, f"sacct -X -n -P -j {job} -o State").strip() or None,
+        timeout=60,
+        what=f"job {job} in sacct",
+    )
+
+
+def wait_members(
+    platform: Platform, kube: AdminKube, names: list[str], what: str, timeout: float = 120
+) -> None:
+    """Wait until exactly `names` are members; on a timeout, say what the NodeSet reported."""
+    try:
+        wait_for(lambda: sorted(members(kube)) == sorted(names) or None, timeout=timeout, what=what)
+    except AssertionError as err:
+        status = platform.nodeset(kube, "compute").get("status") or {}
+        said = {k: status.get(k) for k in ("summary", "removals", "members")}
+        raise AssertionError(f"{err}; members {sorted(members(kube))}; the NodeSet says {said}") from None
+
+
+def scale(platform: Platform, replicas: int) -> None:
+    result = platform.kubectl("scale", "nodeset/compute", f"--replicas={replicas}")
+    assert result.returncode == 0, result.stderr
+
+
+def back_to_three(platform: Platform, kube: AdminKube) -> None:
+    scale(platform, 3)
+    wait_for(
+        lambda: (
+            (slurm_counts(platform, kube).get("idle") == 3 and nodeset_ready(platform, kube, "compute"))
+            or None
+        ),
+        timeout=180,
+        what="3 idle members again",
+    )
+
+
+def test_r10_5_scaling_in_drains_a_busy_member_and_removes_it_only_after_its_job_completed(
+    platform: Platform, kube: AdminKube
+) -> None:
+    busy = next(name for name, pod in members(kube).items() if pod["spec"]["nodeName"] == "real-2")
+    job = job_on(platform, busy, 45)
+    wait_for(  # the operator has seen the job (its listing is a few seconds behind)
+        lambda: (
+            any(
+                m["slurmNode"] == busy and m["state"] in ("mixed", "allocated")
+                for m in (platform.nodeset(kube, "compute").get("status") or {}).get("members") or []
+            )
+            or None
+        ),
+        timeout=30,
+        what=f"the NodeSet's status to show {busy} busy",
+    )
+    started = time.monotonic()
+    scale(platform, 1)
+    wait_members(platform, kube, [busy], "the two idle members to go")
+    FIGURES["scale 3 -> 1 beside a job: idle Pods gone (s)"] = time.monotonic() - started
+    assert busy not in slurm_reasons(platform)  # the one that stays is not drained
+
+    scale(platform, 0)
+    drained_at = time.monotonic()
+    removal = wait_for(
+        lambda: next((r for r in removals(platform, kube) if r.get("jobs")), None),
+        timeout=60,
+        what="the busy member's removal in the status",
+    )
+    assert removal["slurmNode"] == busy and removal["jobs"] == [int(job)] and removal["phase"] == "Draining"
+    assert slurm_reasons(platform)[busy] == "sunk: NodeSet compute scales in"
+    assert busy in members(kube)  # kept while its job runs
+    wait_members(platform, kube, [], "the member to go after its job")
+    pod_gone = time.monotonic()
+    wait_for(
+        lambda: busy not in logged_in(platform, "sinfo -h -N -o '%N'").split() or None,
+        timeout=60,
+        what="its Slurm node record to go",
+    )
+    FIGURES["busy member: drain -> Pod gone (s, incl. the job's rest)"] = pod_gone - drained_at
+    FIGURES["busy member: Pod gone -> record gone (s)"] = time.monotonic() - pod_gone
+    assert sacct_state(platform, job) == "COMPLETED"
+    back_to_three(platform, kube)
+
+
+def test_r10_5_a_template_change_replaces_the_members_one_at_a_time(
+    platform: Platform, kube: AdminKube
+) -> None:
+    before = {name: p["metadata"]["uid"] for name, p in members(kube).items()}
+    started = time.monotonic()
+    platform.apply_nodeset(
+        kube,
+        nodeset("compute", ["main", "extra"], template={"metadata": {"annotations": {"sunk.dev/rev": "2"}}}),
+    )
+    worst = 0
+
+    def rolled() -> bool:
+        nonlocal worst
+        status = platform.nodeset(kube, "compute").get("status") or {}
+        serving = [m for m in status.get("members") or [] if m["state"] in ("idle", "allocated", "mixed")]
+        worst = max(worst, 3 - len(serving))
+        now = members(kube)
+        return (
+            len(now) == 3
+            and not set(before.values()) & {p["metadata"]["uid"] for p in now.values()}
+            and (status.get("updated") == 3 and nodeset_ready(platform, kube, "compute"))
+        )
+
+    wait_for(lambda: rolled() or None, timeout=300, what="every member replaced", every=0.5)
+    FIGURES["roll-out of 3 members (s)"] = time.monotonic() - started
+    assert worst == 1  # maxUnavailable 1: never two out at once
+    assert sorted(members(kube)) == sorted(before)  # the same Slurm nodes, on the same Nodes
+    assert slurm_counts(platform, kube).get("idle") == 3
+
+
+def test_r10_5_a_cordoned_nodes_member_is_drained_and_goes_only_once_idle(
+    platform: Platform, kube: AdminKube
+) -> None:
+    member = next(name for name, pod in members(kube).items() if pod["spec"]["nodeName"] == "real-3")
+    job = job_on(platform, member, 30)
+    assert platform.kubectl("cordon", "real-3").returncode == 0
+    try:
+        wait_for(
+            lambda: "cordoned" in slurm_reasons(platform).get(member, "") or None,
+            timeout=60,
+            what="the cordoned Node's member to drain",
+        )
+        assert member in members(kube)
+        wait_for(lambda: member not in members(kube) or None, timeout=120, what="the member to go once idle")
+        assert sacct_state(platform, job) == "COMPLETED"
+        assert platform.nodeset(kube, "compute")["status"]["feasible"] == 2
+    finally:
+        platform.kubectl("uncordon", "real-3")
+    wait_for(
+        lambda: slurm_counts(platform, kube).get("idle") == 3 or None, timeout=180, what="the member back"
+    )

@@ -272,17 +272,23 @@ async def test_r10_5_a_busy_member_is_kept_when_scaling_down_and_the_idle_one_go
     assert not [c for c in world.slurm.calls if c[:2] == ("drain", "a-001-011")]
 
 
-async def test_r10_5_busy_members_beyond_replicas_are_kept_and_reported() -> None:
+async def test_r10_5_busy_members_beyond_replicas_are_drained_and_stay_until_their_jobs_end() -> None:
     world = world_with_nodes(2)
     world.add_nodeset("a", replicas=2)
     await world.settle("a")
-    world.slurm.run_job("a-001-011")
+    first = world.slurm.run_job("a-001-011")
     world.slurm.run_job("a-002-012")
-    world.nodesets.get("slurm/a")["spec"]["replicas"] = 0  # type: ignore[index]
+    world.spec("a")["replicas"] = 0
     await world.settle("a")
     assert len(world.members("a")) == 2
-    assert "runs jobs" in world.condition("a", "Ready")["message"]
-    assert not [c for c in world.slurm.calls if c[0] == "drain"]
+    assert {c[1] for c in world.slurm.calls if c[0] == "drain"} == {"a-001-011", "a-002-012"}
+    assert f"member a-001-011 drains: waits for job {first}" in world.condition("a", "Ready")["message"]
+    removal = world.status("a")["removals"][0]
+    assert (removal["phase"], removal["jobs"], removal["cause"]) == ("Draining", [first], "scales in")
+    world.slurm.end_jobs("a-001-011")
+    await world.settle("a")
+    assert list(world.members("a")) == ["a-002-012"]
+    assert "a-001-011" not in world.slurm.records
 
 
 async def test_r10_5_scaling_back_up_lifts_our_drain_but_never_an_administrators() -> None:

@@ -196,6 +196,11 @@ class KubeClient:
     async def create_pod(self, namespace: str, pod: Json) -> Json:
         return await self.request("POST", f"/api/v1/namespaces/{namespace}/pods", body=pod)
 
+    async def patch_merge(self, path: str, patch: Json) -> Json:
+        """Merge-patch the object at `path` (a resourceVersion in the patch makes it
+        conditional)."""
+        return await self.request("PATCH", path, body=patch, content_type="application/merge-patch+json")
+
     async def patch_status(self, path: str, status: Json) -> Json:
         """Merge-patch the status subresource of the object at `path` (a custom resource)."""
         return await self.request(

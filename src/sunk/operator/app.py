@@ -14,6 +14,7 @@ import os
 import secrets
 import signal
 import socket
+import time
 from typing import Any
 
 from sunk.kube.client import KubeClient
@@ -26,6 +27,7 @@ from sunk.operator.config import OperatorConfig
 from sunk.operator.controller import NodeSetController
 from sunk.operator.nodeset import API_VERSION, PLURAL
 from sunk.operator.plan import SlurmView
+from sunk.operator.removal import jobs_by_node
 from sunk.operator.selection import member_nodeset
 from sunk.operator.token_keeper import TokenKeeper
 from sunk.runtime.manager import Manager
@@ -39,8 +41,9 @@ log = logging.getLogger(__name__)
 
 
 class SlurmPoller:
-    """Lists Slurm's nodes and partitions every `interval` seconds; the only writer of the
-    view. A failed listing makes the view unknown (so nothing is removed on stale facts)."""
+    """Lists Slurm's nodes, partitions and jobs every `interval` seconds; the only writer of
+    the view. A failed listing makes the view unknown (so nothing is removed on stale facts),
+    and so does one the controller finds too old (NodeSetController.view_now)."""
 
     def __init__(self, slurm: SlurmClient, interval: float, changed: Any) -> None:
         self.slurm = slurm
@@ -54,17 +57,23 @@ class SlurmPoller:
         self.listed.clear()
 
     async def poll_once(self) -> None:
+        started = time.monotonic()
         try:
             nodes = await self.slurm.nodes()
             partitions = await self.slurm.partitions()
+            jobs = await self.slurm.jobs()
         except SlurmError as err:
-            fresh = SlurmView(problem=f"cannot list Slurm's nodes: {err}")
+            fresh = SlurmView(problem=f"cannot list Slurm's nodes and jobs: {err}")
         else:
-            fresh = SlurmView({n.name: n for n in nodes}, frozenset(partitions))
-        if fresh != self.view:
-            if fresh.known != self.view.known:
-                log.info("Slurm %s", "answers" if fresh.known else f"does not answer: {fresh.problem}")
-            self.view = fresh
+            # Stamped with when the listing began: a job that started during it is newer.
+            fresh = SlurmView(
+                {n.name: n for n in nodes}, frozenset(partitions), jobs_by_node(jobs), listed_at=started
+            )
+        changed = fresh != self.view
+        if fresh.known != self.view.known:
+            log.info("Slurm %s", "answers" if fresh.known else f"does not answer: {fresh.problem}")
+        self.view = fresh  # even when unchanged: its listed_at is newer
+        if changed:
             self.changed()
         self.listed.set()
 
@@ -101,6 +110,7 @@ class Operator:
             settings=settings,
             default_image=config.slurmd_image,
             recorder=Recorder(kube, "sunk-operator", identity),
+            stale_s=max(60.0, 6 * config.poll_s),
         )
         self.nodesets.add_handler(lambda _kind, obj: self.queue.add(object_key(obj)))
         self.nodes.add_handler(lambda _kind, _obj: self._enqueue_all())

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import time
 from collections.abc import Callable
 from typing import Any, Protocol
 
 from sunk.kube.client import KubeError
 from sunk.kube.events import Recorder
+from sunk.operator import actions as a
 from sunk.operator import members as m
 from sunk.operator import plan as p
 from sunk.operator.nodeset import API_VERSION, PLURAL, Invalid, NodeSet, parse
@@ -22,7 +24,7 @@ from sunk.runtime.controller import DONE, Outcome, after
 from sunk.runtime.expectations import Expectations
 from sunk.runtime.ports import Cache
 from sunk.slurm.errors import SlurmError
-from sunk.slurm.models import SlurmNode
+from sunk.slurm.models import SlurmJob, SlurmNode
 
 Json = dict[str, Any]
 log = logging.getLogger(__name__)
@@ -35,6 +37,8 @@ class OperatorKube(Protocol):
 
     async def patch_status(self, path: str, status: Json) -> Json: ...
 
+    async def patch_merge(self, path: str, patch: Json) -> Json: ...
+
     async def create_event(self, namespace: str, event: Json) -> None: ...
 
 
@@ -42,6 +46,10 @@ class OperatorSlurm(Protocol):
     async def nodes(self) -> list[SlurmNode]: ...
 
     async def partitions(self) -> list[str]: ...
+
+    async def jobs(self) -> list[SlurmJob]: ...
+
+    async def cancel(self, job_id: int) -> None: ...
 
     async def delete_node(self, name: str) -> None: ...
 
@@ -74,6 +82,7 @@ class NodeSetController:
         default_image: str,
         recorder: Recorder,
         clock: Callable[[], str] = utc_now,
+        stale_s: float = 60.0,
     ) -> None:
         self.kube, self.slurm, self.view = kube, slurm, view
         self.nodesets, self.nodes, self.pods = nodesets, nodes, pods
@@ -81,6 +90,7 @@ class NodeSetController:
         self.default_image = default_image
         self.recorder = recorder
         self.clock = clock
+        self.stale_s = stale_s
         self.created: Expectations[bool] = Expectations()
 
     # -- gather -------------------------------------------------------------------------------
@@ -104,6 +114,15 @@ class NodeSetController:
             if node:
                 by_node.setdefault(node, []).append(pod)
         return by_node
+
+    def view_now(self) -> p.SlurmView:
+        """The poller's view, unless it is older than `stale_s`: a poller stuck on a slow
+        slurmrestd must not let a member go on what Slurm said minutes ago."""
+        view = self.view()
+        age = time.monotonic() - view.listed_at
+        if view.known and age > self.stale_s:
+            return p.SlurmView(problem=f"Slurm's last listing is {age:.0f} s old")
+        return view
 
     async def reconcile(self, key: str) -> Outcome:
         obj = self.nodesets.get(key)
@@ -132,13 +151,35 @@ class NodeSetController:
             shares.get(nodeset.name),
             mine,
             self.nodes.store,
-            self.view(),
+            self.view_now(),
             self.settings,
             now=self.clock(),
             unseen=unseen,
         )
         await self.execute(obj, result)
         return DONE if result.after is None else after(result.after)
+
+    async def set_finalizer(self, obj: Json, present: bool) -> None:
+        """Add or drop our finalizer; the resourceVersion makes a concurrent change fail
+        (409) rather than be overwritten, and the next pass tries again on fresh data."""
+        meta = obj["metadata"]
+        others = [f for f in meta.get("finalizers") or [] if f != p.FINALIZER]
+        patch = {
+            "metadata": {
+                "finalizers": [*others, p.FINALIZER] if present else others,
+                "resourceVersion": meta.get("resourceVersion"),
+            }
+        }
+        try:
+            await self.kube.patch_merge(nodeset_path(meta["namespace"], meta["name"]), patch)
+        except KubeError as err:
+            if err.conflict:  # the cache lags behind a change: the next pass sees it
+                return
+            if not err.not_found:
+                raise
+        log.info(
+            "%s/%s: finalizer %s", meta["namespace"], meta["name"], "added" if present else "removed: deleted"
+        )
 
     # -- execute ------------------------------------------------------------------------------
     async def execute(self, obj: Json, result: p.Plan) -> None:
@@ -147,7 +188,7 @@ class NodeSetController:
         namespace, name = meta["namespace"], meta["name"]
         for action in result.actions:
             match action:
-                case p.CreatePod(pod=pod):
+                case a.CreatePod(pod=pod):
                     pod_name = pod["metadata"]["name"]
                     try:
                         await self.kube.create_pod(namespace, pod)
@@ -159,29 +200,34 @@ class NodeSetController:
                     log.info(
                         "%s/%s: created Pod %s on %s", namespace, name, pod_name, pod["spec"]["nodeName"]
                     )
-                case p.DeletePod(name=pod_name, uid=uid, why=why):
+                case a.DeletePod(name=pod_name, uid=uid, why=why):
                     try:
                         await self.kube.delete_pod(namespace, pod_name, uid)
                     except KubeError as err:
                         if not err.not_found:
                             raise
                     log.info("%s/%s: deleted Pod %s: %s", namespace, name, pod_name, why)
-                case p.DeleteSlurmNode(name=node, why=why):
+                case a.DeleteSlurmNode(name=node, why=why):
                     await self.slurm.delete_node(node)
                     log.info("%s/%s: deleted Slurm node %s: %s", namespace, name, node, why)
-                case p.Drain(name=node, reason=reason):
+                case a.Drain(name=node, reason=reason):
                     problem = await self.slurm.drain(node, reason)
                     if problem:
                         raise SlurmError(problem)
-                case p.Resume(name=node):
+                case a.Resume(name=node):
                     problem = await self.slurm.resume(node)
                     if problem:
                         raise SlurmError(problem)
-                case p.Event(reason=reason, note=note, warning=warning, once_as=once_as):
+                case a.CancelJob(job_id=job_id, why=why):
+                    await self.slurm.cancel(job_id)
+                    log.warning("%s/%s: cancelled Slurm job %s: %s", namespace, name, job_id, why)
+                case a.SetFinalizer(present=present):
+                    await self.set_finalizer(obj, present)
+                case a.Event(reason=reason, note=note, warning=warning, once_as=once_as):
                     await self.recorder.event_on(
                         p.regarding(obj), reason, note, warning=warning, name=once_as
                     )
-                case p.PatchStatus(status=status):
+                case a.PatchStatus(status=status):
                     try:
                         await self.kube.patch_status(nodeset_path(namespace, name), status)
                     except KubeError as err:

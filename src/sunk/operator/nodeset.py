@@ -30,6 +30,37 @@ DEFAULT_GPU_PRODUCT_LABEL = "nvidia.com/gpu.product"
 MAX_NAME = 63 - len("-000-000")
 _SLURM_WORD = re.compile(r"^[A-Za-z0-9_.\-]+$")
 _IMAGE = re.compile(r"^[a-z0-9][a-z0-9._\-/:@]*$", re.IGNORECASE)
+_DURATION = re.compile(r"^(\d+)([smhd]?)$")
+_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400}
+ROLLING = "RollingUpdate"
+ON_DELETE = "OnDelete"
+REPORT = "Report"
+CANCEL_JOBS = "CancelJobs"
+
+
+@dataclass(frozen=True)
+class UpdateStrategy:
+    """How members whose template is out of date are replaced: `RollingUpdate` drains and
+    replaces at most `max_unavailable` at a time; `OnDelete` waits for someone to delete them."""
+
+    type: str = ROLLING
+    max_unavailable: int | str = 1  # a count, or a percentage of the wanted members ("25%")
+
+    def budget(self, wanted: int) -> int:
+        """Members that may be unavailable at once (at least one, or nothing would move)."""
+        if isinstance(self.max_unavailable, str):
+            return max(1, wanted * int(self.max_unavailable.rstrip("%")) // 100)
+        return max(1, self.max_unavailable)
+
+
+@dataclass(frozen=True)
+class DrainPolicy:
+    """How long a member that must go may wait for its jobs. None: for ever (the default;
+    jobs are never ended by the platform). After the timeout, `Report` only says so;
+    `CancelJobs` cancels the jobs still there, one Event each."""
+
+    timeout_s: int | None = None
+    on_timeout: str = REPORT
 
 
 @dataclass(frozen=True)
@@ -54,6 +85,9 @@ class NodeSet:
     gpu_product_label: str = DEFAULT_GPU_PRODUCT_LABEL
     template: Json = field(default_factory=dict)
     requests: Requests = field(default_factory=Requests)  # what the slurmd container takes from a Node
+    update: UpdateStrategy = field(default_factory=UpdateStrategy)
+    drain: DrainPolicy = field(default_factory=DrainPolicy)
+    deleting: bool = False  # the NodeSet was deleted: every member goes, job-safely, then it does
 
     @property
     def key(self) -> str:
@@ -116,6 +150,9 @@ def parse(obj: Json, default_image: str) -> NodeSet | Invalid:
         if not isinstance(container, dict) or not container.get("name"):
             problems.append(f"spec.template.spec.containers[{index}]: a container needs a name")
 
+    update = _update_strategy(spec, problems)
+    drain = _drain_policy(spec, problems)
+
     if problems:
         return Invalid(
             name, namespace, str(meta.get("uid") or ""), int(meta.get("generation") or 0), tuple(problems)
@@ -139,7 +176,64 @@ def parse(obj: Json, default_image: str) -> NodeSet | Invalid:
         gpu_product_label=str(gpu.get("productLabel") or DEFAULT_GPU_PRODUCT_LABEL),
         template=template,
         requests=requests,
+        update=update,
+        drain=drain,
+        deleting=bool(meta.get("deletionTimestamp")),
     )
+
+
+def _update_strategy(spec: Json, problems: list[str]) -> UpdateStrategy:
+    strategy = _mapping(spec, "updateStrategy", problems)
+    kind = strategy.get("type") or ROLLING
+    if kind not in (ROLLING, ON_DELETE):
+        problems.append(f"spec.updateStrategy.type: {kind!r} is neither {ROLLING} nor {ON_DELETE}")
+        return UpdateStrategy()
+    rolling = strategy.get("rollingUpdate") or {}
+    if not isinstance(rolling, dict):
+        problems.append("spec.updateStrategy.rollingUpdate: must be an object")
+        return UpdateStrategy()
+    value = rolling.get("maxUnavailable", 1)
+    where = "spec.updateStrategy.rollingUpdate.maxUnavailable"
+    if isinstance(value, bool) or not isinstance(value, int | str):
+        problems.append(f"{where}: {value!r} is neither a count nor a percentage")
+        return UpdateStrategy()
+    if isinstance(value, int):
+        if value < 1:
+            problems.append(f"{where}: {value} would never replace a member; use 1 or more")
+            return UpdateStrategy()
+        return UpdateStrategy(kind, value)
+    if not re.fullmatch(r"\d{1,3}%", value) or not 1 <= int(value[:-1]) <= 100:
+        problems.append(f"{where}: {value!r} is not a percentage from 1% to 100%")
+        return UpdateStrategy()
+    return UpdateStrategy(kind, value)
+
+
+def _drain_policy(spec: Json, problems: list[str]) -> DrainPolicy:
+    drain = _mapping(spec, "drain", problems)
+    timeout = drain.get("timeout")
+    on_timeout = drain.get("onTimeout") or REPORT
+    if on_timeout not in (REPORT, CANCEL_JOBS):
+        problems.append(f"spec.drain.onTimeout: {on_timeout!r} is neither {REPORT} nor {CANCEL_JOBS}")
+        on_timeout = REPORT
+    if timeout is None:
+        if "onTimeout" in drain:
+            problems.append("spec.drain.onTimeout: set without spec.drain.timeout")
+        return DrainPolicy(None, on_timeout)
+    seconds = duration_s(timeout)
+    if seconds is None or seconds < 1:
+        problems.append(
+            f"spec.drain.timeout: {timeout!r} is not a duration (a number with s, m, h or d, e.g. 4h)"
+        )
+        return DrainPolicy(None, on_timeout)
+    return DrainPolicy(seconds, on_timeout)
+
+
+def duration_s(value: object) -> int | None:
+    """Seconds in "90", "90s", "30m", "4h" or "2d"; None if it is not one of those."""
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value
+    match = _DURATION.match(str(value).strip())
+    return int(match.group(1)) * _SECONDS[match.group(2)] if match else None
 
 
 def _words(spec: Json, key: str, problems: list[str]) -> tuple[str, ...]:

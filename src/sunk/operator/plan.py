@@ -5,30 +5,42 @@ Slurm says about their nodes, `plan` returns typed actions in the order they mus
 and the status to write. Every "is it safe?" question fails closed: when Slurm's node list
 cannot be read, nothing is created, drained or deleted, and the status says why.
 
-Scaling in (and a member whose Node no longer qualifies) removes only members that run no
-job: an idle member is drained with a reason naming the NodeSet, and deleted once Slurm
-shows it drained and still idle; its Slurm node record goes after its Pod. A busy member
-stays and the status says so. A drain this controller made is lifted when the member is
-wanted again; anyone else's drain is left alone.
+Members that must go (scale-in, a Node cordoned or no longer selected, an outdated
+template, the NodeSet deleted) all take sunk.operator.removal's path: drain, wait for no
+job, delete the Pod, delete the record. A drain this controller made is lifted when the
+member is wanted again; anyone else's drain is left alone. A deleted NodeSet keeps a
+finalizer until its last member and record are gone.
 """
 
 from __future__ import annotations
 
-import re
+import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sunk.operator import members as m
+from sunk.operator import removal as r
+from sunk.operator.actions import (
+    Action,
+    CreatePod,
+    DeletePod,
+    DeleteSlurmNode,
+    Event,
+    PatchStatus,
+    Resume,
+    SetFinalizer,
+)
 from sunk.operator.hardware import ShapeError, shape, slurm_node_name
-from sunk.operator.nodeset import API_VERSION, KIND, Invalid, NodeSet
+from sunk.operator.nodeset import API_VERSION, KIND, ON_DELETE, DrainPolicy, Invalid, NodeSet
+from sunk.operator.removal import busy
 from sunk.operator.selection import Share
-from sunk.slurm.models import SlurmNode
+from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.translate.nodefilter import node_ready  # any object's Ready condition: here a Pod's
 
 Json = dict[str, Any]
 RECHECK_S = 5.0
-DRAIN_PREFIX = "sunk: NodeSet"
+FINALIZER = "sunk.coreweave.com/members-removed-safely"
 
 # Event reasons (the Pod ones follow the DaemonSet controller's)
 CREATED = "SuccessfulCreate"
@@ -39,65 +51,25 @@ INFEASIBLE = "NoFeasibleNodes"
 STALE_RECORD = "StaleSlurmNodeDeleted"
 RECORD_DELETED = "SlurmNodeDeleted"
 FAILED_MEMBER = "FailedMember"
-DRAINING = "DrainingForScaleIn"
 
 
 @dataclass(frozen=True)
 class SlurmView:
-    """Slurm's nodes and partitions as the last listing saw them; None while unknown."""
+    """Slurm's nodes, partitions and running jobs as the last listing saw them; None while
+    unknown. `jobs`: node name → the jobs holding it."""
 
     nodes: Mapping[str, SlurmNode] | None = None
     partitions: frozenset[str] | None = None
+    jobs: Mapping[str, tuple[SlurmJob, ...]] | None = None
     problem: str = "Slurm's nodes have not been listed yet"
+    listed_at: float = field(default=0.0, compare=False)  # time.monotonic() of the listing
 
     @property
     def known(self) -> bool:
-        return self.nodes is not None and self.partitions is not None
+        return self.nodes is not None and self.partitions is not None and self.jobs is not None
 
-
-@dataclass(frozen=True)
-class CreatePod:
-    pod: Json
-
-
-@dataclass(frozen=True)
-class DeletePod:
-    name: str
-    uid: str
-    why: str
-
-
-@dataclass(frozen=True)
-class DeleteSlurmNode:
-    name: str
-    why: str
-
-
-@dataclass(frozen=True)
-class Drain:
-    name: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Resume:
-    name: str
-
-
-@dataclass(frozen=True)
-class Event:
-    reason: str
-    note: str
-    warning: bool = False
-    once_as: str | None = None  # a name that makes the Event unique (recorded once)
-
-
-@dataclass(frozen=True)
-class PatchStatus:
-    status: Json
-
-
-Action = CreatePod | DeletePod | DeleteSlurmNode | Drain | Resume | Event | PatchStatus
+    def jobs_on(self, name: str) -> tuple[SlurmJob, ...]:
+        return (self.jobs or {}).get(name, ())
 
 
 @dataclass(frozen=True)
@@ -112,16 +84,8 @@ class _Notes:
 
     waiting: list[str] = field(default_factory=list)
     actions: list[Action] = field(default_factory=list)
-
-
-def drain_reason(nodeset: str) -> str:
-    return f"{DRAIN_PREFIX} {nodeset} scales in"
-
-
-def busy(record: SlurmNode) -> bool:
-    """Slurm has handed out some of it, or a job is still finishing there."""
-    words = {record.state.upper(), *(f.upper() for f in record.flags)}
-    return record.in_use or bool(words & {"ALLOCATED", "MIXED", "COMPLETING"})
+    removals: list[Json] = field(default_factory=list)
+    rollout: str = ""  # why the roll-out waits, or "" when nothing is out of date
 
 
 def slurm_state(record: SlurmNode | None) -> str:
@@ -152,6 +116,12 @@ def plan(
     the cache does not show yet (never create them twice, never treat their records as stale)."""
     notes = _Notes()
     records = slurm.nodes or {}
+    meta = obj.get("metadata") or {}
+    deleting = bool(meta.get("deletionTimestamp"))
+    if not deleting and FINALIZER not in (meta.get("finalizers") or []):
+        notes.actions.append(SetFinalizer(True))
+    if deleting:
+        return _deleting(obj, nodeset, members, slurm, settings, now, notes)
     if isinstance(nodeset, Invalid):
         problems = list(nodeset.problems)
         notes.actions.append(
@@ -190,15 +160,12 @@ def plan(
         )
         return _finish(obj, notes, status, after=RECHECK_S)
 
-    by_node: dict[str, Json] = {}
-    for pod in members:
-        node = (pod.get("spec") or {}).get("nodeName")
-        if node:
-            by_node[node] = pod
     _replace_failed(members, notes)
-    _create(nodeset, share, nodes, records, settings, unseen, notes)
-    _remove_surplus(nodeset, share, by_node, records, notes)
-    _clean_records(nodeset, members, share, nodes, records, unseen, notes)
+    _create(nodeset, share, nodes, slurm, settings, unseen, notes)
+    leaving = _leaving(nodeset, share, members, slurm, notes)
+    _remove(nodeset.name, nodeset.drain, leaving, slurm, now, notes)
+    _resume_kept(nodeset.name, members, leaving, records, notes)
+    _clean_records(nodeset.name, members, share, nodes, slurm, unseen, notes)
     _report_conflicts(nodeset, share, notes)
     status = _status(
         obj, nodeset.name, nodeset, members, records, settings, now, slurm, share=share, notes=notes
@@ -206,6 +173,39 @@ def plan(
     settled = not notes.waiting and not [a for a in notes.actions if not isinstance(a, Event)]
     pending_members = any(not node_ready(p) for p in members)
     return _finish(obj, notes, status, after=None if settled and not pending_members else RECHECK_S)
+
+
+def _deleting(
+    obj: Json,
+    nodeset: NodeSet | Invalid,
+    members: list[Json],
+    slurm: SlurmView,
+    settings: m.Settings,
+    now: str,
+    notes: _Notes,
+) -> Plan:
+    """The NodeSet was deleted: every member leaves the job-safe way, then every record
+    goes, then the finalizer, so Kubernetes finishes the deletion."""
+    name = nodeset.name
+    records = slurm.nodes or {}
+    if not slurm.known:
+        notes.waiting.append(f"deleting: waiting for Slurm ({slurm.problem}); no member is removed meanwhile")
+        status = _status(obj, name, None, members, records, settings, now, slurm, notes=notes)
+        return _finish(obj, notes, status, after=RECHECK_S)
+    policy = nodeset.drain if isinstance(nodeset, NodeSet) else DrainPolicy()
+    leaving = [
+        r.Leaving(pod, _slurm_name(pod), (pod.get("spec") or {}).get("nodeName", ""), r.DELETED)
+        for pod in members
+    ]
+    _remove(name, policy, leaving, slurm, now, notes)
+    _clean_records(name, members, None, {}, slurm, frozenset(), notes)
+    left = r.records_of(name, records)
+    if not members and not left and FINALIZER in (obj.get("metadata") or {}).get("finalizers", []):
+        notes.actions.append(SetFinalizer(False))
+    elif not members and left:
+        notes.waiting.append(f"deleting: Slurm still lists {', '.join(left)}")
+    status = _status(obj, name, None, members, records, settings, now, slurm, notes=notes, deleting=True)
+    return _finish(obj, notes, status, after=RECHECK_S)
 
 
 def _replace_failed(members: list[Json], notes: _Notes) -> None:
@@ -225,11 +225,12 @@ def _create(
     nodeset: NodeSet,
     share: Share,
     nodes: Mapping[str, Json],
-    records: Mapping[str, SlurmNode],
+    slurm: SlurmView,
     settings: m.Settings,
     unseen: frozenset[str],
     notes: _Notes,
 ) -> None:
+    records = slurm.nodes or {}
     for node_name in share.new:
         node = nodes[node_name]
         name = slurm_node_name(nodeset.name, node)
@@ -245,7 +246,7 @@ def _create(
             continue
         record = records.get(name)
         if record is not None:
-            if busy(record):
+            if busy(record, slurm.jobs_on(name)):
                 notes.waiting.append(
                     f"Slurm node {name} still runs jobs from an earlier Pod; its new Pod waits until they end"
                 )
@@ -262,89 +263,163 @@ def _create(
         )
 
 
-def _remove_surplus(
-    nodeset: NodeSet,
-    share: Share,
-    by_node: dict[str, Json],
-    records: Mapping[str, SlurmNode],
-    notes: _Notes,
-) -> None:
-    """Members beyond `replicas`, and members whose Node no longer qualifies, go, idle
-    ones only; the others are kept and reported. Unregistered or unready ones go first."""
-    kept = [n for n in share.kept if n in by_node]
-    leaving = [n for n in by_node if n not in share.kept]
-    extra = len(kept) - share.wanted
-    if extra > 0:
-
-        def cost(node: str) -> tuple[int, str]:
-            pod = by_node[node]
-            record = records.get(_slurm_name(pod))
-            rank = 0 if not _running(pod) else 1 if record is not None and not busy(record) else 2
-            return (rank, node)
-
-        leaving += sorted(kept, key=cost, reverse=False)[:extra]
-    for node in kept:
-        if node in leaving:
-            continue
-        name = _slurm_name(by_node[node])
-        record = records.get(name)
-        if record is not None and record.reason == drain_reason(nodeset.name):
-            notes.actions.append(Resume(name))  # wanted again: lift our own drain only
-    for node in leaving:
-        pod = by_node[node]
-        meta = pod.get("metadata") or {}
-        name = _slurm_name(pod)
-        if meta.get("deletionTimestamp"):
-            notes.waiting.append(f"member {name} is terminating")
-            continue
-        record = records.get(name)
-        if record is None:
-            if _running(pod):
-                notes.waiting.append(f"member {name} runs but Slurm lists no node {name}: kept until it does")
-            else:
-                notes.actions.append(
-                    DeletePod(meta["name"], meta.get("uid", ""), "not needed and not started")
-                )
-            continue
-        if busy(record):
-            notes.waiting.append(
-                f"member {name} is not needed but runs jobs: kept (busy members are not removed yet)"
-            )
-            continue
-        if not record.drained:
-            notes.actions.append(Drain(name, drain_reason(nodeset.name)))
-            notes.actions.append(Event(DRAINING, f"draining idle member {name} before removing it"))
-            continue
-        notes.actions.append(DeletePod(meta["name"], meta.get("uid", ""), "not needed; drained and idle"))
-        notes.actions.append(
-            Event(DELETED, f"deleted Pod {name} on Node {node}: not needed, drained and idle")
+def _leaving(
+    nodeset: NodeSet, share: Share, members: list[Json], slurm: SlurmView, notes: _Notes
+) -> list[r.Leaving]:
+    """The members that must go this pass: those on Nodes that no longer qualify, those
+    beyond `replicas` (cheapest first, see removal.cost), and the roll-out's next ones."""
+    records = slurm.nodes or {}
+    by_node = {
+        (pod.get("spec") or {}).get("nodeName"): pod
+        for pod in members
+        if (pod.get("spec") or {}).get("nodeName")
+    }
+    leaving = [
+        r.Leaving(
+            by_node[n], _slurm_name(by_node[n]), n, f"moves off a Node that no longer qualifies ({why})"
         )
+        for n, why in sorted(share.unfit_members.items())
+        if n in by_node
+    ]
+
+    def cost(node: str) -> tuple[tuple[int, int, int], str]:
+        name = _slurm_name(by_node[node])
+        return (r.cost(nodeset.name, _running(by_node[node]), records.get(name), slurm.jobs_on(name)), name)
+
+    kept = [n for n in share.kept if n in by_node]
+    extra = len(kept) - share.wanted
+    surplus = sorted(kept, key=cost)[: max(0, extra)]
+    leaving += [r.Leaving(by_node[n], _slurm_name(by_node[n]), n, r.SCALE_IN) for n in surplus]
+    staying = [n for n in kept if n not in surplus]
+    leaving += _roll_out(nodeset, share, [by_node[n] for n in staying], slurm, cost, notes)
+    return leaving
+
+
+def _roll_out(
+    nodeset: NodeSet, share: Share, staying: list[Json], slurm: SlurmView, cost: Any, notes: _Notes
+) -> list[r.Leaving]:
+    """Members whose template is out of date, replaced through the removal path at most
+    maxUnavailable at a time; one that cannot be drained now is skipped and reported."""
+    records = slurm.nodes or {}
+    current = m.template_hash(nodeset)
+    outdated = [
+        p for p in staying if (p["metadata"].get("annotations") or {}).get(m.TEMPLATE_HASH) != current
+    ]
+    if not outdated:
+        return []
+    if nodeset.update.type == ON_DELETE:
+        notes.rollout = (
+            f"{len(outdated)} members run an outdated template (OnDelete: delete them to replace them)"
+        )
+        return []
+
+    def in_progress(pod: Json) -> bool:
+        record = records.get(_slurm_name(pod))
+        return bool(pod["metadata"].get("deletionTimestamp")) or (
+            record is not None and r.drained_by(nodeset.name, record)
+        )
+
+    def available(pod: Json) -> bool:
+        record = records.get(_slurm_name(pod))
+        return (
+            node_ready(pod) and record is not None and slurm_state(record) in ("idle", "allocated", "mixed")
+        )
+
+    def why_skipped(pod: Json) -> str | None:
+        """Why an outdated member cannot start its replacement now (then it is skipped,
+        reported, and does not hold up the others: a roll-out never wedges on it)."""
+        record = records.get(_slurm_name(pod))
+        if record is None:
+            return "not registered"
+        if record.drained or slurm_state(record) == "down":
+            return record.reason or slurm_state(record)
+        return None
+
+    going = [p for p in outdated if in_progress(p)]
+    candidates = [p for p in outdated if not in_progress(p)]
+    skipped = [f"{_slurm_name(p)} ({why})" for p in candidates if (why := why_skipped(p))]
+    ready = sum(1 for p in staying if available(p) and not in_progress(p))
+    slots = nodeset.update.budget(share.wanted) - max(0, share.wanted - ready - len(skipped))
+    for pod in sorted(candidates, key=lambda p: cost(p["spec"]["nodeName"])):
+        if slots > 0 and why_skipped(pod) is None:
+            going.append(pod)
+            slots -= 1
+    waiting = len(outdated) - len(going) - len(skipped)
+    parts = [f"{len(going)} of {len(outdated)} outdated members being replaced"]
+    if waiting:
+        parts.append(f"{waiting} wait for maxUnavailable {nodeset.update.max_unavailable}")
+    if skipped:
+        parts.append(f"skipped until they can be drained: {', '.join(skipped)}")
+    notes.rollout = "; ".join(parts)
+    return [r.Leaving(p, _slurm_name(p), p["spec"]["nodeName"], r.ROLL_OUT) for p in going]
+
+
+def _remove(
+    name: str, policy: DrainPolicy, leaving: list[r.Leaving], slurm: SlurmView, now: str, notes: _Notes
+) -> None:
+    records = slurm.nodes or {}
+    now_s = int(dt.datetime.strptime(now, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp())
+    for member in leaving:
+        step = r.step(
+            name, member, records.get(member.slurm_name), slurm.jobs_on(member.slurm_name), policy, now_s
+        )
+        notes.actions += step.actions
+        notes.waiting.append(step.message)
+        entry: Json = {
+            "slurmNode": member.slurm_name,
+            "pod": member.pod["metadata"]["name"],
+            "node": member.node,
+            "cause": member.cause,
+            "phase": step.phase,
+            "message": step.message,
+        }
+        if step.jobs:
+            entry["jobs"] = list(step.jobs)
+        if step.since:
+            entry["drainingSince"] = step.since
+        notes.removals.append(entry)
+
+
+def _resume_kept(
+    name: str, members: list[Json], leaving: list[r.Leaving], records: Mapping[str, SlurmNode], notes: _Notes
+) -> None:
+    """A member this NodeSet drained that is wanted again (a scale back up, an uncordon, a
+    roll-out undone) gets its drain lifted; nobody else's drain is ever touched."""
+    going = {member.slurm_name for member in leaving}
+    for pod in members:
+        slurm_name = _slurm_name(pod)
+        record = records.get(slurm_name)
+        if slurm_name in going or pod["metadata"].get("deletionTimestamp") or record is None:
+            continue
+        if r.drained_by(name, record):
+            notes.actions.append(Resume(slurm_name))
 
 
 def _clean_records(
-    nodeset: NodeSet,
+    name: str,
     members: list[Json],
-    share: Share,
+    share: Share | None,
     nodes: Mapping[str, Json],
-    records: Mapping[str, SlurmNode],
+    slurm: SlurmView,
     unseen: frozenset[str],
     notes: _Notes,
 ) -> None:
     """Slurm node records named like this NodeSet's members with no Pod behind them (a
     member removed, or lost with its Node) are deleted once they run no job."""
-    pattern = re.compile(rf"^{re.escape(nodeset.name)}-\d{{3}}-\d{{3}}$")
+    records = slurm.nodes or {}
     with_pods = {_slurm_name(p) for p in members}
-    about_to_be_made = {slurm_node_name(nodeset.name, nodes[n]) for n in share.new if n in nodes}
-    for name, record in sorted(records.items()):
-        if not pattern.match(name) or name in with_pods or name in unseen or name in about_to_be_made:
+    new = share.new if share is not None else []
+    about_to_be_made = {slurm_node_name(name, nodes[n]) for n in new if n in nodes}
+    for record_name in r.records_of(name, records):
+        if record_name in with_pods or record_name in unseen or record_name in about_to_be_made:
             continue
-        if busy(record):
+        if busy(records[record_name], slurm.jobs_on(record_name)):
             notes.waiting.append(
-                f"Slurm node {name} has no Pod but still lists jobs: its record is kept until they end"
+                f"Slurm node {record_name} has no Pod but still lists jobs: its record is kept until they end"
             )
             continue
-        notes.actions.append(DeleteSlurmNode(name, "its Pod is gone"))
-        notes.actions.append(Event(RECORD_DELETED, f"deleted Slurm node {name}: its Pod is gone"))
+        notes.actions.append(DeleteSlurmNode(record_name, "its Pod is gone"))
+        notes.actions.append(Event(RECORD_DELETED, f"deleted Slurm node {record_name}: its Pod is gone"))
 
 
 def _report_conflicts(nodeset: NodeSet, share: Share, notes: _Notes) -> None:
@@ -391,6 +466,7 @@ def _status(
     invalid: list[str] | None = None,
     share: Share | None = None,
     notes: _Notes | None = None,
+    deleting: bool = False,
 ) -> Json:
     live = [p for p in members if not (p.get("metadata") or {}).get("deletionTimestamp")]
     counts = dict.fromkeys(("idle", "allocated", "mixed", "draining", "drained", "down", "unknown"), 0)
@@ -472,6 +548,16 @@ def _status(
             summary = _feasibility_message(nodeset, share)
         if not slurm.known:
             summary = f"waiting for Slurm: {slurm.problem}"
+    if nodeset is not None and not invalid:
+        rollout = notes.rollout if notes else ""
+        condition(
+            "UpToDate",
+            not rollout,
+            "TemplateCurrent" if not rollout else "RollingOut",
+            rollout or "every member runs the current template",
+        )
+    if deleting:
+        summary = "Deleting: " + ("; ".join(notes.waiting) if notes and notes.waiting else "members removed")
     status: Json = {
         "observedGeneration": generation,
         "replicas": len(live),
@@ -482,6 +568,16 @@ def _status(
         "summary": summary[:300],
         "slurm": counts,
         "members": listed,
+        "removals": notes.removals if notes else [],
+        "updated": (
+            sum(
+                1
+                for pod in live
+                if (pod["metadata"].get("annotations") or {}).get(m.TEMPLATE_HASH) == m.template_hash(nodeset)
+            )
+            if nodeset is not None
+            else 0
+        ),
         "conditions": conditions,
     }
     return status

@@ -4,7 +4,9 @@ A Node qualifies for a NodeSet when it matches the nodeSelector and required nod
 every NoSchedule/NoExecute taint is tolerated, it is Ready and not cordoned, it has an IPv4
 internal address (for the member's name), and the slurmd container's requests fit beside
 the Pods already bound there. A Node that hosts a member keeps it while the member could
-stay (selection and taints still allow it; cordons and fit no longer matter).
+stay: selection and taints still allow it and it is not cordoned (a cordon is the first
+step of a Node's maintenance, so its member is drained and goes once idle); Readiness and
+fit no longer matter.
 
 The assignment is computed for every NodeSet at once, from the caches alone, and comes out
 the same whoever computes it: Nodes held by a member stay with their NodeSet; free Nodes
@@ -39,6 +41,7 @@ class Share:
     feasible: int = 0  # Nodes that qualify and no other NodeSet holds
     held_by_others: dict[str, str] = field(default_factory=dict)  # Node -> the NodeSet holding it
     unfit: dict[str, str] = field(default_factory=dict)  # Node -> why it does not qualify
+    unfit_members: dict[str, str] = field(default_factory=dict)  # Node -> why its member must go
 
 
 def member_nodeset(pod: Json) -> str | None:
@@ -63,6 +66,8 @@ def may_stay(nodeset: NodeSet, node: Json) -> str | None:
     taints = untolerated_taints(nodeset.selection, node)
     if taints:
         return f"Node {name} has taints the NodeSet does not tolerate: {', '.join(taints)}"
+    if (node.get("spec") or {}).get("unschedulable"):
+        return f"Node {name} is cordoned"
     return None
 
 
@@ -128,10 +133,13 @@ def assign(
     taken = dict(held)  # Node -> NodeSet, growing as free Nodes are handed out
     for nodeset in sorted(nodesets, key=lambda ns: (ns.created, ns.name)):
         share = shares[nodeset.name]
+        for n, owner in held.items():
+            if owner == nodeset.name:
+                why = may_stay(nodeset, nodes[n]) if n in nodes else f"Node {n} is gone"
+                if why is not None:
+                    share.unfit_members[n] = why
         kept = sorted(
-            n
-            for n, owner in held.items()
-            if owner == nodeset.name and n in nodes and may_stay(nodeset, nodes[n]) is None
+            n for n, owner in held.items() if owner == nodeset.name and n not in share.unfit_members
         )
         offered: list[str] = []
         for name in sorted(nodes):
@@ -152,6 +160,8 @@ def assign(
                 offered.append(name)
         share.feasible = len(kept) + len(offered)
         share.wanted = share.feasible if nodeset.replicas is None else nodeset.replicas
+        if nodeset.deleting:
+            share.wanted = 0
         share.kept = kept
         share.new = offered[: max(0, share.wanted - len(kept))]
         for name in share.new:

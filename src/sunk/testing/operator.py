@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -14,15 +15,18 @@ from sunk.operator import members as m
 from sunk.operator.controller import NodeSetController
 from sunk.operator.nodeset import API_VERSION
 from sunk.operator.plan import SlurmView
+from sunk.operator.removal import jobs_by_node
 from sunk.runtime.controller import Outcome
 from sunk.slurm.errors import SlurmError, SlurmUnavailable
-from sunk.slurm.models import SlurmNode
+from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.testing.fakes import Failures, MemoryCache
 
 Json = dict[str, Any]
 NAMESPACE = "slurm"
 SETTINGS = m.Settings("slurm", "slurm-controller.slurm.svc.cluster.local:6817", "slurm-auth")
 IMAGE = "registry.example/slurmd:24.11"
+NOW = "2026-11-24T12:00:00Z"
+NOW_S = 1795521600  # NOW in epoch seconds
 _uids = itertools.count(1)
 
 
@@ -71,6 +75,24 @@ class FakeOperatorKube:
         obj["status"] = copy.deepcopy(status)
         return obj
 
+    async def patch_merge(self, path: str, patch: Json) -> Json:
+        """Only what the operator patches: a NodeSet's finalizers, guarded by resourceVersion.
+        A deleted NodeSet whose last finalizer goes leaves the cache, as in the API server."""
+        self.failures.check("patch_merge")
+        name = path.rsplit("/", 1)[-1]
+        self.calls.append(("patch_merge", name))
+        obj = self.nodesets.get(f"{NAMESPACE}/{name}")
+        if obj is None:
+            raise KubeError(404, "not found")
+        meta = patch["metadata"]
+        if meta.get("resourceVersion") not in (None, obj["metadata"].get("resourceVersion")):
+            raise KubeError(409, "the object has been modified")
+        obj["metadata"]["finalizers"] = list(meta["finalizers"])
+        obj["metadata"]["resourceVersion"] = str(int(obj["metadata"].get("resourceVersion") or 0) + 1)
+        if obj["metadata"].get("deletionTimestamp") and not obj["metadata"]["finalizers"]:
+            self.nodesets.store.pop(f"{NAMESPACE}/{name}")
+        return obj
+
     async def create_event(self, namespace: str, event: Json) -> None:
         name = event["metadata"]["name"]
         if any(e["metadata"]["name"] == name for e in self.events):
@@ -89,9 +111,11 @@ class FakeOperatorSlurm:
 
     def __init__(self, partitions: tuple[str, ...] = ("batch",)) -> None:
         self.records: dict[str, SlurmNode] = {}
+        self.running: dict[int, SlurmJob] = {}
         self.partition_names = set(partitions)
         self.calls: list[tuple[str, ...]] = []
         self.failures = Failures()
+        self.clock = NOW_S  # what slurmctld stamps a drain with (epoch seconds)
 
     def fail(self, call: str, error: SlurmError | None = None, times: int = 1) -> None:
         self.failures.fail(call, error or SlurmUnavailable("slurmrestd is down"), times)
@@ -104,6 +128,17 @@ class FakeOperatorSlurm:
         self.failures.check("partitions")
         return sorted(self.partition_names)
 
+    async def jobs(self) -> list[SlurmJob]:
+        self.failures.check("jobs")
+        return list(self.running.values())
+
+    async def cancel(self, job_id: int) -> None:
+        self.failures.check("cancel")
+        self.calls.append(("cancel", str(job_id)))
+        job = self.running.pop(job_id, None)
+        if job is not None and not any(job.nodes[0] in j.nodes for j in self.running.values()):
+            self.end_jobs(job.nodes[0])
+
     async def delete_node(self, name: str) -> None:
         self.failures.check("delete_node")
         self.calls.append(("delete_node", name))
@@ -112,7 +147,9 @@ class FakeOperatorSlurm:
     async def drain(self, node: str, reason: str) -> str | None:
         self.calls.append(("drain", node, reason))
         record = self.records[node]
-        self.records[node] = replace(record, flags=(*record.flags, "DRAIN"), reason=reason)
+        self.records[node] = replace(
+            record, flags=(*record.flags, "DRAIN"), reason=reason, reason_changed_at=self.clock
+        )
         return None
 
     async def resume(self, node: str) -> str | None:
@@ -128,10 +165,21 @@ class FakeOperatorSlurm:
             name, state.lower(), (), "", cpus=4, alloc_cpus=alloc_cpus, address=address
         )
 
-    def run_job(self, name: str) -> None:
-        self.records[name] = replace(self.records[name], state="allocated", alloc_cpus=1)
+    def run_job(self, name: str, *, end_time: int = 0) -> int:
+        """A job starts on node `name`; returns its ID."""
+        job_id = 100 + len(self.running) + len(self.calls)
+        while job_id in self.running:
+            job_id += 1
+        self.running[job_id] = SlurmJob(
+            job_id, f"job-{job_id}", "RUNNING", "", (name,), "", 0, 0, "batch", 60, 1, end_time=end_time
+        )
+        words = self.records[name].flags
+        self.records[name] = replace(self.records[name], state="allocated", alloc_cpus=1, flags=words)
+        return job_id
 
     def end_jobs(self, name: str) -> None:
+        for job_id in [j for j, job in self.running.items() if name in job.nodes]:
+            del self.running[job_id]
         self.records[name] = replace(self.records[name], state="idle", alloc_cpus=0)
 
     def drain_as_admin(self, name: str, reason: str = "bad DIMM") -> None:
@@ -189,6 +237,7 @@ class OperatorWorld:
     nodesets: MemoryCache = field(default_factory=MemoryCache)
     slurm: FakeOperatorSlurm = field(default_factory=FakeOperatorSlurm)
     view: SlurmView = field(default_factory=SlurmView)
+    now: str = NOW
 
     def __post_init__(self) -> None:
         self.kube = FakeOperatorKube(self.pods, self.nodesets)
@@ -206,7 +255,7 @@ class OperatorWorld:
             settings=SETTINGS,
             default_image=IMAGE,
             recorder=Recorder(self.kube, "sunk-operator", "test"),  # type: ignore[arg-type]
-            clock=lambda: "2026-11-24T12:00:00Z",
+            clock=lambda: self.now,
         )
 
     def add_node(self, name: str, address: str, **kw: Any) -> None:
@@ -214,6 +263,23 @@ class OperatorWorld:
 
     def add_nodeset(self, name: str, **kw: Any) -> None:
         self.nodesets.put(nodeset(name, **kw))
+
+    def spec(self, name: str) -> Json:
+        """The NodeSet's spec, to change in place (as `kubectl edit` would)."""
+        obj = self.nodesets.get(f"{NAMESPACE}/{name}")
+        assert obj is not None
+        obj["metadata"]["generation"] += 1
+        spec: Json = obj["spec"]
+        return spec
+
+    def delete_nodeset(self, name: str) -> None:
+        """As the API server does: gone at once without finalizers, else marked."""
+        obj = self.nodesets.get(f"{NAMESPACE}/{name}")
+        assert obj is not None
+        if obj["metadata"].get("finalizers"):
+            obj["metadata"]["deletionTimestamp"] = self.now
+        else:
+            self.nodesets.store.pop(f"{NAMESPACE}/{name}")
 
     def status(self, name: str) -> Json:
         return (self.nodesets.get(f"{NAMESPACE}/{name}") or {}).get("status") or {}
@@ -233,10 +299,13 @@ class OperatorWorld:
         """The Slurm poller's listing."""
         try:
             nodes, partitions = await self.slurm.nodes(), await self.slurm.partitions()
+            jobs = await self.slurm.jobs()
         except SlurmError as err:
             self.view = SlurmView(problem=str(err))
             return
-        self.view = SlurmView({n.name: n for n in nodes}, frozenset(partitions))
+        self.view = SlurmView(
+            {n.name: n for n in nodes}, frozenset(partitions), jobs_by_node(jobs), listed_at=time.monotonic()
+        )
 
     async def reconcile(self, name: str) -> Outcome:
         await self.poll()

@@ -1,0 +1,70 @@
+"""What a NodeSet plan asks for, in order: typed, so the plan stays pure and the controller
+is the only place that talks to Kubernetes and Slurm."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class CreatePod:
+    pod: Json
+
+
+@dataclass(frozen=True)
+class DeletePod:
+    name: str
+    uid: str
+    why: str
+
+
+@dataclass(frozen=True)
+class DeleteSlurmNode:
+    name: str
+    why: str
+
+
+@dataclass(frozen=True)
+class Drain:
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class Resume:
+    name: str
+
+
+@dataclass(frozen=True)
+class CancelJob:
+    job_id: int
+    why: str
+
+
+@dataclass(frozen=True)
+class SetFinalizer:
+    """Add (present) or remove the NodeSet's finalizer, so that its deletion waits until
+    every member left the job-safe way."""
+
+    present: bool
+
+
+@dataclass(frozen=True)
+class Event:
+    reason: str
+    note: str
+    warning: bool = False
+    once_as: str | None = None  # a name that makes the Event unique (recorded once)
+
+
+@dataclass(frozen=True)
+class PatchStatus:
+    status: Json
+
+
+Action = (
+    CreatePod | DeletePod | DeleteSlurmNode | Drain | Resume | CancelJob | SetFinalizer | Event | PatchStatus
+)

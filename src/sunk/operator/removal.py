@@ -1,0 +1,238 @@
+"""The one job-safe path a member takes when it must go, whatever the cause.
+
+A member goes when the NodeSet scales in, when its Node is cordoned or no longer fits the
+selection, when its template is out of date (a roll-out), and when the NodeSet is deleted.
+Each time the same steps, one per pass, each taken only on a Slurm listing that shows the
+previous one done:
+
+1. drain its Slurm node, the reason naming the NodeSet and the cause (a node someone else
+   drained stays drained under their reason; sunk never rewrites or lifts it);
+2. wait until Slurm lists neither an allocation nor a job on it (no timeout by default;
+   with `spec.drain.timeout` it is reported, or its jobs cancelled, once the drain is older);
+3. delete the Pod;
+4. delete the Slurm node record (sunk.operator.plan, once the Pod is gone).
+
+A member Slurm has no record of while its Pod runs is not touched: that is a listing sunk
+cannot trust, not an idle node. Which members go first when only some must (scale-in, a
+roll-out's budget) is `cost`: see its docstring.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from sunk.operator.actions import Action, CancelJob, DeletePod, Drain, Event
+from sunk.operator.nodeset import CANCEL_JOBS, DrainPolicy
+from sunk.slurm.models import SlurmJob, SlurmNode
+
+Json = dict[str, Any]
+DRAIN_PREFIX = "sunk: NodeSet"
+
+SCALE_IN = "scales in"
+ROLL_OUT = "replaces members with an outdated template"
+DELETED = "is being deleted"
+
+# Event reasons
+DRAINING = "DrainingMember"
+DELETED_EVENT = "SuccessfulDelete"
+DRAIN_TIMED_OUT = "DrainTimedOut"
+JOB_CANCELLED = "JobCancelledAfterDrainTimeout"
+
+
+def drain_reason(nodeset: str, cause: str) -> str:
+    return f"{DRAIN_PREFIX} {nodeset} {cause}"
+
+
+def drained_by(nodeset: str, record: SlurmNode) -> bool:
+    """Drained by this NodeSet (whatever the cause), not by an administrator or Slurm."""
+    return record.drained and record.reason.startswith(f"{DRAIN_PREFIX} {nodeset} ")
+
+
+def busy(record: SlurmNode, jobs: tuple[SlurmJob, ...] = ()) -> bool:
+    """Slurm has handed out some of it, a job is finishing there, or a job lists it."""
+    words = {record.state.upper(), *(f.upper() for f in record.flags)}
+    return bool(jobs) or record.in_use or bool(words & {"ALLOCATED", "MIXED", "COMPLETING"})
+
+
+def jobs_by_node(jobs: list[SlurmJob]) -> dict[str, tuple[SlurmJob, ...]]:
+    """Node name → the jobs that hold it now (started and not yet ended)."""
+    held: dict[str, list[SlurmJob]] = {}
+    for job in jobs:
+        if job.active and not job.pending:
+            for node in job.nodes:
+                held.setdefault(node, []).append(job)
+    return {node: tuple(sorted(js, key=lambda j: j.job_id)) for node, js in held.items()}
+
+
+@dataclass(frozen=True)
+class Leaving:
+    """A member that must go, and why (one of the causes above, or its Node's problem)."""
+
+    pod: Json
+    slurm_name: str
+    node: str
+    cause: str
+
+
+@dataclass
+class Step:
+    """What one pass does for a leaving member: actions and what the status shows."""
+
+    actions: list[Action] = field(default_factory=list)
+    phase: str = "Draining"
+    message: str = ""
+    jobs: tuple[int, ...] = ()
+    since: str = ""
+
+
+def cost(
+    nodeset: str, running: bool, record: SlurmNode | None, jobs: tuple[SlurmJob, ...]
+) -> tuple[int, int, int]:
+    """Which members go first when only some must: lower goes first.
+
+    Idle members before busy ones, always: members that never started, then idle ones this
+    NodeSet already drains, then idle ones, then idle ones someone else drained (kept for
+    whoever is looking into them). Then busy ones: those this NodeSet already drains (a
+    removal under way is finished, not moved to another busy member), then the fewest jobs,
+    then the one whose last job is due to end soonest. Ties: by Slurm node name. So a
+    member drained on a listing that had not yet shown its new job is given back as soon as
+    an idle one can go instead."""
+    if not running or record is None:
+        return (0, 0, 0)
+    ours = drained_by(nodeset, record)
+    if not busy(record, jobs):
+        return (1, 0, 0) if ours else (3, 0, 0) if record.drained else (2, 0, 0)
+    return (4 if ours else 5, len(jobs), _last_end(jobs))
+
+
+def _last_end(jobs: tuple[SlurmJob, ...]) -> int:
+    ends = [job.end_time or 2**62 for job in jobs]  # no end known: as late as can be
+    return max(ends, default=0)
+
+
+def step(
+    nodeset: str,
+    leaving: Leaving,
+    record: SlurmNode | None,
+    jobs: tuple[SlurmJob, ...],
+    policy: DrainPolicy,
+    now_s: int,
+) -> Step:
+    """The next step for one leaving member (at most one of the path's steps per pass)."""
+    meta = leaving.pod.get("metadata") or {}
+    name = leaving.slurm_name
+    if meta.get("deletionTimestamp"):
+        return Step(phase="Deleting", message=f"member {name} is terminating")
+    running = (leaving.pod.get("status") or {}).get("phase") == "Running"
+    if record is None:
+        if running:
+            return Step(
+                phase="Waiting",
+                message=f"member {name} runs but Slurm lists no node {name}: kept until it does",
+            )
+        done = Step(phase="Deleting", message=f"member {name} never started; deleting it")
+        done.actions.append(DeletePod(meta["name"], meta.get("uid", ""), f"{leaving.cause}; not started"))
+        return done
+    if not record.drained:
+        drain = Step(message=f"draining member {name}: NodeSet {nodeset} {leaving.cause}")
+        drain.actions += [
+            Drain(name, drain_reason(nodeset, leaving.cause)),
+            Event(DRAINING, _draining_note(nodeset, name, leaving.cause, jobs)),
+        ]
+        drain.jobs = tuple(j.job_id for j in jobs)
+        return drain
+    if busy(record, jobs):
+        return _wait_for_jobs(nodeset, leaving, record, jobs, policy, now_s)
+    gone = Step(phase="Deleting", message=f"deleting member {name}: drained and idle")
+    gone.actions += [
+        DeletePod(meta["name"], meta.get("uid", ""), f"NodeSet {nodeset} {leaving.cause}; drained and idle"),
+        Event(
+            DELETED_EVENT,
+            f"deleted Pod {meta['name']} on Node {leaving.node}: NodeSet {nodeset} {leaving.cause}; "
+            "its Slurm node was drained and idle",
+        ),
+    ]
+    return gone
+
+
+def _wait_for_jobs(
+    nodeset: str,
+    leaving: Leaving,
+    record: SlurmNode,
+    jobs: tuple[SlurmJob, ...],
+    policy: DrainPolicy,
+    now_s: int,
+) -> Step:
+    name = leaving.slurm_name
+    ids = tuple(j.job_id for j in jobs)
+    listed = (
+        f"job{'s' if len(ids) > 1 else ''} {', '.join(str(i) for i in ids)}"
+        if ids
+        else "a job still completing"
+    )
+    wait = Step(jobs=ids, message=f"member {name} drains: waits for {listed}")
+    ours = drained_by(nodeset, record)
+    if ours and record.reason_changed_at:
+        wait.since = _iso(record.reason_changed_at)
+    if not record.reason.startswith(DRAIN_PREFIX):
+        wait.message += f" (drained by someone else: {record.reason or 'no reason given'})"
+    timeout = policy.timeout_s
+    if timeout is None or not ours or not record.reason_changed_at:
+        return wait
+    late = now_s - record.reason_changed_at - timeout
+    if late < 0:
+        return wait
+    wait.phase = "DrainTimedOut"
+    if policy.on_timeout == CANCEL_JOBS:
+        wait.message = f"member {name} drained for longer than spec.drain.timeout: cancelling {listed}"
+        for job in jobs:
+            why = f"its node {name} must go (NodeSet {nodeset} {leaving.cause}) and spec.drain.timeout passed"
+            wait.actions.append(CancelJob(job.job_id, why))
+            wait.actions.append(
+                Event(
+                    JOB_CANCELLED,
+                    f"cancelled Slurm job {job.job_id} ({job.name}): {why}",
+                    warning=True,
+                    once_as=f"{nodeset}.cancel.{job.job_id}",
+                )
+            )
+        return wait
+    wait.message = f"member {name} drained for longer than spec.drain.timeout; still waits for {listed}"
+    wait.actions.append(
+        Event(
+            DRAIN_TIMED_OUT,
+            f"Slurm node {name} has drained for longer than spec.drain.timeout and still runs {listed}; "
+            "it is kept until they end (set spec.drain.onTimeout: CancelJobs to end them)",
+            warning=True,
+            once_as=f"{nodeset}.timeout.{name}.{record.reason_changed_at}",
+        )
+    )
+    return wait
+
+
+def _draining_note(nodeset: str, name: str, cause: str, jobs: tuple[SlurmJob, ...]) -> str:
+    if not jobs:
+        return f"draining member {name} (NodeSet {nodeset} {cause}); it is idle and goes next"
+    ids = ", ".join(str(j.job_id) for j in jobs)
+    return f"draining member {name} (NodeSet {nodeset} {cause}); it goes once its jobs end: {ids}"
+
+
+def _iso(epoch: int) -> str:
+    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def records_of(nodeset: str, records: Mapping[str, SlurmNode]) -> list[str]:
+    """Slurm node names shaped like this NodeSet's members (<name>-ddd-ddd)."""
+    prefix = f"{nodeset}-"
+    return sorted(
+        n
+        for n in records
+        if n.startswith(prefix)
+        and len(rest := n[len(prefix) :]) == 7
+        and rest[3] == "-"
+        and rest[:3].isdigit()
+        and rest[4:].isdigit()
+    )

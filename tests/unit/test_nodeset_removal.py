@@ -1,0 +1,368 @@
+"""Members that must go take one job-safe path (R10.5): drain with a reason naming the
+NodeSet and the cause, wait until Slurm shows no job there, delete the Pod, delete the
+record. Scale-in, a cordoned Node, a roll-out and the NodeSet's deletion all take it; every
+"is it safe?" read fails closed, and nobody else's drain is touched."""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+
+from sunk.kube.client import KubeError
+from sunk.operator import plan as p
+from sunk.testing.operator import NOW_S, OperatorWorld
+
+MEMBERS = ["a-001-011", "a-002-012", "a-003-013"]
+
+
+async def three_members(**spec: object) -> OperatorWorld:
+    world = OperatorWorld()
+    for i in range(1, 4):
+        world.add_node(f"node-{i}", f"10.64.{i}.{i + 10}")
+    world.add_nodeset("a", replicas=3, **spec)
+    await world.settle("a")
+    assert sorted(world.members("a")) == MEMBERS
+    return world
+
+
+def drains(world: OperatorWorld) -> list[tuple[str, ...]]:
+    return [c[1:] for c in world.slurm.calls if c[0] == "drain"]
+
+
+def pod_deletes(world: OperatorWorld) -> list[str]:
+    return [c[1] for c in world.kube.calls if c[0] == "delete_pod"]
+
+
+def bump_image(world: OperatorWorld, image: str = "registry.example/slurmd:24.11.1") -> None:
+    world.spec("a")["image"] = image
+
+
+def hashes(world: OperatorWorld) -> dict[str, str]:
+    return {
+        n: pod["metadata"]["annotations"]["sunk.coreweave.com/template-hash"]
+        for n, pod in world.members("a").items()
+    }
+
+
+# -- scale-in ---------------------------------------------------------------------------------
+async def test_r10_5_scaling_three_to_one_removes_the_idle_two_and_keeps_the_busy_one_undrained() -> None:
+    world = await three_members()
+    world.slurm.run_job("a-002-012")
+    world.spec("a")["replicas"] = 1
+    await world.settle("a")
+    assert list(world.members("a")) == ["a-002-012"]
+    assert {d[0] for d in drains(world)} == {"a-001-011", "a-003-013"}
+    assert set(world.slurm.records) == {"a-002-012"}  # the removed members' records went too
+    assert not world.slurm.records["a-002-012"].drained
+
+
+async def test_r10_5_a_busy_member_that_must_go_is_drained_and_goes_only_after_its_job() -> None:
+    world = await three_members()
+    job = world.slurm.run_job("a-001-011")
+    world.spec("a")["replicas"] = 2
+    for _ in range(3):
+        world.slurm.run_job("a-002-012")  # the others are busier: a-001-011 is the cheapest
+        world.slurm.run_job("a-003-013")
+    await world.settle("a")
+    assert drains(world) == [("a-001-011", "sunk: NodeSet a scales in")]
+    assert "a-001-011" in world.members("a") and not pod_deletes(world)
+    [removal] = world.status("a")["removals"]
+    assert removal["jobs"] == [job] and removal["phase"] == "Draining"
+    assert removal["drainingSince"] == "2026-11-24T12:00:00Z"
+    world.slurm.end_jobs("a-001-011")
+    await world.settle("a")
+    assert pod_deletes(world) == ["a-001-011"] and "a-001-011" not in world.slurm.records
+    assert world.status("a")["removals"] == []
+
+
+async def test_r10_5_among_busy_members_the_one_whose_jobs_end_soonest_goes() -> None:
+    world = await three_members()
+    world.slurm.run_job("a-001-011", end_time=NOW_S + 7200)
+    world.slurm.run_job("a-002-012", end_time=NOW_S + 60)
+    world.slurm.run_job("a-003-013", end_time=NOW_S + 3600)
+    world.spec("a")["replicas"] = 2
+    await world.settle("a")
+    assert [d[0] for d in drains(world)] == ["a-002-012"]
+
+
+async def test_r10_5_a_busy_removal_in_progress_is_not_moved_to_another_busy_member() -> None:
+    world = await three_members()
+    world.slurm.run_job("a-001-011")
+    world.slurm.run_job("a-002-012")
+    world.slurm.run_job("a-003-013", end_time=NOW_S + 10)
+    world.spec("a")["replicas"] = 2
+    await world.reconcile("a")
+    assert [d[0] for d in drains(world)] == ["a-003-013"]
+    world.slurm.run_job("a-003-013")  # now the busiest, but already draining
+    await world.settle("a")
+    assert [d[0] for d in drains(world)] == ["a-003-013"]
+    assert not [c for c in world.slurm.calls if c[0] == "resume"]
+
+
+async def test_r10_5_a_member_drained_before_its_job_showed_is_given_back_for_an_idle_one() -> None:
+    """The listing a victim is chosen on may not show a job that just started there."""
+    world = await three_members()
+    world.spec("a")["replicas"] = 2
+    await world.reconcile("a")
+    [(first, _)] = drains(world)
+    world.slurm.run_job(first)  # it had started just before the drain
+    await world.settle("a")
+    assert [c[1] for c in world.slurm.calls if c[0] == "resume"] == [first]
+    assert first in world.members("a") and len(world.members("a")) == 2
+    assert not world.slurm.records[first].drained
+
+
+async def test_r10_5_a_job_slurm_lists_on_a_node_counts_even_if_the_record_looks_idle() -> None:
+    world = await three_members()
+    world.slurm.run_job("a-001-011")
+    world.slurm.records["a-001-011"] = world.slurm.records["a-001-011"].__class__(
+        "a-001-011", "idle", (), "", cpus=4, address="10.64.0.2"
+    )  # the node listing lags behind the job listing
+    world.spec("a")["replicas"] = 0
+    await world.settle("a")
+    assert "a-001-011" in world.members("a")
+    assert "waits for job" in world.condition("a", "Ready")["message"]
+
+
+async def test_r10_5_a_stale_listing_removes_nothing() -> None:
+    world = await three_members()
+    world.spec("a")["replicas"] = 0
+    await world.poll()
+    world.view = dataclasses.replace(world.view, listed_at=time.monotonic() - 61)  # a poller stuck for 61 s
+    await world.controller.reconcile("slurm/a")
+    assert not drains(world) and not pod_deletes(world)
+    assert "old" in world.condition("a", "SlurmReachable")["message"]
+
+
+async def test_r10_5_a_failed_job_listing_removes_nothing() -> None:
+    world = await three_members()
+    world.spec("a")["replicas"] = 0
+    world.slurm.fail("jobs", times=10)
+    await world.reconcile("a")
+    assert not drains(world) and not pod_deletes(world)
+    assert world.condition("a", "SlurmReachable")["status"] == "False"
+
+
+async def test_r10_5_an_administrators_drain_on_a_leaving_member_is_kept_and_it_goes_once_idle() -> None:
+    world = await three_members()
+    world.slurm.drain_as_admin("a-001-011", "bad GPU")
+    world.slurm.drain_as_admin("a-002-012", "bad DIMM")
+    world.slurm.drain_as_admin("a-003-013", "bad NIC")
+    job = world.slurm.run_job("a-001-011")
+    world.spec("a")["replicas"] = 0
+    await world.settle("a")
+    assert not drains(world)  # their drains stay as the administrator wrote them
+    assert list(world.members("a")) == ["a-001-011"]
+    assert world.slurm.records["a-001-011"].reason == "bad GPU"
+    assert (
+        f"waits for job {job} (drained by someone else: bad GPU)" in world.condition("a", "Ready")["message"]
+    )
+
+
+# -- a Node's maintenance --------------------------------------------------------------------
+async def test_r10_5_a_cordoned_nodes_member_is_drained_replaced_and_removed_only_when_idle() -> None:
+    world = await three_members()
+    world.add_node("node-4", "10.64.4.14")
+    job = world.slurm.run_job("a-001-011")
+    world.nodes.get("node-1")["spec"]["unschedulable"] = True  # type: ignore[index]
+    await world.settle("a")
+    assert drains(world) == [
+        ("a-001-011", "sunk: NodeSet a moves off a Node that no longer qualifies (Node node-1 is cordoned)")
+    ]
+    assert sorted(world.members("a")) == ["a-001-011", *MEMBERS[1:], "a-004-014"]  # replaced at once
+    assert world.status("a")["removals"][0]["jobs"] == [job]
+    world.slurm.end_jobs("a-001-011")
+    await world.settle("a")
+    assert sorted(world.members("a")) == [*MEMBERS[1:], "a-004-014"]
+    assert "a-001-011" not in world.slurm.records
+
+
+async def test_r10_5_an_uncordon_before_the_member_went_lifts_our_drain() -> None:
+    world = await three_members()
+    world.slurm.run_job("a-001-011")
+    node = world.nodes.get("node-1")
+    node["spec"]["unschedulable"] = True  # type: ignore[index]
+    await world.settle("a")
+    node["spec"]["unschedulable"] = False  # type: ignore[index]
+    await world.settle("a")
+    assert [c[1] for c in world.slurm.calls if c[0] == "resume"] == ["a-001-011"]
+    assert not world.slurm.records["a-001-011"].drained
+
+
+# -- roll-outs --------------------------------------------------------------------------------
+async def test_r10_5_an_image_change_replaces_members_one_at_a_time() -> None:
+    world = await three_members()
+    before = hashes(world)
+    bump_image(world)
+    replaced: list[list[str]] = []
+    for _ in range(12):
+        await world.reconcile("a")
+        in_flight = [d[0] for d in drains(world) if d[0] not in [x for xs in replaced for x in xs]]
+        replaced.append(in_flight)
+        assert len({x for x in in_flight}) <= 1  # maxUnavailable 1: one member out at a time
+        world.kubelet()
+        world.slurmd()
+    after = hashes(world)
+    assert sorted(after) == MEMBERS and all(after[n] != before[n] for n in MEMBERS)
+    assert [d[1] for d in drains(world)] == ["sunk: NodeSet a replaces members with an outdated template"] * 3
+    assert world.condition("a", "UpToDate")["status"] == "True"
+    assert world.status("a")["updated"] == 3
+
+
+async def test_r10_5_max_unavailable_two_replaces_two_at_once() -> None:
+    world = await three_members(updateStrategy={"rollingUpdate": {"maxUnavailable": 2}})
+    bump_image(world)
+    await world.reconcile("a")
+    assert len(drains(world)) == 2
+    assert "1 wait for maxUnavailable 2" in world.condition("a", "UpToDate")["message"]
+
+
+async def test_r10_5_a_busy_outdated_member_holds_its_slot_until_its_jobs_end() -> None:
+    world = await three_members()
+    for name in MEMBERS:
+        world.slurm.run_job(name)
+    bump_image(world)
+    await world.settle("a")
+    assert len(drains(world)) == 1 and not pod_deletes(world)  # the others keep working
+    [removal] = world.status("a")["removals"]
+    assert removal["cause"] == "replaces members with an outdated template"
+
+
+async def test_r10_5_a_member_that_cannot_be_drained_is_skipped_and_reported() -> None:
+    world = await three_members()
+    world.slurm.drain_as_admin("a-001-011", "bad GPU")
+    bump_image(world)
+    await world.settle("a", rounds=8)
+    assert "a-001-011" not in {d[0] for d in drains(world)}
+    assert hashes(world)["a-001-011"] != hashes(world)["a-002-012"]  # the others rolled on
+    assert (
+        "skipped until they can be drained: a-001-011 (bad GPU)"
+        in world.condition("a", "UpToDate")["message"]
+    )
+
+
+async def test_r10_5_on_delete_replaces_nothing_by_itself() -> None:
+    world = await three_members(updateStrategy={"type": "OnDelete"})
+    bump_image(world)
+    await world.settle("a")
+    assert not drains(world) and not pod_deletes(world)
+    assert "OnDelete" in world.condition("a", "UpToDate")["message"]
+
+
+async def test_r10_5_a_roll_out_undone_lifts_its_drain() -> None:
+    world = await three_members()
+    world.slurm.run_job("a-001-011")
+    world.slurm.run_job("a-002-012")
+    world.slurm.run_job("a-003-013")
+    image = world.spec("a").get("image")
+    bump_image(world)
+    await world.settle("a")
+    [(drained, _)] = drains(world)
+    world.spec("a")["image"] = image
+    await world.settle("a")
+    assert [c[1] for c in world.slurm.calls if c[0] == "resume"] == [drained]
+
+
+# -- the drain timeout ------------------------------------------------------------------------
+async def test_r10_5_by_default_a_drain_waits_for_ever() -> None:
+    world = await three_members()
+    world.slurm.run_job("a-001-011")
+    world.spec("a")["replicas"] = 0
+    await world.settle("a")
+    world.now = "2027-11-24T12:00:00Z"  # a year later
+    await world.settle("a")
+    assert "a-001-011" in world.members("a") and not world.kube.notes("DrainTimedOut")
+    assert not [c for c in world.slurm.calls if c[0] == "cancel"]
+
+
+async def test_r10_5_a_drain_timeout_reports_and_keeps_the_jobs() -> None:
+    world = await three_members(drain={"timeout": "2h"})
+    world.slurm.run_job("a-001-011")
+    world.spec("a")["replicas"] = 0
+    await world.settle("a")
+    world.now = "2026-11-24T14:00:01Z"
+    await world.settle("a")
+    assert len(world.kube.notes("DrainTimedOut")) == 1
+    assert not [c for c in world.slurm.calls if c[0] == "cancel"]
+    assert world.status("a")["removals"][0]["phase"] == "DrainTimedOut"
+
+
+async def test_r10_5_a_drain_timeout_with_cancel_jobs_cancels_each_job_with_an_event() -> None:
+    world = await three_members(drain={"timeout": "2h", "onTimeout": "CancelJobs"})
+    jobs = [world.slurm.run_job("a-001-011"), world.slurm.run_job("a-001-011")]
+    world.spec("a")["replicas"] = 0
+    await world.settle("a")
+    world.now = "2026-11-24T13:59:00Z"
+    await world.settle("a")
+    assert not [c for c in world.slurm.calls if c[0] == "cancel"]  # not yet
+    world.now = "2026-11-24T14:00:01Z"
+    await world.settle("a")
+    assert sorted(int(c[1]) for c in world.slurm.calls if c[0] == "cancel") == jobs
+    assert len(world.kube.notes("JobCancelledAfterDrainTimeout")) == 2
+    assert "a-001-011" not in world.members("a")
+
+
+# -- deleting the NodeSet ---------------------------------------------------------------------
+async def test_r10_5_a_deleted_nodeset_removes_its_members_job_safely_then_goes() -> None:
+    world = await three_members()
+    assert world.nodesets.get("slurm/a")["metadata"]["finalizers"] == [p.FINALIZER]  # type: ignore[index]
+    world.slurm.run_job("a-002-012")
+    world.delete_nodeset("a")
+    await world.settle("a")
+    assert list(world.members("a")) == ["a-002-012"]
+    assert set(world.slurm.records) == {"a-002-012"}
+    assert world.status("a")["summary"].startswith("Deleting: ")
+    assert world.nodesets.get("slurm/a") is not None
+    world.slurm.end_jobs("a-002-012")
+    await world.settle("a")
+    assert not world.members("a") and not world.slurm.records
+    assert world.nodesets.get("slurm/a") is None  # the finalizer went last
+
+
+async def test_r10_5_a_deleted_nodeset_removes_nothing_while_slurm_cannot_be_read() -> None:
+    world = await three_members()
+    world.delete_nodeset("a")
+    world.slurm.fail("nodes", times=10)
+    await world.settle("a")
+    assert len(world.members("a")) == 3 and world.nodesets.get("slurm/a") is not None
+
+
+async def test_r10_5_a_deleted_invalid_nodeset_still_removes_its_members_safely() -> None:
+    world = await three_members()
+    world.spec("a")["replicas"] = "many"
+    world.delete_nodeset("a")
+    await world.settle("a")
+    assert not world.members("a") and world.nodesets.get("slurm/a") is None
+    assert len(drains(world)) == 3
+
+
+# -- bad input --------------------------------------------------------------------------------
+async def test_r10_5_bad_removal_settings_are_refused_naming_the_field_and_nothing_changes() -> None:
+    for spec, field in [
+        ({"drain": {"timeout": "soon"}}, "spec.drain.timeout"),
+        ({"drain": {"timeout": "1h", "onTimeout": "Kill"}}, "spec.drain.onTimeout"),
+        ({"drain": {"onTimeout": "CancelJobs"}}, "spec.drain.onTimeout"),
+        ({"updateStrategy": {"type": "Recreate"}}, "spec.updateStrategy.type"),
+        ({"updateStrategy": {"rollingUpdate": {"maxUnavailable": 0}}}, "maxUnavailable"),
+        ({"updateStrategy": {"rollingUpdate": {"maxUnavailable": "150%"}}}, "maxUnavailable"),
+    ]:
+        world = await three_members()
+        world.spec("a").update(spec)
+        world.spec("a")["replicas"] = 0
+        await world.settle("a")
+        assert len(world.members("a")) == 3 and not drains(world), spec
+        assert field in world.condition("a", "Valid")["message"], spec
+
+
+async def test_r10_5_a_finalizer_write_on_a_lagging_cache_does_not_hold_up_the_pass() -> None:
+    world = OperatorWorld()
+    world.add_node("node-1", "10.64.1.11")
+    world.add_nodeset("a")
+    obj = world.nodesets.get("slurm/a")
+    assert obj is not None
+    obj["metadata"]["resourceVersion"] = "7"
+    world.kube.fail("patch_merge", KubeError(409, "the object has been modified"))
+    await world.reconcile("a")
+    assert list(world.members("a")) == ["a-001-011"]  # created all the same
+    await world.reconcile("a")
+    assert obj["metadata"]["finalizers"] == [p.FINALIZER]
