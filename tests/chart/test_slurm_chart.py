@@ -425,7 +425,7 @@ def test_r10_2_the_operators_rights_are_exactly_the_narrow_set(helm: Path, slurm
             "resources": ["nodesets/status"],
             "verbs": ["get", "patch", "update"],
         },
-        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "delete"]},
+        {"apiGroups": [""], "resources": ["pods"], "verbs": ["create", "patch", "delete"]},
         {"apiGroups": ["", "events.k8s.io"], "resources": ["events"], "verbs": ["create", "patch"]},
         {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["create"]},
         {
@@ -595,3 +595,21 @@ def test_r10_5_uninstall_first_removes_the_nodesets_job_safely_with_only_that_ri
         hook = named(objects, kind, "r1-nodeset-removal")["metadata"]["annotations"]
         assert hook["helm.sh/hook"] == "pre-delete"
         assert int(hook["helm.sh/hook-weight"]) < int(job["metadata"]["annotations"]["helm.sh/hook-weight"])
+
+
+def test_r10_5_evictions_spare_busy_slurmd_pods_and_the_budget_can_be_turned_off(
+    helm: Path, slurm_chart: Path
+) -> None:
+    pdb = named(render(slurm_chart, helm), "PodDisruptionBudget", "r1-busy-slurmd")
+    assert pdb["spec"] == {
+        "maxUnavailable": 0,
+        "selector": {
+            "matchLabels": {
+                "app.kubernetes.io/name": "slurmd",
+                "app.kubernetes.io/instance": "r1",
+                "sunk.coreweave.com/slurm-busy": "true",
+            }
+        },
+    }
+    off = render(slurm_chart, helm, values={"slurmd": {"busyMembersDisruptionBudget": False}})
+    assert not of_kind(off, "PodDisruptionBudget")

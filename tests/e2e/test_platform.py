@@ -16,7 +16,7 @@ from typing import Any
 import pytest
 
 from sunk.devcluster import DevCluster
-from sunk.devcluster.kubeapi import AdminKube
+from sunk.devcluster.kubeapi import AdminKube, KubeError
 from sunk.devcluster.platform import Platform, nodeset
 from tests.e2e.slurm_in_pods import containers_running, delete_namespace
 from tests.support import make_pod, wait_for
@@ -318,11 +318,13 @@ def job_on(platform: Platform, member: str, seconds: int) -> str:
 
 
 def sacct_state(platform: Platform, job: str) -> str:
-    return wait_for(
-        lambda: logged_in(platform, f"sacct -X -n -P -j {job} -o State").strip() or None,
-        timeout=60,
-        what=f"job {job} in sacct",
-    )
+    """The job's final state in accounting (waits while it runs)."""
+
+    def final() -> str | None:
+        state = logged_in(platform, f"sacct -X -n -P -j {job} -o State").strip()
+        return state if state not in ("", "PENDING", "RUNNING", "COMPLETING") else None
+
+    return wait_for(final, timeout=90, what=f"job {job} to end in sacct")
 
 
 def wait_members(
@@ -450,3 +452,37 @@ def test_r10_5_a_cordoned_nodes_member_is_drained_and_goes_only_once_idle(
     wait_for(
         lambda: slurm_counts(platform, kube).get("idle") == 3 or None, timeout=180, what="the member back"
     )
+
+
+def test_r10_5_a_busy_member_is_not_evicted_and_when_deleted_waits_for_its_job(
+    platform: Platform, kube: AdminKube
+) -> None:
+    member = next(name for name, pod in members(kube).items() if pod["spec"]["nodeName"] == "real-1")
+    job = job_on(platform, member, 30)
+    wait_for(
+        lambda: (
+            members(kube)[member]["metadata"]["labels"].get("sunk.coreweave.com/slurm-busy") == "true" or None
+        ),
+        timeout=30,
+        what=f"{member} labelled busy",
+    )
+    eviction = {"apiVersion": "policy/v1", "kind": "Eviction", "metadata": {"name": member}}
+    with pytest.raises(KubeError) as refused:
+        kube.create(f"/api/v1/namespaces/{NAMESPACE}/pods/{member}/eviction", eviction)
+    assert refused.value.status == 429  # the disruption budget allows no busy member to go
+    uid = members(kube)[member]["metadata"]["uid"]
+    assert platform.kubectl("delete", "pod", member, "--wait=false").returncode == 0
+    wait_for(
+        lambda: slurm_reasons(platform).get(member) == f"sunk: Pod {member} is being deleted" or None,
+        timeout=30,
+        what="the deleted member's preStop to drain it",
+    )
+    pod = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{member}")
+    assert pod["metadata"]["uid"] == uid and containers_running(pod)  # slurmd still serves its job
+    assert sacct_state(platform, job) == "COMPLETED"
+
+    def replaced() -> bool:
+        new = members(kube).get(member)
+        return new is not None and new["metadata"]["uid"] != uid and slurm_counts(platform, kube)["idle"] == 3
+
+    wait_for(lambda: replaced() or None, timeout=180, what="a new member in its place, idle")

@@ -366,3 +366,83 @@ async def test_r10_5_a_finalizer_write_on_a_lagging_cache_does_not_hold_up_the_p
     assert list(world.members("a")) == ["a-001-011"]  # created all the same
     await world.reconcile("a")
     assert obj["metadata"]["finalizers"] == [p.FINALIZER]
+
+
+# -- evictions and deletions from outside ------------------------------------------------------
+async def test_r10_5_members_are_labelled_busy_while_slurm_lists_work_there_for_the_pdb() -> None:
+    world = await three_members()
+    assert {
+        pod["metadata"]["labels"]["sunk.coreweave.com/slurm-busy"] for pod in world.members("a").values()
+    } == {"false"}
+    world.slurm.run_job("a-002-012")
+    await world.reconcile("a")
+    busy = {
+        n: pod["metadata"]["labels"]["sunk.coreweave.com/slurm-busy"] for n, pod in world.members("a").items()
+    }
+    assert busy == {"a-001-011": "false", "a-002-012": "true", "a-003-013": "false"}
+    world.slurm.end_jobs("a-002-012")
+    await world.reconcile("a")
+    assert world.members("a")["a-002-012"]["metadata"]["labels"]["sunk.coreweave.com/slurm-busy"] == "false"
+
+
+async def test_r10_5_a_member_without_a_record_keeps_its_busy_label() -> None:
+    world = await three_members()
+    world.slurm.run_job("a-002-012")
+    await world.reconcile("a")
+    del world.slurm.records["a-002-012"]  # a listing that lost it says nothing of its jobs
+    world.slurm.running.clear()
+    await world.reconcile("a")
+    assert world.members("a")["a-002-012"]["metadata"]["labels"]["sunk.coreweave.com/slurm-busy"] == "true"
+
+
+async def test_r10_5_a_deleted_member_drains_itself_and_waits_for_its_jobs_before_slurmd_stops() -> None:
+    world = await three_members()
+    [slurmd] = world.members("a")["a-001-011"]["spec"]["containers"]
+    pre_stop = slurmd["lifecycle"]["preStop"]["exec"]["command"]
+    assert pre_stop[:2] == ["sh", "-c"] and pre_stop[-1] == "a-001-011"
+    assert "state=drain" in pre_stop[2] and "until" in pre_stop[2]
+    assert world.members("a")["a-001-011"]["spec"]["terminationGracePeriodSeconds"] == 3600
+
+
+# -- hardware -----------------------------------------------------------------------------------
+async def gpu_member(gpus: str = "8") -> OperatorWorld:
+    world = OperatorWorld()
+    world.add_node(
+        "gpu-1",
+        "10.0.0.1",
+        labels={"nvidia.com/gpu.product": "H100"},
+        cpu="64",
+        memory="64Gi",
+        extra={"nvidia.com/gpu": gpus},
+    )
+    world.add_nodeset("h", resources={"limits": {"cpu": "8", "memory": "8Gi"}})
+    await world.settle("h")
+    return world
+
+
+def registered_with(world: OperatorWorld, name: str, gres: tuple[tuple[str, int], ...]) -> None:
+    world.slurm.records[name] = dataclasses.replace(world.slurm.records[name], gres=gres)
+
+
+async def test_r10_4_a_node_that_lost_a_gpu_gets_its_member_replaced_with_the_new_count() -> None:
+    world = await gpu_member()
+    world.nodes.get("gpu-1")["status"]["allocatable"]["nvidia.com/gpu"] = "7"  # type: ignore[index]
+    world.slurm.run_job("h-000-001")
+    await world.settle("h")
+    assert drains(world) == [("h-000-001", "sunk: NodeSet h replaces members whose Node's resources changed")]
+    assert not pod_deletes(world)  # its job first
+    world.slurm.end_jobs("h-000-001")
+    await world.settle("h")
+    conf = world.members("h")["h-000-001"]["metadata"]["annotations"]["sunk.coreweave.com/slurmd-conf"]
+    assert "Gres=gpu:h100:7" in conf
+
+
+async def test_r10_4_a_slurm_record_with_other_gpus_than_the_node_gives_is_reported() -> None:
+    world = await gpu_member()
+    await world.reconcile("h")
+    assert not world.kube.notes("GresMismatch")
+    registered_with(world, "h-000-001", (("gpu", 4),))  # e.g. slurmd detected fewer, untyped
+    await world.reconcile("h")
+    [note] = world.kube.notes("GresMismatch")
+    assert note == "Slurm node h-000-001 lists GPUs gpu:4 but its Node gives gpu:h100:8"
+    assert note in world.condition("h", "Ready")["message"]

@@ -39,6 +39,15 @@ class Resume:
 
 
 @dataclass(frozen=True)
+class LabelBusy:
+    """Mark a member busy or idle in Kubernetes (what the chart's PodDisruptionBudget reads)."""
+
+    name: str
+    uid: str
+    busy: bool
+
+
+@dataclass(frozen=True)
 class CancelJob:
     job_id: int
     why: str
@@ -66,5 +75,14 @@ class PatchStatus:
 
 
 Action = (
-    CreatePod | DeletePod | DeleteSlurmNode | Drain | Resume | CancelJob | SetFinalizer | Event | PatchStatus
+    CreatePod
+    | DeletePod
+    | DeleteSlurmNode
+    | Drain
+    | Resume
+    | LabelBusy
+    | CancelJob
+    | SetFinalizer
+    | Event
+    | PatchStatus
 )

@@ -39,6 +39,8 @@ class OperatorKube(Protocol):
 
     async def patch_merge(self, path: str, patch: Json) -> Json: ...
 
+    async def patch_pod(self, namespace: str, name: str, uid: str, patch: Json) -> Json: ...
+
     async def create_event(self, namespace: str, event: Json) -> None: ...
 
 
@@ -218,6 +220,13 @@ class NodeSetController:
                     problem = await self.slurm.resume(node)
                     if problem:
                         raise SlurmError(problem)
+                case a.LabelBusy(name=pod_name, uid=uid, busy=now_busy):
+                    try:
+                        labels = {m.BUSY_LABEL: str(now_busy).lower()}
+                        await self.kube.patch_pod(namespace, pod_name, uid, {"metadata": {"labels": labels}})
+                    except KubeError as err:
+                        if not (err.not_found or err.conflict):  # gone or replaced: nothing to mark
+                            raise
                 case a.CancelJob(job_id=job_id, why=why):
                     await self.slurm.cancel(job_id)
                     log.warning("%s/%s: cancelled Slurm job %s: %s", namespace, name, job_id, why)

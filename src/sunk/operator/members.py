@@ -20,6 +20,25 @@ from sunk.operator.selection import NODESET_LABEL
 
 Json = dict[str, Any]
 SLURM_NODE_LABEL = "sunk.coreweave.com/slurm-node"
+# "true" while Slurm lists work on the member's node: the chart's PodDisruptionBudget
+# selects busy members, so an eviction (`kubectl drain`) waits until their jobs end.
+BUSY_LABEL = "sunk.coreweave.com/slurm-busy"
+# How long a deleted member may wait for its jobs in its preStop hook (the template's
+# terminationGracePeriodSeconds overrides it). An idle member stops at once.
+GRACE_S = 3600
+# The preStop hook: whoever deletes a member (kubectl delete pod, a Node's shutdown), its
+# Slurm node is drained, unless someone already did, and slurmd keeps running until Slurm
+# shows no job there. Any answer other than "idle" (slurmctld unreachable too) means wait:
+# the grace period is the only bound.
+PRE_STOP = r"""n="$1"
+state() { scontrol show node -o "$n" 2>/dev/null | grep -o 'State=[^ ]*'; }
+idle() { case "$1" in *COMPLETING*) return 1 ;; State=IDLE* | State=DOWN*) return 0 ;; esac; return 1; }
+case "$(state)" in
+*DRAIN*) ;;
+*) scontrol update nodename="$n" state=drain reason="sunk: Pod $n is being deleted" ;;
+esac
+until s="$(state)" && idle "$s"; do sleep 2; done
+"""
 TEMPLATE_HASH = "sunk.coreweave.com/template-hash"
 SLURMD_CONF = "sunk.coreweave.com/slurmd-conf"
 CONTAINER = "slurmd"
@@ -33,7 +52,6 @@ class Settings:
     release: str
     conf_server: str  # host:port of slurmctld, for configless slurmd
     auth_secret: str  # the Secret holding slurm.key (auth/slurm)
-    termination_grace_s: int = 30
 
 
 def selector(settings: Settings, nodeset: str) -> dict[str, str]:
@@ -55,6 +73,7 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
         "app.kubernetes.io/name": "slurmd",
         "app.kubernetes.io/managed-by": "sunk-operator",
         SLURM_NODE_LABEL: slurm_name,
+        BUSY_LABEL: "false",  # a new slurmd has no job yet; the operator keeps it current
     }
     conf = shape.conf()
     slurmd = {
@@ -75,6 +94,7 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
         "ports": [{"name": "slurmd", "containerPort": 6818}],
         # slurmd answers on its port once it has registered and loaded its configuration.
         "readinessProbe": {"tcpSocket": {"port": 6818}, "periodSeconds": 5},
+        "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", PRE_STOP, "pre-stop", slurm_name]}}},
     }
     containers = [
         _merge(c, slurmd) if c.get("name") == CONTAINER else c for c in spec.get("containers") or []
@@ -106,7 +126,7 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
             "tolerations": [*nodeset.tolerations, *(spec.get("tolerations") or [])] or None,
         }
     )
-    spec.setdefault("terminationGracePeriodSeconds", settings.termination_grace_s)
+    spec.setdefault("terminationGracePeriodSeconds", GRACE_S)
     spec.setdefault("enableServiceLinks", False)
     spec.setdefault("automountServiceAccountToken", False)
     spec = {k: v for k, v in spec.items() if v is not None}

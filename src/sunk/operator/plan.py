@@ -27,6 +27,7 @@ from sunk.operator.actions import (
     DeletePod,
     DeleteSlurmNode,
     Event,
+    LabelBusy,
     PatchStatus,
     Resume,
     SetFinalizer,
@@ -51,6 +52,7 @@ INFEASIBLE = "NoFeasibleNodes"
 STALE_RECORD = "StaleSlurmNodeDeleted"
 RECORD_DELETED = "SlurmNodeDeleted"
 FAILED_MEMBER = "FailedMember"
+GRES_MISMATCH = "GresMismatch"
 
 
 @dataclass(frozen=True)
@@ -162,9 +164,11 @@ def plan(
 
     _replace_failed(members, notes)
     _create(nodeset, share, nodes, slurm, settings, unseen, notes)
-    leaving = _leaving(nodeset, share, members, slurm, notes)
+    leaving = _leaving(nodeset, share, members, nodes, slurm, notes)
+    _check_gres(members, slurm, notes)
     _remove(nodeset.name, nodeset.drain, leaving, slurm, now, notes)
     _resume_kept(nodeset.name, members, leaving, records, notes)
+    _label_busy(members, slurm, notes)
     _clean_records(nodeset.name, members, share, nodes, slurm, unseen, notes)
     _report_conflicts(nodeset, share, notes)
     status = _status(
@@ -198,6 +202,7 @@ def _deleting(
         for pod in members
     ]
     _remove(name, policy, leaving, slurm, now, notes)
+    _label_busy(members, slurm, notes)
     _clean_records(name, members, None, {}, slurm, frozenset(), notes)
     left = r.records_of(name, records)
     if not members and not left and FINALIZER in (obj.get("metadata") or {}).get("finalizers", []):
@@ -264,7 +269,12 @@ def _create(
 
 
 def _leaving(
-    nodeset: NodeSet, share: Share, members: list[Json], slurm: SlurmView, notes: _Notes
+    nodeset: NodeSet,
+    share: Share,
+    members: list[Json],
+    nodes: Mapping[str, Json],
+    slurm: SlurmView,
+    notes: _Notes,
 ) -> list[r.Leaving]:
     """The members that must go this pass: those on Nodes that no longer qualify, those
     beyond `replicas` (cheapest first, see removal.cost), and the roll-out's next ones."""
@@ -291,20 +301,41 @@ def _leaving(
     surplus = sorted(kept, key=cost)[: max(0, extra)]
     leaving += [r.Leaving(by_node[n], _slurm_name(by_node[n]), n, r.SCALE_IN) for n in surplus]
     staying = [n for n in kept if n not in surplus]
-    leaving += _roll_out(nodeset, share, [by_node[n] for n in staying], slurm, cost, notes)
+    leaving += _roll_out(nodeset, share, [by_node[n] for n in staying], nodes, slurm, cost, notes)
     return leaving
 
 
+def _outdated(nodeset: NodeSet, pod: Json, nodes: Mapping[str, Json]) -> str | None:
+    """Why a member no longer matches what it would be made as now: its template changed
+    (a roll-out), or its Node's resources did (a GPU gone, more memory), so that its
+    `--conf` would differ and Slurm would hand out what the Node does not have."""
+    annotations = pod["metadata"].get("annotations") or {}
+    if annotations.get(m.TEMPLATE_HASH) != m.template_hash(nodeset):
+        return r.ROLL_OUT
+    node = nodes.get((pod.get("spec") or {}).get("nodeName", ""))
+    if node is None:
+        return None
+    try:
+        conf = shape(nodeset, node).conf()
+    except ShapeError:
+        return None  # reported where members are made
+    return r.HARDWARE if annotations.get(m.SLURMD_CONF, conf) != conf else None
+
+
 def _roll_out(
-    nodeset: NodeSet, share: Share, staying: list[Json], slurm: SlurmView, cost: Any, notes: _Notes
+    nodeset: NodeSet,
+    share: Share,
+    staying: list[Json],
+    nodes: Mapping[str, Json],
+    slurm: SlurmView,
+    cost: Any,
+    notes: _Notes,
 ) -> list[r.Leaving]:
-    """Members whose template is out of date, replaced through the removal path at most
+    """Members that are out of date (`_outdated`), replaced through the removal path at most
     maxUnavailable at a time; one that cannot be drained now is skipped and reported."""
     records = slurm.nodes or {}
-    current = m.template_hash(nodeset)
-    outdated = [
-        p for p in staying if (p["metadata"].get("annotations") or {}).get(m.TEMPLATE_HASH) != current
-    ]
+    causes = {p["metadata"]["name"]: c for p in staying if (c := _outdated(nodeset, p, nodes))}
+    outdated = [p for p in staying if p["metadata"]["name"] in causes]
     if not outdated:
         return []
     if nodeset.update.type == ON_DELETE:
@@ -351,7 +382,40 @@ def _roll_out(
     if skipped:
         parts.append(f"skipped until they can be drained: {', '.join(skipped)}")
     notes.rollout = "; ".join(parts)
-    return [r.Leaving(p, _slurm_name(p), p["spec"]["nodeName"], r.ROLL_OUT) for p in going]
+    return [r.Leaving(p, _slurm_name(p), p["spec"]["nodeName"], causes[p["metadata"]["name"]]) for p in going]
+
+
+def _check_gres(members: list[Json], slurm: SlurmView, notes: _Notes) -> None:
+    """Slurm's record of a member must show the GPUs its `--conf` gave it: a record that
+    differs (a slurmd that detected other devices, a record left by an older Pod) would let
+    Slurm hand out GPUs the Node does not have, or hide ones it has."""
+    records = slurm.nodes or {}
+    for pod in members:
+        record = records.get(_slurm_name(pod))
+        conf = (pod["metadata"].get("annotations") or {}).get(m.SLURMD_CONF, "")
+        if record is None or pod["metadata"].get("deletionTimestamp"):
+            continue
+        wanted = _gpus_in_conf(conf)
+        listed = sorted((name, count) for name, count in record.gres if name.split(":")[0] == "gpu")
+        if wanted != listed:
+            said = ", ".join(f"{n}:{c}" for n, c in listed) or "none"
+            meant = ", ".join(f"{n}:{c}" for n, c in wanted) or "none"
+            line = f"Slurm node {record.name} lists GPUs {said} but its Node gives {meant}"
+            notes.waiting.append(line)
+            notes.actions.append(
+                Event(GRES_MISMATCH, line, warning=True, once_as=f"{record.name}.gres.{said}.{meant}")
+            )
+
+
+def _gpus_in_conf(conf: str) -> list[tuple[str, int]]:
+    """[("gpu:h100", 8)] from a `--conf` line's Gres=gpu:h100:8 (several comma-separated)."""
+    gres = next((w[len("Gres=") :] for w in conf.split() if w.startswith("Gres=")), "")
+    found = []
+    for item in filter(None, gres.split(",")):
+        *name, count = item.split(":")
+        if name and name[0] == "gpu" and count.isdigit():
+            found.append((":".join(name), int(count)))
+    return sorted(found)
 
 
 def _remove(
@@ -393,6 +457,21 @@ def _resume_kept(
             continue
         if r.drained_by(name, record):
             notes.actions.append(Resume(slurm_name))
+
+
+def _label_busy(members: list[Json], slurm: SlurmView, notes: _Notes) -> None:
+    """Keep each member's busy label equal to what Slurm lists, so that the chart's
+    PodDisruptionBudget refuses to evict a member with jobs. A member Slurm has no record
+    of keeps its label (an unknown is not an idle)."""
+    records = slurm.nodes or {}
+    for pod in members:
+        meta = pod.get("metadata") or {}
+        record = records.get(_slurm_name(pod))
+        if record is None or meta.get("deletionTimestamp"):
+            continue
+        now_busy = busy(record, slurm.jobs_on(_slurm_name(pod)))
+        if (meta.get("labels") or {}).get(m.BUSY_LABEL) != str(now_busy).lower():
+            notes.actions.append(LabelBusy(meta["name"], meta.get("uid", ""), now_busy))
 
 
 def _clean_records(

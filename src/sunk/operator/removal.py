@@ -33,6 +33,7 @@ DRAIN_PREFIX = "sunk: NodeSet"
 
 SCALE_IN = "scales in"
 ROLL_OUT = "replaces members with an outdated template"
+HARDWARE = "replaces members whose Node's resources changed"
 DELETED = "is being deleted"
 
 # Event reasons

@@ -75,6 +75,16 @@ class FakeOperatorKube:
         obj["status"] = copy.deepcopy(status)
         return obj
 
+    async def patch_pod(self, namespace: str, name: str, uid: str, patch: Json) -> Json:
+        """Only what the operator patches on a Pod: its labels."""
+        self.failures.check("patch_pod")
+        self.calls.append(("patch_pod", name))
+        pod = self.pods.get(f"{namespace}/{name}")
+        if pod is None or pod["metadata"].get("uid") != uid:
+            raise KubeError(404, f'pods "{name}" not found')
+        pod["metadata"].setdefault("labels", {}).update(patch["metadata"]["labels"])
+        return pod
+
     async def patch_merge(self, path: str, patch: Json) -> Json:
         """Only what the operator patches: a NodeSet's finalizers, guarded by resourceVersion.
         A deleted NodeSet whose last finalizer goes leaves the cache, as in the API server."""
@@ -159,10 +169,16 @@ class FakeOperatorSlurm:
         return None
 
     def register(
-        self, name: str, *, address: str = "10.1.0.9", state: str = "IDLE", alloc_cpus: int = 0
+        self,
+        name: str,
+        *,
+        address: str = "10.1.0.9",
+        state: str = "IDLE",
+        alloc_cpus: int = 0,
+        gres: tuple[tuple[str, int], ...] = (),
     ) -> None:
         self.records[name] = SlurmNode(
-            name, state.lower(), (), "", cpus=4, alloc_cpus=alloc_cpus, address=address
+            name, state.lower(), (), "", cpus=4, alloc_cpus=alloc_cpus, address=address, gres=gres
         )
 
     def run_job(self, name: str, *, end_time: int = 0) -> int:
@@ -325,8 +341,14 @@ class OperatorWorld:
             pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
 
     def slurmd(self) -> None:
-        """Every running member registers (its record appears, idle)."""
+        """Every running member registers (its record appears, idle, with the GRES of its
+        `--conf`)."""
         for pod in self.pods.store.values():
             name = pod["metadata"]["labels"].get(m.SLURM_NODE_LABEL)
             if name and pod["status"].get("phase") == "Running" and name not in self.slurm.records:
-                self.slurm.register(name, address=f"10.64.0.{len(self.slurm.records) + 2}")
+                conf = pod["metadata"]["annotations"].get(m.SLURMD_CONF, "")
+                gres = next((w[len("Gres=") :] for w in conf.split() if w.startswith("Gres=")), "")
+                counted = tuple(
+                    (g.rsplit(":", 1)[0], int(g.rsplit(":", 1)[1])) for g in filter(None, gres.split(","))
+                )
+                self.slurm.register(name, address=f"10.64.0.{len(self.slurm.records) + 2}", gres=counted)
