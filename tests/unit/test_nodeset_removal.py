@@ -446,3 +446,65 @@ async def test_r10_4_a_slurm_record_with_other_gpus_than_the_node_gives_is_repor
     [note] = world.kube.notes("GresMismatch")
     assert note == "Slurm node h-000-001 lists GPUs gpu:4 but its Node gives gpu:h100:8"
     assert note in world.condition("h", "Ready")["message"]
+
+
+# -- the maintenance window ---------------------------------------------------------------------
+NIGHTLY = {"rollingUpdate": {"window": {"start": "22:00", "duration": "6h"}}}
+
+
+async def test_r10_5_outside_its_maintenance_window_a_roll_out_waits_and_says_so() -> None:
+    world = await three_members(updateStrategy=NIGHTLY)  # the world's clock says Tuesday 12:00 UTC
+    bump_image(world)
+    await world.settle("a")
+    assert not drains(world)
+    message = world.condition("a", "UpToDate")["message"]
+    assert "wait for the maintenance window (daily 22:00 UTC for 360 min)" in message
+
+
+async def test_r10_5_inside_the_window_past_midnight_the_roll_out_proceeds() -> None:
+    world = await three_members(updateStrategy=NIGHTLY)
+    bump_image(world)
+    world.now = "2026-11-25T01:30:00Z"
+    await world.reconcile("a")
+    assert len(drains(world)) == 1
+
+
+async def test_r10_5_a_replacement_under_way_when_the_window_closes_is_finished() -> None:
+    world = await three_members(updateStrategy=NIGHTLY)
+    world.slurm.run_job("a-001-011")
+    world.slurm.run_job("a-002-012")
+    world.slurm.run_job("a-003-013")
+    bump_image(world)
+    world.now = "2026-11-25T03:59:00Z"
+    await world.reconcile("a")
+    [(started, _)] = drains(world)
+    world.now = "2026-11-25T04:01:00Z"
+    world.slurm.end_jobs(started)
+    await world.settle("a")
+    assert started in pod_deletes(world) and len(drains(world)) == 1  # no new one after 04:00
+    assert not [c for c in world.slurm.calls if c[0] == "resume"]
+
+
+async def test_r10_5_a_window_on_given_days_only_opens_on_those_days() -> None:
+    weekend = {"rollingUpdate": {"window": {"start": "22:00", "duration": "6h", "days": ["Sat"]}}}
+    world = await three_members(updateStrategy=weekend)
+    bump_image(world)
+    world.now = "2026-11-25T23:00:00Z"  # a Wednesday night
+    await world.reconcile("a")
+    assert not drains(world)
+    world.now = "2026-11-29T02:00:00Z"  # Sunday 02:00: Saturday's window still open
+    await world.reconcile("a")
+    assert len(drains(world)) == 1
+
+
+async def test_r10_5_a_bad_window_is_refused_naming_the_field() -> None:
+    for window, field in [
+        ({"start": "25:00", "duration": "1h"}, "window.start"),
+        ({"start": "22:00", "duration": "forever"}, "window.duration"),
+        ({"start": "22:00", "duration": "1h", "days": ["Someday"]}, "window.days"),
+    ]:
+        world = await three_members()
+        world.spec("a")["updateStrategy"] = {"rollingUpdate": {"window": window}}
+        bump_image(world)
+        await world.settle("a")
+        assert not drains(world) and field in world.condition("a", "Valid")["message"], window

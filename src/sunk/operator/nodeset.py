@@ -8,6 +8,7 @@ does not fit) is judged later, by the plan.
 
 from __future__ import annotations
 
+import datetime as dt
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -38,6 +39,33 @@ REPORT = "Report"
 CANCEL_JOBS = "CancelJobs"
 
 
+DAYS = ("Mon", "Tue", "Wed", "Thu", "Fri", "Sat", "Sun")
+
+
+@dataclass(frozen=True)
+class Window:
+    """A daily maintenance window in UTC: replacements start only inside it (a member
+    already on its way out when it closes finishes). `days`: the weekdays it opens on
+    (Monday 0); empty means every day. It may run past midnight."""
+
+    start_min: int  # minutes after 00:00 UTC
+    duration_min: int
+    days: frozenset[int] = frozenset()
+
+    def open_at(self, when: dt.datetime) -> bool:
+        minute = when.hour * 60 + when.minute
+        for back in (0, 1):  # opened today, or yesterday and still open
+            day = (when.weekday() - back) % 7
+            since = minute + back * 1440 - self.start_min
+            if (not self.days or day in self.days) and 0 <= since < self.duration_min:
+                return True
+        return False
+
+    def describe(self) -> str:
+        days = ",".join(DAYS[d] for d in sorted(self.days)) or "daily"
+        return f"{days} {self.start_min // 60:02d}:{self.start_min % 60:02d} UTC for {self.duration_min} min"
+
+
 @dataclass(frozen=True)
 class UpdateStrategy:
     """How members whose template is out of date are replaced: `RollingUpdate` drains and
@@ -45,6 +73,7 @@ class UpdateStrategy:
 
     type: str = ROLLING
     max_unavailable: int | str = 1  # a count, or a percentage of the wanted members ("25%")
+    window: Window | None = None  # None: replace at any time
 
     def budget(self, wanted: int) -> int:
         """Members that may be unavailable at once (at least one, or nothing would move)."""
@@ -194,6 +223,7 @@ def _update_strategy(spec: Json, problems: list[str]) -> UpdateStrategy:
         return UpdateStrategy()
     value = rolling.get("maxUnavailable", 1)
     where = "spec.updateStrategy.rollingUpdate.maxUnavailable"
+    window = _window(rolling.get("window"), problems)
     if isinstance(value, bool) or not isinstance(value, int | str):
         problems.append(f"{where}: {value!r} is neither a count nor a percentage")
         return UpdateStrategy()
@@ -201,11 +231,39 @@ def _update_strategy(spec: Json, problems: list[str]) -> UpdateStrategy:
         if value < 1:
             problems.append(f"{where}: {value} would never replace a member; use 1 or more")
             return UpdateStrategy()
-        return UpdateStrategy(kind, value)
+        return UpdateStrategy(kind, value, window)
     if not re.fullmatch(r"\d{1,3}%", value) or not 1 <= int(value[:-1]) <= 100:
         problems.append(f"{where}: {value!r} is not a percentage from 1% to 100%")
         return UpdateStrategy()
-    return UpdateStrategy(kind, value)
+    return UpdateStrategy(kind, value, window)
+
+
+def _window(value: object, problems: list[str]) -> Window | None:
+    where = "spec.updateStrategy.rollingUpdate.window"
+    if value is None:
+        return None
+    if not isinstance(value, dict):
+        problems.append(f"{where}: must be an object with start, duration and (optionally) days")
+        return None
+    start = re.fullmatch(r"([01]\d|2[0-3]):([0-5]\d)", str(value.get("start", "")))
+    if start is None:
+        problems.append(
+            f"{where}.start: {value.get('start')!r} is not a time of day in UTC (HH:MM, e.g. 22:00)"
+        )
+    seconds = duration_s(value.get("duration", ""))
+    if seconds is None or not 60 <= seconds <= 7 * 86400:
+        problems.append(
+            f"{where}.duration: {value.get('duration')!r} is not a duration from 1m to 7d (e.g. 4h)"
+        )
+    days = value.get("days") or []
+    if not isinstance(days, list) or any(d not in DAYS for d in days):
+        problems.append(f"{where}.days: {days!r}: use {', '.join(DAYS)}")
+        days = []
+    if start is None or seconds is None or not 60 <= seconds <= 7 * 86400:
+        return None
+    return Window(
+        int(start.group(1)) * 60 + int(start.group(2)), seconds // 60, frozenset(DAYS.index(d) for d in days)
+    )
 
 
 def _drain_policy(spec: Json, problems: list[str]) -> DrainPolicy:

@@ -164,7 +164,7 @@ def plan(
 
     _replace_failed(members, notes)
     _create(nodeset, share, nodes, slurm, settings, unseen, notes)
-    leaving = _leaving(nodeset, share, members, nodes, slurm, notes)
+    leaving = _leaving(nodeset, share, members, nodes, slurm, now, notes)
     _check_gres(members, slurm, notes)
     _remove(nodeset.name, nodeset.drain, leaving, slurm, now, notes)
     _resume_kept(nodeset.name, members, leaving, records, notes)
@@ -274,6 +274,7 @@ def _leaving(
     members: list[Json],
     nodes: Mapping[str, Json],
     slurm: SlurmView,
+    now: str,
     notes: _Notes,
 ) -> list[r.Leaving]:
     """The members that must go this pass: those on Nodes that no longer qualify, those
@@ -301,7 +302,7 @@ def _leaving(
     surplus = sorted(kept, key=cost)[: max(0, extra)]
     leaving += [r.Leaving(by_node[n], _slurm_name(by_node[n]), n, r.SCALE_IN) for n in surplus]
     staying = [n for n in kept if n not in surplus]
-    leaving += _roll_out(nodeset, share, [by_node[n] for n in staying], nodes, slurm, cost, notes)
+    leaving += _roll_out(nodeset, share, [by_node[n] for n in staying], nodes, slurm, cost, now, notes)
     return leaving
 
 
@@ -329,6 +330,7 @@ def _roll_out(
     nodes: Mapping[str, Json],
     slurm: SlurmView,
     cost: Any,
+    now: str,
     notes: _Notes,
 ) -> list[r.Leaving]:
     """Members that are out of date (`_outdated`), replaced through the removal path at most
@@ -367,6 +369,16 @@ def _roll_out(
         return None
 
     going = [p for p in outdated if in_progress(p)]
+    window = nodeset.update.window
+    if window is not None and not window.open_at(_parse_now(now)):
+        ahead = f"{len(going)} being replaced; " if going else ""
+        notes.rollout = (
+            f"{len(outdated)} outdated members; {ahead}the others wait for the maintenance window "
+            f"({window.describe()})"
+        )
+        return [
+            r.Leaving(p, _slurm_name(p), p["spec"]["nodeName"], causes[p["metadata"]["name"]]) for p in going
+        ]
     candidates = [p for p in outdated if not in_progress(p)]
     skipped = [f"{_slurm_name(p)} ({why})" for p in candidates if (why := why_skipped(p))]
     ready = sum(1 for p in staying if available(p) and not in_progress(p))
@@ -422,7 +434,7 @@ def _remove(
     name: str, policy: DrainPolicy, leaving: list[r.Leaving], slurm: SlurmView, now: str, notes: _Notes
 ) -> None:
     records = slurm.nodes or {}
-    now_s = int(dt.datetime.strptime(now, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC).timestamp())
+    now_s = int(_parse_now(now).timestamp())
     for member in leaving:
         step = r.step(
             name, member, records.get(member.slurm_name), slurm.jobs_on(member.slurm_name), policy, now_s
@@ -695,6 +707,10 @@ def _comparable(status: Json) -> Json:
             {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
         ],
     }
+
+
+def _parse_now(now: str) -> dt.datetime:
+    return dt.datetime.strptime(now, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
 
 
 def _slurm_name(pod: Json) -> str:
