@@ -486,3 +486,60 @@ def test_r10_5_a_busy_member_is_not_evicted_and_when_deleted_waits_for_its_job(
         return new is not None and new["metadata"]["uid"] != uid and slurm_counts(platform, kube)["idle"] == 3
 
     wait_for(lambda: replaced() or None, timeout=180, what="a new member in its place, idle")
+
+
+def test_r10_5_demand_mode_grows_for_a_waiting_job_and_shrinks_when_idle(
+    platform: Platform, kube: AdminKube
+) -> None:
+    scale(platform, 1)
+    wait_members(
+        platform,
+        kube,
+        [n for n, p in members(kube).items() if p["spec"]["nodeName"] == "real-3"],
+        "2 Nodes freed",
+    )
+    burst = "/apis/sunk.coreweave.com/v1alpha1/namespaces/plat/nodesets/burst"
+    platform.apply_nodeset(
+        kube, nodeset("burst", ["third"], demand={"minReplicas": 1, "maxReplicas": 2, "idleAfter": "20s"})
+    )
+
+    def burst_members() -> list[str]:
+        pods = kube.get(
+            f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector="sunk.coreweave.com/nodeset=burst"
+        )
+        return sorted(
+            p["metadata"]["name"] for p in pods["items"] if not p["metadata"].get("deletionTimestamp")
+        )
+
+    def idle_in_third() -> int:
+        return sum(int(n) for n in logged_in(platform, "sinfo -h -p third -t idle -o %D").split())
+
+    wait_for(
+        lambda: (len(burst_members()) == 1 and idle_in_third() == 1) or None,
+        timeout=120,
+        what="minReplicas 1",
+    )
+    first = logged_in(platform, "sbatch --parsable -p third --exclusive --wrap 'sleep 20'").strip()
+    second = logged_in(platform, "sbatch --parsable -p third --exclusive --wrap 'sleep 20'").strip()
+    queued = time.monotonic()
+    wait_for(
+        lambda: (
+            logged_in(platform, f"squeue -h -j {first},{second} -o %T").split() == ["RUNNING", "RUNNING"]
+            or None
+        ),
+        timeout=180,
+        what="the waiting job to run on a member demand mode added",
+    )
+    FIGURES["demand: job waits -> runs on a new member (s)"] = time.monotonic() - queued
+    assert len(burst_members()) == 2
+    events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")["items"]
+    assert any(e["reason"] == "ScalingUp" and e["regarding"]["name"] == "burst" for e in events)
+    assert sacct_state(platform, first) == sacct_state(platform, second) == "COMPLETED"
+    ended = time.monotonic()
+    wait_for(lambda: len(burst_members()) == 1 or None, timeout=180, what="the idle member to go after 20 s")
+    FIGURES["demand: jobs ended -> idle member gone (s, idleAfter 20 s)"] = time.monotonic() - ended
+    kube.delete(burst)
+    wait_for(
+        lambda: kube.find(burst) is None or None, timeout=120, what="the NodeSet deleted with its members"
+    )
+    back_to_three(platform, kube)

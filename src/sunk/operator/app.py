@@ -25,6 +25,7 @@ from sunk.metrics.server import serve_metrics, serve_probes
 from sunk.operator import members as m
 from sunk.operator.config import OperatorConfig
 from sunk.operator.controller import NodeSetController
+from sunk.operator.demand import waiting_by_partition
 from sunk.operator.nodeset import API_VERSION, PLURAL
 from sunk.operator.plan import SlurmView
 from sunk.operator.removal import jobs_by_node
@@ -67,7 +68,11 @@ class SlurmPoller:
         else:
             # Stamped with when the listing began: a job that started during it is newer.
             fresh = SlurmView(
-                {n.name: n for n in nodes}, frozenset(partitions), jobs_by_node(jobs), listed_at=started
+                {n.name: n for n in nodes},
+                frozenset(partitions),
+                jobs_by_node(jobs),
+                waiting_by_partition(jobs),
+                listed_at=started,
             )
         changed = fresh != self.view
         if fresh.known != self.view.known:

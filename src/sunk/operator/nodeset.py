@@ -83,6 +83,19 @@ class UpdateStrategy:
 
 
 @dataclass(frozen=True)
+class Demand:
+    """Demand mode: the operator sizes the NodeSet from Slurm's own queue. It grows by one
+    member per job waiting for resources in its partitions, up to `max_replicas`, and
+    shrinks by the members idle for longer than `idle_after_s`, down to `min_replicas`,
+    while nothing waits. `spec.replicas` is not used (the scale subresource is for an
+    outside autoscaler instead)."""
+
+    min_replicas: int
+    max_replicas: int
+    idle_after_s: int
+
+
+@dataclass(frozen=True)
 class DrainPolicy:
     """How long a member that must go may wait for its jobs. None: for ever (the default;
     jobs are never ended by the platform). After the timeout, `Report` only says so;
@@ -115,6 +128,8 @@ class NodeSet:
     template: Json = field(default_factory=dict)
     requests: Requests = field(default_factory=Requests)  # what the slurmd container takes from a Node
     update: UpdateStrategy = field(default_factory=UpdateStrategy)
+    demand: Demand | None = None
+    demand_wanted: int | None = None  # demand mode: the size last decided (status.demand.replicas)
     drain: DrainPolicy = field(default_factory=DrainPolicy)
     deleting: bool = False  # the NodeSet was deleted: every member goes, job-safely, then it does
 
@@ -180,6 +195,13 @@ def parse(obj: Json, default_image: str) -> NodeSet | Invalid:
             problems.append(f"spec.template.spec.containers[{index}]: a container needs a name")
 
     update = _update_strategy(spec, problems)
+    demand = _demand(spec, problems)
+    decided = ((obj.get("status") or {}).get("demand") or {}).get("replicas")
+    demand_wanted = None
+    if demand is not None:
+        start = decided if isinstance(decided, int) and not isinstance(decided, bool) else demand.min_replicas
+        demand_wanted = min(max(start, demand.min_replicas), demand.max_replicas)
+        replicas = demand_wanted
     drain = _drain_policy(spec, problems)
 
     if problems:
@@ -206,6 +228,8 @@ def parse(obj: Json, default_image: str) -> NodeSet | Invalid:
         template=template,
         requests=requests,
         update=update,
+        demand=demand,
+        demand_wanted=demand_wanted,
         drain=drain,
         deleting=bool(meta.get("deletionTimestamp")),
     )
@@ -264,6 +288,29 @@ def _window(value: object, problems: list[str]) -> Window | None:
     return Window(
         int(start.group(1)) * 60 + int(start.group(2)), seconds // 60, frozenset(DAYS.index(d) for d in days)
     )
+
+
+def _demand(spec: Json, problems: list[str]) -> Demand | None:
+    if spec.get("demand") is None:
+        return None
+    demand = _mapping(spec, "demand", problems)
+    bounds = []
+    for key, default in (("minReplicas", 1), ("maxReplicas", None)):
+        value = demand.get(key, default)
+        if value is None or isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            problems.append(f"spec.demand.{key}: {value!r} is not a whole number of 0 or more")
+            return None
+        bounds.append(value)
+    low, high = bounds
+    if high < low:
+        problems.append(f"spec.demand.maxReplicas: {high} is below spec.demand.minReplicas ({low})")
+        return None
+    idle = demand.get("idleAfter", "10m")
+    seconds = duration_s(idle)
+    if seconds is None or seconds < 1:
+        problems.append(f"spec.demand.idleAfter: {idle!r} is not a duration (e.g. 10m)")
+        return None
+    return Demand(low, high, seconds)
 
 
 def _drain_policy(spec: Json, problems: list[str]) -> DrainPolicy:

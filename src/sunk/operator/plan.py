@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sunk.operator import demand
 from sunk.operator import members as m
 from sunk.operator import removal as r
 from sunk.operator.actions import (
@@ -63,6 +64,7 @@ class SlurmView:
     nodes: Mapping[str, SlurmNode] | None = None
     partitions: frozenset[str] | None = None
     jobs: Mapping[str, tuple[SlurmJob, ...]] | None = None
+    waiting: Mapping[str, tuple[SlurmJob, ...]] = field(default_factory=dict)  # partition → queued jobs
     problem: str = "Slurm's nodes have not been listed yet"
     listed_at: float = field(default=0.0, compare=False)  # time.monotonic() of the listing
 
@@ -174,9 +176,22 @@ def plan(
     status = _status(
         obj, nodeset.name, nodeset, members, records, settings, now, slurm, share=share, notes=notes
     )
+    if nodeset.demand is not None:
+        previous = (obj.get("status") or {}).get("demand") or {}
+        decision = demand.decide(
+            nodeset, members, records, slurm.jobs or {}, slurm.waiting, previous, _parse_now(now)
+        )
+        status["demand"] = decision.status
+        notes.actions += [Event(reason, note) for reason, note in decision.events]
     settled = not notes.waiting and not [a for a in notes.actions if not isinstance(a, Event)]
     pending_members = any(not node_ready(p) for p in members)
-    return _finish(obj, notes, status, after=None if settled and not pending_members else RECHECK_S)
+    # Demand mode watches the clock too: an idle member's delay runs out with nothing changing.
+    watching = bool(status.get("demand", {}).get("idleSince")) or bool(
+        status.get("demand", {}).get("waitingJobs")
+    )
+    return _finish(
+        obj, notes, status, after=None if settled and not pending_members and not watching else RECHECK_S
+    )
 
 
 def _deleting(

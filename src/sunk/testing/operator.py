@@ -13,6 +13,7 @@ from sunk.kube.client import KubeError
 from sunk.kube.events import Recorder
 from sunk.operator import members as m
 from sunk.operator.controller import NodeSetController
+from sunk.operator.demand import waiting_by_partition
 from sunk.operator.nodeset import API_VERSION
 from sunk.operator.plan import SlurmView
 from sunk.operator.removal import jobs_by_node
@@ -193,6 +194,16 @@ class FakeOperatorSlurm:
         self.records[name] = replace(self.records[name], state="allocated", alloc_cpus=1, flags=words)
         return job_id
 
+    def queue_job(self, partition: str = "batch", reason: str = "Resources") -> int:
+        """A job that waits in `partition`; returns its ID."""
+        job_id = 500 + len(self.running)
+        while job_id in self.running:
+            job_id += 1
+        self.running[job_id] = SlurmJob(
+            job_id, f"job-{job_id}", "PENDING", reason, (), "", 0, 0, partition, 60, 1
+        )
+        return job_id
+
     def end_jobs(self, name: str) -> None:
         for job_id in [j for j, job in self.running.items() if name in job.nodes]:
             del self.running[job_id]
@@ -320,7 +331,11 @@ class OperatorWorld:
             self.view = SlurmView(problem=str(err))
             return
         self.view = SlurmView(
-            {n.name: n for n in nodes}, frozenset(partitions), jobs_by_node(jobs), listed_at=time.monotonic()
+            {n.name: n for n in nodes},
+            frozenset(partitions),
+            jobs_by_node(jobs),
+            waiting_by_partition(jobs),
+            listed_at=time.monotonic(),
         )
 
     async def reconcile(self, name: str) -> Outcome:
