@@ -147,7 +147,8 @@ class Rest:
 
 
 def pod_processes(pod_uid: str, command: str) -> list[int]:
-    """Host PIDs of `command` running in the Pod with this UID (by its cgroup)."""
+    """Host PIDs of `command` running in the Pod with this UID (by its cgroup): its own
+    process and a wrapper that names it (tini -- sunk ...), not a shell that mentions it."""
     marks = (pod_uid, pod_uid.replace("-", "_"))
     found = []
     for proc in Path("/proc").iterdir():
@@ -158,7 +159,8 @@ def pod_processes(pod_uid: str, command: str) -> list[int]:
             argv = (proc / "cmdline").read_bytes().split(b"\0")
         except OSError:
             continue
-        if any(mark in cgroup for mark in marks) and any(command.encode() in part for part in argv[:3]):
+        names = [Path(part.decode(errors="replace")).name for part in argv[:3]]
+        if any(mark in cgroup for mark in marks) and command in names:
             found.append(int(proc.name))
     return found
 
@@ -379,8 +381,9 @@ def report(record: Record, seed: int) -> str:
 
 
 @contextlib.contextmanager
-def platform_run(seed: int, faults: int) -> Iterator[Run]:
-    run = Run(DevCluster(), seed, faults)
+def platform_run(cluster: DevCluster, seed: int, faults: int) -> Iterator[Run]:
+    """A run on `cluster`; the chart is uninstalled and its namespace deleted afterwards."""
+    run = Run(cluster, seed, faults)
     try:
         yield run
     finally:
@@ -395,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=None)
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.randrange(1 << 30)
-    with platform_run(seed, args.faults) as run:
+    with platform_run(DevCluster(), seed, args.faults) as run:
         record = run.run()
     print(report(record, seed), flush=True)
     return 1 if record.violations else 0
