@@ -127,6 +127,11 @@ class Rest:
         }
         return int(self.call("POST", f"/slurm/{REST_VERSION}/job/submit", {"job": job})["job_id"])
 
+    def active(self, ours: set[int]) -> int:
+        """How many of `ours` Slurm still lists as waiting or running."""
+        jobs = self.call("GET", f"/slurm/{REST_VERSION}/jobs")["jobs"]
+        return sum(1 for job in jobs if int(job["job_id"]) in ours and not set(job["job_state"]) & ENDED)
+
     def running_by_node(self) -> dict[str, list[int]]:
         jobs = self.call("GET", f"/slurm/{REST_VERSION}/jobs")["jobs"]
         running: dict[str, list[int]] = {}
@@ -223,8 +228,7 @@ class Run:
         """Short jobs, a few at a time, whatever the NodeSet's size."""
         while not self.stop.is_set():
             with contextlib.suppress(httpx.HTTPError, KubeError, StopIteration, KeyError):
-                unfinished = [j for j, state in self.record.jobs.items() if not state]
-                if len(unfinished) < 6:
+                if self.rest.active(set(self.record.jobs)) < 6:
                     try:
                         job = self.rest.submit(self.random.randint(3, 25))
                     except httpx.HTTPStatusError:
