@@ -20,7 +20,7 @@ from sunk.devcluster.slurmcluster import run_cli
 from tests.chart.conftest import render
 from tests.e2e.conftest import delete_pods_and_wait_for_their_jobs
 from tests.e2e.test_schedule_flow import create, get, job_of
-from tests.support import SchedulerProcess, SlurmRest, condition, events_for, make_pod
+from tests.support import SchedulerProcess, SlurmRest, condition, events_for, make_pod, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -217,8 +217,16 @@ def test_r1_1_each_rbac_rule_is_needed(
         broken = scheduler_does_its_job(kube, slurm, dev_cluster, namespace, proc.name, within=12)
     finally:
         proc.stop()
-        # A healthy scheduler of the same name, on the same hooks address, cleans up after
-        # the crippled one, as a fixed deployment would.
+        # The Pods go first; then a healthy scheduler of the same name, on the same hooks
+        # address, ends whatever jobs the crippled one left, as a fixed deployment would.
+        # (Started while the Pods still existed, it would submit jobs of its own, and a wait
+        # that found none yet would stop it with one just accepted and nobody to end it.)
+        kube.request("DELETE", f"/api/v1/namespaces/{namespace}/pods")
+        wait_for(
+            lambda: not kube.get(f"/api/v1/namespaces/{namespace}/pods")["items"],
+            timeout=60,
+            what="the test's Pods to be gone",
+        )
         healthy = SchedulerProcess(
             dev_cluster, proc.name, f"--watch-namespace={namespace}", hooks_port=proc.hooks_port
         ).start()
