@@ -324,7 +324,7 @@ def sacct_state(platform: Platform, job: str) -> str:
         state = logged_in(platform, f"sacct -X -n -P -j {job} -o State").strip()
         return state if state not in ("", "PENDING", "RUNNING", "COMPLETING") else None
 
-    return wait_for(final, timeout=90, what=f"job {job} to end in sacct")
+    return wait_for(final, timeout=180, what=f"job {job} to end in sacct")
 
 
 def wait_members(
@@ -519,8 +519,9 @@ def test_r10_5_demand_mode_grows_for_a_waiting_job_and_shrinks_when_idle(
         timeout=120,
         what="minReplicas 1",
     )
-    first = logged_in(platform, "sbatch --parsable -p third --exclusive --wrap 'sleep 20'").strip()
-    second = logged_in(platform, "sbatch --parsable -p third --exclusive --wrap 'sleep 20'").strip()
+    # Long enough that the second job can only run beside the first on a member demand adds.
+    first = logged_in(platform, "sbatch --parsable -p third --exclusive --wrap 'sleep 90'").strip()
+    second = logged_in(platform, "sbatch --parsable -p third --exclusive --wrap 'sleep 90'").strip()
     queued = time.monotonic()
     wait_for(
         lambda: (

@@ -70,9 +70,13 @@ def decide(
     ]
     registered = all(n in records for n in names)
 
-    before = previous.get("idleSince") or {}
+    # A list, not a map: the status is merge-patched, and a map would keep the entries of
+    # members that stopped being idle (or left), making them look idle for ever.
+    before = {
+        e.get("slurmNode"): e.get("since") for e in previous.get("idleSince") or [] if isinstance(e, dict)
+    }
     stamp = now.strftime("%Y-%m-%dT%H:%M:%SZ")
-    idle_since = {n: before.get(n, stamp) for n in idle}
+    idle_since = {n: str(before.get(n) or stamp) for n in idle}
     seen = {j.job_id: j for p in nodeset.partitions for j in waiting.get(p, ())}
     queued = len(seen)
 
@@ -101,7 +105,7 @@ def decide(
     decision.status = {
         "replicas": decision.replicas,
         "waitingJobs": queued,
-        "idleSince": idle_since,
+        "idleSince": [{"slurmNode": n, "since": since} for n, since in sorted(idle_since.items())],
         "lastScaleTime": stamp if decision.events else previous.get("lastScaleTime", ""),
     }
     return decision
