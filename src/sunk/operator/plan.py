@@ -321,12 +321,12 @@ def _leaving(
     return leaving
 
 
-def _outdated(nodeset: NodeSet, pod: Json, nodes: Mapping[str, Json]) -> str | None:
+def _outdated(nodeset: NodeSet, current: str, pod: Json, nodes: Mapping[str, Json]) -> str | None:
     """Why a member no longer matches what it would be made as now: its template changed
     (a roll-out), or its Node's resources did (a GPU gone, more memory), so that its
     `--conf` would differ and Slurm would hand out what the Node does not have."""
     annotations = pod["metadata"].get("annotations") or {}
-    if annotations.get(m.TEMPLATE_HASH) != m.template_hash(nodeset):
+    if annotations.get(m.TEMPLATE_HASH) != current:
         return r.ROLL_OUT
     node = nodes.get((pod.get("spec") or {}).get("nodeName", ""))
     if node is None:
@@ -351,7 +351,8 @@ def _roll_out(
     """Members that are out of date (`_outdated`), replaced through the removal path at most
     maxUnavailable at a time; one that cannot be drained now is skipped and reported."""
     records = slurm.nodes or {}
-    causes = {p["metadata"]["name"]: c for p in staying if (c := _outdated(nodeset, p, nodes))}
+    current = m.template_hash(nodeset)  # once per pass, not once per member
+    causes = {p["metadata"]["name"]: c for p in staying if (c := _outdated(nodeset, current, p, nodes))}
     outdated = [p for p in staying if p["metadata"]["name"] in causes]
     if not outdated:
         return []
@@ -675,18 +676,20 @@ def _status(
         "slurm": counts,
         "members": listed,
         "removals": notes.removals if notes else [],
-        "updated": (
-            sum(
-                1
-                for pod in live
-                if (pod["metadata"].get("annotations") or {}).get(m.TEMPLATE_HASH) == m.template_hash(nodeset)
-            )
-            if nodeset is not None
-            else 0
-        ),
+        "updated": _updated(nodeset, live),
         "conditions": conditions,
     }
     return status
+
+
+def _updated(nodeset: NodeSet | None, live: list[Json]) -> int:
+    """Members made from the current template."""
+    if nodeset is None:
+        return 0
+    current = m.template_hash(nodeset)
+    return sum(
+        1 for pod in live if (pod["metadata"].get("annotations") or {}).get(m.TEMPLATE_HASH) == current
+    )
 
 
 def _failing(members: list[Json]) -> list[str]:
