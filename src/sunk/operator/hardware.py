@@ -66,6 +66,17 @@ class Shape:
         return " ".join(words)
 
 
+def gres_in_conf(conf: str) -> list[tuple[str, int]]:
+    """[("gpu:h100", 8)] from a `--conf` line's Gres=gpu:h100:8 (several comma-separated)."""
+    gres = next((w[len("Gres=") :] for w in conf.split() if w.startswith("Gres=")), "")
+    found = []
+    for item in filter(None, gres.split(",")):
+        name, _, count = item.rpartition(":")
+        if name and count.isdigit():
+            found.append((name, int(count)))
+    return found
+
+
 class ShapeError(ValueError):
     """The Node cannot give Slurm anything (e.g. memory below the reserve)."""
 

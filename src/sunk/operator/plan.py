@@ -33,7 +33,7 @@ from sunk.operator.actions import (
     Resume,
     SetFinalizer,
 )
-from sunk.operator.hardware import ShapeError, shape, slurm_node_name
+from sunk.operator.hardware import ShapeError, gres_in_conf, shape, slurm_node_name
 from sunk.operator.nodeset import API_VERSION, KIND, ON_DELETE, DrainPolicy, Invalid, NodeSet
 from sunk.operator.removal import busy
 from sunk.operator.selection import Share
@@ -423,7 +423,7 @@ def _check_gres(members: list[Json], slurm: SlurmView, notes: _Notes) -> None:
         conf = (pod["metadata"].get("annotations") or {}).get(m.SLURMD_CONF, "")
         if record is None or pod["metadata"].get("deletionTimestamp"):
             continue
-        wanted = _gpus_in_conf(conf)
+        wanted = sorted((name, count) for name, count in gres_in_conf(conf) if name.split(":")[0] == "gpu")
         listed = sorted((name, count) for name, count in record.gres if name.split(":")[0] == "gpu")
         if wanted != listed:
             said = ", ".join(f"{n}:{c}" for n, c in listed) or "none"
@@ -433,17 +433,6 @@ def _check_gres(members: list[Json], slurm: SlurmView, notes: _Notes) -> None:
             notes.actions.append(
                 Event(GRES_MISMATCH, line, warning=True, once_as=f"{record.name}.gres.{said}.{meant}")
             )
-
-
-def _gpus_in_conf(conf: str) -> list[tuple[str, int]]:
-    """[("gpu:h100", 8)] from a `--conf` line's Gres=gpu:h100:8 (several comma-separated)."""
-    gres = next((w[len("Gres=") :] for w in conf.split() if w.startswith("Gres=")), "")
-    found = []
-    for item in filter(None, gres.split(",")):
-        *name, count = item.split(":")
-        if name and name[0] == "gpu" and count.isdigit():
-            found.append((":".join(name), int(count)))
-    return sorted(found)
 
 
 def _remove(

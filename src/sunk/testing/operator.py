@@ -14,6 +14,7 @@ from sunk.kube.events import Recorder
 from sunk.operator import members as m
 from sunk.operator.controller import NodeSetController
 from sunk.operator.demand import waiting_by_partition
+from sunk.operator.hardware import gres_in_conf
 from sunk.operator.nodeset import API_VERSION
 from sunk.operator.plan import SlurmView
 from sunk.operator.removal import jobs_by_node
@@ -361,9 +362,5 @@ class OperatorWorld:
         for pod in self.pods.store.values():
             name = pod["metadata"]["labels"].get(m.SLURM_NODE_LABEL)
             if name and pod["status"].get("phase") == "Running" and name not in self.slurm.records:
-                conf = pod["metadata"]["annotations"].get(m.SLURMD_CONF, "")
-                gres = next((w[len("Gres=") :] for w in conf.split() if w.startswith("Gres=")), "")
-                counted = tuple(
-                    (g.rsplit(":", 1)[0], int(g.rsplit(":", 1)[1])) for g in filter(None, gres.split(","))
-                )
+                counted = tuple(gres_in_conf(pod["metadata"]["annotations"].get(m.SLURMD_CONF, "")))
                 self.slurm.register(name, address=f"10.64.0.{len(self.slurm.records) + 2}", gres=counted)
