@@ -106,6 +106,20 @@ def build_parser() -> argparse.ArgumentParser:
     partitions.add_argument("--slurm-jwt-key-file", required=True, type=Path, help="Slurm's jwt_hs256.key")
     partitions.add_argument("--slurm-user", default="slurm", help="the Slurm user the check's token names")
     partitions.add_argument("--keep", required=True, help="comma-separated partitions the new values declare")
+    apply = sub.add_parser(
+        "apply-config",
+        help="apply a changed Slurm configuration with a reconfigure (slurmctld's sidecar, Slurm chart)",
+    )
+    apply.add_argument("--namespace", required=True)
+    apply.add_argument("--configmap", required=True, help="the ConfigMap holding slurm.conf and its files")
+    apply.add_argument("--config-dir", required=True, type=Path, help="where slurmctld mounts that ConfigMap")
+    apply.add_argument("--slurm-api-base", required=True, help="slurmrestd's URL")
+    apply.add_argument("--slurm-jwt-key-file", required=True, type=Path, help="Slurm's jwt_hs256.key")
+    apply.add_argument("--slurm-user", default="slurm", help="the Slurm user the applier's tokens name")
+    apply.add_argument("--interval", type=float, default=5.0, help="seconds between passes")
+    apply.add_argument("--alive-file", type=Path, help="touched every pass (for a liveness probe)")
+    apply.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    apply.add_argument("--log-format", default="json", choices=["json", "text"])
     remove = sub.add_parser(
         "remove-nodesets",
         help="delete the NodeSets, wait until their members left job-safely (a pre-delete hook Job)",
@@ -234,6 +248,29 @@ def run_server(name: str, args: argparse.Namespace) -> int:
     return 0
 
 
+def run_apply_config(args: argparse.Namespace) -> int:
+    """slurmctld's sidecar: runs until SIGTERM (see sunk.operator.config_apply)."""
+    import asyncio
+
+    from sunk import logs
+    from sunk.operator.config_apply import run_forever
+
+    logs.setup(args.log_level, args.log_format)
+    asyncio.run(
+        run_forever(
+            args.namespace,
+            args.configmap,
+            args.config_dir,
+            args.slurm_api_base,
+            args.slurm_jwt_key_file,
+            args.slurm_user,
+            args.interval,
+            args.alive_file,
+        )
+    )
+    return 0
+
+
 def run_ensure_hooks_secret(args: argparse.Namespace) -> int:
     from sunk.kube.client import KubeClient
     from sunk.kube.secret import ensure_and_report, ensure_hooks_secret, ensure_tls_secret
@@ -327,6 +364,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sunk.operator import uninstall
 
             return uninstall.run(args.namespace, args.kubeconfig)
+        if args.command == "apply-config":
+            return run_apply_config(args)
         if args.command == "check-partitions":
             from sunk.operator import upgrade_check
 

@@ -535,8 +535,27 @@ def test_r10_3_the_pre_upgrade_check_keeps_the_new_values_partitions(helm: Path,
     ]
     spec = pod_spec(job)
     assert spec["automountServiceAccountToken"] is False and job["spec"]["backoffLimit"] == 0
-    [key] = spec["volumes"]
+    key = next(v for v in spec["volumes"] if v["name"] == "jwt-key")
     assert key["secret"]["items"] == [{"key": "jwt_hs256.key", "path": "jwt_hs256.key"}]
+
+
+def test_r10_3_before_an_upgrade_slurms_parser_reads_exactly_the_configuration_it_would_apply(
+    helm: Path, slurm_chart: Path
+) -> None:
+    objects = render(
+        slurm_chart, helm, values={**PARTITIONS, "slurm": {**PARTITIONS["slurm"], "extraConf": {"X": 1}}}
+    )
+    proposed = named(objects, "ConfigMap", "r1-slurm-config-proposed")
+    assert proposed["data"] == named(objects, "ConfigMap", "r1-slurm-config")["data"]
+    job = named(objects, "Job", "r1-partition-check")
+    hook, job_hook = proposed["metadata"]["annotations"], job["metadata"]["annotations"]
+    assert hook["helm.sh/hook"] == "pre-upgrade"
+    assert int(hook["helm.sh/hook-weight"]) < int(job_hook["helm.sh/hook-weight"])
+    [parse] = pod_spec(job)["initContainers"]
+    assert "SLURM_CONF=/proposed/slurm.conf scontrol" in parse["args"][-1]
+    assert parse["volumeMounts"] == [{"name": "proposed", "mountPath": "/proposed", "readOnly": True}]
+    volume = next(v for v in pod_spec(job)["volumes"] if v["name"] == "proposed")
+    assert volume["configMap"]["name"] == "r1-slurm-config-proposed"
 
 
 @pytest.mark.parametrize(
@@ -573,10 +592,35 @@ def test_r10_3_a_changed_configuration_is_applied_by_reconfigure_not_by_restarti
     # Nothing in the Pod template changes, so the controller Pod is not replaced...
     assert pod_spec(before) == pod_spec(after)
     assert before["spec"]["template"]["metadata"] == after["spec"]["template"]["metadata"]
-    # ...and a sidecar watching the same files runs `scontrol reconfigure`.
-    watcher = container(before, "reconfigure")
-    assert "scontrol reconfigure" in watcher["args"][-1]
+    # ...and a sidecar watching the same files applies them (sunk apply-config).
+    watcher = container(before, "apply-config")
+    assert watcher["args"][0] == "apply-config"
+    assert "--configmap=r1-slurm-config" in watcher["args"]
     assert {"name": "etc-slurm", "mountPath": "/etc/slurm", "readOnly": True} in watcher["volumeMounts"]
+
+
+def test_r10_3_only_the_config_sidecar_holds_an_api_token_and_may_touch_only_its_configmap(
+    helm: Path, slurm_chart: Path
+) -> None:
+    objects = render(slurm_chart, helm)
+    controller = named(objects, "StatefulSet", "r1-controller")
+    spec = pod_spec(controller)
+    assert spec["serviceAccountName"] == "r1-controller"
+    assert spec["automountServiceAccountToken"] is False
+    token_mount = "/var/run/secrets/kubernetes.io/serviceaccount"
+    holders = [
+        c["name"] for c in spec["containers"] if any(m["mountPath"] == token_mount for m in c["volumeMounts"])
+    ]
+    assert holders == ["apply-config"]
+    assert named(objects, "Role", "r1-controller")["rules"] == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["r1-slurm-config"],
+            "verbs": ["get", "patch"],
+        },
+        {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
+    ]
 
 
 def test_r10_5_uninstall_first_removes_the_nodesets_job_safely_with_only_that_right(

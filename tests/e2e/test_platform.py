@@ -18,6 +18,7 @@ import pytest
 from sunk.devcluster import DevCluster
 from sunk.devcluster.kubeapi import AdminKube, KubeError
 from sunk.devcluster.platform import Platform, nodeset
+from sunk.operator.config_apply import APPLIED_AT, APPLIED_HASH, config_hash
 from tests.e2e.slurm_in_pods import containers_running, delete_namespace
 from tests.support import make_pod, wait_for
 
@@ -176,6 +177,10 @@ def test_r10_7_a_pod_placed_by_sunk_runs_on_a_real_node_beside_a_slurm_job(
         )
 
 
+def slurm_config(kube: AdminKube) -> dict[str, Any]:
+    return kube.get(f"/api/v1/namespaces/{NAMESPACE}/configmaps/slurm-slurm-config")
+
+
 def test_r10_3_a_values_change_adds_a_partition_without_restarting_slurmd(
     platform: Platform, kube: AdminKube
 ) -> None:
@@ -183,18 +188,43 @@ def test_r10_3_a_values_change_adds_a_partition_without_restarting_slurmd(
         name: (p["metadata"]["uid"], p["status"]["containerStatuses"][0]["restartCount"])
         for name, p in members(kube).items()
     }
+    changed = time.monotonic()
     platform.upgrade({"slurm": {"partitions": [*PARTITIONS, {"name": "third"}]}})
     shown = wait_for(
         lambda: login_output(platform, "scontrol show partition third"),
         timeout=180,
         what="partition third in scontrol show partition",
     )
+    FIGURES["config change → partition in Slurm (s)"] = round(time.monotonic() - changed, 1)
     assert "PartitionName=third" in shown
     after = {
         name: (p["metadata"]["uid"], p["status"]["containerStatuses"][0]["restartCount"])
         for name, p in members(kube).items()
     }
     assert after == before
+    # The ConfigMap says which configuration Slurm runs, and since when.
+    cm = wait_for(
+        lambda: (
+            (c := slurm_config(kube))["metadata"]["annotations"].get(APPLIED_HASH) == config_hash(c["data"])
+            and c
+        ),
+        timeout=60,
+        what="the applied configuration's hash on the ConfigMap",
+    )
+    assert cm["metadata"]["annotations"][APPLIED_AT].endswith("Z")
+
+
+def test_r10_3_an_upgrade_slurms_parser_refuses_is_stopped_and_changes_nothing(
+    platform: Platform, kube: AdminKube
+) -> None:
+    before = slurm_config(kube)["data"]
+    wrong = {"slurm": {"partitions": [*PARTITIONS, {"name": "third"}], "extraConf": {"MaxJobCont": "5000"}}}
+    result = platform.upgrade(wrong, check=False)
+    assert result.returncode != 0
+    said = platform.kubectl("logs", "job/slurm-partition-check", "-c", "parse").stdout
+    assert "MaxJobCont" in said and "refused by Slurm's parser" in said, said
+    assert slurm_config(kube)["data"] == before
+    assert "PartitionName=third" in logged_in(platform, "scontrol show partition third")
 
 
 def test_r10_3_an_upgrade_dropping_a_partition_jobs_still_use_is_refused_naming_them(

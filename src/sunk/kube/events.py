@@ -46,6 +46,37 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def event_object(
+    regarding: Json,
+    reason: str,
+    note: str,
+    component: str,
+    instance: str,
+    *,
+    warning: bool = False,
+    name: str | None = None,
+    action: str = "Scheduling",
+) -> Json:
+    """An events.k8s.io/v1 Event about `regarding`; a given `name` makes it unique (a second
+    create of the same name is refused with a conflict)."""
+    return {
+        "apiVersion": "events.k8s.io/v1",
+        "kind": "Event",
+        "metadata": {
+            "name": name or f"{regarding['name']}.{uuid.uuid4().hex[:12]}",
+            "namespace": regarding.get("namespace") or "default",
+        },
+        "eventTime": _now(),
+        "reportingController": component,
+        "reportingInstance": instance,
+        "action": action,
+        "reason": reason,
+        "note": note[:1024],
+        "type": "Warning" if warning else "Normal",
+        "regarding": {k: v for k, v in regarding.items() if v is not None},
+    }
+
+
 class Recorder:
     def __init__(self, client: KubePort, component: str, instance: str) -> None:
         self._client = client
@@ -72,22 +103,9 @@ class Recorder:
         whichever process records it first wins, and a restarted scheduler seeing the same
         fact again adds nothing. True once the Event exists; a failure is logged, not raised."""
         namespace = regarding.get("namespace") or "default"  # cluster-scoped objects' Events
-        event = {
-            "apiVersion": "events.k8s.io/v1",
-            "kind": "Event",
-            "metadata": {
-                "name": name or f"{regarding['name']}.{uuid.uuid4().hex[:12]}",
-                "namespace": namespace,
-            },
-            "eventTime": _now(),
-            "reportingController": self._component,
-            "reportingInstance": self._instance,
-            "action": "Scheduling",
-            "reason": reason,
-            "note": note[:1024],
-            "type": "Warning" if warning else "Normal",
-            "regarding": {k: v for k, v in regarding.items() if v is not None},
-        }
+        event = event_object(
+            regarding, reason, note, self._component, self._instance, warning=warning, name=name
+        )
         try:
             await self._client.create_event(namespace, event)
         except KubeError as err:

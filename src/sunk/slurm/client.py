@@ -334,6 +334,16 @@ class SlurmClient:
             return f"could not resume {node}: {err}"
         return None
 
+    async def reconfigure(self) -> None:
+        """Make slurmctld read its configuration files again and hand them to every slurmd
+        (configless); no daemon restarts. Raises SlurmError when slurmctld refuses."""
+        if not self.dialect.drains_over_rest:
+            failure = await self._scontrol.reconfigure()
+            if failure:
+                raise SlurmUnavailable(failure)
+            return
+        await self._call("GET", "/reconfigure/", "reconfigure slurmctld")
+
     async def select_type(self) -> str | None:
         """Slurm's SelectTypeParameters (for the memory check of R7.3), if it can be read."""
         if not self.dialect.drains_over_rest:

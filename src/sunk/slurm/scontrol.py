@@ -50,6 +50,11 @@ class Scontrol:
             return f"could not resume {node}: {err}"
         return None
 
+    async def reconfigure(self) -> str | None:
+        """`scontrol reconfigure` (22.05's REST has no such call); None on success."""
+        code, _, err = await self._run("reconfigure")
+        return f"could not reconfigure slurmctld: {err}" if code else None
+
     async def config(self) -> dict[str, str] | None:
         """`scontrol show config` as a dict, or None when it cannot be read."""
         code, out, _ = await self._run("show", "config")

@@ -1,0 +1,86 @@
+{{/*
+The data of the Slurm configuration ConfigMap: slurm.conf, cgroup.conf, gres.conf and the
+prolog/epilog scripts, made from the values. The live ConfigMap and the pre-upgrade check's
+copy of the proposed configuration both use it, so the check reads exactly what would be
+applied.
+*/}}
+{{- define "slurm.configData" -}}
+{{- $f := include "slurm.fullname" . }}
+{{- $s := .Values.slurm }}
+{{- /* Every line the chart sets, by key; slurm.extraConf may add keys but not replace these. */}}
+{{- $conf := dict
+  "ClusterName" (include "slurm.clusterName" .)
+  "SlurmctldHost" (printf "%s-controller-0(%s)" $f (include "slurm.controllerHost" .))
+  "SlurmctldPort" "6817"
+  "SlurmdPort" "6818"
+  "SlurmUser" "slurm"
+  "SlurmdUser" "root"
+  "AuthType" "auth/slurm"
+  "CredType" "cred/slurm"
+  "AuthAltTypes" "auth/jwt"
+  "AuthAltParameters" "jwt_key=/etc/slurm/jwt_hs256.key"
+  "SlurmctldParameters" (join "," (prepend $s.slurmctldParameters "enable_configless"))
+  "StateSaveLocation" "/var/spool/slurmctld"
+  "SlurmdSpoolDir" "/var/spool/slurmd"
+  "SlurmctldPidFile" "/run/slurm/slurmctld.pid"
+  "SlurmdPidFile" "/run/slurm/slurmd.pid"
+  "SlurmctldDebug" $s.debugLevel
+  "SlurmdDebug" $s.debugLevel
+  "ProctrackType" $s.proctrackType
+  "TaskPlugin" $s.taskPlugin
+  "JobAcctGatherType" $s.jobAcctGatherType
+  "MpiDefault" "none"
+  "SelectType" "select/cons_tres"
+  "SelectTypeParameters" "CR_Core_Memory"
+  "GresTypes" "gpu"
+  "ReturnToService" "2"
+  "MaxNodeCount" (toString (int $s.maxNodeCount))
+  "KillWait" (toString (int $s.killWait))
+  "MailProg" "/bin/true"
+}}
+{{- if .Values.accounting.enabled }}
+{{- $_ := set $conf "AccountingStorageType" "accounting_storage/slurmdbd" }}
+{{- $_ := set $conf "AccountingStorageHost" (printf "%s-accounting.%s.svc.%s" $f .Release.Namespace .Values.clusterDomain) }}
+{{- $_ := set $conf "AccountingStoragePort" "6819" }}
+{{- $_ := set $conf "AccountingStorageTRES" "gres/gpu" }}
+{{- end }}
+{{- range $key, $value := $s.extraConf }}
+{{- if hasKey $conf $key }}
+{{- fail (printf "slurm.extraConf.%s is set by the chart already; use its own value in slurm (see values.yaml) or leave it" $key) }}
+{{- end }}
+{{- end }}
+slurm.conf: |
+  # Made by the slurm chart from its values: change the values, not this file.
+  {{- range $key := keys $conf | sortAlpha }}
+  {{ $key }}={{ index $conf $key }}
+  {{- end }}
+  {{- range $key, $value := $s.extraConf }}
+  {{ $key }}={{ $value }}
+  {{- end }}
+  {{- if or $s.prolog $s.epilog }}
+  # One line per script, named without a directory: slurmctld then hands the scripts
+  # to every slurmd along with the configuration.
+  {{- end }}
+  {{- range $kind := list "prolog" "epilog" }}
+  {{- range $name, $_ := index $s $kind }}
+  {{ title $kind }}={{ $kind }}-{{ $name }}
+  {{- end }}
+  {{- end }}
+  # Partitions, each with the node set of the nodes that registered with its feature:
+  # the operator gives every slurmd Pod the feature part_<partition> of each partition
+  # its NodeSet lists, so a new NodeSet never needs a change here.
+  {{- range $s.partitions }}
+  NodeSet=part_{{ .name }} Feature=part_{{ .name }}
+  PartitionName={{ .name }} Nodes=part_{{ .name }} State=UP{{ if .default }} Default=YES{{ end }}{{ range $key, $value := .options }} {{ $key }}={{ $value }}{{ end }}
+  {{- end }}
+cgroup.conf: |
+  {{- $s.cgroupConf | trim | nindent 2 }}
+gres.conf: |
+  {{- $s.gresConf | trim | nindent 2 }}
+{{- range $kind := list "prolog" "epilog" }}
+{{- range $name, $script := index $s $kind }}
+{{ $kind }}-{{ $name }}: |
+  {{- $script | trim | nindent 2 }}
+{{- end }}
+{{- end }}
+{{- end -}}

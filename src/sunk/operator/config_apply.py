@@ -1,0 +1,222 @@
+"""`sunk apply-config`: slurmctld's sidecar that applies a changed Slurm configuration.
+
+The chart renders slurm.conf and the files beside it into the ConfigMap `<release>-slurm-config`,
+which the kubelet copies into slurmctld's /etc/slurm some seconds to a minute after it
+changes. Only a container that mounts that directory can tell when the copy is complete,
+so the applier runs there, beside slurmctld. Each pass:
+
+1. reads the ConfigMap and the mounted files; while they differ the kubelet is still
+   copying, and nothing is done;
+2. when they agree on content that was not applied yet, it asks Slurm which unfinished
+   jobs use a partition the new slurm.conf no longer declares; if any do, it holds the
+   change (a Warning Event naming the jobs) until they end, since slurmctld cannot keep
+   jobs whose partition vanished. A Helm upgrade is refused earlier by the chart's
+   pre-upgrade check; this catches edits made to the ConfigMap by other means;
+3. otherwise it asks slurmctld over REST to reconfigure: slurmctld reads the files again
+   and hands them to every slurmd (configless), so no daemon restarts and no job stops;
+4. records the applied content's hash and time as annotations on the ConfigMap, with an
+   Event, so `kubectl describe configmap <release>-slurm-config` shows what Slurm runs.
+
+Every read fails closed: a ConfigMap or job listing that cannot be had means try again
+on the next pass, never apply blind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import datetime as dt
+import hashlib
+import logging
+import re
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol
+
+from sunk.kube.client import KubeClient, KubeError
+from sunk.kube.events import event_object
+from sunk.operator.upgrade_check import refusals
+from sunk.slurm.client import SlurmClient, SlurmVersionError
+from sunk.slurm.errors import SlurmError
+from sunk.slurm.models import SlurmJob
+from sunk.slurm.tokens import MintedTokens
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+APPLIED_HASH = "sunk.coreweave.com/applied-config-hash"
+APPLIED_AT = "sunk.coreweave.com/applied-at"
+HELD_HASH = "sunk.coreweave.com/held-config-hash"
+COMPONENT = "sunk-config"
+_PARTITION = re.compile(r"^\s*PartitionName\s*=\s*(\S+)", re.IGNORECASE)
+
+
+def config_hash(files: Mapping[str, str]) -> str:
+    """A short, stable digest of a configuration (file names and contents)."""
+    digest = hashlib.sha256()
+    for name in sorted(files):
+        digest.update(name.encode() + b"\0" + files[name].encode() + b"\0")
+    return digest.hexdigest()[:16]
+
+
+def partitions_in(slurm_conf: str) -> set[str]:
+    """The partitions a slurm.conf declares (a `PartitionName=DEFAULT` line sets defaults
+    and declares none)."""
+    found = {m.group(1) for line in slurm_conf.splitlines() if (m := _PARTITION.match(line))}
+    return {name for name in found if name.upper() != "DEFAULT"}
+
+
+def mounted(directory: Path, names: Mapping[str, str]) -> dict[str, str]:
+    """The mounted copy of each ConfigMap file (missing ones left out)."""
+    found: dict[str, str] = {}
+    for name in names:
+        try:
+            found[name] = (directory / name).read_text()
+        except OSError:
+            continue
+    return found
+
+
+def beat(alive_file: Path | None) -> None:
+    """Touch the file a liveness probe checks: this loop still turns."""
+    if alive_file is not None:
+        alive_file.touch()
+
+
+class ConfigKube(Protocol):
+    async def get(self, path: str) -> Json: ...
+
+    async def patch_merge(self, path: str, patch: Json) -> Json: ...
+
+    async def create_event(self, namespace: str, event: Json) -> None: ...
+
+
+class ConfigSlurm(Protocol):
+    async def jobs(self) -> list[SlurmJob]: ...
+
+    async def reconfigure(self) -> None: ...
+
+
+@dataclass
+class ConfigApplier:
+    kube: ConfigKube
+    slurm: ConfigSlurm
+    namespace: str
+    configmap: str
+    directory: Path
+    instance: str = ""
+
+    @property
+    def path(self) -> str:
+        return f"/api/v1/namespaces/{self.namespace}/configmaps/{self.configmap}"
+
+    async def step(self) -> str:
+        """One pass; returns what it found or did (for the log and the tests)."""
+        try:
+            cm = await self.kube.get(self.path)
+        except KubeError as err:
+            return f"cannot read ConfigMap {self.configmap}: {err}"
+        wanted: dict[str, str] = {k: str(v) for k, v in (cm.get("data") or {}).items()}
+        annotations: dict[str, str] = (cm.get("metadata") or {}).get("annotations") or {}
+        target = config_hash(wanted)
+        # None on a new cluster, or after the ConfigMap was replaced: nobody can say what
+        # slurmctld last read, so the mounted copy is applied once more (a no-op if it matches).
+        applied = annotations.get(APPLIED_HASH)
+        if applied == target:
+            return "up to date"
+        if mounted(self.directory, wanted) != wanted:
+            return f"waiting for the kubelet to copy configuration {target}"
+        try:
+            jobs = await self.slurm.jobs()
+        except SlurmError as err:
+            return f"cannot list Slurm's jobs, so configuration {target} waits: {err}"
+        held = refusals(jobs, partitions_in(wanted.get("slurm.conf", "")))
+        if held:
+            if annotations.get(HELD_HASH) != target:
+                note = f"configuration {target} is held: " + "; ".join(held)
+                await self._event(cm, "ConfigurationHeld", note, warning=True, name=f"held-{target}")
+                await self._annotate({HELD_HASH: target})
+            return "held: " + "; ".join(held)
+        try:
+            await self.slurm.reconfigure()
+        except SlurmError as err:
+            note = f"configuration {target}: {err}"
+            await self._event(cm, "ReconfigureFailed", note, warning=True, name=f"failed-{target}")
+            return f"reconfigure failed: {err}"
+        await self._record(
+            cm,
+            target,
+            f"configuration {target} applied with a reconfigure (was {applied or 'not recorded'}); "
+            "slurmd daemons fetch it from slurmctld without restarting",
+        )
+        return f"applied {target}"
+
+    async def _record(self, cm: Json, target: str, note: str) -> None:
+        at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        await self._annotate({APPLIED_HASH: target, APPLIED_AT: at, HELD_HASH: None})
+        await self._event(cm, "ConfigurationApplied", note, name=f"applied-{target}")
+        log.info("%s", note)
+
+    async def _annotate(self, annotations: dict[str, str | None]) -> None:
+        await self.kube.patch_merge(self.path, {"metadata": {"annotations": annotations}})
+
+    async def _event(self, cm: Json, reason: str, note: str, *, warning: bool = False, name: str) -> None:
+        meta = cm.get("metadata") or {}
+        regarding = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "namespace": self.namespace,
+            "name": self.configmap,
+            "uid": meta.get("uid"),
+        }
+        event = event_object(
+            regarding,
+            reason,
+            note,
+            COMPONENT,
+            self.instance,
+            warning=warning,
+            name=f"{self.configmap}.{name}",
+            action="Reconfigure",
+        )
+        try:
+            await self.kube.create_event(self.namespace, event)
+        except KubeError as err:
+            if not err.conflict:
+                log.warning("could not record event %s: %s", reason, err)
+
+
+async def run_forever(
+    namespace: str,
+    configmap: str,
+    directory: Path,
+    api_base: str,
+    key_file: Path,
+    user: str,
+    interval_s: float,
+    alive_file: Path | None,
+) -> None:
+    kube = await KubeClient.connect(None)
+    tokens = MintedTokens(key_file, user)
+    slurm: SlurmClient | None = None
+    try:
+        said = ""
+        while True:
+            beat(alive_file)
+            try:
+                if slurm is None:
+                    slurm = await SlurmClient.connect(api_base, tokens, user=user)
+                outcome = await ConfigApplier(
+                    kube, slurm, namespace, configmap, directory, socket.gethostname()
+                ).step()
+            except (SlurmError, SlurmVersionError) as err:
+                outcome = f"slurmrestd cannot be asked yet: {err}"
+            if outcome != said:
+                log.info("%s", outcome)
+                said = outcome
+            await asyncio.sleep(interval_s)
+    finally:
+        if slurm is not None:
+            await slurm.aclose()
+        await kube.close()

@@ -1,0 +1,193 @@
+"""R10.3 (config changes): slurmctld's sidecar applies a changed configuration only once
+the kubelet has copied all of it, never while a job still uses a partition it drops, and
+records what Slurm runs on the ConfigMap."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from sunk.kube.client import KubeError
+from sunk.operator.config_apply import (
+    APPLIED_AT,
+    APPLIED_HASH,
+    HELD_HASH,
+    ConfigApplier,
+    config_hash,
+    partitions_in,
+)
+from sunk.slurm.errors import SlurmUnavailable
+from sunk.slurm.models import SlurmJob
+
+Json = dict[str, Any]
+OLD = {"slurm.conf": "ClusterName=c\nPartitionName=main Nodes=ALL\nPartitionName=extra Nodes=ALL\n"}
+NEW = {
+    "slurm.conf": "ClusterName=c\nPartitionName=main Nodes=ALL\n",
+    "cgroup.conf": "CgroupPlugin=disabled\n",
+}
+
+
+class FakeKube:
+    def __init__(self, data: dict[str, str], annotations: dict[str, str] | None = None) -> None:
+        self.cm: Json = {"metadata": {"name": "slurm-config", "uid": "u1", "annotations": annotations or {}}}
+        self.cm["data"] = dict(data)
+        self.events: list[Json] = []
+        self.unreadable = False
+
+    async def get(self, path: str) -> Json:
+        if self.unreadable:
+            raise KubeError(503, "unavailable")
+        return self.cm
+
+    async def patch_merge(self, path: str, patch: Json) -> Json:
+        annotations = self.cm["metadata"]["annotations"]
+        for key, value in patch["metadata"]["annotations"].items():
+            if value is None:
+                annotations.pop(key, None)
+            else:
+                annotations[key] = value
+        return self.cm
+
+    async def create_event(self, namespace: str, event: Json) -> None:
+        if any(e["metadata"]["name"] == event["metadata"]["name"] for e in self.events):
+            raise KubeError(409, "exists")
+        self.events.append(event)
+
+    def reasons(self) -> list[str]:
+        return [e["reason"] for e in self.events]
+
+
+class FakeSlurm:
+    def __init__(self) -> None:
+        self.running: list[SlurmJob] = []
+        self.reconfigures = 0
+        self.listing_fails = False
+        self.reconfigure_fails = False
+
+    async def jobs(self) -> list[SlurmJob]:
+        if self.listing_fails:
+            raise SlurmUnavailable("slurmrestd is restarting")
+        return self.running
+
+    async def reconfigure(self) -> None:
+        if self.reconfigure_fails:
+            raise SlurmUnavailable("slurmctld did not answer")
+        self.reconfigures += 1
+
+
+def job(job_id: int, partition: str) -> SlurmJob:
+    return SlurmJob(job_id, f"j{job_id}", "RUNNING", "None", (), "", 0, 0, partition, None, None)
+
+
+def mount(directory: Path, files: dict[str, str]) -> None:
+    for old in directory.iterdir():
+        old.unlink()
+    for name, text in files.items():
+        (directory / name).write_text(text)
+
+
+def applier(tmp_path: Path, kube: FakeKube, slurm: FakeSlurm) -> ConfigApplier:
+    return ConfigApplier(kube, slurm, "plat", "slurm-config", tmp_path, "ctl-0")
+
+
+def step(a: ConfigApplier) -> str:
+    return asyncio.run(a.step())
+
+
+def test_r10_3_a_configuration_nobody_recorded_is_applied_once_and_recorded(tmp_path: Path) -> None:
+    kube, slurm = FakeKube(OLD), FakeSlurm()
+    mount(tmp_path, OLD)
+    a = applier(tmp_path, kube, slurm)
+    step(a)
+    assert "up to date" in step(a)
+    assert kube.cm["metadata"]["annotations"][APPLIED_HASH] == config_hash(OLD)
+    assert APPLIED_AT in kube.cm["metadata"]["annotations"]
+    assert slurm.reconfigures == 1
+
+
+def test_r10_3_a_change_the_kubelet_has_not_copied_yet_is_not_applied(tmp_path: Path) -> None:
+    kube, slurm = FakeKube(NEW, {APPLIED_HASH: config_hash(OLD)}), FakeSlurm()
+    mount(tmp_path, OLD)
+    assert "waiting for the kubelet" in step(applier(tmp_path, kube, slurm))
+    assert slurm.reconfigures == 0
+    assert kube.cm["metadata"]["annotations"][APPLIED_HASH] == config_hash(OLD)
+
+
+def test_r10_3_a_copied_change_is_applied_with_one_reconfigure_and_its_hash_and_time_recorded(
+    tmp_path: Path,
+) -> None:
+    kube, slurm = FakeKube(NEW, {APPLIED_HASH: config_hash(OLD)}), FakeSlurm()
+    mount(tmp_path, NEW)
+    a = applier(tmp_path, kube, slurm)
+    step(a)
+    step(a)
+    assert slurm.reconfigures == 1
+    annotations = kube.cm["metadata"]["annotations"]
+    assert annotations[APPLIED_HASH] == config_hash(NEW)
+    assert annotations[APPLIED_AT].endswith("Z")
+    assert kube.reasons() == ["ConfigurationApplied"]
+
+
+def test_r10_3_a_change_dropping_a_partition_a_job_uses_is_held_naming_the_job_until_it_ends(
+    tmp_path: Path,
+) -> None:
+    kube, slurm = FakeKube(NEW, {APPLIED_HASH: config_hash(OLD)}), FakeSlurm()
+    slurm.running = [job(41, "extra"), job(42, "main")]
+    mount(tmp_path, NEW)
+    a = applier(tmp_path, kube, slurm)
+    assert "partition extra: jobs 41" in step(a)
+    step(a)
+    assert slurm.reconfigures == 0
+    assert kube.reasons() == ["ConfigurationHeld"]
+    assert "jobs 41 still use it" in kube.events[0]["note"]
+    assert kube.cm["metadata"]["annotations"][HELD_HASH] == config_hash(NEW)
+    slurm.running = [job(42, "main")]
+    step(a)
+    assert slurm.reconfigures == 1
+    assert HELD_HASH not in kube.cm["metadata"]["annotations"]
+
+
+def test_r10_3_a_failed_job_listing_applies_nothing(tmp_path: Path) -> None:
+    kube, slurm = FakeKube(NEW, {APPLIED_HASH: config_hash(OLD)}), FakeSlurm()
+    slurm.listing_fails = True
+    mount(tmp_path, NEW)
+    assert "cannot list Slurm's jobs" in step(applier(tmp_path, kube, slurm))
+    assert slurm.reconfigures == 0
+    assert kube.cm["metadata"]["annotations"][APPLIED_HASH] == config_hash(OLD)
+
+
+def test_r10_3_a_failed_reconfigure_is_reported_and_tried_again(tmp_path: Path) -> None:
+    kube, slurm = FakeKube(NEW, {APPLIED_HASH: config_hash(OLD)}), FakeSlurm()
+    slurm.reconfigure_fails = True
+    mount(tmp_path, NEW)
+    a = applier(tmp_path, kube, slurm)
+    step(a)
+    assert kube.cm["metadata"]["annotations"][APPLIED_HASH] == config_hash(OLD)
+    assert kube.reasons() == ["ReconfigureFailed"]
+    slurm.reconfigure_fails = False
+    step(a)
+    assert slurm.reconfigures == 1
+    assert kube.cm["metadata"]["annotations"][APPLIED_HASH] == config_hash(NEW)
+
+
+def test_r10_3_an_unreadable_configmap_changes_nothing(tmp_path: Path) -> None:
+    kube, slurm = FakeKube(NEW, {APPLIED_HASH: config_hash(OLD)}), FakeSlurm()
+    kube.unreadable = True
+    mount(tmp_path, NEW)
+    assert "cannot read ConfigMap" in step(applier(tmp_path, kube, slurm))
+    assert slurm.reconfigures == 0
+
+
+@pytest.mark.parametrize(
+    ("conf", "expected"),
+    [
+        ("PartitionName=DEFAULT MaxTime=1:00:00\nPartitionName=a Nodes=ALL\n", {"a"}),
+        ("partitionname=b Nodes=ALL\n  PartitionName = c Default=YES\n", {"b", "c"}),
+        ("# PartitionName=old\nNodeName=x\n", set()),
+    ],
+)
+def test_r10_3_the_partitions_a_slurm_conf_declares(conf: str, expected: set[str]) -> None:
+    assert partitions_in(conf) == expected
