@@ -118,6 +118,12 @@ def record(version: str, http: httpx.Client, cluster: DevCluster, out: Path) -> 
     wait(lambda: any(s in job_state(job_id) for s in ("COMPLETING", "CANCELLED")), "the cancel")
     save("job-cancelled", http.get(f"/job/{job_id}"))
     save("job-unknown", http.get("/job/999999"))
+    if modern:  # a partition with a MaxTime beside the cluster's unlimited ones
+        run_cli(layout, "scontrol", "create", "PartitionName=recorded", "MaxTime=90", "Nodes=ALL", "State=UP")
+        try:
+            save("partitions", http.get("/partitions"))
+        finally:
+            run_cli(layout, "scontrol", "delete", "PartitionName=recorded")
 
 
 def record_group(version: str, http: httpx.Client, out: Path) -> None:

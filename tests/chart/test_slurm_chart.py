@@ -572,6 +572,10 @@ def test_r10_3_before_an_upgrade_slurms_parser_reads_exactly_the_configuration_i
         ({"slurm": {"extraConf": {"PartitionName": "x Nodes=ALL"}}}, "declared in slurm.partitions"),
         ({"slurm": {"extraConf": {"KillWait": 10}}}, "is set by the chart already"),
         ({"nodeSets": [{"name": "x", "partitions": ["nope"]}]}, "joins partition nope"),
+        ({"slurm": {"topology": {"plugin": "mesh", "labels": ["a"]}}}, "use tree, block"),
+        ({"slurm": {"topology": {"plugin": "tree", "labels": []}}}, "name the Node labels"),
+        ({"slurm": {"topology": {"plugin": "block", "labels": ["a", "b"]}}}, "exactly one label"),
+        ({"slurm": {"topology": {"plugin": "tree", "labels": ["a b"]}}}, "not a Kubernetes label key"),
     ],
 )
 def test_r10_3_values_that_would_break_slurm_are_refused(
@@ -657,3 +661,37 @@ def test_r10_5_evictions_spare_busy_slurmd_pods_and_the_budget_can_be_turned_off
     }
     off = render(slurm_chart, helm, values={"slurmd": {"busyMembersDisruptionBudget": False}})
     assert not of_kind(off, "PodDisruptionBudget")
+
+
+def test_r10_4_topology_from_node_labels_is_the_operators_to_write_never_helms(
+    helm: Path, slurm_chart: Path
+) -> None:
+    objects = render(
+        slurm_chart,
+        helm,
+        values={"slurm": {"topology": {"plugin": "tree", "labels": ["ex.com/leaf", "ex.com/spine"]}}},
+    )
+    assert conf_value(objects, "TopologyPlugin") == "topology/tree"
+    # Helm must not render the key: an upgrade would put its copy back over the operator's.
+    assert "topology.conf" not in named(objects, "ConfigMap", "r1-slurm-config")["data"]
+    operator = container(named(objects, "Deployment", "r1-operator"), "operator")
+    assert operator["args"][-3:] == [
+        "--topology=tree",
+        "--topology-labels=ex.com/leaf,ex.com/spine",
+        "--slurm-configmap=r1-slurm-config",
+    ]
+    rules = named(objects, "Role", "r1-operator")["rules"]
+    assert {
+        "apiGroups": [""],
+        "resources": ["configmaps"],
+        "resourceNames": ["r1-slurm-config"],
+        "verbs": ["get", "patch"],
+    } in rules
+    # slurmctld stops when its topology plugin finds no file: it waits for the operator's.
+    ctld = container(named(objects, "StatefulSet", "r1-controller"), "slurmctld")
+    assert "until [ -e /etc/slurm/topology.conf ]" in ctld["args"][2]
+    # ...always, so that turning topology on changes no Pod template (no slurmctld restart).
+    assert ctld == container(named(render(slurm_chart, helm), "StatefulSet", "r1-controller"), "slurmctld")
+    # Without topology, the operator may not touch the ConfigMap.
+    plain = named(render(slurm_chart, helm), "Role", "r1-operator")["rules"]
+    assert not any("configmaps" in rule["resources"] for rule in plain)

@@ -19,6 +19,7 @@ from sunk.devcluster import DevCluster
 from sunk.devcluster.kubeapi import AdminKube, KubeError
 from sunk.devcluster.platform import Platform, nodeset
 from sunk.operator.config_apply import APPLIED_AT, APPLIED_HASH, config_hash
+from sunk.slurm.hostlist import expand
 from tests.e2e.slurm_in_pods import containers_running, delete_namespace
 from tests.support import make_pod, wait_for
 
@@ -574,3 +575,75 @@ def test_r10_5_demand_mode_grows_for_a_waiting_job_and_shrinks_when_idle(
         lambda: kube.find(burst) is None or None, timeout=120, what="the NodeSet deleted with its members"
     )
     back_to_three(platform, kube)
+
+
+LEAF, SPINE = "sunk.test/leaf", "sunk.test/spine"
+
+
+def label_node(kube: AdminKube, node: str, labels: dict[str, str | None]) -> None:
+    kube.patch(f"/api/v1/nodes/{node}", {"metadata": {"labels": labels}})
+
+
+def shown_topology(platform: Platform) -> dict[str, list[str]]:
+    """`scontrol show topology` as switch name -> the switches (or else nodes) below it."""
+    shown: dict[str, list[str]] = {}
+    for line in logged_in(platform, "scontrol show topology").splitlines():
+        fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
+        if "SwitchName" in fields:
+            shown[fields["SwitchName"]] = sorted(expand(fields.get("Switches") or fields.get("Nodes", "")))
+    return shown
+
+
+def test_r10_4_topology_follows_node_labels_and_a_missing_label_changes_nothing(
+    platform: Platform, kube: AdminKube
+) -> None:
+    """Last in the module: the tree topology it turns on stays until the uninstall."""
+    by_node = {
+        p["spec"]["nodeName"]: p["metadata"]["labels"]["sunk.coreweave.com/slurm-node"]
+        for p in members(kube).values()
+    }
+    n1, n2, n3 = (by_node[f"real-{i}"] for i in (1, 2, 3))
+    try:
+        for node, leaf in (("real-1", "a"), ("real-2", "a"), ("real-3", "b")):
+            label_node(kube, node, {LEAF: leaf, SPINE: "s1"})
+        started = time.monotonic()
+        platform.upgrade(
+            {
+                "slurm": {
+                    "partitions": [*PARTITIONS, {"name": "third"}],
+                    "topology": {"plugin": "tree", "labels": [LEAF, SPINE]},
+                }
+            }
+        )
+        wait_for(
+            lambda: shown_topology(platform).get("leaf-b") == [n3] or None,
+            timeout=240,
+            what="the tree topology in scontrol show topology",
+        )
+        FIGURES["topology turned on -> in scontrol show topology (s)"] = time.monotonic() - started
+        shown = shown_topology(platform)
+        assert shown["leaf-a"] == sorted([n1, n2]), shown
+        assert shown["spine-s1"] == ["leaf-a", "leaf-b"], shown
+        # A Node moves to another leaf switch: Slurm's topology follows.
+        moved = time.monotonic()
+        label_node(kube, "real-3", {LEAF: "a"})
+        wait_for(
+            lambda: shown_topology(platform).get("leaf-a") == sorted([n1, n2, n3]) or None,
+            timeout=180,
+            what="real-3's member under leaf-a",
+        )
+        FIGURES["topology label changed -> in scontrol show topology (s)"] = time.monotonic() - moved
+        # A Node without one of the labels: a Warning names it, and the topology stays.
+        label_node(kube, "real-3", {SPINE: None})
+
+        def warned() -> bool:
+            events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")["items"]
+            return any(e["reason"] == "UnknownTopologyLabel" and "real-3" in e["note"] for e in events)
+
+        wait_for(lambda: warned() or None, timeout=60, what="an UnknownTopologyLabel Warning naming real-3")
+        cm = slurm_config(kube)
+        assert "SwitchName=leaf-a" in cm["data"]["topology.conf"]
+        assert "spine-s1" in shown_topology(platform)
+    finally:
+        for node in ("real-1", "real-2", "real-3"):
+            label_node(kube, node, {LEAF: None, SPINE: None})

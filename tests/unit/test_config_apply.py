@@ -191,3 +191,18 @@ def test_r10_3_an_unreadable_configmap_changes_nothing(tmp_path: Path) -> None:
 )
 def test_r10_3_the_partitions_a_slurm_conf_declares(conf: str, expected: set[str]) -> None:
     assert partitions_in(conf) == expected
+
+
+def test_r10_4_a_topology_plugin_is_not_applied_before_its_topology_conf_exists(tmp_path: Path) -> None:
+    """slurmctld stops when its topology plugin finds no topology.conf."""
+    tree = {"slurm.conf": OLD["slurm.conf"] + "TopologyPlugin=topology/tree\n"}
+    kube, slurm = FakeKube(tree, {APPLIED_HASH: config_hash(OLD)}), FakeSlurm()
+    mount(tmp_path, tree)
+    a = applier(tmp_path, kube, slurm)
+    assert "waits for the operator to write topology.conf" in step(a)
+    assert slurm.reconfigures == 0
+    written = {**tree, "topology.conf": "SwitchName=leaf-a Nodes=n1\n"}
+    kube.cm["data"] = written
+    mount(tmp_path, written)
+    step(a)
+    assert slurm.reconfigures == 1

@@ -12,7 +12,7 @@ import pytest
 
 from sunk.slurm.client import SUPPORTED_VERSIONS, SlurmVersionError, choose_version, make_dialect
 from sunk.slurm.dataparser import summarize_state
-from sunk.slurm.dialect import Submission, group_submission
+from sunk.slurm.dialect import Submission, group_submission, partition_time_limits
 from sunk.slurm.errors import SlurmJobGone, SlurmRejected, SlurmUnavailable, raise_for
 from sunk.slurm.hostlist import expand
 from sunk.translate import PodRef, Settings, translate
@@ -296,3 +296,10 @@ def test_r9_1_members_asking_for_different_users_cannot_share_one_job() -> None:
     first = dialect.submission(placeholder(), "", {})
     with pytest.raises(ValueError, match="one Slurm user"):
         group_submission([first, Submission(first.body, as_user="someone")])
+
+
+@pytest.mark.parametrize("directory", [p for p in RECORDED if (p / "partitions.json").exists()], ids=str)
+def test_r10_5_partitions_are_read_with_their_max_time(directory: Path) -> None:
+    """The drain-timeout check compares against MaxTime: UNLIMITED must not read as 0."""
+    limits = partition_time_limits(sample(directory, "partitions")[1])
+    assert limits == {"batch": None, "high": None, "recorded": 90}

@@ -15,8 +15,10 @@ from sunk.testing.operator import NOW_S, OperatorWorld
 MEMBERS = ["a-001-011", "a-002-012", "a-003-013"]
 
 
-async def three_members(**spec: object) -> OperatorWorld:
+async def three_members(max_time_min: int | None = None, **spec: object) -> OperatorWorld:
     world = OperatorWorld()
+    if max_time_min is not None:
+        world.slurm.max_time_min["batch"] = max_time_min
     for i in range(1, 4):
         world.add_node(f"node-{i}", f"10.64.{i}.{i + 10}")
     world.add_nodeset("a", replicas=3, **spec)
@@ -288,7 +290,7 @@ async def test_r10_5_a_drain_timeout_reports_and_keeps_the_jobs() -> None:
 
 
 async def test_r10_5_a_drain_timeout_with_cancel_jobs_cancels_each_job_with_an_event() -> None:
-    world = await three_members(drain={"timeout": "2h", "onTimeout": "CancelJobs"})
+    world = await three_members(max_time_min=60, drain={"timeout": "2h", "onTimeout": "CancelJobs"})
     jobs = [world.slurm.run_job("a-001-011"), world.slurm.run_job("a-001-011")]
     world.spec("a")["replicas"] = 0
     await world.settle("a")
@@ -300,6 +302,32 @@ async def test_r10_5_a_drain_timeout_with_cancel_jobs_cancels_each_job_with_an_e
     assert sorted(int(c[1]) for c in world.slurm.calls if c[0] == "cancel") == jobs
     assert len(world.kube.notes("JobCancelledAfterDrainTimeout")) == 2
     assert "a-001-011" not in world.members("a")
+
+
+async def test_r10_5_a_cancelling_drain_timeout_shorter_than_a_partitions_max_time_is_refused() -> None:
+    """Jobs still within their time limit must never be cancelled by the platform."""
+    world = OperatorWorld()
+    world.slurm.max_time_min["batch"] = 24 * 60
+    world.add_node("node-1", "10.64.1.11")
+    world.add_nodeset("a", replicas=1, drain={"timeout": "2h", "onTimeout": "CancelJobs"})
+    await world.settle("a")
+    assert world.members("a") == {}  # nothing changes
+    valid = world.condition("a", "Valid")
+    assert valid["status"] == "False"
+    assert "spec.drain.timeout" in valid["message"] and "MaxTime (1440 min)" in valid["message"]
+    assert world.kube.reasons().count("InvalidNodeSet") == 1
+
+
+async def test_r10_5_an_unlimited_partition_refuses_any_cancelling_drain_timeout_but_not_a_report() -> None:
+    world = OperatorWorld()
+    world.add_node("node-1", "10.64.1.11")
+    world.add_nodeset("a", replicas=1, drain={"timeout": "30d", "onTimeout": "CancelJobs"})
+    await world.settle("a")
+    assert "UNLIMITED" in world.condition("a", "Valid")["message"]
+    world.spec("a")["drain"] = {"timeout": "2h", "onTimeout": "Report"}
+    await world.settle("a")
+    assert world.condition("a", "Valid")["status"] == "True"
+    assert list(world.members("a")) == ["a-001-011"]
 
 
 # -- deleting the NodeSet ---------------------------------------------------------------------
@@ -508,3 +536,33 @@ async def test_r10_5_a_bad_window_is_refused_naming_the_field() -> None:
         bump_image(world)
         await world.settle("a")
         assert not drains(world) and field in world.condition("a", "Valid")["message"], window
+
+
+# -- a roll-out that would strand pending jobs ---------------------------------------------------
+async def test_r10_3_a_roll_out_dropping_a_feature_pending_jobs_ask_for_is_held_naming_them() -> None:
+    world = await three_members(features=["fast", "ib"])
+    asking = world.slurm.queue_job(constraint="fast&ib")
+    world.spec("a")["features"] = ["ib"]  # "fast" would be gone from every node
+    for _ in range(3):
+        await world.reconcile("a")
+        world.kubelet()
+        world.slurmd()
+    assert drains(world) == [] and pod_deletes(world) == []
+    condition = world.condition("a", "UpToDate")
+    assert condition["status"] == "False"
+    assert f"feature fast is asked for by pending jobs {asking}" in condition["message"]
+    assert world.kube.reasons().count("FeatureInUse") == 1
+    # Once the job is gone, the roll-out goes on.
+    del world.slurm.running[asking]
+    await world.reconcile("a")
+    assert len(drains(world)) == 1
+
+
+async def test_r10_3_a_feature_another_node_still_offers_does_not_hold_the_roll_out() -> None:
+    world = await three_members(features=["fast"])
+    world.slurm.register("other-001", features=("fast",))
+    world.slurm.queue_job(constraint="fast")
+    world.spec("a")["features"] = []
+    await world.reconcile("a")
+    assert len(drains(world)) == 1
+    assert world.kube.reasons().count("FeatureInUse") == 0

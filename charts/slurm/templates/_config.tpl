@@ -44,6 +44,9 @@ applied.
 {{- $_ := set $conf "AccountingStoragePort" "6819" }}
 {{- $_ := set $conf "AccountingStorageTRES" "gres/gpu" }}
 {{- end }}
+{{- if $s.topology.plugin }}
+{{- $_ := set $conf "TopologyPlugin" (printf "topology/%s" $s.topology.plugin) }}
+{{- end }}
 {{- range $key, $value := $s.extraConf }}
 {{- if hasKey $conf $key }}
 {{- fail (printf "slurm.extraConf.%s is set by the chart already; use its own value in slurm (see values.yaml) or leave it" $key) }}

@@ -33,6 +33,22 @@ change. Included once, from the Slurm configuration's template.
 {{- fail (printf "slurm.extraConf.%s: partitions are declared in slurm.partitions and nodes come from NodeSets, so the pre-upgrade check and the operator know them; scripts go in slurm.prolog and slurm.epilog" $key) -}}
 {{- end -}}
 {{- end -}}
+{{- with $s.topology -}}
+{{- if and .plugin (not (has .plugin (list "tree" "block"))) -}}
+{{- fail (printf "slurm.topology.plugin is %q: use tree, block, or \"\" for none" .plugin) -}}
+{{- end -}}
+{{- if and .plugin (not .labels) -}}
+{{- fail "slurm.topology.labels is empty: name the Node labels that describe the network (tree: leaf first; block: one)" -}}
+{{- end -}}
+{{- if and (eq .plugin "block") (ne (len .labels) 1) -}}
+{{- fail "slurm.topology.labels: block takes exactly one label (the block a Node belongs to)" -}}
+{{- end -}}
+{{- range .labels -}}
+{{- if not (regexMatch "^([a-z0-9]([-a-z0-9.]*[a-z0-9])?/)?[A-Za-z0-9]([-A-Za-z0-9_.]*[A-Za-z0-9])?$" (toString .)) -}}
+{{- fail (printf "slurm.topology.labels: %q is not a Kubernetes label key" (toString .)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
 {{- range $kind := list "prolog" "epilog" -}}
 {{- range $name, $_ := index $s $kind -}}
 {{- if not (regexMatch "^[A-Za-z0-9][A-Za-z0-9_.-]*$" $name) -}}

@@ -4,7 +4,9 @@
 from __future__ import annotations
 
 import datetime as dt
+import hashlib
 import logging
+import re
 import uuid
 from typing import Any
 
@@ -46,6 +48,16 @@ def _now() -> str:
     return dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+def event_name(wanted: str) -> str:
+    """`wanted` as a valid Event name (a DNS subdomain: lowercase letters, digits, '-' and
+    '.', at most 253): kept when it already is one, else cleaned and suffixed with a digest,
+    so two different wishes never share a name and the same wish always gets the same."""
+    safe = re.sub(r"[^a-z0-9.-]+", "-", wanted.lower()).strip("-.")
+    if safe == wanted and len(safe) <= 200:
+        return safe
+    return f"{safe[:180].strip('-.')}.{hashlib.sha256(wanted.encode()).hexdigest()[:10]}"
+
+
 def event_object(
     regarding: Json,
     reason: str,
@@ -63,7 +75,7 @@ def event_object(
         "apiVersion": "events.k8s.io/v1",
         "kind": "Event",
         "metadata": {
-            "name": name or f"{regarding['name']}.{uuid.uuid4().hex[:12]}",
+            "name": event_name(name) if name else f"{regarding['name']}.{uuid.uuid4().hex[:12]}",
             "namespace": regarding.get("namespace") or "default",
         },
         "eventTime": _now(),

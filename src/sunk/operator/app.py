@@ -23,14 +23,17 @@ from sunk.kube.informer import Informer, object_key
 from sunk.kube.leader import LeaderElector
 from sunk.metrics.server import serve_metrics, serve_probes
 from sunk.operator import members as m
+from sunk.operator import topology
 from sunk.operator.config import OperatorConfig
 from sunk.operator.controller import NodeSetController
 from sunk.operator.demand import waiting_by_partition
+from sunk.operator.features import pending_by_feature
 from sunk.operator.nodeset import API_VERSION, PLURAL
 from sunk.operator.plan import SlurmView
 from sunk.operator.removal import jobs_by_node
 from sunk.operator.selection import member_nodeset
 from sunk.operator.token_keeper import TokenKeeper
+from sunk.operator.topology import TopologyWriter
 from sunk.runtime.manager import Manager
 from sunk.runtime.queue import WorkQueue
 from sunk.slurm.client import SlurmClient
@@ -72,6 +75,8 @@ class SlurmPoller:
                 frozenset(partitions),
                 jobs_by_node(jobs),
                 waiting_by_partition(jobs),
+                pending_by_feature(jobs),
+                partitions,
                 listed_at=started,
             )
         changed = fresh != self.view
@@ -94,6 +99,7 @@ class Operator:
         self.kube = kube
         self.queue = WorkQueue()
         identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{secrets.token_hex(4)}"
+        self.identity = identity
         elector = LeaderElector(kube, config.namespace, config.lease_name, identity)
         self.manager = Manager(elector if config.leader_elect else None)
         ns = config.namespace
@@ -146,8 +152,26 @@ class Operator:
                 self.config.slurm_jwt_key_file,
             )
             self.manager.run_while_leading("scheduler-token", keeper.run)
+        if self.config.topology:
+            writer = TopologyWriter(
+                self.kube,
+                self.config.namespace,
+                self.config.slurm_configmap,
+                self.config.topology,
+                self.config.topology_labels,
+                self.identity,
+            )
+            self.manager.run_while_leading(
+                "topology", lambda: topology.run_forever(writer, self._members, self.config.poll_s)
+            )
         self.manager.control(self.controller, self.queue)
         await self.manager.run(self)
+
+    def _members(self) -> list[topology.Member]:
+        nodes = {obj["metadata"]["name"]: obj for obj in self.nodes.store.values()}
+        return topology.members_of(
+            self.pods.store.values(), nodes, self.config.namespace, self.config.release
+        )
 
     # -- sunk.runtime.manager.Component ------------------------------------------------------
     def term_starting(self) -> None:

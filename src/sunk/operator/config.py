@@ -28,6 +28,9 @@ class OperatorConfig:
     metrics_bind: tuple[str, int] = ("0.0.0.0", 8080)
     health_bind: tuple[str, int] = ("0.0.0.0", 8081)
     kubeconfig: str | None = None
+    topology: str = ""
+    topology_labels: tuple[str, ...] = ()
+    slurm_configmap: str = ""
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -55,11 +58,33 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("metrics-port", "port of /metrics", "8080")
     flag("probes-port", "port of /healthz and /readyz", "8081")
     flag("kubeconfig", "kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    flag("topology", "tree or block: write topology.conf from Node labels (default: none)", "")
+    flag("topology-labels", "comma-separated Node labels, leaf level first (block: one)", "")
+    flag("slurm-configmap", "the ConfigMap of slurm.conf, where topology.conf is written", "")
+
+
+def topology_settings(plugin: str, labels: str, configmap: str) -> tuple[str, tuple[str, ...]]:
+    """The topology plugin and its labels, checked: a wrong one is a start-up error."""
+    names = tuple(label.strip() for label in labels.split(",") if label.strip())
+    if not plugin:
+        return "", ()
+    if plugin not in ("tree", "block"):
+        raise ValueError(f"--topology must be tree or block, not {plugin!r}")
+    if not names:
+        raise ValueError("--topology needs --topology-labels: the Node labels that describe the network")
+    if plugin == "block" and len(names) != 1:
+        raise ValueError("--topology=block takes exactly one label in --topology-labels")
+    if not configmap:
+        raise ValueError("--topology needs --slurm-configmap: where topology.conf is written")
+    return plugin, names
 
 
 def from_args(args: argparse.Namespace) -> OperatorConfig:
     if str(args.leader_elect).lower() not in ("true", "false"):
         raise ValueError("--leader-elect must be true or false")
+    topology, topology_labels = topology_settings(
+        args.topology or "", args.topology_labels or "", args.slurm_configmap or ""
+    )
     return OperatorConfig(
         namespace=args.namespace,
         release=args.release,
@@ -77,4 +102,7 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         metrics_bind=parse_bind(f":{args.metrics_port}"),
         health_bind=parse_bind(f":{args.probes_port}"),
         kubeconfig=args.kubeconfig,
+        topology=topology,
+        topology_labels=topology_labels,
+        slurm_configmap=args.slurm_configmap or "",
     )

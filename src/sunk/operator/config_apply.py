@@ -50,6 +50,7 @@ APPLIED_AT = "sunk.coreweave.com/applied-at"
 HELD_HASH = "sunk.coreweave.com/held-config-hash"
 COMPONENT = "sunk-config"
 _PARTITION = re.compile(r"^\s*PartitionName\s*=\s*(\S+)", re.IGNORECASE)
+_TOPOLOGY = re.compile(r"^\s*TopologyPlugin\s*=\s*topology/(tree|block)\s*$", re.IGNORECASE | re.MULTILINE)
 
 
 def config_hash(files: Mapping[str, str]) -> str:
@@ -127,6 +128,9 @@ class ConfigApplier:
             return "up to date"
         if mounted(self.directory, wanted) != wanted:
             return f"waiting for the kubelet to copy configuration {target}"
+        if _TOPOLOGY.search(wanted.get("slurm.conf", "")) and "topology.conf" not in wanted:
+            # slurmctld would stop on reading it: the operator writes topology.conf soon.
+            return f"configuration {target} waits for the operator to write topology.conf"
         try:
             jobs = await self.slurm.jobs()
         except SlurmError as err:

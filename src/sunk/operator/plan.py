@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sunk.operator import demand
+from sunk.operator import demand, features
 from sunk.operator import members as m
 from sunk.operator import removal as r
 from sunk.operator.actions import (
@@ -34,7 +34,7 @@ from sunk.operator.actions import (
     SetFinalizer,
 )
 from sunk.operator.hardware import ShapeError, gres_in_conf, shape, slurm_node_name
-from sunk.operator.nodeset import API_VERSION, KIND, ON_DELETE, DrainPolicy, Invalid, NodeSet
+from sunk.operator.nodeset import API_VERSION, CANCEL_JOBS, KIND, ON_DELETE, DrainPolicy, Invalid, NodeSet
 from sunk.operator.removal import busy
 from sunk.operator.selection import Share
 from sunk.slurm.models import SlurmJob, SlurmNode
@@ -54,6 +54,7 @@ STALE_RECORD = "StaleSlurmNodeDeleted"
 RECORD_DELETED = "SlurmNodeDeleted"
 FAILED_MEMBER = "FailedMember"
 GRES_MISMATCH = "GresMismatch"
+FEATURE_IN_USE = "FeatureInUse"
 
 
 @dataclass(frozen=True)
@@ -65,6 +66,8 @@ class SlurmView:
     partitions: frozenset[str] | None = None
     jobs: Mapping[str, tuple[SlurmJob, ...]] | None = None
     waiting: Mapping[str, tuple[SlurmJob, ...]] = field(default_factory=dict)  # partition → queued jobs
+    asking: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # feature → pending job IDs
+    max_time_min: Mapping[str, int | None] = field(default_factory=dict)  # partition → MaxTime (None: none)
     problem: str = "Slurm's nodes have not been listed yet"
     listed_at: float = field(default=0.0, compare=False)  # time.monotonic() of the listing
 
@@ -153,6 +156,27 @@ def plan(
         )
         status = _status(
             obj, nodeset.name, nodeset, members, records, settings, now, slurm, invalid=problems, share=share
+        )
+        return _finish(obj, notes, status, after=RECHECK_S)
+
+    too_short = _drain_timeout_too_short(nodeset, slurm)
+    if too_short:
+        notes.actions.append(
+            Event(
+                INVALID, too_short, warning=True, once_as=f"{nodeset.name}.drain-timeout.{nodeset.generation}"
+            )
+        )
+        status = _status(
+            obj,
+            nodeset.name,
+            nodeset,
+            members,
+            records,
+            settings,
+            now,
+            slurm,
+            invalid=[too_short],
+            share=share,
         )
         return _finish(obj, notes, status, after=RECHECK_S)
 
@@ -384,6 +408,22 @@ def _roll_out(
             return record.reason or slurm_state(record)
         return None
 
+    held = _features_held(nodeset, outdated, nodes, slurm)
+    if held:
+        said = "; ".join(
+            f"feature {f} is asked for by pending jobs {', '.join(map(str, ids))}" for f, ids in held.items()
+        )
+        notes.rollout = (
+            f"roll-out of {len(outdated)} members held: {said}, and the new template drops it; "
+            "put the feature back, or wait until those jobs run or are cancelled"
+        )
+        notes.actions.append(Event(FEATURE_IN_USE, notes.rollout, warning=True, once_as=f"features.{said}"))
+        # Replacements already under way finish; no new one starts.
+        return [
+            r.Leaving(p, _slurm_name(p), p["spec"]["nodeName"], causes[p["metadata"]["name"]])
+            for p in outdated
+            if in_progress(p)
+        ]
     going = [p for p in outdated if in_progress(p)]
     window = nodeset.update.window
     if window is not None and not window.open_at(_parse_now(now)):
@@ -411,6 +451,47 @@ def _roll_out(
         parts.append(f"skipped until they can be drained: {', '.join(skipped)}")
     notes.rollout = "; ".join(parts)
     return [r.Leaving(p, _slurm_name(p), p["spec"]["nodeName"], causes[p["metadata"]["name"]]) for p in going]
+
+
+def _drain_timeout_too_short(nodeset: NodeSet, slurm: SlurmView) -> str | None:
+    """With onTimeout CancelJobs, a timeout shorter than a partition's MaxTime could end
+    jobs that are still within their time limit: refused, so the platform never kills a
+    job Slurm would have let run."""
+    policy = nodeset.drain
+    if policy.timeout_s is None or policy.on_timeout != CANCEL_JOBS:
+        return None
+    for partition in nodeset.partitions:
+        if partition not in slurm.max_time_min:
+            continue
+        limit = slurm.max_time_min[partition]
+        if limit is None or limit * 60 > policy.timeout_s:
+            shown = "UNLIMITED" if limit is None else f"{limit} min"
+            return (
+                f"spec.drain.timeout: {policy.timeout_s} s is shorter than partition {partition}'s MaxTime "
+                f"({shown}), so onTimeout CancelJobs could end jobs still within their time limit; "
+                "raise the timeout above MaxTime, or use onTimeout: Report"
+            )
+    return None
+
+
+def _features_held(
+    nodeset: NodeSet, outdated: list[Json], nodes: Mapping[str, Json], slurm: SlurmView
+) -> dict[str, tuple[int, ...]]:
+    """Features the roll-out would take off these members that no other Slurm node offers
+    and pending jobs ask for (those jobs would wait for ever)."""
+    dropped: set[str] = set()
+    for pod in outdated:
+        node = nodes.get((pod.get("spec") or {}).get("nodeName", ""))
+        if node is None:
+            continue
+        try:
+            now = set(shape(nodeset, node).features)
+        except ShapeError:
+            continue
+        dropped |= features.in_conf((pod["metadata"].get("annotations") or {}).get(m.SLURMD_CONF, "")) - now
+    leaving = {_slurm_name(p) for p in outdated}
+    elsewhere = {f for name, rec in (slurm.nodes or {}).items() if name not in leaving for f in rec.features}
+    return features.held_back(dropped, elsewhere, slurm.asking)
 
 
 def _check_gres(members: list[Json], slurm: SlurmView, notes: _Notes) -> None:

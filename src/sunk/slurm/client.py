@@ -14,7 +14,7 @@ import httpx
 from sunk.metrics import SLURM_ERRORS, SLURM_LATENCY
 from sunk.slurm.dataparser import VERSIONS as DATA_PARSER_VERSIONS
 from sunk.slurm.dataparser import DataParser
-from sunk.slurm.dialect import Dialect, Submission
+from sunk.slurm.dialect import Dialect, Submission, partition_time_limits
 from sunk.slurm.errors import (
     INVALID_NODE_NAME,
     SlurmError,
@@ -289,10 +289,10 @@ class SlurmClient:
         nodes = reply.get("nodes") or []
         return self.dialect.parse_node(nodes[0]) if nodes else None
 
-    async def partitions(self) -> list[str]:
-        """The names of Slurm's partitions."""
-        reply = await self._call("GET", "/partitions", "list partitions")
-        return [str(p.get("name")) for p in reply.get("partitions") or [] if p.get("name")]
+    async def partitions(self) -> dict[str, int | None]:
+        """Slurm's partitions by name, each with its MaxTime in minutes (None: no limit, or
+        one this REST version does not report)."""
+        return partition_time_limits(await self._call("GET", "/partitions", "list partitions"))
 
     async def delete_node(self, name: str) -> None:
         """Delete a (dynamic) node's record; a node that is already gone is not an error."""

@@ -91,14 +91,17 @@ def shared_fields(raw: dict[str, Any]) -> dict[str, Any]:
         "het_job_id": number(raw.get("het_job_id")) or 0,
         "het_job_offset": number(raw.get("het_job_offset")) or 0,
         "excluded_nodes": expand(str(raw.get("excluded_nodes") or "")),
+        "features": str(raw.get("features") or ""),
     }
 
 
 def node_usage(raw: dict[str, Any]) -> dict[str, Any]:
     """The SlurmNode capacity fields every REST version names alike."""
     partitions = raw.get("partitions") or ()
+    features = raw.get("features") or ()
     return {
         "partitions": tuple(partitions.split(",") if isinstance(partitions, str) else partitions),
+        "features": tuple(filter(None, features.split(",") if isinstance(features, str) else features)),
         "cpus": number(raw.get("cpus")) or 0,
         "alloc_cpus": number(raw.get("alloc_cpus")) or 0,
         "memory_mib": number(raw.get("real_memory")) or 0,
@@ -106,6 +109,16 @@ def node_usage(raw: dict[str, Any]) -> dict[str, Any]:
         "gres": gres_counts(str(raw.get("gres") or "")),
         "gres_used": gres_counts(str(raw.get("gres_used") or "")),
         "address": str(raw.get("address") or ""),
+    }
+
+
+def partition_time_limits(reply: dict[str, Any]) -> dict[str, int | None]:
+    """Partition name → MaxTime in minutes from a /partitions answer (None: UNLIMITED, or
+    not reported, as 22.05 does not)."""
+    return {
+        str(p["name"]): number((p.get("maximums") or {}).get("time"))
+        for p in reply.get("partitions") or []
+        if p.get("name")
     }
 
 

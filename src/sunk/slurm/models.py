@@ -75,6 +75,8 @@ class SlurmJob:
     het_job_offset: int = 0
     # The nodes the job may not use, as Slurm holds them now (--placement=pack widens them).
     excluded_nodes: tuple[str, ...] = ()
+    # The features it asks for (--constraint), as Slurm holds the expression: "gpu&fast".
+    features: str = ""
 
     @property
     def group_leader(self) -> int | None:
@@ -145,6 +147,7 @@ class SlurmNode:
     gres: tuple[tuple[str, int], ...] = ()
     gres_used: tuple[tuple[str, int], ...] = ()
     address: str = ""  # where slurmctld reaches its slurmd (a dynamic node's Pod IP)
+    features: tuple[str, ...] = ()  # what it offers to jobs' --constraint
 
     @property
     def drained(self) -> bool:

@@ -14,6 +14,7 @@ from sunk.kube.events import Recorder
 from sunk.operator import members as m
 from sunk.operator.controller import NodeSetController
 from sunk.operator.demand import waiting_by_partition
+from sunk.operator.features import in_conf, pending_by_feature
 from sunk.operator.hardware import gres_in_conf
 from sunk.operator.nodeset import API_VERSION
 from sunk.operator.plan import SlurmView
@@ -125,6 +126,7 @@ class FakeOperatorSlurm:
         self.records: dict[str, SlurmNode] = {}
         self.running: dict[int, SlurmJob] = {}
         self.partition_names = set(partitions)
+        self.max_time_min: dict[str, int | None] = {}  # MaxTime by partition; absent: none
         self.calls: list[tuple[str, ...]] = []
         self.failures = Failures()
         self.clock = NOW_S  # what slurmctld stamps a drain with (epoch seconds)
@@ -136,9 +138,9 @@ class FakeOperatorSlurm:
         self.failures.check("nodes")
         return list(self.records.values())
 
-    async def partitions(self) -> list[str]:
+    async def partitions(self) -> dict[str, int | None]:
         self.failures.check("partitions")
-        return sorted(self.partition_names)
+        return {name: self.max_time_min.get(name) for name in sorted(self.partition_names)}
 
     async def jobs(self) -> list[SlurmJob]:
         self.failures.check("jobs")
@@ -178,9 +180,18 @@ class FakeOperatorSlurm:
         state: str = "IDLE",
         alloc_cpus: int = 0,
         gres: tuple[tuple[str, int], ...] = (),
+        features: tuple[str, ...] = (),
     ) -> None:
         self.records[name] = SlurmNode(
-            name, state.lower(), (), "", cpus=4, alloc_cpus=alloc_cpus, address=address, gres=gres
+            name,
+            state.lower(),
+            (),
+            "",
+            cpus=4,
+            alloc_cpus=alloc_cpus,
+            address=address,
+            gres=gres,
+            features=features,
         )
 
     def run_job(self, name: str, *, end_time: int = 0) -> int:
@@ -195,13 +206,13 @@ class FakeOperatorSlurm:
         self.records[name] = replace(self.records[name], state="allocated", alloc_cpus=1, flags=words)
         return job_id
 
-    def queue_job(self, partition: str = "batch", reason: str = "Resources") -> int:
-        """A job that waits in `partition`; returns its ID."""
+    def queue_job(self, partition: str = "batch", reason: str = "Resources", constraint: str = "") -> int:
+        """A job that waits in `partition` (asking for the features of `constraint`); returns its ID."""
         job_id = 500 + len(self.running)
         while job_id in self.running:
             job_id += 1
         self.running[job_id] = SlurmJob(
-            job_id, f"job-{job_id}", "PENDING", reason, (), "", 0, 0, partition, 60, 1
+            job_id, f"job-{job_id}", "PENDING", reason, (), "", 0, 0, partition, 60, 1, features=constraint
         )
         return job_id
 
@@ -336,6 +347,8 @@ class OperatorWorld:
             frozenset(partitions),
             jobs_by_node(jobs),
             waiting_by_partition(jobs),
+            pending_by_feature(jobs),
+            partitions,
             listed_at=time.monotonic(),
         )
 
@@ -362,5 +375,10 @@ class OperatorWorld:
         for pod in self.pods.store.values():
             name = pod["metadata"]["labels"].get(m.SLURM_NODE_LABEL)
             if name and pod["status"].get("phase") == "Running" and name not in self.slurm.records:
-                counted = tuple(gres_in_conf(pod["metadata"]["annotations"].get(m.SLURMD_CONF, "")))
-                self.slurm.register(name, address=f"10.64.0.{len(self.slurm.records) + 2}", gres=counted)
+                conf = pod["metadata"]["annotations"].get(m.SLURMD_CONF, "")
+                self.slurm.register(
+                    name,
+                    address=f"10.64.0.{len(self.slurm.records) + 2}",
+                    gres=tuple(gres_in_conf(conf)),
+                    features=tuple(sorted(in_conf(conf))),
+                )
