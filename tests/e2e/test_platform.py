@@ -641,6 +641,9 @@ def test_r10_4_topology_follows_node_labels_and_a_missing_label_changes_nothing(
             return any(e["reason"] == "UnknownTopologyLabel" and "real-3" in e["note"] for e in events)
 
         wait_for(lambda: warned() or None, timeout=60, what="an UnknownTopologyLabel Warning naming real-3")
+        conditions = platform.nodeset(kube, "compute")["status"]["conditions"]
+        labeled = next(c for c in conditions if c["type"] == "TopologyLabeled")
+        assert labeled["status"] == "False" and "real-3" in labeled["message"], labeled
         cm = slurm_config(kube)
         assert "SwitchName=leaf-a" in cm["data"]["topology.conf"]
         assert "spine-s1" in shown_topology(platform)

@@ -4,13 +4,14 @@ label keeps the last right file and says which Node and label."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from typing import Any
 
 import pytest
 
-from sunk.kube.client import KubeError
 from sunk.operator.config import topology_settings
 from sunk.operator.topology import KEY, Member, TopologyWriter, members_of, render
+from sunk.testing.operator import SETTINGS, OperatorWorld
 
 Json = dict[str, Any]
 LEAF, SPINE = "example.com/leaf", "example.com/spine"
@@ -65,7 +66,6 @@ class FakeKube:
     def __init__(self) -> None:
         self.data: dict[str, str] = {"slurm.conf": "x"}
         self.patches = 0
-        self.events: list[Json] = []
 
     async def get(self, path: str) -> Json:
         return {"data": dict(self.data)}
@@ -75,11 +75,6 @@ class FakeKube:
         self.data.update(patch["data"])
         return {}
 
-    async def create_event(self, namespace: str, event: Json) -> None:
-        if namespace != "plat":
-            raise KubeError(403, "forbidden")
-        self.events.append(event)
-
 
 def test_r10_4_the_writer_writes_only_changes_and_keeps_the_file_while_a_label_is_missing() -> None:
     kube = FakeKube()
@@ -88,12 +83,9 @@ def test_r10_4_the_writer_writes_only_changes_and_keeps_the_file_while_a_label_i
     asyncio.run(writer.step([member("n1", leaf="a")]))
     assert kube.patches == 1 and "SwitchName=leaf-a Nodes=n1" in kube.data[KEY]
     before = kube.data[KEY]
-    for _ in range(2):
-        said = asyncio.run(writer.step([member("n1", leaf="a"), member("n2")]))
+    said = asyncio.run(writer.step([member("n1", leaf="a"), member("n2")]))
     assert "Node node-n2 has no label example.com/leaf" in said
-    assert kube.data[KEY] == before
-    assert [e["reason"] for e in kube.events] == ["UnknownTopologyLabel"]  # once, not every pass
-    assert kube.events[0]["regarding"]["kind"] == "NodeSet" and kube.events[0]["regarding"]["name"] == "gpu"
+    assert kube.data[KEY] == before and kube.patches == 1
 
 
 def test_r10_4_members_are_the_releases_placed_slurmd_pods_with_their_nodes_labels() -> None:
@@ -122,3 +114,19 @@ def test_r10_4_a_wrong_topology_setting_stops_the_operator_at_start(
 ) -> None:
     with pytest.raises(ValueError, match=words):
         topology_settings(plugin, labels, configmap)
+
+
+async def test_r10_4_a_members_node_without_a_topology_label_is_named_on_its_nodeset() -> None:
+    world = OperatorWorld(settings=dataclasses.replace(SETTINGS, topology_labels=(LEAF,)))
+    world.add_node("node-1", "10.64.1.11", labels={LEAF: "a"})
+    world.add_node("node-2", "10.64.2.12")
+    world.add_nodeset("gpu", replicas=2)
+    await world.settle("gpu")
+    assert len(world.members("gpu")) == 2  # members are made all the same
+    labeled = world.condition("gpu", "TopologyLabeled")
+    assert labeled["status"] == "False" and labeled["reason"] == "UnknownTopologyLabel"
+    assert labeled["message"] == f"Node node-2 has no label {LEAF}, which slurm.topology.labels names"
+    assert world.kube.reasons().count("UnknownTopologyLabel") == 1
+    world.nodes.get("node-2")["metadata"]["labels"][LEAF] = "b"  # type: ignore[index]
+    await world.settle("gpu")
+    assert world.condition("gpu", "TopologyLabeled")["status"] == "True"

@@ -99,7 +99,6 @@ class Operator:
         self.kube = kube
         self.queue = WorkQueue()
         identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{secrets.token_hex(4)}"
-        self.identity = identity
         elector = LeaderElector(kube, config.namespace, config.lease_name, identity)
         self.manager = Manager(elector if config.leader_elect else None)
         ns = config.namespace
@@ -110,7 +109,7 @@ class Operator:
         # Every Pod, ended ones too: a member the kubelet rejected must be seen to be replaced.
         self.pods = self.manager.watch(Informer(kube, "/api/v1/pods", name="pods"))
         self.poller = SlurmPoller(slurm, config.poll_s, self._enqueue_all)
-        settings = m.Settings(config.release, config.conf_server, config.auth_secret)
+        settings = m.Settings(config.release, config.conf_server, config.auth_secret, config.topology_labels)
         self.controller = NodeSetController(
             kube,
             slurm,
@@ -159,7 +158,6 @@ class Operator:
                 self.config.slurm_configmap,
                 self.config.topology,
                 self.config.topology_labels,
-                self.identity,
             )
             self.manager.run_while_leading(
                 "topology", lambda: topology.run_forever(writer, self._members, self.config.poll_s)

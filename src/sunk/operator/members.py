@@ -52,6 +52,7 @@ class Settings:
     release: str
     conf_server: str  # host:port of slurmctld, for configless slurmd
     auth_secret: str  # the Secret holding slurm.key (auth/slurm)
+    topology_labels: tuple[str, ...] = ()  # Node labels topology.conf is written from (if any)
 
 
 def selector(settings: Settings, nodeset: str) -> dict[str, str]:

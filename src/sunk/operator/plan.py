@@ -55,6 +55,7 @@ RECORD_DELETED = "SlurmNodeDeleted"
 FAILED_MEMBER = "FailedMember"
 GRES_MISMATCH = "GresMismatch"
 FEATURE_IN_USE = "FeatureInUse"
+UNKNOWN_TOPOLOGY_LABEL = "UnknownTopologyLabel"
 
 
 @dataclass(frozen=True)
@@ -93,6 +94,7 @@ class _Notes:
     actions: list[Action] = field(default_factory=list)
     removals: list[Json] = field(default_factory=list)
     rollout: str = ""  # why the roll-out waits, or "" when nothing is out of date
+    unlabelled: list[str] = field(default_factory=list)  # members' Nodes missing a topology label
 
 
 def slurm_state(record: SlurmNode | None) -> str:
@@ -192,6 +194,7 @@ def plan(
     _create(nodeset, share, nodes, slurm, settings, unseen, notes)
     leaving = _leaving(nodeset, share, members, nodes, slurm, now, notes)
     _check_gres(members, slurm, notes)
+    _check_topology_labels(nodeset.name, members, nodes, settings, notes)
     _remove(nodeset.name, nodeset.drain, leaving, slurm, now, notes)
     _resume_kept(nodeset.name, members, leaving, records, notes)
     _label_busy(members, slurm, notes)
@@ -494,6 +497,31 @@ def _features_held(
     return features.held_back(dropped, elsewhere, slurm.asking)
 
 
+def _check_topology_labels(
+    name: str, members: list[Json], nodes: Mapping[str, Json], settings: m.Settings, notes: _Notes
+) -> None:
+    """Every member's Node must carry the labels topology.conf is written from; the
+    operator's topology writer keeps the last file until they do."""
+    for pod in members:
+        node_name = (pod.get("spec") or {}).get("nodeName", "")
+        node = nodes.get(node_name)
+        if node is None:
+            continue
+        labels = (node.get("metadata") or {}).get("labels") or {}
+        for label in settings.topology_labels:
+            if not labels.get(label):
+                line = f"Node {node_name} has no label {label}, which slurm.topology.labels names"
+                notes.unlabelled.append(line)
+                notes.actions.append(
+                    Event(
+                        UNKNOWN_TOPOLOGY_LABEL,
+                        line + "; topology.conf stays as it was until the Node is labelled",
+                        warning=True,
+                        once_as=f"{name}.topology.{node_name}.{label}",
+                    )
+                )
+
+
 def _check_gres(members: list[Json], slurm: SlurmView, notes: _Notes) -> None:
     """Slurm's record of a member must show the GPUs its `--conf` gave it: a record that
     differs (a slurmd that detected other devices, a record left by an older Pod) would let
@@ -713,6 +741,14 @@ def _status(
             if not all_ready
             else f"{ready} members ready"
         )
+        if settings.topology_labels:
+            unlabelled = notes.unlabelled if notes else []
+            condition(
+                "TopologyLabeled",
+                not unlabelled,
+                UNKNOWN_TOPOLOGY_LABEL if unlabelled else "LabelsPresent",
+                "; ".join(unlabelled) or "every member's Node carries the topology labels",
+            )
         condition(
             "Ready",
             all_ready,

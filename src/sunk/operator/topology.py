@@ -15,8 +15,9 @@ upgrade leaves the operator's content alone.
 - block: one label; a member goes in block `<label name>-<value>`.
 
 A member whose Node lacks one of the labels makes the whole file wait: Slurm would treat
-that node as unreachable, and a half-right topology is worse than the last right one. A
-Warning Event on its NodeSet names the Node and the label; the previous topology.conf stays.
+that node as unreachable, and a half-right topology is worse than the last right one. Its
+NodeSet says so (condition TopologyLabeled, an UnknownTopologyLabel Warning naming the
+Node and the label); the previous topology.conf stays.
 """
 
 from __future__ import annotations
@@ -29,9 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sunk.kube.client import KubeError
-from sunk.kube.events import event_object
 from sunk.operator.members import SLURM_NODE_LABEL
-from sunk.operator.nodeset import API_VERSION, KIND
 from sunk.operator.selection import NODESET_LABEL
 
 log = logging.getLogger(__name__)
@@ -121,26 +120,22 @@ class TopologyKube(Protocol):
 
     async def patch_merge(self, path: str, patch: Json) -> Json: ...
 
-    async def create_event(self, namespace: str, event: Json) -> None: ...
-
 
 @dataclass
 class TopologyWriter:
-    """The one writer of the ConfigMap's topology.conf key."""
+    """The one writer of the ConfigMap's topology.conf key. A missing label is reported on
+    the member's NodeSet by the NodeSet controller (condition TopologyLabeled, an Event);
+    here it only holds the file."""
 
     kube: TopologyKube
     namespace: str
     configmap: str
     plugin: str
     labels: Sequence[str]
-    instance: str = ""
-    reported: set[tuple[str, str]] = field(default_factory=set)
 
     async def step(self, members: list[Member]) -> str:
         rendered = render(self.plugin, self.labels, members)
         if rendered.missing:
-            for gap in rendered.missing:
-                await self._report(gap)
             first = rendered.missing[0]
             return f"topology.conf kept: Node {first.member.node} has no label {first.label}"
         path = f"/api/v1/namespaces/{self.namespace}/configmaps/{self.configmap}"
@@ -151,37 +146,7 @@ class TopologyWriter:
             await self.kube.patch_merge(path, {"data": {KEY: rendered.text}})
         except KubeError as err:
             return f"cannot write topology.conf: {err}"
-        self.reported.clear()
         return f"topology.conf written for {len(members)} nodes"
-
-    async def _report(self, gap: Missing) -> None:
-        key = (gap.member.node, gap.label)
-        if key in self.reported:
-            return
-        regarding = {
-            "apiVersion": API_VERSION,
-            "kind": KIND,
-            "namespace": self.namespace,
-            "name": gap.member.nodeset,
-        }
-        note = (
-            f"Node {gap.member.node} (Slurm node {gap.member.slurm_name}) has no label {gap.label}, which "
-            "slurm.topology.labels names: topology.conf stays as it was until the Node is labelled"
-        )
-        event = event_object(
-            regarding,
-            "UnknownTopologyLabel",
-            note,
-            "sunk-operator",
-            self.instance,
-            warning=True,
-            action="Topology",
-        )
-        try:
-            await self.kube.create_event(self.namespace, event)
-            self.reported.add(key)
-        except KubeError as err:
-            log.warning("could not record event UnknownTopologyLabel: %s", err)
 
 
 async def run_forever(writer: TopologyWriter, members: Any, interval_s: float) -> None:

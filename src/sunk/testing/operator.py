@@ -277,6 +277,7 @@ class OperatorWorld:
     slurm: FakeOperatorSlurm = field(default_factory=FakeOperatorSlurm)
     view: SlurmView = field(default_factory=SlurmView)
     now: str = NOW
+    settings: m.Settings = SETTINGS
 
     def __post_init__(self) -> None:
         self.kube = FakeOperatorKube(self.pods, self.nodesets)
@@ -291,7 +292,7 @@ class OperatorWorld:
             nodesets=self.nodesets,
             nodes=self.nodes,
             pods=self.pods,
-            settings=SETTINGS,
+            settings=self.settings,
             default_image=IMAGE,
             recorder=Recorder(self.kube, "sunk-operator", "test"),  # type: ignore[arg-type]
             clock=lambda: self.now,
