@@ -585,9 +585,11 @@ def label_node(kube: AdminKube, node: str, labels: dict[str, str | None]) -> Non
 
 
 def shown_topology(platform: Platform) -> dict[str, list[str]]:
-    """`scontrol show topology` as switch name -> the switches (or else nodes) below it."""
+    """`scontrol show topology` as switch name -> the switches (or else nodes) below it;
+    {} while the login Pod's copy of slurm.conf does not yet name the plugin slurmctld
+    uses (its scontrol then fails to read the answer)."""
     shown: dict[str, list[str]] = {}
-    for line in logged_in(platform, "scontrol show topology").splitlines():
+    for line in (login_output(platform, "scontrol show topology") or "").splitlines():
         fields = dict(f.split("=", 1) for f in line.split() if "=" in f)
         if "SwitchName" in fields:
             shown[fields["SwitchName"]] = sorted(expand(fields.get("Switches") or fields.get("Nodes", "")))
