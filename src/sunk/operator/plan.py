@@ -420,7 +420,9 @@ def _roll_out(
             f"roll-out of {len(outdated)} members held: {said}, and the new template drops it; "
             "put the feature back, or wait until those jobs run or are cancelled"
         )
-        notes.actions.append(Event(FEATURE_IN_USE, notes.rollout, warning=True, once_as=f"features.{said}"))
+        notes.actions.append(
+            Event(FEATURE_IN_USE, notes.rollout, warning=True, once_as=f"{nodeset.name}.features.{said}")
+        )
         # Replacements already under way finish; no new one starts.
         return [
             r.Leaving(p, _slurm_name(p), p["spec"]["nodeName"], causes[p["metadata"]["name"]])
