@@ -207,11 +207,14 @@ def test_r10_1_keys_are_readable_by_each_daemons_user_only(helm: Path, slurm_cha
     operator = named(objects, "Deployment", "r1-operator")
     [jwt] = pod_spec(operator)["volumes"]
     assert jwt["secret"]["items"] == [{"key": "jwt_hs256.key", "path": "jwt_hs256.key"}]
-    # On login Pods only sackd (root) reads slurm.key; users' commands go through its socket.
+    # On login Pods only sackd reads slurm.key; users' commands go through its socket.
     login = named(objects, "Deployment", "r1-login")
     [key] = [v for v in pod_spec(login)["volumes"] if v["name"] == "slurm-key"]
-    assert key["secret"]["defaultMode"] == 0o400
+    assert key["secret"]["defaultMode"] == 0o440 and pod_spec(login)["securityContext"]["fsGroup"] == 64030
     assert not [m for m in container(login, "sshd")["volumeMounts"] if m["name"] == "slurm-key"]
+    # sackd runs as SlurmUser: slurmctld's configuration pushes are addressed to that user,
+    # and a root sackd refuses them (the login Pod would keep its first slurm.conf).
+    assert container(login, "sackd")["securityContext"]["runAsUser"] == 64030
 
 
 def test_r10_1_no_host_path_anywhere(helm: Path, slurm_chart: Path) -> None:
