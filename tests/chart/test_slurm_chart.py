@@ -320,8 +320,10 @@ def test_r10_1_login_pods_run_sshd_and_fetch_the_configuration_from_slurmctld(
 ) -> None:
     objects = render(slurm_chart, helm, "login.authorizedKeys[0]=ssh-ed25519 AAAAC3 me@laptop")
     login = named(objects, "Deployment", "r1-login")
+    # By its full path: on a reconfigure sackd restarts itself with execv(argv[0]), and a
+    # bare "sackd" is not found (it died, and the login Pod lost its Slurm commands).
     assert container(login, "sackd")["args"] == [
-        "sackd",
+        "/usr/sbin/sackd",
         "-D",
         "--conf-server",
         "r1-controller.team.svc.cluster.local:6817",
