@@ -159,13 +159,17 @@ class ConfigApplier:
     async def _record(self, cm: Json, target: str, note: str) -> None:
         at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         await self._annotate({APPLIED_HASH: target, APPLIED_AT: at, HELD_HASH: None})
-        await self._event(cm, "ConfigurationApplied", note, name=f"applied-{target}")
+        await self._event(cm, "ConfigurationApplied", note)  # each application is news
         log.info("%s", note)
 
     async def _annotate(self, annotations: dict[str, str | None]) -> None:
         await self.kube.patch_merge(self.path, {"metadata": {"annotations": annotations}})
 
-    async def _event(self, cm: Json, reason: str, note: str, *, warning: bool = False, name: str) -> None:
+    async def _event(
+        self, cm: Json, reason: str, note: str, *, warning: bool = False, name: str | None = None
+    ) -> None:
+        """An Event on the ConfigMap; a `name` records it once (a held or failed change is
+        reported once, not every pass)."""
         meta = cm.get("metadata") or {}
         regarding = {
             "apiVersion": "v1",
@@ -181,7 +185,7 @@ class ConfigApplier:
             COMPONENT,
             self.instance,
             warning=warning,
-            name=f"{self.configmap}.{name}",
+            name=f"{self.configmap}.{name}" if name else None,
             action="Reconfigure",
         )
         try:
@@ -216,6 +220,8 @@ async def run_forever(
                 ).step()
             except (SlurmError, SlurmVersionError) as err:
                 outcome = f"slurmrestd cannot be asked yet: {err}"
+            except KubeError as err:  # an annotation not written: the next pass tries again
+                outcome = f"Kubernetes API: {err}"
             if outcome != said:
                 log.info("%s", outcome)
                 said = outcome
