@@ -1196,12 +1196,13 @@ class ChaosRun:
         # Slurm itself killed the job as it started: slurmctld, restarted from older state,
         # handed the job's ID out again while a job that had that ID before still ran on the
         # node; it found the duplicate, drained the node ("Duplicate jobid") and killed the
-        # job (start = end). Slurm said so in the drain the scheduler explained on the Node.
+        # job within a moment of its start (the two times may straddle a second). Slurm said
+        # so in the drain the scheduler explained on the Node.
         if restarted:
             for job in mine:
                 start, end = int(job.get("start_time") or 0), int(job.get("end_time") or 0)
                 node = str(job.get("nodes") or "")
-                if job["job_state"] != "CANCELLED" or not start or start != end or not node:
+                if job["job_state"] != "CANCELLED" or not start or not 0 <= end - start <= 2 or not node:
                     continue
                 for drain in self.node_events():
                     note = str(drain.get("note") or "")
