@@ -84,6 +84,7 @@ class Record:
     jobs: dict[int, str] = field(default_factory=dict)  # job ID → final state ("" until known)
     refused: int = 0  # submissions Slurm refused (a partition with no node at that moment)
     violations: list[str] = field(default_factory=list)
+    evidence: list[str] = field(default_factory=list)  # what was seen when a violation was found
 
     def violate(self, text: str) -> None:
         self.violations.append(text)
@@ -223,6 +224,42 @@ class Run:
             time.sleep(1)
         raise TimeoutError(f"timed out after {timeout} s waiting for {what}")
 
+    def evidence(self, member: str) -> list[str]:
+        """Who deleted `member` and why, as far as the cluster tells: its Pod's state, the
+        Events naming it, the operator's last log lines."""
+        lines: list[str] = []
+        # Diagnostics only: whatever goes wrong gathering them must not stop the run.
+        with contextlib.suppress(Exception):
+            pod = self.kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{member}")
+            status = pod.get("status") or {}
+            containers = [
+                f"{c['name']} ready={c.get('ready')} restarts={c.get('restartCount')} "
+                f"state={list(c.get('state') or {})}"
+                for c in status.get("containerStatuses") or []
+            ]
+            lines.append(
+                f"{member}: phase {status.get('phase')}, deletionTimestamp "
+                f"{pod['metadata'].get('deletionTimestamp')}, {'; '.join(containers)}"
+            )
+            events = self.kube.get(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")["items"]
+            for event in sorted(events, key=lambda e: e.get("eventTime") or ""):
+                if member in str(event.get("note")) or (event.get("regarding") or {}).get("name") == member:
+                    lines.append(f"event {event.get('eventTime')} {event.get('reason')}: {event.get('note')}")
+            operator = next(
+                p
+                for p in self.kube.get(
+                    f"/api/v1/namespaces/{NAMESPACE}/pods",
+                    labelSelector="app.kubernetes.io/name=sunk-operator",
+                )["items"]
+                if not p["metadata"].get("deletionTimestamp")
+            )
+            log = self.kube.http.get(  # the log endpoint answers text, not JSON
+                f"/api/v1/namespaces/{NAMESPACE}/pods/{operator['metadata']['name']}/log",
+                params={"tailLines": 60},
+            ).text
+            lines += [f"operator log: {line}" for line in log.splitlines()]
+        return lines
+
     # -- load, changes and faults ---------------------------------------------------------------
     def workload(self) -> None:
         """Short jobs, a few at a time, whatever the NodeSet's size."""
@@ -250,6 +287,7 @@ class Run:
                         if running.get(name) and name not in blamed:
                             blamed.add(name)
                             self.record.violate(f"member {name} deleted while jobs {running[name]} ran on it")
+                            self.record.evidence += self.evidence(name)
             self.stop.wait(1)
 
     def change(self) -> None:
@@ -381,6 +419,8 @@ def report(record: Record, seed: int) -> str:
         f"violations: {len(record.violations)}",
     ]
     lines += [f"  {v}" for v in record.violations]
+    if record.evidence:
+        lines += ["evidence:"] + [f"  {line}" for line in record.evidence]
     return "\n".join(lines)
 
 
