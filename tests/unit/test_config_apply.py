@@ -93,6 +93,11 @@ def applier(tmp_path: Path, kube: FakeKube, slurm: FakeSlurm) -> ConfigApplier:
     return ConfigApplier(kube, slurm, "plat", "slurm-config", tmp_path, "ctl-0")
 
 
+def old_applied_new_wanted() -> tuple[FakeKube, FakeSlurm]:
+    """Slurm runs OLD; the ConfigMap now holds NEW."""
+    return FakeKube(NEW, {APPLIED_HASH: config_hash(OLD)}), FakeSlurm()
+
+
 def step(a: ConfigApplier) -> str:
     return asyncio.run(a.step())
 
@@ -109,7 +114,7 @@ def test_r10_3_a_configuration_nobody_recorded_is_applied_once_and_recorded(tmp_
 
 
 def test_r10_3_a_change_the_kubelet_has_not_copied_yet_is_not_applied(tmp_path: Path) -> None:
-    kube, slurm = FakeKube(NEW, {APPLIED_HASH: config_hash(OLD)}), FakeSlurm()
+    kube, slurm = old_applied_new_wanted()
     mount(tmp_path, OLD)
     assert "waiting for the kubelet" in step(applier(tmp_path, kube, slurm))
     assert slurm.reconfigures == 0
@@ -119,7 +124,7 @@ def test_r10_3_a_change_the_kubelet_has_not_copied_yet_is_not_applied(tmp_path: 
 def test_r10_3_a_copied_change_is_applied_with_one_reconfigure_and_its_hash_and_time_recorded(
     tmp_path: Path,
 ) -> None:
-    kube, slurm = FakeKube(NEW, {APPLIED_HASH: config_hash(OLD)}), FakeSlurm()
+    kube, slurm = old_applied_new_wanted()
     mount(tmp_path, NEW)
     a = applier(tmp_path, kube, slurm)
     step(a)
@@ -134,7 +139,7 @@ def test_r10_3_a_copied_change_is_applied_with_one_reconfigure_and_its_hash_and_
 def test_r10_3_a_change_dropping_a_partition_a_job_uses_is_held_naming_the_job_until_it_ends(
     tmp_path: Path,
 ) -> None:
-    kube, slurm = FakeKube(NEW, {APPLIED_HASH: config_hash(OLD)}), FakeSlurm()
+    kube, slurm = old_applied_new_wanted()
     slurm.running = [job(41, "extra"), job(42, "main")]
     mount(tmp_path, NEW)
     a = applier(tmp_path, kube, slurm)
@@ -151,7 +156,7 @@ def test_r10_3_a_change_dropping_a_partition_a_job_uses_is_held_naming_the_job_u
 
 
 def test_r10_3_a_failed_job_listing_applies_nothing(tmp_path: Path) -> None:
-    kube, slurm = FakeKube(NEW, {APPLIED_HASH: config_hash(OLD)}), FakeSlurm()
+    kube, slurm = old_applied_new_wanted()
     slurm.listing_fails = True
     mount(tmp_path, NEW)
     assert "cannot list Slurm's jobs" in step(applier(tmp_path, kube, slurm))
@@ -160,7 +165,7 @@ def test_r10_3_a_failed_job_listing_applies_nothing(tmp_path: Path) -> None:
 
 
 def test_r10_3_a_failed_reconfigure_is_reported_and_tried_again(tmp_path: Path) -> None:
-    kube, slurm = FakeKube(NEW, {APPLIED_HASH: config_hash(OLD)}), FakeSlurm()
+    kube, slurm = old_applied_new_wanted()
     slurm.reconfigure_fails = True
     mount(tmp_path, NEW)
     a = applier(tmp_path, kube, slurm)
@@ -174,7 +179,7 @@ def test_r10_3_a_failed_reconfigure_is_reported_and_tried_again(tmp_path: Path) 
 
 
 def test_r10_3_an_unreadable_configmap_changes_nothing(tmp_path: Path) -> None:
-    kube, slurm = FakeKube(NEW, {APPLIED_HASH: config_hash(OLD)}), FakeSlurm()
+    kube, slurm = old_applied_new_wanted()
     kube.unreadable = True
     mount(tmp_path, NEW)
     assert "cannot read ConfigMap" in step(applier(tmp_path, kube, slurm))

@@ -208,6 +208,7 @@ async def run_forever(
     kube = await KubeClient.connect(None)
     tokens = MintedTokens(key_file, user)
     slurm: SlurmClient | None = None
+    applier: ConfigApplier | None = None
     try:
         said = ""
         while True:
@@ -215,9 +216,11 @@ async def run_forever(
             try:
                 if slurm is None:
                     slurm = await SlurmClient.connect(api_base, tokens, user=user)
-                outcome = await ConfigApplier(
-                    kube, slurm, namespace, configmap, directory, socket.gethostname()
-                ).step()
+                    applier = ConfigApplier(
+                        kube, slurm, namespace, configmap, directory, socket.gethostname()
+                    )
+                assert applier is not None
+                outcome = await applier.step()
             except (SlurmError, SlurmVersionError) as err:
                 outcome = f"slurmrestd cannot be asked yet: {err}"
             except KubeError as err:  # an annotation not written: the next pass tries again
