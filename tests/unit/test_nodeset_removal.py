@@ -10,7 +10,7 @@ import time
 
 from sunk.kube.client import KubeError
 from sunk.operator import plan as p
-from sunk.testing.operator import NOW_S, OperatorWorld
+from sunk.testing.operator import NAMESPACE, NOW_S, OperatorWorld
 
 MEMBERS = ["a-001-011", "a-002-012", "a-003-013"]
 
@@ -189,6 +189,39 @@ async def test_r10_5_an_uncordon_before_the_member_went_lifts_our_drain() -> Non
     await world.settle("a")
     assert [c[1] for c in world.slurm.calls if c[0] == "resume"] == ["a-001-011"]
     assert not world.slurm.records["a-001-011"].drained
+
+
+async def test_r10_5_a_scale_back_up_never_lifts_the_drain_of_a_member_already_deleted() -> None:
+    """The watch has not yet brought the Pod's deletion: lifting its drain would let Slurm start
+    a job on a member that is going (the operator fault run's violation, seed 482643)."""
+    world = await three_members()
+    world.kube.hide_deletes = True
+    world.spec("a")["replicas"] = 2
+    while not pod_deletes(world):  # drain, then delete the idle member
+        await world.reconcile("a")
+    (gone,) = pod_deletes(world)
+    world.spec("a")["replicas"] = 3
+    await world.reconcile("a")
+    assert [c for c in world.slurm.calls if c[0] == "resume"] == []
+    assert world.slurm.records[gone].drained
+
+
+async def test_r10_5_a_listing_from_before_a_resume_deletes_no_member() -> None:
+    """Scale in, back up, in again: the listing taken before the drain was lifted still shows
+    it drained and idle, though Slurm has started a job there since."""
+    world = await three_members()
+    world.spec("a")["replicas"] = 2
+    await world.reconcile("a")
+    (drained,) = [d[0] for d in drains(world)]
+    world.spec("a")["replicas"] = 3
+    await world.reconcile("a")
+    assert [c[1] for c in world.slurm.calls if c[0] == "resume"] == [drained]
+    world.slurm.run_job(drained)
+    world.spec("a")["replicas"] = 2
+    await world.controller.reconcile(f"{NAMESPACE}/a")  # on the listing from before the resume
+    assert pod_deletes(world) == []
+    await world.settle("a")
+    assert drained in world.members("a") and len(world.members("a")) == 2
 
 
 # -- roll-outs --------------------------------------------------------------------------------

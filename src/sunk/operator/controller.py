@@ -7,6 +7,7 @@ clients. Slurm's nodes come from `SlurmView`, which only the poller writes.
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as dt
 import logging
 import time
@@ -94,12 +95,20 @@ class NodeSetController:
         self.clock = clock
         self.stale_s = stale_s
         self.created: Expectations[bool] = Expectations()
+        # Pods this process deleted while the cache may still show them live (by UID). A
+        # deletion cannot be undone, so each waits until the cache shows it, without deadline.
+        self.deleted: set[str] = set()
+        # Slurm node → time.monotonic() after this process last drained or resumed it.
+        self.slurm_written: dict[str, float] = {}
 
     # -- gather -------------------------------------------------------------------------------
     def members(self, namespace: str) -> list[Json]:
-        """Every NodeSet's Pods in `namespace` (of this release)."""
+        """Every NodeSet's Pods in `namespace` (of this release); one this process deleted
+        shows as terminating even before the watch brings its deletion (else a scale back up
+        on the lagging copy would lift its drain, and Slurm start a job on a going member)."""
+        self._forget_seen_deletions()
         return [
-            pod
+            self._as_deleted(pod) if pod["metadata"].get("uid") in self.deleted else pod
             for pod in self.pods.store.values()
             if (pod.get("metadata") or {}).get("namespace") == namespace
             and member_nodeset(pod) is not None
@@ -108,6 +117,17 @@ class NodeSetController:
                 == self.settings.release
             )
         ]
+
+    def _forget_seen_deletions(self) -> None:
+        live = {
+            pod["metadata"].get("uid")
+            for pod in self.pods.store.values()
+            if not pod["metadata"].get("deletionTimestamp")
+        }
+        self.deleted &= live
+
+    def _as_deleted(self, pod: Json) -> Json:
+        return {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": self.clock()}}
 
     def pods_by_node(self) -> dict[str, list[Json]]:
         by_node: dict[str, list[Json]] = {}
@@ -124,6 +144,9 @@ class NodeSetController:
         age = time.monotonic() - view.listed_at
         if view.known and age > self.stale_s:
             return p.SlurmView(problem=f"Slurm's last listing is {age:.0f} s old")
+        self.slurm_written = {n: at for n, at in self.slurm_written.items() if at >= view.listed_at}
+        if self.slurm_written:
+            return dataclasses.replace(view, rewritten=frozenset(self.slurm_written))
         return view
 
     async def reconcile(self, key: str) -> Outcome:
@@ -208,16 +231,24 @@ class NodeSetController:
                     except KubeError as err:
                         if not err.not_found:
                             raise
+                    else:
+                        self.deleted.add(uid)
                     log.info("%s/%s: deleted Pod %s: %s", namespace, name, pod_name, why)
                 case a.DeleteSlurmNode(name=node, why=why):
                     await self.slurm.delete_node(node)
                     log.info("%s/%s: deleted Slurm node %s: %s", namespace, name, node, why)
                 case a.Drain(name=node, reason=reason):
-                    problem = await self.slurm.drain(node, reason)
+                    try:
+                        problem = await self.slurm.drain(node, reason)
+                    finally:  # a call that failed on the way back may still have landed
+                        self.slurm_written[node] = time.monotonic()
                     if problem:
                         raise SlurmError(problem)
                 case a.Resume(name=node):
-                    problem = await self.slurm.resume(node)
+                    try:
+                        problem = await self.slurm.resume(node)
+                    finally:  # a call that failed on the way back may still have landed
+                        self.slurm_written[node] = time.monotonic()
                     if problem:
                         raise SlurmError(problem)
                 case a.LabelBusy(name=pod_name, uid=uid, busy=now_busy):

@@ -71,6 +71,9 @@ class SlurmView:
     max_time_min: Mapping[str, int | None] = field(default_factory=dict)  # partition → MaxTime (None: none)
     problem: str = "Slurm's nodes have not been listed yet"
     listed_at: float = field(default=0.0, compare=False)  # time.monotonic() of the listing
+    # Nodes this operator drained or resumed after the listing began: their drain there may be
+    # out of date, so none of them is deleted on it (NodeSetController.view_now).
+    rewritten: frozenset[str] = frozenset()
 
     @property
     def known(self) -> bool:
@@ -553,7 +556,13 @@ def _remove(
     now_s = int(_parse_now(now).timestamp())
     for member in leaving:
         step = r.step(
-            name, member, records.get(member.slurm_name), slurm.jobs_on(member.slurm_name), policy, now_s
+            name,
+            member,
+            records.get(member.slurm_name),
+            slurm.jobs_on(member.slurm_name),
+            policy,
+            now_s,
+            listed_after_write=member.slurm_name not in slurm.rewritten,
         )
         notes.actions += step.actions
         notes.waiting.append(step.message)

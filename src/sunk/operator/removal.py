@@ -121,8 +121,14 @@ def step(
     jobs: tuple[SlurmJob, ...],
     policy: DrainPolicy,
     now_s: int,
+    *,
+    listed_after_write: bool,
 ) -> Step:
-    """The next step for one leaving member (at most one of the path's steps per pass)."""
+    """The next step for one leaving member (at most one of the path's steps per pass).
+
+    `listed_after_write`: False when this operator drained or resumed the node after the
+    listing began. Such a listing may show our drain while Slurm has lifted it since (a
+    scale back up resumed the node and a job landed there), so the Pod is not deleted on it."""
     meta = leaving.pod.get("metadata") or {}
     name = leaving.slurm_name
     if meta.get("deletionTimestamp"):
@@ -147,6 +153,8 @@ def step(
         return drain
     if busy(record, jobs):
         return _wait_for_jobs(nodeset, leaving, record, jobs, policy, now_s)
+    if not listed_after_write:
+        return Step(message=f"member {name} drains: waits for a Slurm listing newer than its drain")
     gone = Step(phase="Deleting", message=f"deleting member {name}: drained and idle")
     gone.actions += [
         DeletePod(meta["name"], meta.get("uid", ""), f"NodeSet {nodeset} {leaving.cause}; drained and idle"),

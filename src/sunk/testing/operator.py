@@ -42,6 +42,7 @@ class FakeOperatorKube:
         self.calls: list[tuple[str, ...]] = []
         self.failures = Failures()
         self.hide_creates = False  # created Pods do not reach the cache (a lagging watch)
+        self.hide_deletes = False  # deleted Pods stay in the cache as they were (a lagging watch)
         self._hidden: set[str] = set()
 
     def fail(self, call: str, error: Exception | None = None, times: int = 1) -> None:
@@ -65,8 +66,10 @@ class FakeOperatorKube:
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
         self.failures.check("delete_pod")
         self.calls.append(("delete_pod", name))
-        if self.pods.store.pop(f"{namespace}/{name}", None) is None:
+        if self.pods.get(f"{namespace}/{name}") is None:
             raise KubeError(404, f'pods "{name}" not found')
+        if not self.hide_deletes:
+            self.pods.store.pop(f"{namespace}/{name}")
 
     async def patch_status(self, path: str, status: Json) -> Json:
         self.failures.check("patch_status")
