@@ -32,7 +32,7 @@ from sunk.policy import PolicyFile
 from sunk.runtime.manager import Manager
 from sunk.runtime.queue import WorkQueue
 from sunk.scheduler.cluster import ClusterView
-from sunk.scheduler.jobs import JobIndex, JobPoller
+from sunk.scheduler.jobs import JobIndex, JobPoller, StartedReads
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.reconciler import Reconciler
 from sunk.scheduler.slurmnodes import SlurmNodeController, SlurmNodePoller
@@ -47,8 +47,9 @@ log = logging.getLogger(__name__)
 RESYNC_EVERY_S = 30.0
 LEADER_LABEL = "sunk.coreweave.com/leader"
 TLS_RELOAD_EVERY_S = 60.0
-# Single-job reads for `started` hook calls in flight at once; beyond that, a listing.
-READ_STARTED_AT_ONCE = 4
+# Single-job reads for `started` hook calls in flight at once (slurmrestd serves requests
+# on a small pool of threads; the rest wait their turn).
+READ_STARTED_AT_ONCE = 8
 
 
 class Scheduler:
@@ -108,7 +109,7 @@ class Scheduler:
             interval=config.slurm_poll_interval_s,
             on_listing=lambda ids: self.reconciler.prune(ids),
         )
-        self._reading_started = 0
+        self.started_reads = StartedReads(slurm.job_group, READ_STARTED_AT_ONCE)
         self.pods = PodStore(self.pod_informers)
         # Where placeholders reach the hooks API: set once it listens, its CA on renewal.
         self.hooks = HookCredentials("http://hooks-api-not-started", self.secret)
@@ -200,17 +201,8 @@ class Scheduler:
         return self.manager.is_acting
 
     async def job_started(self, ref: PodRef, job_id: int) -> None:
-        """Read just this job now; when many start at once, one early listing serves them all."""
-        if self._reading_started >= READ_STARTED_AT_ONCE:
-            self.poller.nudge()
-            return
-        self._reading_started += 1
-        try:
-            # A gang's job is read whole: every member's Pod may be bound now.
-            jobs = await self.slurm.job_group(job_id)
-        finally:
-            self._reading_started -= 1
-        for job in jobs:
+        """Read just this job now (a gang's job whole: every member's Pod may be bound now)."""
+        for job in await self.started_reads.read(job_id):
             owner = ref if job.job_id == job_id else self.slurm.pod_of(job, self.config.scheduler_name)
             if owner is not None:
                 self.index.observe(owner, job)

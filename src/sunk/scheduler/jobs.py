@@ -8,10 +8,9 @@ serves every Pod, so the cost per Pod stays flat however many Pods wait.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
 from sunk.slurm.client import SlurmClient
@@ -20,8 +19,6 @@ from sunk.slurm.models import SlurmJob
 from sunk.translate import PodRef
 
 log = logging.getLogger(__name__)
-# The least time between two listings when hook calls ask for them.
-NUDGE_GAP_S = 0.2
 
 
 class JobIndex:
@@ -152,19 +149,6 @@ class JobPoller:
         self._interval = interval
         self.last_error: str | None = None
         self.last_success = 0.0
-        self._nudged = asyncio.Event()
-
-    def nudge(self) -> None:
-        """List again soon (after at least NUDGE_GAP_S): one listing answers a burst of
-        hook calls more cheaply than one read per job."""
-        self._nudged.set()
-
-    async def _pause(self, delay: float) -> None:
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._nudged.wait(), delay)
-        if self._nudged.is_set():
-            self._nudged.clear()
-            await asyncio.sleep(NUDGE_GAP_S)
 
     async def run(self) -> None:
         delay = self._interval
@@ -190,4 +174,29 @@ class JobPoller:
                 delay = min(max(delay * 2, 0.5), 5.0)
                 await asyncio.sleep(delay)
                 continue
-            await self._pause(delay)
+            await asyncio.sleep(delay)
+
+
+class StartedReads:
+    """Reads the job each `started` hook call names, one single read per job, so that a Pod
+    is bound as soon as its own job is seen started, however many start together (a listing
+    of every job costs slurmrestd and the scheduler far more than a read of one). At most
+    `at_once` reads are in flight; a job already being read is not read again, so repeated
+    calls for one job cost one read."""
+
+    def __init__(self, read: Callable[[int], Awaitable[list[SlurmJob]]], at_once: int) -> None:
+        self._read = read
+        self._slots = asyncio.Semaphore(at_once)
+        self._reading: set[int] = set()
+
+    async def read(self, job_id: int) -> list[SlurmJob]:
+        """The job (a gang's leader with every component), or [] when an earlier call's
+        read of it is still under way (that one delivers it)."""
+        if job_id in self._reading:
+            return []
+        self._reading.add(job_id)
+        try:
+            async with self._slots:
+                return await self._read(job_id)
+        finally:
+            self._reading.discard(job_id)

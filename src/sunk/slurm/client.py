@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
+import orjson
 
 from sunk.metrics import SLURM_ERRORS, SLURM_LATENCY
 from sunk.slurm.dataparser import VERSIONS as DATA_PARSER_VERSIONS
@@ -193,14 +194,16 @@ class SlurmClient:
         finally:
             SLURM_LATENCY.labels(endpoint).observe(time.perf_counter() - started)
         try:
-            body = resp.json()
-        except ValueError:
+            body = orjson.loads(resp.content)  # a job listing can be megabytes: the fast parser
+        except orjson.JSONDecodeError:
             body = None
         if isinstance(body, dict) and not self.release:
             meta = body.get("meta") or {}
             about = meta.get("slurm") or meta.get("Slurm") or {}  # 22.05 capitalises it
             self.release = str(about.get("release") or "")
-        return resp.status_code, body, resp.text
+        # The text only serves error messages: not decoded again for a good answer.
+        good = resp.status_code == 200 and isinstance(body, dict) and not body.get("errors")
+        return resp.status_code, body, "" if good else resp.text
 
     async def _call(self, method: str, path: str, what: str, **kw: Any) -> dict[str, Any]:
         status, body, text = await self._request(method, path, what, **kw)
@@ -231,7 +234,9 @@ class SlurmClient:
         except SlurmError as err:
             SLURM_ERRORS.labels("POST /job/submit", type(err).__name__).inc()
             raise
-        raise SlurmUnavailable(f"slurmrestd accepted the submission but returned no job ID: {text[:200]}")
+        raise SlurmUnavailable(
+            f"slurmrestd accepted the submission but returned no job ID: {(text or str(body))[:200]}"
+        )
 
     def submission(self, job: PlaceholderJob, script: str, environment: dict[str, str]) -> Submission:
         return self.dialect.submission(job, script, environment)
@@ -240,12 +245,18 @@ class SlurmClient:
         return self.dialect.pod_of(job, scheduler)
 
     async def jobs(self) -> list[SlurmJob]:
-        reply = await self._call("GET", "/jobs", "list jobs")
+        reply = await self._call("GET", "/jobs", "list jobs", params=dict(self.dialect.job_read_params))
         return [self.dialect.parse_job(j) for j in reply.get("jobs") or []]
 
     async def job(self, job_id: int) -> SlurmJob | None:
         try:
-            reply = await self._call("GET", f"/job/{job_id}", f"read job {job_id}", endpoint="/job/{id}")
+            reply = await self._call(
+                "GET",
+                f"/job/{job_id}",
+                f"read job {job_id}",
+                params=dict(self.dialect.job_read_params),
+                endpoint="/job/{id}",
+            )
         except SlurmJobGone:
             return None
         jobs = reply.get("jobs") or []
@@ -255,7 +266,13 @@ class SlurmClient:
         """A heterogeneous job's leader read with every component (Slurm answers a read of
         the leader's ID with all of them), or just the job; [] when Slurm has none."""
         try:
-            reply = await self._call("GET", f"/job/{job_id}", f"read job {job_id}", endpoint="/job/{id}")
+            reply = await self._call(
+                "GET",
+                f"/job/{job_id}",
+                f"read job {job_id}",
+                params=dict(self.dialect.job_read_params),
+                endpoint="/job/{id}",
+            )
         except SlurmJobGone:
             return []
         return [self.dialect.parse_job(j) for j in reply.get("jobs") or []]

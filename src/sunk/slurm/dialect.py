@@ -37,6 +37,8 @@ class Dialect(Protocol):
     mark_field: str
     # True when nodes can be drained over REST; otherwise the client uses scontrol.
     drains_over_rest: bool
+    # Query parameters of job reads that leave out what sunk never looks at.
+    job_read_params: tuple[tuple[str, str], ...]
 
     def unsupported(self, job: PlaceholderJob) -> list[str]:
         """What the Pod asks for that this version cannot express (R3.5), in words."""

@@ -30,6 +30,7 @@ class V0038:
     version = "v0.0.38"
     mark_field = "comment"
     drains_over_rest = False
+    job_read_params: tuple[tuple[str, str], ...] = ()  # the allocation detail is used here
 
     def __init__(self, default_user: str = "root") -> None:
         self.default_user = default_user
