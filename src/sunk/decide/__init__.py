@@ -35,6 +35,11 @@ FINAL_REASONS = frozenset({"InvalidForSlurm", "RejectedBySlurm", "ForbiddenByPol
 CANCEL_CONFIRM_S = 5.0
 # A pending or starting state is reported on the Pod only once it lasts this long.
 TRANSIENT_S = 3.0
+# Why a job waits in the normal course of things (Slurm has not looked at it yet, jobs of
+# higher priority go first, its resources are busy): under a burst most such jobs start
+# within TRANSIENT_S, so a condition write (which every Pod watcher receives) waits that
+# long. Any other reason (a partition down, a node unavailable, a limit) is said at once.
+ORDINARY_WAITS = frozenset({"None", "Priority", "Resources"})
 # Drain this long before KillWait ends, leaving Slurm time to act before its SIGKILL.
 DRAIN_MARGIN_S = 3
 # --placement=pack: a job that left idle nodes out and still waits this long after its
@@ -192,8 +197,8 @@ def for_pod(
         if widen_after is not None:
             left = job.submit_time + widen_after - now if job.submit_time else widen_after
             return Decision(Step.WAIT, left) if left > 0 else Decision(Step.WIDEN)
-        if job.reason == "None" and (wait := transient_for(job.submit_time, now)):
-            return Decision(Step.WAIT, wait)  # Slurm has not looked at it yet
+        if job.reason in ORDINARY_WAITS and (wait := transient_for(job.submit_time, now)):
+            return Decision(Step.WAIT, wait)
         return Decision(Step.REPORT_PENDING)
     if job.running and job.started:
         return Decision(Step.BIND)
