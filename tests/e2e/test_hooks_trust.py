@@ -195,7 +195,7 @@ def test_r12_2_a_placeholders_key_cannot_be_read_from_proc_by_another_user(
     """The key is in the job's environment, which another user cannot read; and no command
     line seen while the placeholder starts, signs its calls and ends holds it. (The scanner
     may miss a short-lived process; the unit test
-    test_r12_2_the_hook_key_is_never_on_a_command_line records every openssl run.)"""
+    test_r12_2_the_hook_key_is_never_on_a_command_line records every sha256sum run.)"""
     scanner = CommandLines()
     scanner.start()
     try:

@@ -75,15 +75,15 @@ def run_call(key: str, path: str) -> list[str]:
 
 def test_r12_2_the_hook_key_is_never_on_a_command_line(tmp_path: Path) -> None:
     """Every program the signing runs is recorded with its arguments (a shim in front of
-    openssl): the key, which other users of the node could read in /proc, is in none."""
+    sha256sum): the key, which other users of the node could read in /proc, is in none."""
     log = tmp_path / "argv.log"
-    shim = tmp_path / "openssl"
-    shim.write_text(f'#!/bin/bash\nprintf "%s\\n" "$0 $*" >> {log}\nexec /usr/bin/openssl "$@"\n')
+    shim = tmp_path / "sha256sum"
+    shim.write_text(f'#!/bin/bash\nprintf "%s\\n" "$0 $*" >> {log}\nexec /usr/bin/sha256sum "$@"\n')
     shim.chmod(0o755)
     key = pod_key(SECRET, "uid-1")
     out = run_call(key, f"{tmp_path}:/usr/bin:/bin")
     recorded = log.read_text()
-    assert recorded.count("openssl") == 2  # the shim saw the signing, twice
+    assert recorded.count("sha256sum") == 2  # the shim saw the signing, twice
     assert key not in recorded and key not in " ".join(out)
 
 
@@ -99,7 +99,7 @@ def test_r5_5_the_scripts_hmac_equals_pythons_for_any_key(uid: str) -> None:
 
 
 def test_r5_5_the_placeholder_script_signs_as_the_verifier_expects() -> None:
-    """The script's `call` (bash + openssl) and the verifier agree on the signed message."""
+    """The script's `call` (bash + sha256sum) and the verifier agree on the signed message."""
     out = run_call(pod_key(SECRET, "uid-1"), "/usr/bin:/bin")
     headers = dict(line.split(": ", 1) for line in out if line.startswith("X-Sunk-"))
     assert out[-1] == "http://hooks" + PATH

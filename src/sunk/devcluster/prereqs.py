@@ -21,8 +21,7 @@ SLURM_PACKAGES = (
     "slurmrestd",
     "slurm-client",
     "slurm-wlm-jwt-plugin",
-    "curl",  # the placeholder job script calls the hooks API with curl and openssl
-    "openssl",
+    "curl",  # the placeholder job script calls the hooks API with curl (signed by sha256sum)
 )
 ACCOUNTING_PACKAGES = ("slurmdbd", "mariadb-server", "mariadb-client")
 SLURM_COMMANDS = (
@@ -34,7 +33,7 @@ SLURM_COMMANDS = (
     "scontrol",
     "sbatch",
     "curl",
-    "openssl",
+    "sha256sum",
 )
 ACCOUNTING_COMMANDS = ("slurmdbd", "mariadbd", "mariadb-install-db", "sacctmgr")
 CLUSTER_TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "kwok")
