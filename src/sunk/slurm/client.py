@@ -249,22 +249,16 @@ class SlurmClient:
         return [self.dialect.parse_job(j) for j in reply.get("jobs") or []]
 
     async def job(self, job_id: int) -> SlurmJob | None:
-        try:
-            reply = await self._call(
-                "GET",
-                f"/job/{job_id}",
-                f"read job {job_id}",
-                params=dict(self.dialect.job_read_params),
-                endpoint="/job/{id}",
-            )
-        except SlurmJobGone:
-            return None
-        jobs = reply.get("jobs") or []
+        jobs = await self._read_job(job_id)
         return self.dialect.parse_job(jobs[0]) if jobs else None
 
     async def job_group(self, job_id: int) -> list[SlurmJob]:
         """A heterogeneous job's leader read with every component (Slurm answers a read of
         the leader's ID with all of them), or just the job; [] when Slurm has none."""
+        return [self.dialect.parse_job(j) for j in await self._read_job(job_id)]
+
+    async def _read_job(self, job_id: int) -> list[dict[str, Any]]:
+        """Slurm's answer to a read of `job_id`, unparsed; [] when Slurm has no such job."""
         try:
             reply = await self._call(
                 "GET",
@@ -275,7 +269,8 @@ class SlurmClient:
             )
         except SlurmJobGone:
             return []
-        return [self.dialect.parse_job(j) for j in reply.get("jobs") or []]
+        jobs: list[dict[str, Any]] = reply.get("jobs") or []
+        return jobs
 
     async def cancel(self, job_id: int, *, signal: str | None = None) -> None:
         """Cancel (SIGKILL after KillWait) or, with `signal`, only signal the job."""
