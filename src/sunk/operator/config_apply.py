@@ -214,12 +214,11 @@ async def run_forever(
         while True:
             beat(alive_file)
             try:
-                if slurm is None:
+                if applier is None:
                     slurm = await SlurmClient.connect(api_base, tokens, user=user)
                     applier = ConfigApplier(
                         kube, slurm, namespace, configmap, directory, socket.gethostname()
                     )
-                assert applier is not None
                 outcome = await applier.step()
             except (SlurmError, SlurmVersionError) as err:
                 outcome = f"slurmrestd cannot be asked yet: {err}"

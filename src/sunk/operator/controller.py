@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import datetime as dt
 import logging
+import math
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, Protocol
 
 from sunk.kube.client import KubeError
@@ -95,9 +96,9 @@ class NodeSetController:
         self.clock = clock
         self.stale_s = stale_s
         self.created: Expectations[bool] = Expectations()
-        # Pods this process deleted while the cache may still show them live (by UID). A
-        # deletion cannot be undone, so each waits until the cache shows it, without deadline.
-        self.deleted: set[str] = set()
+        # Pods this process deleted (by UID), until the cache shows them terminating or gone.
+        # A deletion cannot be undone, so the cache is never believed over it: no deadline.
+        self.deleted: Expectations[bool] = Expectations(within=math.inf)
         # Slurm node → time.monotonic() after this process last drained or resumed it.
         self.slurm_written: dict[str, float] = {}
 
@@ -106,9 +107,9 @@ class NodeSetController:
         """Every NodeSet's Pods in `namespace` (of this release); one this process deleted
         shows as terminating even before the watch brings its deletion (else a scale back up
         on the lagging copy would lift its drain, and Slurm start a job on a going member)."""
-        self._forget_seen_deletions()
+        deleted = self._deletions_unseen()
         return [
-            self._as_deleted(pod) if pod["metadata"].get("uid") in self.deleted else pod
+            self._as_deleted(pod) if pod["metadata"].get("uid") in deleted else pod
             for pod in self.pods.store.values()
             if (pod.get("metadata") or {}).get("namespace") == namespace
             and member_nodeset(pod) is not None
@@ -118,13 +119,17 @@ class NodeSetController:
             )
         ]
 
-    def _forget_seen_deletions(self) -> None:
+    def _deletions_unseen(self) -> set[str]:
+        """UIDs of Pods this process deleted that the cache still shows live."""
+        waiting = self.deleted.waiting_for()
+        if not waiting:
+            return set()
         live = {
             pod["metadata"].get("uid")
             for pod in self.pods.store.values()
             if not pod["metadata"].get("deletionTimestamp")
         }
-        self.deleted &= live
+        return {str(uid) for uid in waiting if self.deleted.unseen(uid, uid not in live)}
 
     def _as_deleted(self, pod: Json) -> Json:
         return {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": self.clock()}}
@@ -206,6 +211,15 @@ class NodeSetController:
             "%s/%s: finalizer %s", meta["namespace"], meta["name"], "added" if present else "removed: deleted"
         )
 
+    async def change_node(self, node: str, call: Awaitable[str | None]) -> None:
+        """Drain or resume `node`, noting when (a listing begun before it may not show it)."""
+        try:
+            problem = await call
+        finally:  # a call that failed on the way back may still have landed
+            self.slurm_written[node] = time.monotonic()
+        if problem:
+            raise SlurmError(problem)
+
     # -- execute ------------------------------------------------------------------------------
     async def execute(self, obj: Json, result: p.Plan) -> None:
         """Carry out the actions in order; a failure stops the rest (the pass is retried)."""
@@ -232,25 +246,15 @@ class NodeSetController:
                         if not err.not_found:
                             raise
                     else:
-                        self.deleted.add(uid)
+                        self.deleted.expect(uid, True)
                     log.info("%s/%s: deleted Pod %s: %s", namespace, name, pod_name, why)
                 case a.DeleteSlurmNode(name=node, why=why):
                     await self.slurm.delete_node(node)
                     log.info("%s/%s: deleted Slurm node %s: %s", namespace, name, node, why)
                 case a.Drain(name=node, reason=reason):
-                    try:
-                        problem = await self.slurm.drain(node, reason)
-                    finally:  # a call that failed on the way back may still have landed
-                        self.slurm_written[node] = time.monotonic()
-                    if problem:
-                        raise SlurmError(problem)
+                    await self.change_node(node, self.slurm.drain(node, reason))
                 case a.Resume(name=node):
-                    try:
-                        problem = await self.slurm.resume(node)
-                    finally:  # a call that failed on the way back may still have landed
-                        self.slurm_written[node] = time.monotonic()
-                    if problem:
-                        raise SlurmError(problem)
+                    await self.change_node(node, self.slurm.resume(node))
                 case a.LabelBusy(name=pod_name, uid=uid, busy=now_busy):
                     try:
                         labels = {m.BUSY_LABEL: str(now_busy).lower()}
