@@ -30,6 +30,7 @@ class Result:
     extra: dict[str, float] = field(default_factory=dict)
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds per component
     writes: dict[str, float] = field(default_factory=dict)  # API server writes per Pod
+    calls: dict[str, float] = field(default_factory=dict)  # slurmrestd requests per Pod, by endpoint
 
     @property
     def rate(self) -> float:
@@ -49,6 +50,7 @@ class Result:
             **self.extra,
             "cpu_s": self.cpu,
             "api_writes_per_pod": self.writes,
+            "slurm_calls_by_endpoint": self.calls,
         }
 
 
@@ -135,7 +137,7 @@ def read_start_marks(directory: Path, expected: int, within: float) -> dict[int,
 
 
 # -- CPU time per component ------------------------------------------------------------------
-JOB_PROCESSES = {"slurmstepd", "slurm_script", "bash", "sleep", "scontrol", "openssl", "curl"}
+JOB_PROCESSES = {"slurmstepd", "slurm_script", "bash", "sleep", "scontrol", "sha256sum", "openssl", "curl"}
 TICKS = os.sysconf("SC_CLK_TCK")
 
 
@@ -144,12 +146,16 @@ def _component(pid: int, comm: str, named: dict[int, str]) -> str:
         return named[pid]
     if comm in JOB_PROCESSES:
         return "job processes"
+    if comm.startswith("kworker/"):  # a kernel worker renames itself after the work it does
+        return "kernel workers"
     return comm
 
 
 def cpu_by_component(named: dict[int, str]) -> dict[str, float]:
-    """CPU seconds used so far by each component, counting children they have reaped (a
-    finished job's processes are reaped by slurmd, the scripts' forks by the script)."""
+    """CPU seconds used so far by each component, counting children they have reaped (the
+    scripts' forks are reaped by the script). slurmstepd detaches from slurmd, so a job
+    that ended was reaped by PID 1: what PID 1 reaped counts as job processes, or a job's
+    CPU would vanish from one component and appear in another when it ends."""
     totals: dict[str, float] = defaultdict(float)
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
@@ -159,9 +165,12 @@ def cpu_by_component(named: dict[int, str]) -> dict[str, float]:
         except OSError:
             continue
         comm = stat[stat.index("(") + 1 : stat.rindex(")")]
-        component = _component(int(entry.name), comm, named)
+        pid = int(entry.name)
         fields = stat[stat.rindex(")") + 2 :].split()
-        totals[component] += sum(int(f) for f in fields[11:15]) / TICKS
+        own, reaped = sum(int(f) for f in fields[11:13]) / TICKS, sum(int(f) for f in fields[13:15]) / TICKS
+        totals[_component(pid, comm, named)] += own + (0 if pid == 1 else reaped)
+        if pid == 1:
+            totals["job processes"] += reaped
     with open("/proc/stat") as f:
         cpu = [int(x) for x in f.readline().split()[1:]]
     totals["machine (busy)"] = (sum(cpu[:7]) - cpu[3] - cpu[4]) / TICKS  # minus idle and iowait

@@ -99,13 +99,20 @@ def delete_namespace(kube: AdminKube, namespace: str) -> None:
         time.sleep(0.5)
 
 
-def slurm_calls(metrics_port: int) -> float:
+def slurm_calls(metrics_port: int) -> dict[str, float]:
+    """The scheduler's slurmrestd requests so far, by endpoint (from its own metrics)."""
     text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
-    return sum(
-        float(line.split()[-1])
-        for line in text.splitlines()
-        if line.startswith("sunk_slurm_api_request_seconds_count")
-    )
+    calls: dict[str, float] = {}
+    for line in text.splitlines():
+        if line.startswith("sunk_slurm_api_request_seconds_count{"):
+            endpoint = line[line.index('endpoint="') + 10 :].split('"', 1)[0]
+            calls[endpoint] = float(line.split()[-1])
+    return calls
+
+
+def calls_per_pod(before: dict[str, float], after: dict[str, float], pods: int) -> dict[str, float]:
+    spent = {k: (v - before.get(k, 0.0)) / max(1, pods) for k, v in after.items()}
+    return {k: round(v, 2) for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if v > 0}
 
 
 def say(r: Result, n: int) -> None:
@@ -191,18 +198,17 @@ def bench_ours(
         if spy is not None:
             spy.send_signal(signal.SIGINT)
             spy.wait(timeout=60)
+        calls = calls_per_pod(calls0, slurm_calls(metrics_port), len(bound))
         placed = Result(
             "ours",
             len(bound),
             max(bound.values()) - t0 if bound else float("nan"),
             [bound[k] - created[k] for k in bound],
-            {
-                **stage_medians(created, watch.seen),
-                "slurm_calls_per_pod": (slurm_calls(metrics_port) - calls0) / max(1, len(bound)),
-            },
+            {**stage_medians(created, watch.seen), "slurm_calls_per_pod": sum(calls.values())},
             cpu.used(),
         )
         placed.writes = {k: v / max(1, len(bound)) for k, v in writes.items()}
+        placed.calls = calls
         say(placed, n)
         # Job end → Pod deleted: every placeholder cancelled at once with one scancel, as an
         # operator would, or one by one at the arrival rate through slurmrestd.
@@ -451,13 +457,35 @@ def warm_up(cluster: DevCluster) -> None:
         raise RuntimeError("Slurm did not start 4 warm-up jobs; see the dev cluster's logs")
 
 
-def report(n: int, nodes: int, arrival: str, results: dict[str, Result]) -> list[str]:
+def floor_rate(raw: Result, kube: Result, cores: int, split: bool) -> float:
+    """The fastest sunk could place Pods on this machine in this run: each Pod costs at
+    least a raw job's CPU plus the kube path's (create, bind, its Event and status) plus one
+    more write, the job ID, priced as an average write of the kube path. CPU seconds are the
+    whole machine's busy time per Pod in each phase. Split cores: the Kubernetes half alone
+    must carry the Kubernetes side, and Slurm's half gives raw Slurm's rate. Never above
+    raw Slurm's own rate: sunk runs every Pod through it."""
+    raw_cpu = raw.cpu.get("machine (busy)", 0.0) / max(1, raw.count)
+    kube_cpu = kube.cpu.get("machine (busy)", 0.0) / max(1, kube.count)
+    writes = sum(kube.writes.values()) or 1.0
+    kube_side = kube_cpu * (writes + 1) / writes
+    if split:
+        cap = (cores / 2) / kube_side if kube_side else float("inf")
+    else:
+        cap = cores / (raw_cpu + kube_side) if raw_cpu + kube_side else float("inf")
+    return min(raw.rate, cap)
+
+
+def report(
+    n: int, nodes: int, arrival: str, results: dict[str, Result], cores: int, split: bool
+) -> list[str]:
     ours, raw, kube, end = (
         results["ours"],
         results["raw-slurm"],
         results["kube-scheduler"],
         results["ours-end"],
     )
+    floor = floor_rate(raw, kube, cores, split)
+    ours.extra["floor_rate"] = floor
 
     def row(label: str, r: Result, note: str) -> str:
         return (
@@ -477,7 +505,12 @@ def report(n: int, nodes: int, arrival: str, results: dict[str, Result]) -> list
     )
     return [
         row("sunk: create → bound", ours, usage),
-        row("raw slurmrestd: submit → started", raw, f"sunk/raw rate **{ours.rate / raw.rate:.2f}x**"),
+        row(
+            "raw slurmrestd: submit → started",
+            raw,
+            f"sunk/raw rate **{ours.rate / raw.rate:.2f}x**; floor {floor:.1f}/s = "
+            f"{floor / raw.rate:.2f}x raw, sunk at **{ours.rate / floor:.2f}x** of it",
+        ),
         row("kube-scheduler: create → bound", kube, f"sunk/kube rate **{ours.rate / kube.rate:.2f}x**"),
         row("sunk: job cancelled → Pod deleting", end, ended),
     ]
@@ -486,9 +519,10 @@ def report(n: int, nodes: int, arrival: str, results: dict[str, Result]) -> list
 def cpu_rows(at: str, results: dict[str, Result]) -> list[str]:
     rows = []
     for name, r in results.items():
-        writes = ", ".join(f"{k} {v:.1f}" for k, v in r.writes.items())
+        writes = ", ".join(f"{k} {v:.2f}" for k, v in r.writes.items())
+        calls = ", ".join(f"{k} {v:.2f}" for k, v in r.calls.items())
         cpu = ", ".join(f"{k} {v:.1f}" for k, v in r.cpu.items())
-        rows.append(f"| {at} | {name} | {cpu} | {writes} |")
+        rows.append(f"| {at} | {name} | {cpu} | {writes} | {calls} |")
     return rows
 
 
@@ -511,6 +545,7 @@ def main() -> int:
         "--profile", type=Path, help="py-spy the scheduler while it places Pods (collapsed stacks)"
     )
     args = parser.parse_args()
+    cores = len(os.sched_getaffinity(0))
     cluster = DevCluster()
     if cluster.is_running():
         print("a dev cluster is running: stop it with `sunk dev down` first", file=sys.stderr)
@@ -535,7 +570,7 @@ def main() -> int:
             print(f"N={n} {arrival}: kube-scheduler …", flush=True)
             kube_result = bench_kube_scheduler(cluster, kube, n, args.rate)
             results = {"ours": ours, "ours-end": end, "raw-slurm": raw, "kube-scheduler": kube_result}
-            rows += report(n, args.nodes, arrival, results)
+            rows += report(n, args.nodes, arrival, results, cores, args.split_cores)
             cpu_table += cpu_rows(f"{n} {arrival}", results)
             figures[f"{n} {arrival}"] = {k: r.figures() for k, r in results.items()}
             print("\n".join(rows[-4:] + cpu_table[-4:]), flush=True)
@@ -545,7 +580,10 @@ def main() -> int:
     print("| N | nodes | path | done | rate | p50 s | p95 s | p99 s | notes |")
     print("|---|---|---|---|---|---|---|---|---|")
     print("\n".join(rows))
-    print("\n| N | phase | CPU seconds by component | API writes per Pod |\n|---|---|---|---|")
+    print(
+        "\n| N | phase | CPU seconds by component | API writes per Pod | Slurm calls per Pod |"
+        "\n|---|---|---|---|---|"
+    )
     print("\n".join(cpu_table))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
