@@ -82,8 +82,8 @@ def test_r4_cpu_pod_lands_on_the_node_hosting_its_jobs_slurm_node(
     assert job["name"] == f"sunk:{SCHEDULER}:{namespace}/cpu:{pod['metadata']['uid']}"
     assert job["cpus"] == 1 and job["memory_per_node"] == 300
     assert condition(pod)["status"] == "True"
-    reasons = [e["reason"] for e in events_for(kube, namespace, "cpu")]
-    assert "PlaceholderSubmitted" in reasons and "Scheduled" in reasons
+    notes = {e["reason"]: e.get("note", "") for e in events_for(kube, namespace, "cpu")}
+    assert f"(Slurm job {job['job_id']} on node {job['nodes']}" in notes["Scheduled"]
     print(f"\ncreate→bound: {took:.2f} s")
 
 

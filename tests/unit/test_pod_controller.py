@@ -88,7 +88,21 @@ async def test_r4_1_a_valid_pod_gets_one_job_and_its_id() -> None:
     await world.reconcile(key)
     assert world.slurm.submitted() == [100]
     assert world.job_id(key) == 100
-    assert "PlaceholderSubmitted" in world.kube.reasons("web")
+
+
+async def test_r4_1_a_submission_writes_no_event_while_the_job_may_still_start_at_once() -> None:
+    world = two_nodes()
+    key = await submitted(world)
+    world.slurm.wait(100, "Resources")
+    await world.reconcile(key)
+    assert world.kube.reasons("web") == []
+
+
+async def test_r4_1_with_placement_pack_the_submission_event_is_written_at_once() -> None:
+    world = World(placement="pack")
+    world.add_node("n1")
+    await submitted(world)
+    assert world.kube.notes("PlaceholderSubmitted") == ["Submitted Slurm job 100 (1 CPU, 1024 MiB)"]
 
 
 async def test_r9_4_a_new_job_leaves_out_slurm_nodes_whose_node_is_cordoned() -> None:
@@ -184,6 +198,19 @@ async def test_r4_5_a_pending_job_is_reported_with_slurms_reason_after_the_trans
     assert "Slurm job 100 is pending (Priority)" in condition.get("message", "")
 
 
+async def test_r4_5_a_job_waiting_past_the_transient_window_gets_its_submission_event_once() -> None:
+    world = two_nodes()
+    key = await submitted(world)
+    world.slurm.wait(100, "Priority")
+    aged(world, 100, "submit_time", decide.TRANSIENT_S + 1)
+    await world.reconcile(key)
+    world.slurm.wait(100, "Resources")  # a new reason: a new condition, no second Event
+    await world.reconcile(key)
+    assert world.kube.notes("PlaceholderSubmitted") == [
+        "Submitted Slurm job 100 (1 CPU, 1024 MiB); not started after 3 s"
+    ]
+
+
 async def test_r4_5_the_pending_condition_is_written_once_while_nothing_changes() -> None:
     world = two_nodes()
     key = await submitted(world)
@@ -213,7 +240,20 @@ async def test_r4_3_a_started_job_binds_its_pod_to_the_node_hosting_its_slurm_no
     world.slurm.start(100, "sn-1")
     await world.reconcile(key)
     assert world.pod(key)["spec"]["nodeName"] == "n1"
-    assert world.kube.reasons("web")[-1] == "Scheduled"
+    assert world.kube.reasons("web") == ["Scheduled"]
+
+
+async def test_r4_3_the_scheduled_event_names_the_job_its_slurm_node_and_what_slurm_allocated() -> None:
+    world = World()
+    world.add_node("n1", slurm_node="sn-1")
+    key = world.create(pod())
+    await world.reconcile(key)
+    world.slurm.start(100, "sn-1")
+    world.slurm.raw_jobs[100]["tres_alloc_str"] = "cpu=1,mem=1G,node=1,billing=1"
+    await world.reconcile(key)
+    assert world.kube.notes("Scheduled") == [
+        "Successfully assigned ns/web to n1 (Slurm job 100 on node sn-1, allocated cpu=1,mem=1G)"
+    ]
 
 
 async def test_r4_3_a_node_cordoned_at_bind_time_gets_the_pod_a_new_job_that_avoids_it() -> None:

@@ -226,8 +226,25 @@ class Reconciler:
             return await self._widen(pod, job, needed)
         if step in (decide.Step.REPORT_PENDING, decide.Step.REPORT_STARTING):
             assert job is not None
-            await self.recorder.condition(pod, False, *_waiting(job))
+            await self._report_waiting(pod, job)
         return Outcome()
+
+    async def _report_waiting(self, pod: Json, job: SlurmJob) -> None:
+        """Say on the Pod why its job has not started. The first time for this job, the
+        PlaceholderSubmitted Event follows: written only now, for the few Pods that wait,
+        because most are bound within a second and their Scheduled Event names the job."""
+        first = not _names_job(ev.scheduled_condition(pod), job.job_id)
+        if not await self.recorder.condition(pod, False, *_waiting(job)) or not first:
+            return
+        if self.placement_policy == "pack":
+            return  # written at submission, with how the job was steered
+        translation = translate(pod, self.settings)
+        size = f" ({_size(translation.job)})" if translation.job is not None else ""
+        await self.recorder.event(
+            pod,
+            ev.PLACEHOLDER_SUBMITTED,
+            f"Submitted Slurm job {job.job_id}{size}; not started after {decide.TRANSIENT_S:.0f} s",
+        )
 
     async def _settle_claim(self, ref: PodRef, job: SlurmJob, pod: Json | None) -> bool:
         """Carry out decide.for_claim for one job naming this Pod key; True when the job
@@ -536,7 +553,6 @@ class Reconciler:
             await self.slurm.cancel(job_id)
             return Outcome()
         metrics.ATTEMPTS.labels("submitted").inc()
-        gpus = f", GRES {gres_text(job.gres)}" if job.gres else ""
         packed = ""
         if packing.towards:  # Slurm takes the first that fits: count the job there for now
             self.cluster.assume(packing.towards[0], job.cpus, job.memory_mib, job.gres)
@@ -547,13 +563,13 @@ class Reconciler:
                 f"; packed towards the partly used {', '.join(packing.towards[:3])}{more}, "
                 f"{len(packing.left_out)} idle node(s) left out (--placement=pack)"
             )
-        # No condition yet: most jobs start within a second, and a Pod status write costs
-        # every Pod watcher a round. The condition comes once Slurm says why the job waits.
-        await self.recorder.event(
-            pod,
-            ev.PLACEHOLDER_SUBMITTED,
-            f"Submitted Slurm job {job_id} ({job.cpus} CPU, {job.memory_mib} MiB{gpus}){packed}",
-        )
+        # No condition and, but with --placement=pack, no Event yet: most jobs start within
+        # a second, and every API write costs every watcher a round. Both come once the job
+        # has waited TRANSIENT_S (_report_waiting); a bound Pod's Scheduled Event names it.
+        if self.placement_policy == "pack":
+            await self.recorder.event(
+                pod, ev.PLACEHOLDER_SUBMITTED, f"Submitted Slurm job {job_id} ({_size(job)}){packed}"
+            )
         if submitted.warning:
             # Slurm queued the job but said why it may not start soon: the job stays and
             # waits (its pending reason follows on the condition); the Pod is not refused.
@@ -634,7 +650,7 @@ class Reconciler:
             pod,
             ev.SCHEDULED,
             f"Successfully assigned {meta['namespace']}/{meta['name']} to {node_name} "
-            f"(Slurm job {job.job_id} on node {job.nodes[0]}{note})",
+            f"(Slurm job {job.job_id} on node {job.nodes[0]}{_allocation(job)}{note})",
         )
         return Outcome()
 
@@ -679,6 +695,22 @@ class Reconciler:
             outcome = await self._submit_prepared(pod, prepared, avoid)
         await self.slurm.cancel(job.job_id)
         return outcome
+
+
+def _size(job: PlaceholderJob) -> str:
+    gpus = f", GRES {gres_text(job.gres)}" if job.gres else ""
+    return f"{job.cpus} CPU, {job.memory_mib} MiB{gpus}"
+
+
+def _allocation(job: SlurmJob) -> str:
+    """What Slurm gave the job, as its TRES, for the Scheduled Event (without the node count)."""
+    tres = ",".join(t for t in job.allocated.split(",") if t and not t.startswith(("node=", "billing=")))
+    return f", allocated {tres}" if tres else ""
+
+
+def _names_job(condition: Json | None, job_id: int) -> bool:
+    """Whether a PodScheduled condition already speaks of this job (_waiting's messages)."""
+    return bool(condition) and str((condition or {}).get("message", "")).startswith(f"Slurm job {job_id} ")
 
 
 def _waiting(job: SlurmJob) -> tuple[str, str]:
