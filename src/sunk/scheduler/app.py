@@ -32,12 +32,13 @@ from sunk.policy import PolicyFile
 from sunk.runtime.manager import Manager
 from sunk.runtime.queue import WorkQueue
 from sunk.scheduler.cluster import ClusterView
-from sunk.scheduler.jobs import JobIndex, JobPoller, StartedReads
+from sunk.scheduler.jobs import HookReads, JobIndex, JobPoller
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.reconciler import Reconciler
 from sunk.scheduler.slurmnodes import SlurmNodeController, SlurmNodePoller
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.errors import SlurmError
+from sunk.slurm.models import SlurmJob
 from sunk.slurm.scontrol import memory_oversubscription_warning
 from sunk.slurm.tokens import TokenSource
 from sunk.translate import PodRef, Settings
@@ -49,7 +50,7 @@ LEADER_LABEL = "sunk.coreweave.com/leader"
 TLS_RELOAD_EVERY_S = 60.0
 # Single-job reads for `started` hook calls in flight at once (slurmrestd serves requests
 # on a small pool of threads; the rest wait their turn).
-READ_STARTED_AT_ONCE = 8
+READ_FOR_HOOKS_AT_ONCE = 8
 
 
 class Scheduler:
@@ -109,7 +110,12 @@ class Scheduler:
             interval=config.slurm_poll_interval_s,
             on_listing=lambda ids: self.reconciler.prune(ids),
         )
-        self.started_reads = StartedReads(slurm.job_group, READ_STARTED_AT_ONCE)
+        self.hook_reads = HookReads(
+            slurm.job_group,
+            lambda job: slurm.pod_of(job, config.scheduler_name),
+            self._job_seen,
+            READ_FOR_HOOKS_AT_ONCE,
+        )
         self.pods = PodStore(self.pod_informers)
         # Where placeholders reach the hooks API: set once it listens, its CA on renewal.
         self.hooks = HookCredentials("http://hooks-api-not-started", self.secret)
@@ -200,17 +206,23 @@ class Scheduler:
     def acting_now(self) -> bool:
         return self.manager.is_acting
 
+    def _job_seen(self, owner: PodRef, job: SlurmJob) -> None:
+        self.index.observe(owner, job)
+        self.queue.add(f"{owner.namespace}/{owner.name}")
+
     async def job_started(self, ref: PodRef, job_id: int) -> None:
         """Read just this job now (a gang's job whole: every member's Pod may be bound now)."""
-        for job in await self.started_reads.read(job_id):
-            owner = ref if job.job_id == job_id else self.slurm.pod_of(job, self.config.scheduler_name)
-            if owner is not None:
-                self.index.observe(owner, job)
-                self.queue.add(f"{owner.namespace}/{owner.name}")
+        await self.hook_reads.deliver(ref, job_id)
 
     async def job_terminating(self, ref: PodRef, job_id: int) -> None:
-        """Record what the placeholder said; the Pod's worker checks it with Slurm."""
+        """Read just this job now: once Slurm shows it ending, the Pod's worker deletes the
+        Pod. The call is also recorded, so that the worker asks Slurm itself when this read
+        is skipped (another read of the job under way) or fails."""
         self.reconciler.report_ending(ref, job_id)
+        try:
+            await self.hook_reads.deliver(ref, job_id)
+        except SlurmError as err:
+            log.info("cannot read job %s, said to be ending (%s); the Pod's worker asks again", job_id, err)
         self.queue.add(f"{ref.namespace}/{ref.name}")
 
     async def wait_pod_gone(self, ref: PodRef, job_id: int, within: float) -> bool:

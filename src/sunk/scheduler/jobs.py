@@ -177,15 +177,26 @@ class JobPoller:
             await asyncio.sleep(delay)
 
 
-class StartedReads:
-    """Reads the job each `started` hook call names, one single read per job, so that a Pod
-    is bound as soon as its own job is seen started, however many start together (a listing
-    of every job costs slurmrestd and the scheduler far more than a read of one). At most
-    `at_once` reads are in flight; a job already being read is not read again, so repeated
-    calls for one job cost one read."""
+class HookReads:
+    """Reads the job a `started` or `terminating` hook call names, one single read per job,
+    so that a Pod is bound as soon as its own job is seen started, and deleted as soon as
+    Slurm shows its job ending, however many start or end together (a listing of every job
+    costs slurmrestd and the scheduler far more than a read of one). At most `at_once`
+    reads are in flight, the others wait their turn; a job already being read is not read
+    again, so repeated calls for one job cost one read. What a read finds goes to `seen`
+    with the Pod it belongs to: the call only says which job to read, Slurm's answer is
+    what the Pod's worker acts on."""
 
-    def __init__(self, read: Callable[[int], Awaitable[list[SlurmJob]]], at_once: int) -> None:
+    def __init__(
+        self,
+        read: Callable[[int], Awaitable[list[SlurmJob]]],
+        owner_of: Callable[[SlurmJob], PodRef | None],
+        seen: Callable[[PodRef, SlurmJob], None],
+        at_once: int,
+    ) -> None:
         self._read = read
+        self._owner_of = owner_of
+        self._seen = seen
         self._slots = asyncio.Semaphore(at_once)
         self._reading: set[int] = set()
 
@@ -200,3 +211,11 @@ class StartedReads:
                 return await self._read(job_id)
         finally:
             self._reading.discard(job_id)
+
+    async def deliver(self, ref: PodRef, job_id: int) -> None:
+        """Read the job `ref`'s placeholder called about (the hooks API has checked that
+        the job is that Pod's) and hand it, and a gang's other components, to `seen`."""
+        for job in await self.read(job_id):
+            owner = ref if job.job_id == job_id else self._owner_of(job)
+            if owner is not None:
+                self._seen(owner, job)
