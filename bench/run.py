@@ -313,12 +313,15 @@ def bench_raw_slurm(cluster: DevCluster, n: int, rate: float) -> Result:
         arrive(n, rate, one)
         started = {j: t for j, t in read_start_marks(marks, n, within(n, rate)).items() if j in submitted}
     used = cpu.used()
+    ending = CpuMeter({os.getpid(): "bench client"})
     cancel_all(cluster, list(submitted))
     result = Result(
         "raw-slurm",
         len(started),
         max(started.values()) - t0 if started else float("nan"),
         [started[j] - submitted[j] for j in started],
+        # What ending a raw job costs the machine, to set sunk's job-end phase against.
+        {"end_machine_cpu_s": ending.used().get("machine (busy)", 0.0)},
         cpu=used,
     )
     say(result, n)
@@ -501,7 +504,9 @@ def report(
     )
     ended = (
         f"cancelling took {end.extra['scancel_s']:.2f} s; "
-        f"→ Pod gone p50 {end.extra['gone_p50']:.2f} s, p99 {end.extra['gone_p99']:.2f} s"
+        f"→ Pod gone p50 {end.extra['gone_p50']:.2f} s, p99 {end.extra['gone_p99']:.2f} s; machine CPU "
+        f"{end.cpu.get('machine (busy)', 0.0):.1f} s (ending as many raw jobs: "
+        f"{raw.extra.get('end_machine_cpu_s', 0.0):.1f} s)"
     )
     return [
         row("sunk: create → bound", ours, usage),
