@@ -99,15 +99,27 @@ def delete_namespace(kube: AdminKube, namespace: str) -> None:
         time.sleep(0.5)
 
 
-def slurm_calls(metrics_port: int) -> dict[str, float]:
-    """The scheduler's slurmrestd requests so far, by endpoint (from its own metrics)."""
-    text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5).text
-    calls: dict[str, float] = {}
+def counted(metrics_port: int, series: str, label: str) -> dict[str, float]:
+    """One counter of the scheduler's own metrics so far, by the value of one label. On a
+    machine a thousand ending jobs keep busy the answer can take a while: wait for it."""
+    text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=120).text
+    counts: dict[str, float] = {}
     for line in text.splitlines():
-        if line.startswith("sunk_slurm_api_request_seconds_count{"):
-            endpoint = line[line.index('endpoint="') + 10 :].split('"', 1)[0]
-            calls[endpoint] = float(line.split()[-1])
-    return calls
+        if line.startswith(series + "{"):
+            value = line[line.index(f'{label}="') + len(label) + 2 :].split('"', 1)[0]
+            counts[value] = float(line.split()[-1])
+    return counts
+
+
+def slurm_calls(metrics_port: int) -> dict[str, float]:
+    """The scheduler's slurmrestd requests so far, by endpoint."""
+    return counted(metrics_port, "sunk_slurm_api_request_seconds_count", "endpoint")
+
+
+def hook_calls(metrics_port: int) -> dict[str, float]:
+    """The placeholders' hook calls so far, by outcome (a `terminating_wait` is a long poll
+    that ended before the Pod was gone: the placeholder signs and calls again)."""
+    return counted(metrics_port, "sunk_hook_calls_total", "outcome")
 
 
 def calls_per_pod(before: dict[str, float], after: dict[str, float], pods: int) -> dict[str, float]:
@@ -219,6 +231,7 @@ def bench_ours(
             if f":{namespace}/" in line
         }
         cpu = CpuMeter(named)
+        hooks0 = hook_calls(metrics_port)
         t1 = time.monotonic()
         cancelled = cancel_jobs(cluster, list(pod_of), rate)
         scancel_s = time.monotonic() - t1
@@ -237,13 +250,16 @@ def bench_ours(
             },
             cpu.used(),
         )
+        ended.calls = {
+            f"hook {k}": v for k, v in calls_per_pod(hooks0, hook_calls(metrics_port), len(deleting)).items()
+        }
         placed.extra["peak_rss_mib"] = peak_rss_mib(proc.pid)
         say(ended, n)
         return placed, ended
     finally:
         watch.close()
         proc.terminate()
-        proc.wait(timeout=30)
+        proc.wait(timeout=120)  # a loaded machine delays even a clean exit
         delete_namespace(kube, namespace)
 
 
@@ -306,8 +322,15 @@ def bench_raw_slurm(cluster: DevCluster, n: int, rate: float) -> Result:
     with rest_client(cluster) as http:
 
         def one(_: int) -> None:
-            sent = time.time()
-            submitted[http.post("/job/submit", json=body).json()["job_id"]] = sent
+            # slurmctld under a burst of thousands may answer "try again": as sbatch, do.
+            for attempt in range(20):
+                sent = time.time()
+                answer = http.post("/job/submit", json=body).json()
+                if answer.get("job_id"):
+                    submitted[answer["job_id"]] = sent
+                    return
+                time.sleep(0.1 * (attempt + 1))
+            raise RuntimeError(f"slurmrestd refused a raw job 20 times: {answer.get('errors')}")
 
         t0 = time.time()
         arrive(n, rate, one)
