@@ -8,6 +8,7 @@ import time
 
 import pytest
 
+from sunk import decide
 from sunk.kube.client import KubeError
 from sunk.slurm.errors import SlurmNoAnswer, SlurmUnavailable
 from sunk.testing.scheduler import PREFIX, Clock, World, pod
@@ -109,6 +110,17 @@ async def test_r9_1_a_complete_group_gets_one_heterogeneous_job_with_a_component
     assert len(submission.body["jobs"]) == 2
     assert [world.slurm.raw_jobs[i]["het_job_offset"] for i in (world.job_id(A), world.job_id(B))] == [0, 1]
     assert world.kube.reasons("a") == world.kube.reasons("b") == ["PlaceholderSubmitted"]
+
+
+async def test_r9_1_a_group_job_waiting_past_the_transient_window_writes_no_second_submission_event() -> None:
+    world = await submitted()
+    for job_id in (100, 101):
+        world.slurm.wait(job_id, "Resources")
+        aged(world, job_id, decide.TRANSIENT_S + 1)
+    await world.reconcile(A)
+    await world.reconcile(B)
+    assert world.kube.reasons("a") == world.kube.reasons("b") == ["PlaceholderSubmitted"]
+    assert (world.condition(A) or {}).get("reason") == "PendingInSlurm"
 
 
 async def test_r9_1_a_member_beyond_a_submitted_group_gets_a_job_of_its_own() -> None:

@@ -48,8 +48,8 @@ log = logging.getLogger(__name__)
 RESYNC_EVERY_S = 30.0
 LEADER_LABEL = "sunk.coreweave.com/leader"
 TLS_RELOAD_EVERY_S = 60.0
-# Single-job reads for `started` hook calls in flight at once (slurmrestd serves requests
-# on a small pool of threads; the rest wait their turn).
+# Single-job reads for `started` and `terminating` hook calls in flight at once
+# (slurmrestd serves requests on a small pool of threads; the rest wait their turn).
 READ_FOR_HOOKS_AT_ONCE = 8
 
 

@@ -236,8 +236,8 @@ class Reconciler:
         first = not _names_job(ev.scheduled_condition(pod), job.job_id)
         if not await self.recorder.condition(pod, False, *_waiting(job)) or not first:
             return
-        if self.placement_policy == "pack":
-            return  # written at submission, with how the job was steered
+        if self.placement_policy == "pack" or gang.group_of(pod):
+            return  # written at submission: how the job was steered, or which group job it is
         translation = translate(pod, self.settings)
         size = f" ({_size(translation.job)})" if translation.job is not None else ""
         await self.recorder.event(
@@ -563,9 +563,10 @@ class Reconciler:
                 f"; packed towards the partly used {', '.join(packing.towards[:3])}{more}, "
                 f"{len(packing.left_out)} idle node(s) left out (--placement=pack)"
             )
-        # No condition and, but with --placement=pack, no Event yet: most jobs start within
-        # a second, and every API write costs every watcher a round. Both come once the job
-        # has waited TRANSIENT_S (_report_waiting); a bound Pod's Scheduled Event names it.
+        # Neither a condition nor (but with --placement=pack) an Event yet: most jobs start
+        # within a second, and every API write costs every watcher a round. Both come once
+        # the job has waited TRANSIENT_S (_report_waiting); a bound Pod's Scheduled Event
+        # names its job.
         if self.placement_policy == "pack":
             await self.recorder.event(
                 pod, ev.PLACEHOLDER_SUBMITTED, f"Submitted Slurm job {job_id} ({_size(job)}){packed}"
