@@ -104,3 +104,19 @@ async def test_r4_2_a_gangs_read_hands_every_component_to_the_pod_it_belongs_to(
     slurm.answers = {20: [running(20, het_job_id=20), running(21, het_job_id=20)]}
     await hook_reads(slurm, seen).deliver(ref("leader"), 20)
     assert [(r.name, j.job_id) for r, j in seen] == [("leader", 20), ("member-21", 21)]
+
+
+async def test_r5_2_a_call_whose_turn_comes_after_a_listing_showed_its_job_ending_costs_no_read() -> None:
+    """The bug this catches: a thousand placeholders cancelled at once costing a thousand
+    single reads, each waiting its turn, when one listing has already shown every job ending."""
+    slurm, seen = Slurm(), []
+    listed: set[int] = set()
+    reads = hook_reads(slurm, seen, at_once=1)
+    first = asyncio.create_task(reads.deliver(ref("pod-1"), 1, lambda: 1 in listed))
+    later = asyncio.create_task(reads.deliver(ref("pod-2"), 2, lambda: 2 in listed))
+    await asyncio.sleep(0)
+    listed.add(2)  # the poller's listing shows job 2 ending while its call waits
+    slurm.release.set()
+    await asyncio.gather(first, later)
+    assert slurm.reads == [1]
+    assert [r.name for r, _ in seen] == ["pod-1"]

@@ -212,7 +212,11 @@ class Scheduler:
 
     async def job_started(self, ref: PodRef, job_id: int) -> None:
         """Read just this job now (a gang's job whole: every member's Pod may be bound now)."""
-        await self.hook_reads.deliver(ref, job_id)
+        await self.hook_reads.deliver(ref, job_id, lambda: self._index_shows(job_id, lambda j: j.started))
+
+    def _index_shows(self, job_id: int, what: Callable[[SlurmJob], bool]) -> bool:
+        found = self.index.get(job_id)
+        return found is not None and what(found[1])
 
     async def job_terminating(self, ref: PodRef, job_id: int) -> None:
         """Read just this job now: once Slurm shows it ending, the Pod's worker deletes the
@@ -220,7 +224,7 @@ class Scheduler:
         is skipped (another read of the job under way) or fails."""
         self.reconciler.report_ending(ref, job_id)
         try:
-            await self.hook_reads.deliver(ref, job_id)
+            await self.hook_reads.deliver(ref, job_id, lambda: self._index_shows(job_id, lambda j: j.ending))
         except SlurmError as err:
             log.info("cannot read job %s, said to be ending (%s); the Pod's worker asks again", job_id, err)
         self.queue.add(f"{ref.namespace}/{ref.name}")

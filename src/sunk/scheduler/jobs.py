@@ -183,9 +183,10 @@ class HookReads:
     Slurm shows its job ending, however many start or end together (a listing of every job
     costs slurmrestd and the scheduler far more than a read of one). At most `at_once`
     reads are in flight, the others wait their turn; a job already being read is not read
-    again, so repeated calls for one job cost one read. What a read finds goes to `seen`
-    with the Pod it belongs to: the call only says which job to read, Slurm's answer is
-    what the Pod's worker acts on."""
+    again, so repeated calls for one job cost one read, and a call whose turn comes after a
+    listing already showed what it wanted to know (a thousand jobs cancelled at once) costs
+    none. What a read finds goes to `seen` with the Pod it belongs to: the call only says
+    which job to read, Slurm's answer is what the Pod's worker acts on."""
 
     def __init__(
         self,
@@ -200,22 +201,23 @@ class HookReads:
         self._slots = asyncio.Semaphore(at_once)
         self._reading: set[int] = set()
 
-    async def read(self, job_id: int) -> list[SlurmJob]:
+    async def read(self, job_id: int, known: Callable[[], bool] = lambda: False) -> list[SlurmJob]:
         """The job (a gang's leader with every component), or [] when an earlier call's
-        read of it is still under way (that one delivers it)."""
+        read of it is still under way (that one delivers it) or, once this call's turn
+        comes, `known()` says the read would tell nothing new."""
         if job_id in self._reading:
             return []
         self._reading.add(job_id)
         try:
             async with self._slots:
-                return await self._read(job_id)
+                return [] if known() else await self._read(job_id)
         finally:
             self._reading.discard(job_id)
 
-    async def deliver(self, ref: PodRef, job_id: int) -> None:
+    async def deliver(self, ref: PodRef, job_id: int, known: Callable[[], bool] = lambda: False) -> None:
         """Read the job `ref`'s placeholder called about (the hooks API has checked that
         the job is that Pod's) and hand it, and a gang's other components, to `seen`."""
-        for job in await self.read(job_id):
+        for job in await self.read(job_id, known):
             owner = ref if job.job_id == job_id else self._owner_of(job)
             if owner is not None:
                 self._seen(owner, job)
