@@ -46,6 +46,14 @@ def aged(world: World, job_id: int, field: str, seconds: float) -> None:
     world.slurm.raw_jobs[job_id][field] = {"set": True, "number": int(time.time() - seconds)}
 
 
+async def waiting_past_the_transient_window(world: World, reason: str) -> str:
+    """Job 100 of a submitted Pod, pending for `reason` since longer than TRANSIENT_S."""
+    key = await submitted(world)
+    world.slurm.wait(100, reason)
+    aged(world, 100, "submit_time", decide.TRANSIENT_S + 1)
+    return key
+
+
 def deleted(world: World, key: str) -> bool:
     return ("delete_pod", key) in world.kube.calls
 
@@ -189,9 +197,7 @@ async def test_r4_5_a_job_slurm_has_not_looked_at_is_not_reported_within_the_tra
 
 async def test_r4_5_a_pending_job_is_reported_with_slurms_reason_after_the_transient_window() -> None:
     world = two_nodes()
-    key = await submitted(world)
-    world.slurm.wait(100, "Priority")
-    aged(world, 100, "submit_time", decide.TRANSIENT_S + 1)
+    key = await waiting_past_the_transient_window(world, "Priority")
     await world.reconcile(key)
     condition = world.condition(key) or {}
     assert condition.get("reason") == "PendingInSlurm"
@@ -200,9 +206,7 @@ async def test_r4_5_a_pending_job_is_reported_with_slurms_reason_after_the_trans
 
 async def test_r4_5_a_job_waiting_past_the_transient_window_gets_its_submission_event_once() -> None:
     world = two_nodes()
-    key = await submitted(world)
-    world.slurm.wait(100, "Priority")
-    aged(world, 100, "submit_time", decide.TRANSIENT_S + 1)
+    key = await waiting_past_the_transient_window(world, "Priority")
     await world.reconcile(key)
     world.slurm.wait(100, "Resources")  # a new reason: a new condition, no second Event
     await world.reconcile(key)
@@ -213,9 +217,7 @@ async def test_r4_5_a_job_waiting_past_the_transient_window_gets_its_submission_
 
 async def test_r4_5_the_pending_condition_is_written_once_while_nothing_changes() -> None:
     world = two_nodes()
-    key = await submitted(world)
-    world.slurm.wait(100, "Resources")
-    aged(world, 100, "submit_time", decide.TRANSIENT_S + 1)
+    key = await waiting_past_the_transient_window(world, "Resources")
     await world.reconcile(key)
     await world.reconcile(key)
     assert world.kube.calls.count(("patch_pod_status", key)) == 1
