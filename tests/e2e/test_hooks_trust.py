@@ -18,7 +18,7 @@ import pytest
 from sunk.devcluster import DevCluster
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.slurmcluster import run_cli
-from sunk.hooks.auth import pod_key
+from sunk.hooks.auth import pod_key, pod_token
 from sunk.kube.secret import self_signed
 from sunk.slurm.models import ACTIVE_STATES
 from tests.e2e.test_lifecycle import _signed, job_state
@@ -189,13 +189,14 @@ def environment_of_placeholder(uid: str) -> tuple[int, str] | None:
     return None
 
 
-def test_r12_2_a_placeholders_key_cannot_be_read_from_proc_by_another_user(
+def test_r12_2_a_placeholders_key_and_token_cannot_be_read_from_proc_by_another_user(
     kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess, dev_cluster: DevCluster
 ) -> None:
-    """The key is in the job's environment, which another user cannot read; and no command
-    line seen while the placeholder starts, signs its calls and ends holds it. (The scanner
-    may miss a short-lived process; the unit test
-    test_r12_2_the_hook_key_is_never_on_a_command_line records every sha256sum run.)"""
+    """The key and the token are in the job's environment, which another user cannot read;
+    and no command line seen while the placeholder starts, calls the hooks API and ends
+    holds either. (The scanner may miss a short-lived process; the unit tests
+    test_r12_2_the_hook_key_is_never_on_a_command_line and
+    test_r12_2_the_hook_token_is_never_on_a_command_line record every sha256sum and curl run.)"""
     scanner = CommandLines()
     scanner.start()
     try:
@@ -203,16 +204,19 @@ def test_r12_2_a_placeholders_key_cannot_be_read_from_proc_by_another_user(
         job_id = job_of(wait_bound(kube, namespace, "secretive"), slurm)["job_id"]
         found = wait_for(lambda: environment_of_placeholder(uid), timeout=15, what="the placeholder process")
         pid, environ = found
-        key = pod_key(dev_cluster.layout.hooks_secret.read_bytes().strip(), uid)
+        secret = dev_cluster.layout.hooks_secret.read_bytes().strip()
+        key, token = pod_key(secret, uid), pod_token(secret, uid)
         assert f"SUNK_HOOK_KEY={key}" in environ  # the right process, read as root
+        assert f"SUNK_HOOK_TOKEN={token}" in environ
         as_nobody = subprocess.run(
             ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "cat", f"/proc/{pid}/environ"],
             capture_output=True,
         )
         assert as_nobody.returncode != 0 and key.encode() not in as_nobody.stdout
+        assert token.encode() not in as_nobody.stdout
         run_cli(dev_cluster.layout, "scancel", str(job_id))
         wait_for(lambda: job_state(slurm, job_id) not in ACTIVE_STATES, timeout=30, what="the job to end")
     finally:
         scanner.done.set()
         scanner.join(timeout=10)
-    assert not [line for line in scanner.seen if key in line]
+    assert not [line for line in scanner.seen if key in line or token in line]

@@ -8,7 +8,7 @@ import pytest
 
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.hooks import placeholder_script
-from sunk.hooks.auth import pod_key
+from sunk.hooks.auth import pod_key, pod_token
 from sunk.slurm.client import make_dialect
 from sunk.slurm.dialect import mark_environment
 from sunk.translate import Settings, translate
@@ -69,6 +69,7 @@ def test_r8_2_a_job_submitted_just_before_a_crash_is_adopted_not_duplicated(
         "SUNK_POD": f"{namespace}/adoptee",
         "SUNK_POD_UID": uid,
         "SUNK_HOOK_URL": f"http://127.0.0.1:{proc.hooks_port}",
+        "SUNK_HOOK_TOKEN": pod_token(secret, uid),
         "SUNK_HOOK_KEY": pod_key(secret, uid),
         "SUNK_KILL_WAIT": "30",
     }

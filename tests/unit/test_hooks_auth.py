@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from sunk.hooks import placeholder_script
-from sunk.hooks.auth import Verifier, answer_signature, pod_key, signature
+from sunk.hooks.auth import Verifier, answer_signature, pod_key, pod_token, signature
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 PATH = "/v1/pods/uid-1/jobs/7/terminating"
@@ -42,6 +42,14 @@ def test_r5_5_one_pods_key_cannot_speak_for_another_pod() -> None:
     assert Verifier(SECRET).check("uid-1", "POST", PATH, ts, nonce, sig) == "bad signature"
 
 
+def test_r5_5_a_pods_token_is_accepted_for_that_pod_only() -> None:
+    verifier = Verifier(SECRET)
+    assert verifier.check_token("uid-1", pod_token(SECRET, "uid-1")) is None
+    assert verifier.check_token("uid-1", pod_token(SECRET, "uid-2")) == "bad token"
+    assert verifier.check_token("uid-1", pod_key(SECRET, "uid-1")) == "bad token"  # the key is not a token
+    assert verifier.check_token("uid-1", "") == "bad token"
+
+
 def test_r5_5_a_replayed_call_is_refused() -> None:
     verifier = Verifier(SECRET)
     call = signed()
@@ -59,14 +67,20 @@ def test_r5_5_a_signature_for_another_path_is_refused() -> None:
     assert Verifier(SECRET).check("uid-1", "POST", PATH, ts, nonce, sig) == "bad signature"
 
 
-def run_call(key: str, path: str) -> list[str]:
-    """Run the script's own `hmac` and `call` functions; return CALL, one word a line."""
+def script_functions(last: str) -> str:
+    """The script's setup of hook calls, from the token's line to the end of `last`."""
     script = placeholder_script()
-    functions = script[script.index("hmac() {") : script.index("\n}\n", script.index("call() {")) + 3]
+    start = script.index("HOOK_AUTH=")
+    return script[start : script.index("\n}\n", script.index(f"{last}() {{")) + 3]
+
+
+def run_call(key: str, path: str, token: str = "") -> list[str]:
+    """Run the script's own `call`; return CALL, one word a line. With no token the
+    script signs its call (as it does once a scheduler older than tokens refused one)."""
     env = {"PATH": path, "SUNK_POD_UID": "uid-1", "SLURM_JOB_ID": "7", "SUNK_HOOK_KEY": key}
     return subprocess.run(
-        ["bash", "-c", functions + 'call terminating 10; printf "%s\\n" "${CALL[@]}"'],
-        env={**env, "SUNK_HOOK_URL": "http://hooks"},
+        ["bash", "-c", script_functions("call") + 'call terminating 10; printf "%s\\n" "${CALL[@]}"'],
+        env={**env, "SUNK_HOOK_URL": "http://hooks", **({"SUNK_HOOK_TOKEN": token} if token else {})},
         capture_output=True,
         text=True,
         check=True,
@@ -85,6 +99,13 @@ def test_r12_2_the_hook_key_is_never_on_a_command_line(tmp_path: Path) -> None:
     recorded = log.read_text()
     assert recorded.count("sha256sum") == 2  # the shim saw the signing, twice
     assert key not in recorded and key not in " ".join(out)
+
+
+def test_r5_5_a_call_with_a_token_is_not_signed() -> None:
+    """Signing costs two processes per call; a call that carries the token needs none."""
+    out = run_call(pod_key(SECRET, "uid-1"), "/usr/bin:/bin", token=pod_token(SECRET, "uid-1"))
+    assert [line for line in out if line.startswith("X-Sunk-")] == [line for line in out if "Nonce" in line]
+    assert out[-1] == "http://hooks" + PATH
 
 
 @pytest.mark.parametrize("uid", ["uid-1", "uid-2", "b1f0c4de-0000-4000-8000-000000000036"])
@@ -116,15 +137,17 @@ def test_r5_5_the_placeholder_script_signs_as_the_verifier_expects() -> None:
     )
 
 
-def script_asks(tmp_path: Path, status: int, answer: str | None) -> str:
+def script_asks(tmp_path: Path, status: int, answer: str | None, then: str = 'echo "$CODE"') -> str:
     """Run the script's `call` + `ask` against a curl shim that answers `status` with the
-    header `answer`, or signed properly for the call when `answer` is None; return CODE."""
-    script = placeholder_script()
-    functions = script[script.index("hmac() {") : script.index("\n}\n", script.index("ask() {")) + 3]
+    header `answer`, or signed properly for the call when `answer` is None; then `then`,
+    whose output is returned. The shim keeps its arguments in argv.log, its input in
+    stdin.log."""
     key = pod_key(SECRET, "uid-1")
     shim = tmp_path / "curl"
     shim.write_text(
         "#!/bin/bash\n"
+        f'printf "%s\\n" "$*" >> {tmp_path / "argv.log"}\n'
+        f"cat >> {tmp_path / 'stdin.log'}\n"
         'for a in "$@"; do case "$a" in X-Sunk-Nonce:*) nonce=${a#X-Sunk-Nonce: } ;; esac; done\n'
         f'printf "%s" "{status} "\n'
         + (
@@ -145,12 +168,13 @@ def script_asks(tmp_path: Path, status: int, answer: str | None) -> str:
         "SUNK_POD_UID": "uid-1",
         "SLURM_JOB_ID": "7",
         "SUNK_HOOK_KEY": key,
+        "SUNK_HOOK_TOKEN": pod_token(SECRET, "uid-1"),
         "SUNK_HOOK_URL": "http://hooks",
         "SIGNER": str(signer),
         "PYTHONPATH": os.pathsep.join(sys.path),
     }
     return subprocess.run(
-        ["bash", "-c", functions + 'call terminating 10; ask; echo "$CODE"'],
+        ["bash", "-c", script_functions("ask") + f"call terminating 10; ask; {then}"],
         env=env,
         capture_output=True,
         text=True,
@@ -166,6 +190,22 @@ def test_r12_2_the_placeholder_takes_an_ending_answer_only_when_the_scheduler_si
     assert script_asks(tmp_path, status, "") == "forged"  # no signature: a forged answer
     forged = answer_signature("ab" * 32, PATH, "n", status)  # signed with a key that is not the Pod's
     assert script_asks(tmp_path, status, forged) == "forged"
+
+
+def test_r12_2_the_hook_token_is_never_on_a_command_line(tmp_path: Path) -> None:
+    """curl gets the token on its standard input: other users of the node, who can read
+    every command line in /proc, cannot read it there."""
+    token = pod_token(SECRET, "uid-1")
+    assert script_asks(tmp_path, 200, None) == "200"
+    assert token not in (tmp_path / "argv.log").read_text()
+    assert f'header = "X-Sunk-Token: {token}"' in (tmp_path / "stdin.log").read_text()
+
+
+def test_r5_5_after_a_refused_token_the_placeholder_signs_its_calls(tmp_path: Path) -> None:
+    """A scheduler older than tokens (rolled back while jobs run) refuses them with 401:
+    the next call is signed, so the job still reaches it and its node is not drained."""
+    out = script_asks(tmp_path, 401, "", then='call terminating 10; printf "%s\\n" "${CALL[@]}"')
+    assert any(line.startswith("X-Sunk-Signature: ") for line in out.splitlines())
 
 
 def test_r12_2_a_wait_answer_needs_no_signature(tmp_path: Path) -> None:

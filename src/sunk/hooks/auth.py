@@ -1,19 +1,31 @@
 """Credentials for hooks API calls (R5.5).
 
-The scheduler holds one secret. Each placeholder job gets a key derived from it and the
-Pod's UID, so a job can speak only for its own Pod. Every call is signed with that key
-over the method, path, a timestamp and a random nonce: a forged call fails the signature,
-a replayed one reuses a nonce or is too old, and a call for another Pod fails because the
-key is bound to the UID in the path.
+The scheduler holds one secret. Each placeholder job gets two credentials derived from it
+and the Pod's UID, so a job can speak only for its own Pod:
+
+- a **token**, sent as it is with every call. Both calls are hints: `started` and
+  `terminating` make the scheduler read the job from Slurm sooner, and only what Slurm
+  then says causes an action (a bind, a Pod deletion). So a token that leaks (a sniffed
+  plain-HTTP call, a replay) lets its holder at most hurry the reads of that one Pod's
+  job, each read once however often it is asked for. Sending it costs the placeholder
+  nothing beyond curl, where signing cost two more processes per call.
+- a **key**, which never leaves the job: the scheduler signs its answers with it.
+
+Calls signed with the key over the method, path, a timestamp and a random nonce (what
+placeholders submitted before tokens send) are still taken: a forged call fails the
+signature, a replayed one reuses a nonce or is too old, and a call for another Pod fails
+because the key is bound to the UID in the path.
 
 Nonces are remembered in memory, so after a restart (or on a replica that has just become
 leader) only calls signed after the process began acting are taken: a call captured before
 cannot be replayed then. Placeholders sign every attempt afresh, so a genuine call caught
 by that rule succeeds on its retry.
 
-The answer is signed too (`answer_signature`), over the call's path, nonce and the status:
-the placeholder exits only on an answer the scheduler signed for that very call, so a
-forged "200, the Pod is gone" cannot free a job's resources while its Pod still runs.
+The answer is signed (`answer_signature`) over the call's path, the nonce the call brought
+and the status: the placeholder exits only on an answer the scheduler signed for that very
+call, so a forged "200, the Pod is gone" cannot free a job's resources while its Pod still
+runs. The nonce is the placeholder's own fresh random number, so no answer seen before,
+genuine or not, matches a later call.
 """
 
 from __future__ import annotations
@@ -32,6 +44,11 @@ def pod_key(secret: bytes, pod_uid: str) -> str:
     return hmac.new(secret, b"sunk-pod:" + pod_uid.encode(), hashlib.sha256).hexdigest()
 
 
+def pod_token(secret: bytes, pod_uid: str) -> str:
+    """Derived apart from the key: a token seen on the wire reveals nothing of the key."""
+    return hmac.new(secret, b"sunk-pod-token:" + pod_uid.encode(), hashlib.sha256).hexdigest()
+
+
 @dataclass(frozen=True)
 class HookCredentials:
     """Where placeholder jobs reach the hooks API, and the secret their keys derive from."""
@@ -42,6 +59,9 @@ class HookCredentials:
 
     def key_for(self, pod_uid: str) -> str:
         return pod_key(self.secret, pod_uid)
+
+    def token_for(self, pod_uid: str) -> str:
+        return pod_token(self.secret, pod_uid)
 
 
 def signature(key_hex: str, method: str, path: str, timestamp: str, nonce: str) -> str:
@@ -66,10 +86,16 @@ class Verifier:
     def sign_answer(self, pod_uid: str, path: str, nonce: str, status: int) -> str:
         return answer_signature(pod_key(self._secret, pod_uid), path, nonce, status)
 
+    def check_token(self, pod_uid: str, token: str) -> str | None:
+        """None if `token` is the Pod's; otherwise why the call is refused."""
+        if not hmac.compare_digest(pod_token(self._secret, pod_uid), token):
+            return "bad token"
+        return None
+
     def check(self, pod_uid: str, method: str, path: str, timestamp: str, nonce: str, sig: str) -> str | None:
         """None if the call is genuine and fresh; otherwise why it is refused."""
         if not (timestamp and nonce and sig):
-            return "missing X-Sunk-Timestamp, X-Sunk-Nonce or X-Sunk-Signature"
+            return "missing X-Sunk-Token (or X-Sunk-Timestamp, X-Sunk-Nonce and X-Sunk-Signature)"
         try:
             sent = float(timestamp)
         except ValueError:

@@ -8,7 +8,8 @@
 #                            Slurm 23.02 and later, `comment` on 22.05 (no `extra` there)
 #   SUNK_MARK_BASE           what that field held at submission
 #   SUNK_HOOK_URL            the scheduler's hooks API
-#   SUNK_HOOK_KEY            this Pod's key for signing hook calls (R5.5)
+#   SUNK_HOOK_TOKEN          this Pod's token for hook calls (R5.5)
+#   SUNK_HOOK_KEY            this Pod's key: the scheduler's answers are signed with it
 #   SUNK_KILL_WAIT           Slurm's KillWait in seconds
 #   SUNK_HOOK_CA             the CA (PEM) that signed the hooks API's certificate; absent
 #                            when the scheduler serves plain HTTP (a local dev cluster)
@@ -30,41 +31,59 @@ if [ -n "${SUNK_HOOK_CA:-}" ]; then
   trap 'rm -f "$HOOK_CA"' EXIT
 fi
 
-# hmac MESSAGE: sets SIG to HMAC-SHA256 of MESSAGE under $SUNK_HOOK_KEY (hex). Built from
-# two plain SHA-256 runs fed on stdin, so the key never appears on a command line, where
-# every user of the node could read it in /proc; printf is a bash builtin, not a process.
-hmac() {
-  local key=$SUNK_HOOK_KEY inner="" ipad="" opad="" i byte
-  while (( ${#key} < 128 )); do key+=0; done   # the key padded to SHA-256's 64-byte block
+# The token goes to curl on its standard input (`curl -K -` reads options there), never on
+# a command line, where every user of the node could read it in /proc. A scheduler older
+# than tokens refuses such a call (401): from then on, calls are signed with the key too.
+HOOK_AUTH="header = \"X-Sunk-Token: ${SUNK_HOOK_TOKEN:-}\""
+SIGN_CALLS=""
+[ -n "${SUNK_HOOK_TOKEN:-}" ] || SIGN_CALLS=1
+
+# pads: sets IPAD and OPAD to $SUNK_HOOK_KEY (hex) padded to SHA-256's 64-byte block and
+# XORed with HMAC's two constants, as printf %b escapes. Once per job, when first needed.
+pads() {
+  local key=$SUNK_HOOK_KEY i byte
+  IPAD="" OPAD=""
+  while (( ${#key} < 128 )); do key+=0; done
   for (( i = 0; i < 64; i++ )); do
     byte=$(( 16#${key:i*2:2} ))
-    printf -v ipad '%s\\x%02x' "$ipad" $(( byte ^ 0x36 ))
-    printf -v opad '%s\\x%02x' "$opad" $(( byte ^ 0x5c ))
+    printf -v IPAD '%s\\x%02x' "$IPAD" $(( byte ^ 0x36 ))
+    printf -v OPAD '%s\\x%02x' "$OPAD" $(( byte ^ 0x5c ))
   done
-  SIG=$(printf '%b%s' "$ipad" "$1" | sha256sum)
+}
+
+# hmac MESSAGE: sets SIG to HMAC-SHA256 of MESSAGE under $SUNK_HOOK_KEY (hex). Built from
+# two plain SHA-256 runs fed on stdin, so the key never appears on a command line; printf
+# is a bash builtin, not a process. Each run costs a fork of sha256sum, so hashing is kept
+# for what needs it: checking the answer that lets this job end (once per job).
+hmac() {
+  local inner="" i
+  [ -n "${IPAD:-}" ] || pads
+  SIG=$(printf '%b%s' "$IPAD" "$1" | sha256sum)
   for (( i = 0; i < 64; i += 2 )); do inner+="\\x${SIG:i:2}"; done
-  SIG=$(printf '%b%b' "$opad" "$inner" | sha256sum)
+  SIG=$(printf '%b%b' "$OPAD" "$inner" | sha256sum)
   SIG=${SIG%% *}
 }
 
-# call EVENT MAX_SECONDS: sets CALL to the curl arguments of a signed POST to the hooks API
-# (curl prints the HTTP status, 000 when the scheduler cannot be reached, and the answer's
-# signature). A thousand jobs may start or end at once on a busy node, so forks are
-# counted: signing costs two (coreutils' sha256sum, twice: a fifth of openssl's start-up
-# cost, which loads its configuration and providers each time), and the caller runs curl
-# as a plain command.
+# call EVENT MAX_SECONDS: sets CALL to the curl arguments of a POST to the hooks API (curl
+# prints the HTTP status, 000 when the scheduler cannot be reached, and the answer's
+# signature). The nonce is this call's own: the answer must be signed over it. A thousand
+# jobs may start or end at once on a busy node, so processes are counted: a call is one
+# curl, run as a plain command (two sha256sum more when it must be signed).
 call() {
   CALL_PATH="/v1/pods/${SUNK_POD_UID}/jobs/${SLURM_JOB_ID}/$1"
   CALL_NONCE="${SRANDOM}${SRANDOM}${SRANDOM}${SRANDOM}"
-  local ts=$EPOCHREALTIME
-  hmac "POST
+  CALL=("${TLS[@]}" -s -o /dev/null -w '%{http_code} %header{x-sunk-answer}' -X POST --max-time "$2"
+    -H "X-Sunk-Nonce: $CALL_NONCE")
+  if [ -n "$SIGN_CALLS" ]; then
+    local ts=$EPOCHREALTIME
+    hmac "POST
 $CALL_PATH
 $ts
 $CALL_NONCE
 "
-  CALL=("${TLS[@]}" -s -o /dev/null -w '%{http_code} %header{x-sunk-answer}' -X POST --max-time "$2"
-    -H "X-Sunk-Timestamp: $ts" -H "X-Sunk-Nonce: $CALL_NONCE" -H "X-Sunk-Signature: $SIG"
-    "${SUNK_HOOK_URL}${CALL_PATH}")
+    CALL+=(-H "X-Sunk-Timestamp: $ts" -H "X-Sunk-Signature: $SIG")
+  fi
+  CALL+=("${SUNK_HOOK_URL}${CALL_PATH}")
 }
 
 # ask: makes the call set up by `call` and sets CODE to its status, or to "forged" when the
@@ -73,7 +92,8 @@ $CALL_NONCE
 # one on the path can free these resources while the Pod still runs.
 ask() {
   local answer
-  read -r CODE answer <<<"$(curl "${CALL[@]}")"
+  read -r CODE answer <<<"$(curl -K - "${CALL[@]}" <<<"$HOOK_AUTH")"
+  if [ "$CODE" = 401 ]; then SIGN_CALLS=1; fi
   if [ "$CODE" = 200 ] || [ "$CODE" = 403 ]; then
     hmac "ANSWER
 $CALL_PATH
@@ -139,7 +159,7 @@ on_deleting() {
 trap on_deleting USR1
 
 call started 2
-curl "${CALL[@]}" >/dev/null &   # lets the scheduler bind without waiting for its next poll
+curl -K - "${CALL[@]}" <<<"$HOOK_AUTH" >/dev/null &   # the scheduler binds without waiting for its next poll
 sleep infinity &
 wait $!
 # `wait` returns when the trap fires; the handler exits the script itself.

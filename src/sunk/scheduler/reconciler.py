@@ -500,7 +500,8 @@ class Reconciler:
         return self.places.excluded_for(pod)
 
     def environment(self, job: PlaceholderJob) -> dict[str, str]:
-        """What the placeholder script of `job` is told (its Pod, the hooks API, its key)."""
+        """What the placeholder script of `job` is told (its Pod, the hooks API, its token
+        and key)."""
         hooks = self.hooks()
         environment = {
             "PATH": JOB_PATH,
@@ -508,6 +509,7 @@ class Reconciler:
             "SUNK_POD": str(job.pod),
             "SUNK_POD_UID": job.pod.uid,
             "SUNK_HOOK_URL": hooks.url,
+            "SUNK_HOOK_TOKEN": hooks.token_for(job.pod.uid),
             "SUNK_HOOK_KEY": hooks.key_for(job.pod.uid),
             **({"SUNK_HOOK_CA": hooks.ca_pem} if hooks.ca_pem else {}),
             "SUNK_KILL_WAIT": str(self.settings.kill_wait_s),
