@@ -568,6 +568,13 @@ def main() -> int:
         action="store_true",
         help="run Slurm and Kubernetes on separate halves of the CPUs, as on separate machines",
     )
+    parser.add_argument(
+        "--proctrack",
+        default="linuxproc",
+        choices=["linuxproc", "pgid"],
+        help="how slurmstepd finds a job's processes (pgid: without walking all of /proc, "
+        "which here holds every node's jobs)",
+    )
     parser.add_argument("--json", type=Path, help="also write the raw figures here")
     parser.add_argument(
         "--profile", type=Path, help="py-spy the scheduler while it places Pods (collapsed stacks)"
@@ -579,7 +586,11 @@ def main() -> int:
         print("a dev cluster is running: stop it with `sunk dev down` first", file=sys.stderr)
         return 1
     print(f"bringing up {args.nodes} nodes x {args.cpus_per_node} CPUs, Slurm {args.slurm} …", flush=True)
-    cluster.up(ClusterSpec(nodes=args.nodes, cpus_per_node=args.cpus_per_node, slurm=args.slurm))
+    cluster.up(
+        ClusterSpec(
+            nodes=args.nodes, cpus_per_node=args.cpus_per_node, slurm=args.slurm, proctrack=args.proctrack
+        )
+    )
     kube = AdminKube(cluster.layout)
     if args.split_cores:
         print(split_cores(), flush=True)

@@ -96,3 +96,16 @@ def test_slurm_conf_keeps_lines_only_the_versions_that_accept_them(
 def test_an_unsupported_slurm_version_is_named_with_the_supported_ones(version: str) -> None:
     with pytest.raises(DevClusterError, match=r"choose one of .*24\.11.*26\.05.*22\.05"):
         ClusterSpec(slurm=version)
+
+
+def test_slurm_conf_tracks_processes_with_the_plugin_the_cluster_was_asked_for(tmp_path: Path) -> None:
+    """The benchmark's --proctrack pgid must reach slurm.conf; linuxproc stays the default."""
+    default = render_slurm_conf(SlurmSpec(topology.plan(2)), Layout(tmp_path), "host")
+    pgid = render_slurm_conf(SlurmSpec(topology.plan(2), proctrack="pgid"), Layout(tmp_path), "host")
+    assert "ProctrackType=proctrack/linuxproc" in default.splitlines()
+    assert "ProctrackType=proctrack/pgid" in pgid.splitlines()
+
+
+def test_an_unknown_proctrack_plugin_is_refused_naming_the_known_ones() -> None:
+    with pytest.raises(DevClusterError, match="linuxproc, pgid"):
+        ClusterSpec(proctrack="cgroup")

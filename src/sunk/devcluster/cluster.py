@@ -45,6 +45,9 @@ STOP_ORDER = (
 )
 
 
+PROCTRACK_PLUGINS = ("linuxproc", "pgid")
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     nodes: int = 4
@@ -55,6 +58,11 @@ class ClusterSpec:
     slurm: str = slurmroot.DEFAULT_VERSION  # 24.11, 26.05 (Debian roots) or 22.05 (host)
     gpus_per_node: int = topology.GPUS_PER_NODE
     real_nodes: int = 0  # real kubelet Nodes next to the kwok ones (containers really run)
+    # How slurmstepd finds a job's processes. linuxproc walks all of /proc, which here holds
+    # every node's jobs: with a thousand jobs ending at once that walk, repeated by each
+    # job, is what saturates the machine. pgid signals the job's process group instead, as
+    # cheap as a real node's cgroup (the benchmark's --proctrack pgid).
+    proctrack: str = "linuxproc"
 
     def __post_init__(self) -> None:
         slurmroot.check_version(self.slurm)
@@ -67,6 +75,10 @@ class ClusterSpec:
         if not 0 <= self.real_nodes <= hostnet.MAX_REAL_NODES:
             raise DevClusterError(
                 f"--real-nodes must be between 0 and {hostnet.MAX_REAL_NODES}, not {self.real_nodes}"
+            )
+        if self.proctrack not in PROCTRACK_PLUGINS:
+            raise DevClusterError(
+                f"proctrack must be one of {', '.join(PROCTRACK_PLUGINS)}, not {self.proctrack}"
             )
         if self.real_nodes and self.slurm == slurmroot.HOST_VERSION:
             raise DevClusterError(
@@ -150,7 +162,13 @@ class DevCluster:
             kubecluster.start(layout, tools)
             slurmcluster.start(
                 slurmcluster.SlurmSpec(
-                    nodes, spec.kill_wait, spec.accounting, spec.preempt_mode, spec.slurm, root
+                    nodes,
+                    spec.kill_wait,
+                    spec.accounting,
+                    spec.preempt_mode,
+                    spec.slurm,
+                    root,
+                    spec.proctrack,
                 ),
                 layout,
             )

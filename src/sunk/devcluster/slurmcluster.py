@@ -49,6 +49,7 @@ class SlurmSpec:
     preempt_mode: str = "CANCEL"
     version: str = slurmroot.DEFAULT_VERSION
     root: Path | None = None  # the Debian root for versions other than the host's
+    proctrack: str = "linuxproc"
 
     @property
     def modern(self) -> bool:
@@ -147,7 +148,7 @@ def render_slurm_conf(spec: SlurmSpec, layout: Layout, host: str) -> str:
         "SlurmctldDebug=info",
         "SlurmdDebug=info",
         "MailProg=/bin/true",
-        "ProctrackType=proctrack/linuxproc",
+        f"ProctrackType=proctrack/{spec.proctrack}",
         "TaskPlugin=task/none",
         "JobAcctGatherType=jobacct_gather/none",
         # 24.11 and later reject SwitchType and JobCompType=jobcomp/none (none is the default).
