@@ -33,6 +33,7 @@ import httpx
 
 from bench.observe import ApiRequests, CpuMeter, PodWatch, Result, peak_rss_mib, percentile, read_start_marks
 from sunk.devcluster import ClusterSpec, DevCluster
+from sunk.devcluster.cluster import PROCTRACK_PLUGINS
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.layout import cache_dir
 from sunk.devcluster.prereqs import ensure_go_tools
@@ -571,7 +572,7 @@ def main() -> int:
     parser.add_argument(
         "--proctrack",
         default="linuxproc",
-        choices=["linuxproc", "pgid"],
+        choices=PROCTRACK_PLUGINS,
         help="how slurmstepd finds a job's processes (pgid: without walking all of /proc, "
         "which here holds every node's jobs)",
     )
