@@ -8,6 +8,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
 
 from sunk.slurm.client import SUPPORTED_VERSIONS, SlurmVersionError, choose_version, make_dialect
@@ -15,6 +16,7 @@ from sunk.slurm.dataparser import summarize_state
 from sunk.slurm.dialect import Submission, group_submission, partition_time_limits
 from sunk.slurm.errors import SlurmJobGone, SlurmRejected, SlurmUnavailable, raise_for
 from sunk.slurm.hostlist import expand
+from sunk.slurm.replies import decode, job_reply_decoder
 from sunk.translate import PodRef, Settings, translate
 
 SAMPLES = Path(__file__).parent / "samples"
@@ -316,3 +318,54 @@ def test_r4_2_a_job_read_without_the_allocation_detail_reads_the_same(directory:
         return
     assert dict(dialect.job_read_params) == {"flags": "ALL"}
     assert dialect.parse_job({**raw, "job_resources": None}) == dialect.parse_job(raw)
+
+
+class _Recording(dict[str, Any]):
+    """A job that notes every field read from it."""
+
+    def __init__(self, raw: dict[str, Any]) -> None:
+        super().__init__(raw)
+        self.read: set[str] = set()
+
+    def get(self, key: str, default: Any = None) -> Any:
+        self.read.add(key)
+        return super().get(key, default)
+
+    def __getitem__(self, key: str) -> Any:
+        self.read.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key: object) -> bool:
+        self.read.add(str(key))
+        return super().__contains__(key)
+
+
+@pytest.mark.parametrize("name", ["job-running", "job-pending", "job-cancelled", "job-excluded"])
+@pytest.mark.parametrize("directory", RECORDED, ids=IDS)
+def test_every_field_a_dialect_reads_survives_the_trimmed_decoding(directory: Path, name: str) -> None:
+    """Job answers are decoded down to `job_fields`; a field parse_job reads but that list
+    lacks would arrive empty, and a job would read as, say, never started."""
+    dialect = make_dialect(directory.name)
+    raw = _Recording(only_job(directory, name))
+    dialect.parse_job(raw)
+    assert raw.read <= dialect.job_fields
+
+
+@pytest.mark.parametrize("name", ["job-running", "job-pending", "job-cancelled", "job-group"])
+@pytest.mark.parametrize("directory", RECORDED, ids=IDS)
+def test_r4_2_a_job_decoded_down_to_its_fields_reads_the_same(directory: Path, name: str) -> None:
+    dialect = make_dialect(directory.name)
+    body = (directory / f"{name}.json").read_bytes()
+    full = json.loads(body)["body"]
+    trimmed = job_reply_decoder(dialect.job_fields).decode(orjson.dumps(full))
+    assert [dialect.parse_job(j) for j in trimmed["jobs"]] == [dialect.parse_job(j) for j in full["jobs"]]
+    assert trimmed["meta"] == full["meta"]
+    assert all(set(j) <= dialect.job_fields for j in trimmed["jobs"])
+
+
+def test_r11_3_an_error_answer_without_a_job_list_is_decoded_in_full() -> None:
+    """A reply whose `jobs` is not a list still reaches raise_for with Slurm's words."""
+    body = b'{"jobs": null, "errors": [{"error_number": 2017, "error": "Invalid job id"}]}'
+    reply = decode(body, job_reply_decoder(frozenset({"job_id"})))
+    assert reply == {"jobs": None, "errors": [{"error_number": 2017, "error": "Invalid job id"}]}
+    assert decode(b"<html>bad gateway</html>", job_reply_decoder(frozenset({"job_id"}))) is None

@@ -10,7 +10,6 @@ from dataclasses import dataclass
 from typing import Any
 
 import httpx
-import orjson
 
 from sunk.metrics import SLURM_ERRORS, SLURM_LATENCY
 from sunk.slurm.dataparser import VERSIONS as DATA_PARSER_VERSIONS
@@ -29,6 +28,7 @@ from sunk.slurm.errors import (
     raise_for,
 )
 from sunk.slurm.models import SlurmJob, SlurmNode
+from sunk.slurm.replies import decode, job_reply_decoder
 from sunk.slurm.scontrol import Scontrol
 from sunk.slurm.tokens import Tokens
 from sunk.slurm.v0038 import V0038
@@ -92,6 +92,7 @@ class SlurmClient:
         self.user = user
         self._tokens = tokens
         self.dialect = dialect
+        self._job_replies = job_reply_decoder(dialect.job_fields)
         self.release = ""  # Slurm's release as slurmrestd reports it, once seen
         self._scontrol = Scontrol(tokens)
         self._http = httpx.AsyncClient(
@@ -169,7 +170,10 @@ class SlurmClient:
         params: dict[str, Any] | None = None,
         as_user: str | None = None,
         endpoint: str = "",
+        jobs: bool = False,
     ) -> tuple[int, Any, str]:
+        """(status, decoded body, the text when the answer is bad); `jobs`: the answer is a
+        job listing or read, decoded down to the fields the dialect reads."""
         endpoint = f"{method} {endpoint or path}"
         started = time.perf_counter()
         try:
@@ -193,10 +197,7 @@ class SlurmClient:
             ) from None
         finally:
             SLURM_LATENCY.labels(endpoint).observe(time.perf_counter() - started)
-        try:
-            body = orjson.loads(resp.content)  # a job listing can be megabytes: the fast parser
-        except orjson.JSONDecodeError:
-            body = None
+        body = decode(resp.content, self._job_replies if jobs else None)
         if isinstance(body, dict) and not self.release:
             meta = body.get("meta") or {}
             about = meta.get("slurm") or meta.get("Slurm") or {}  # 22.05 capitalises it
@@ -245,7 +246,8 @@ class SlurmClient:
         return self.dialect.pod_of(job, scheduler)
 
     async def jobs(self) -> list[SlurmJob]:
-        reply = await self._call("GET", "/jobs", "list jobs", params=dict(self.dialect.job_read_params))
+        params = dict(self.dialect.job_read_params)
+        reply = await self._call("GET", "/jobs", "list jobs", params=params, jobs=True)
         return [self.dialect.parse_job(j) for j in reply.get("jobs") or []]
 
     async def job(self, job_id: int) -> SlurmJob | None:
@@ -266,6 +268,7 @@ class SlurmClient:
                 f"read job {job_id}",
                 params=dict(self.dialect.job_read_params),
                 endpoint="/job/{id}",
+                jobs=True,
             )
         except SlurmJobGone:
             return []

@@ -13,7 +13,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from sunk.slurm.dialect import DEFAULT_WORKDIR, STARTED_MARK, Submission, node_usage, number, shared_fields
+from sunk.slurm.dialect import (
+    DEFAULT_WORKDIR,
+    SHARED_JOB_FIELDS,
+    STARTED_MARK,
+    Submission,
+    node_usage,
+    number,
+    shared_fields,
+)
 from sunk.slurm.hostlist import expand
 from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.translate import Exclusive, PlaceholderJob, PodRef, gres_text, owner_tag, pod_of_owner_tag
@@ -79,6 +87,7 @@ class DataParser:
     # Every partition's jobs (as by default) without the per-node allocation detail: a
     # third less to render and parse per job. A slurmrestd that ignores it only sends more.
     job_read_params: tuple[tuple[str, str], ...] = (("flags", "ALL"),)
+    job_fields = SHARED_JOB_FIELDS | {"job_state", "nodes", "extra", "comment", "admin_comment"}
 
     def __init__(self, version: str) -> None:
         if version not in VERSIONS:

@@ -39,6 +39,8 @@ class Dialect(Protocol):
     drains_over_rest: bool
     # Query parameters of job reads that leave out what sunk never looks at.
     job_read_params: tuple[tuple[str, str], ...]
+    # Every field of a job that parse_job reads: job answers are decoded down to these.
+    job_fields: frozenset[str]
 
     def unsupported(self, job: PlaceholderJob) -> list[str]:
         """What the Pod asks for that this version cannot express (R3.5), in words."""
@@ -70,6 +72,32 @@ def number(value: Any) -> int | None:
     if isinstance(value, float) and value.is_integer():
         value = int(value)
     return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+
+# The job fields shared_fields reads.
+SHARED_JOB_FIELDS = frozenset(
+    {
+        "job_id",
+        "name",
+        "state_reason",
+        "user_id",
+        "group_id",
+        "partition",
+        "time_limit",
+        "priority",
+        "restart_cnt",
+        "submit_time",
+        "start_time",
+        "end_time",
+        "preempt_time",
+        "tres_alloc_str",
+        "gres_detail",
+        "het_job_id",
+        "het_job_offset",
+        "excluded_nodes",
+        "features",
+    }
+)
 
 
 def shared_fields(raw: dict[str, Any]) -> dict[str, Any]:

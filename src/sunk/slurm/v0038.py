@@ -13,7 +13,14 @@ from __future__ import annotations
 import pwd
 from typing import Any
 
-from sunk.slurm.dialect import DEFAULT_WORKDIR, STARTED_MARK, Submission, node_usage, shared_fields
+from sunk.slurm.dialect import (
+    DEFAULT_WORKDIR,
+    SHARED_JOB_FIELDS,
+    STARTED_MARK,
+    Submission,
+    node_usage,
+    shared_fields,
+)
 from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.translate import Exclusive, PlaceholderJob, PodRef, gres_text, pod_of_job_name
 
@@ -31,6 +38,7 @@ class V0038:
     mark_field = "comment"
     drains_over_rest = False
     job_read_params: tuple[tuple[str, str], ...] = ()  # the allocation detail is used here
+    job_fields = SHARED_JOB_FIELDS | {"job_resources", "nodes", "comment", "job_state"}
 
     def __init__(self, default_user: str = "root") -> None:
         self.default_user = default_user
