@@ -123,8 +123,9 @@ class PodWatch:
         self._stop.set()
 
 
-def read_start_marks(directory: Path, expected: int, within: float) -> dict[int, float]:
-    """Job ID → wall-clock time its script started, from the files the raw jobs write."""
+def read_marks(directory: Path, expected: int, within: float) -> dict[int, float]:
+    """Job ID → the wall-clock time a raw job wrote into its file in `directory` (when its
+    script started, or when it got SIGTERM), waiting up to `within` s for `expected` files."""
     deadline = time.monotonic() + within
     while len(os.listdir(directory)) < expected and time.monotonic() < deadline:
         time.sleep(0.1)

@@ -31,7 +31,7 @@ from typing import Any
 
 import httpx
 
-from bench.observe import ApiRequests, CpuMeter, PodWatch, Result, peak_rss_mib, percentile, read_start_marks
+from bench.observe import ApiRequests, CpuMeter, PodWatch, Result, peak_rss_mib, percentile, read_marks
 from sunk.devcluster import ClusterSpec, DevCluster
 from sunk.devcluster.cluster import PROCTRACK_PLUGINS
 from sunk.devcluster.kubeapi import AdminKube
@@ -290,17 +290,23 @@ RAW_SCRIPT = """#!/bin/bash
 export LC_ALL=C
 scontrol update jobid="$SLURM_JOB_ID" "$MARK_FIELD=: started"
 echo "$EPOCHREALTIME" > "$BENCH_MARKS/$SLURM_JOB_ID"
-trap 'exit 0' TERM
+trap 'echo "$EPOCHREALTIME" > "$BENCH_ENDS/$SLURM_JOB_ID"; exit 0' TERM
 sleep infinity & wait
 """
 
 
 def bench_raw_slurm(cluster: DevCluster, n: int, rate: float) -> Result:
     layout = cluster.layout
-    marks = layout.root / f"bench-marks-{n}"
-    shutil.rmtree(marks, ignore_errors=True)
-    marks.mkdir()
-    env = {"PATH": "/usr/sbin:/usr/bin:/bin", "SLURM_CONF": str(layout.slurm_conf), "BENCH_MARKS": str(marks)}
+    marks, ends = layout.root / f"bench-marks-{n}", layout.root / f"bench-ends-{n}"
+    for directory in (marks, ends):
+        shutil.rmtree(directory, ignore_errors=True)
+        directory.mkdir()
+    env = {
+        "PATH": "/usr/sbin:/usr/bin:/bin",
+        "SLURM_CONF": str(layout.slurm_conf),
+        "BENCH_MARKS": str(marks),
+        "BENCH_ENDS": str(ends),
+    }
     job: dict[str, Any] = {
         "name": "raw",
         "tasks": 1,
@@ -335,17 +341,29 @@ def bench_raw_slurm(cluster: DevCluster, n: int, rate: float) -> Result:
 
         t0 = time.time()
         arrive(n, rate, one)
-        started = {j: t for j, t in read_start_marks(marks, n, within(n, rate)).items() if j in submitted}
+        started = {j: t for j, t in read_marks(marks, n, within(n, rate)).items() if j in submitted}
     used = cpu.used()
+    # Ended as sunk's placeholders will be (one scancel, or one DELETE each at the rate):
+    # when each job's script gets its SIGTERM is Slurm's own part of sunk's job-end path.
     ending = CpuMeter({os.getpid(): "bench client"})
-    cancel_all(cluster, list(submitted))
+    wall = time.time() - time.monotonic()
+    cancelled = cancel_jobs(cluster, [str(j) for j in started], rate)
+    signalled = read_marks(ends, len(started), END_WITHIN_S)
+    if never_started := [str(j) for j in submitted if j not in started]:
+        scancel(cluster, never_started)
+    wait_idle(cluster)
+    to_signal = [t - (cancelled[str(j)] + wall) for j, t in signalled.items() if str(j) in cancelled]
     result = Result(
         "raw-slurm",
         len(started),
         max(started.values()) - t0 if started else float("nan"),
         [started[j] - submitted[j] for j in started],
-        # What ending a raw job costs the machine, to set sunk's job-end phase against.
-        {"end_machine_cpu_s": ending.used().get("machine (busy)", 0.0)},
+        {
+            # What ending a raw job costs the machine, to set sunk's job-end phase against.
+            "end_machine_cpu_s": ending.used().get("machine (busy)", 0.0),
+            "end_signal_p50": percentile(to_signal, 50),
+            "end_signal_p99": percentile(to_signal, 99),
+        },
         cpu=used,
     )
     say(result, n)
@@ -380,11 +398,6 @@ def cancel_jobs(cluster: DevCluster, ids: list[str], rate: float) -> dict[str, f
 
         arrive(len(ids), rate, one)
     return cancelled
-
-
-def cancel_all(cluster: DevCluster, ids: list[int]) -> None:
-    scancel(cluster, [str(i) for i in ids])
-    wait_idle(cluster)
 
 
 def wait_idle(cluster: DevCluster) -> None:
@@ -477,6 +490,27 @@ def split_cores() -> str:
     )
 
 
+# What one running job holds on the dev cluster, measured on Slurm 24.11: its slurmstepd
+# with its connection threads (14), the script and its sleep.
+PIDS_PER_JOB = 16
+
+
+def pid_shortage(n: int) -> str | None:
+    """Why N jobs at once cannot run here, or None. Every node's jobs share this machine's
+    PIDs (each thread takes one): past kernel.pid_max, fork and pthread_create fail and
+    slurmctld stops with a fatal error, which would look like a Slurm failure."""
+    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
+    in_use = sum(1 for _ in Path("/proc").glob("[0-9]*/task/*"))
+    needed = in_use + n * PIDS_PER_JOB + 2000  # the dev cluster's own daemons
+    if needed <= pid_max:
+        return None
+    return (
+        f"{n} jobs at once need about {needed} PIDs on this machine and kernel.pid_max is "
+        f"{pid_max}: raise it for the run (`sysctl -w kernel.pid_max={2 ** (needed - 1).bit_length()}`) "
+        f"and set it back to {pid_max} after, or run fewer Pods"
+    )
+
+
 def warm_up(cluster: DevCluster) -> None:
     """Slurm's first scheduling pass after start is slow; let it happen outside the figures."""
     result = bench_raw_slurm(cluster, 4, 0)
@@ -530,7 +564,9 @@ def report(
         f"cancelling took {end.extra['scancel_s']:.2f} s; "
         f"→ Pod gone p50 {end.extra['gone_p50']:.2f} s, p99 {end.extra['gone_p99']:.2f} s; machine CPU "
         f"{end.cpu.get('machine (busy)', 0.0):.1f} s (ending as many raw jobs: "
-        f"{raw.extra.get('end_machine_cpu_s', 0.0):.1f} s)"
+        f"{raw.extra.get('end_machine_cpu_s', 0.0):.1f} s; their scripts got SIGTERM p50 "
+        f"{raw.extra.get('end_signal_p50', float('nan')):.2f} s, p99 "
+        f"{raw.extra.get('end_signal_p99', float('nan')):.2f} s after it was sent)"
     )
     return [
         row("sunk: create → bound", ours, usage),
@@ -581,6 +617,9 @@ def main() -> int:
         "--profile", type=Path, help="py-spy the scheduler while it places Pods (collapsed stacks)"
     )
     args = parser.parse_args()
+    if problem := pid_shortage(max(int(x) for x in args.pods.split(","))):
+        print(problem, file=sys.stderr)
+        return 1
     cores = len(os.sched_getaffinity(0))
     cluster = DevCluster()
     if cluster.is_running():
