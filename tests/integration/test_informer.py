@@ -4,6 +4,7 @@ of what it watches whatever happens to its watch."""
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -66,3 +67,38 @@ def test_r8_2_a_watch_from_a_forgotten_version_gets_410_and_the_informer_lists_a
     assert lists == 2 and store == {f"{namespace}/after"}
     assert seen.count(("ADDED", "before")) == 1  # the second list announced nothing twice
     assert ("DELETED", "before") in seen and ("ADDED", "after") in seen
+
+
+def test_the_informer_keeps_objects_without_their_managed_fields(
+    dev_cluster: DevCluster, kube: AdminKube, namespace: str
+) -> None:
+    """The API server records which client set each field (managedFields, a third of a
+    running Pod); nothing in sunk reads it, so neither the cache nor the handlers hold it,
+    whether an object came from the list or from the watch."""
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    kube.create(path, make_pod("listed", "nobody"))
+    assert kube.get(f"{path}/listed")["metadata"].get("managedFields"), "the server records them"
+
+    async def scenario() -> list[dict[str, Any]]:
+        client = await KubeClient.connect(str(dev_cluster.layout.kubeconfig))
+        watcher = Informer(client, path, name="pods")
+        handed: list[dict[str, Any]] = []
+        watcher.add_handler(lambda _kind, pod: handed.append(pod))
+        task = asyncio.create_task(watcher.run())
+        try:
+            await asyncio.wait_for(watcher.synced.wait(), 20)
+            await asyncio.to_thread(kube.create, path, make_pod("watched", "nobody"))
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + 20
+            while f"{namespace}/watched" not in watcher.store:
+                assert loop.time() < deadline, "the watch never brought the second Pod"
+                await asyncio.sleep(0.05)
+            return [*watcher.store.values(), *handed]
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await client.close()
+
+    seen = asyncio.run(scenario())
+    assert {pod["metadata"]["name"] for pod in seen} == {"listed", "watched"}
+    assert not [pod for pod in seen if "managedFields" in pod["metadata"]]
