@@ -633,7 +633,8 @@ def main() -> int:
         "--profile", type=Path, help="py-spy the scheduler while it places Pods (collapsed stacks)"
     )
     args = parser.parse_args()
-    if problem := pid_shortage(max(int(x) for x in args.pods.split(","))):
+    sizes = [int(x) for x in args.pods.split(",")]
+    if problem := pid_shortage(max(sizes)):
         print(problem, file=sys.stderr)
         return 1
     cores = len(os.sched_getaffinity(0))
@@ -656,7 +657,7 @@ def main() -> int:
     figures: dict[str, Any] = {}
     try:
         warm_up(cluster)
-        for n in (int(x) for x in args.pods.split(",")):
+        for n in sizes:
             print(f"N={n} {arrival}: raw slurmrestd …", flush=True)
             raw = bench_raw_slurm(cluster, n, args.rate)
             print(f"N={n} {arrival}: sunk …", flush=True)
