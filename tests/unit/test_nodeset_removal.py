@@ -101,17 +101,63 @@ async def test_r10_5_a_busy_removal_in_progress_is_not_moved_to_another_busy_mem
     assert not [c for c in world.slurm.calls if c[0] == "resume"]
 
 
-async def test_r10_5_a_member_drained_before_its_job_showed_is_given_back_for_an_idle_one() -> None:
-    """The listing a victim is chosen on may not show a job that just started there."""
+async def test_r10_5_victims_are_chosen_on_a_listing_newer_than_the_pass_not_the_pollers_last() -> None:
+    """Issue #32: jobs started on two members just before a scale to 1; the poller's last
+    listing still shows all three idle. The pass lists again before it drains: the idle one
+    and the busy one ending soonest go, and nothing is drained twice or lifted."""
+    world = await three_members()
+    await world.poll()  # the poller's listing, from before the jobs
+    world.slurm.run_job("a-001-011", end_time=NOW_S + 3600)
+    world.slurm.run_job("a-002-012", end_time=NOW_S + 60)
+    world.spec("a")["replicas"] = 1
+    await world.controller.reconcile(f"{NAMESPACE}/a")  # on the poller's stale view
+    assert sorted(d[0] for d in drains(world)) == ["a-002-012", "a-003-013"]
+    assert world.refreshes == 1
+    await world.settle("a")
+    assert list(world.members("a")) == ["a-001-011", "a-002-012"]  # the idle one went
+    world.slurm.end_jobs("a-002-012")
+    await world.settle("a")
+    assert list(world.members("a")) == ["a-001-011"]
+    assert sorted(d[0] for d in drains(world)) == ["a-002-012", "a-003-013"]
+    assert not [c for c in world.slurm.calls if c[0] == "resume"]
+    assert not world.slurm.records["a-001-011"].drained
+
+
+async def test_r10_5_a_busy_removal_under_way_is_finished_when_another_member_becomes_idle() -> None:
+    """3 -> 1 with two busy: the idle member and one busy member drain. When the other busy
+    member's job ends first, the drain under way is not lifted to take the newly idle one."""
+    world = await three_members()
+    world.slurm.run_job("a-001-011", end_time=NOW_S + 60)
+    world.slurm.run_job("a-002-012", end_time=NOW_S + 3600)
+    world.spec("a")["replicas"] = 1
+    await world.settle("a")
+    assert sorted(d[0] for d in drains(world)) == ["a-001-011", "a-003-013"]
+    world.slurm.end_jobs("a-002-012")  # the member that stays is idle first
+    await world.settle("a")
+    assert sorted(world.members("a")) == ["a-001-011", "a-002-012"]
+    assert not [c for c in world.slurm.calls if c[0] == "resume"]
+    world.slurm.end_jobs("a-001-011")
+    await world.settle("a")
+    assert list(world.members("a")) == ["a-002-012"]
+    assert len(drains(world)) == 2
+
+
+async def test_r10_5_a_member_drained_as_a_job_started_there_is_finished_not_switched() -> None:
+    """A job Slurm started between the listing and the drain: the member is kept draining
+    (a removal under way is finished) rather than lifted for an idle one."""
     world = await three_members()
     world.spec("a")["replicas"] = 2
     await world.reconcile("a")
     [(first, _)] = drains(world)
-    world.slurm.run_job(first)  # it had started just before the drain
+    job = world.slurm.run_job(first)
     await world.settle("a")
-    assert [c[1] for c in world.slurm.calls if c[0] == "resume"] == [first]
-    assert first in world.members("a") and len(world.members("a")) == 2
-    assert not world.slurm.records[first].drained
+    assert not [c for c in world.slurm.calls if c[0] == "resume"]
+    assert world.slurm.records[first].drained and first in world.members("a")
+    assert world.status("a")["removals"][0]["jobs"] == [job]
+    world.slurm.end_jobs(first)
+    await world.settle("a")
+    assert first not in world.members("a") and len(world.members("a")) == 2
+    assert len(drains(world)) == 1
 
 
 async def test_r10_5_a_job_slurm_lists_on_a_node_counts_even_if_the_record_looks_idle() -> None:

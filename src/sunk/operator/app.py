@@ -55,12 +55,19 @@ class SlurmPoller:
         self.changed = changed
         self.view = SlurmView()
         self.listed = asyncio.Event()
+        self.lock = asyncio.Lock()  # one listing at a time: a newer one is never overwritten
 
     def reset(self) -> None:
         self.view = SlurmView()
         self.listed.clear()
 
     async def poll_once(self) -> None:
+        """One listing, begun after any listing under way ends (the controller asks for one
+        before it drains: NodeSetController.refresh)."""
+        async with self.lock:
+            await self._list()
+
+    async def _list(self) -> None:
         started = time.monotonic()
         try:
             nodes = await self.slurm.nodes()
@@ -121,6 +128,7 @@ class Operator:
             default_image=config.slurmd_image,
             recorder=Recorder(kube, "sunk-operator", identity),
             stale_s=max(60.0, 6 * config.poll_s),
+            refresh=self.poller.poll_once,
         )
         self.nodesets.add_handler(lambda _kind, obj: self.queue.add(object_key(obj)))
         self.nodes.add_handler(lambda _kind, _obj: self._enqueue_all())

@@ -87,8 +87,12 @@ class NodeSetController:
         recorder: Recorder,
         clock: Callable[[], str] = utc_now,
         stale_s: float = 60.0,
+        refresh: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """`view`: the poller's latest listing; `refresh`: list Slurm now and make that the
+        view (the poller's `refresh`), asked for before a pass drains a member."""
         self.kube, self.slurm, self.view = kube, slurm, view
+        self.refresh = refresh
         self.nodesets, self.nodes, self.pods = nodesets, nodes, pods
         self.settings = settings
         self.default_image = default_image
@@ -155,6 +159,7 @@ class NodeSetController:
         return view
 
     async def reconcile(self, key: str) -> Outcome:
+        began = time.monotonic()  # after the caches showed what this pass acts on
         obj = self.nodesets.get(key)
         if obj is None:
             return DONE  # its Pods go with it (owner references); see docs/platform.md
@@ -175,17 +180,30 @@ class NodeSetController:
             for name in self.created.waiting_for()
             if self.created.unseen(name, str(name) in present)
         )
-        result = p.plan(
-            obj,
-            nodeset,
-            shares.get(nodeset.name),
-            mine,
-            self.nodes.store,
-            self.view_now(),
-            self.settings,
-            now=self.clock(),
-            unseen=unseen,
-        )
+        now = self.clock()
+
+        def decide(view: p.SlurmView) -> p.Plan:
+            return p.plan(
+                obj,
+                nodeset,
+                shares.get(nodeset.name),
+                mine,
+                self.nodes.store,
+                view,
+                self.settings,
+                now=now,
+                unseen=unseen,
+            )
+
+        view = self.view_now()
+        result = decide(view)
+        if self.refresh is not None and view.listed_at < began and _drains(result):
+            # Which members go was chosen on a listing from before this pass: a job that
+            # started on an "idle" member since would be missed and a busy member drained.
+            # Choose again on a listing begun now, so every job started before the
+            # scale-in (or roll-out, or cordon) was seen is known.
+            await self.refresh()
+            result = decide(self.view_now())
         await self.execute(obj, result)
         return DONE if result.after is None else after(result.after)
 
@@ -277,3 +295,7 @@ class NodeSetController:
                     except KubeError as err:
                         if not err.not_found:
                             raise
+
+
+def _drains(result: p.Plan) -> bool:
+    return any(isinstance(action, a.Drain) for action in result.actions)

@@ -94,19 +94,21 @@ def cost(
 ) -> tuple[int, int, int]:
     """Which members go first when only some must: lower goes first.
 
-    Idle members before busy ones, always: members that never started, then idle ones this
-    NodeSet already drains, then idle ones, then idle ones someone else drained (kept for
-    whoever is looking into them). Then busy ones: those this NodeSet already drains (a
-    removal under way is finished, not moved to another busy member), then the fewest jobs,
-    then the one whose last job is due to end soonest. Ties: by Slurm node name. So a
-    member drained on a listing that had not yet shown its new job is given back as soon as
-    an idle one can go instead."""
+    Members that never started; then the ones this NodeSet already drains, idle before busy
+    (a removal under way is finished, not switched: a member that became idle elsewhere
+    meanwhile does not make the operator lift one drain and make another); then idle ones;
+    then idle ones someone else drained (kept for whoever is looking into them); then busy
+    ones: the fewest jobs, then the one whose last job is due to end soonest. Ties: by Slurm
+    node name. The controller drains only on a listing begun after the pass that chose
+    (NodeSetController.reconcile), so "idle" here is never older than the scale-in."""
     if not running or record is None:
         return (0, 0, 0)
     ours = drained_by(nodeset, record)
+    if ours:
+        return (2, len(jobs), _last_end(jobs)) if busy(record, jobs) else (1, 0, 0)
     if not busy(record, jobs):
-        return (1, 0, 0) if ours else (3, 0, 0) if record.drained else (2, 0, 0)
-    return (4 if ours else 5, len(jobs), _last_end(jobs))
+        return (4, 0, 0) if record.drained else (3, 0, 0)
+    return (5, len(jobs), _last_end(jobs))
 
 
 def _last_end(jobs: tuple[SlurmJob, ...]) -> int:

@@ -281,6 +281,7 @@ class OperatorWorld:
     view: SlurmView = field(default_factory=SlurmView)
     now: str = NOW
     settings: m.Settings = SETTINGS
+    refreshes: int = 0
 
     def __post_init__(self) -> None:
         self.kube = FakeOperatorKube(self.pods, self.nodesets)
@@ -299,6 +300,7 @@ class OperatorWorld:
             default_image=IMAGE,
             recorder=Recorder(self.kube, "sunk-operator", "test"),  # type: ignore[arg-type]
             clock=lambda: self.now,
+            refresh=self.refresh,
         )
 
     def add_node(self, name: str, address: str, **kw: Any) -> None:
@@ -355,6 +357,11 @@ class OperatorWorld:
             partitions,
             listed_at=time.monotonic(),
         )
+
+    async def refresh(self) -> None:
+        """The poller's listing on the controller's request; `refreshes` counts them."""
+        self.refreshes += 1
+        await self.poll()
 
     async def reconcile(self, name: str) -> Outcome:
         await self.poll()
