@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from sunk.devcluster import ClusterSpec, DevCluster, hostnet, procs, realcluster, slurmroot
+from sunk.devcluster import ClusterSpec, DevCluster, hostnet, procs, realcluster, slurmroot, topology
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.layout import cache_dir
 from sunk.devcluster.prereqs import ensure_go_tools
@@ -80,6 +80,17 @@ def dev_cluster() -> Iterator[DevCluster]:
                 f"{spec.preempt_mode}, {spec.real_nodes} real Nodes) is not the one this suite needs "
                 f"(Slurm {wanted.slurm}, accounting={wanted.accounting}, {wanted.preempt_mode}, "
                 f"{wanted.real_nodes} real Nodes): stop it with `sunk dev down` and run the tests again"
+            )
+        admin = AdminKube(cluster.layout)
+        try:
+            current = admin.find(f"/api/v1/namespaces/{topology.SLURMD_NAMESPACE}") is not None
+        finally:
+            admin.close()
+        if not current:
+            pytest.fail(
+                f"the running dev cluster keeps its stand-in slurmd Pods outside namespace "
+                f"{topology.SLURMD_NAMESPACE} (an older sunk started it): restart it with "
+                "`sunk dev down && sunk dev up`"
             )
     else:
         cluster.up(wanted)

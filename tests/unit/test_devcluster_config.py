@@ -10,7 +10,9 @@ from pathlib import Path
 import pytest
 
 from sunk.devcluster import ClusterSpec, DevCluster, DevClusterError, Layout, topology
+from sunk.devcluster.kubecluster import slurmd_pod_manifest
 from sunk.devcluster.layout import Ports
+from sunk.devcluster.platform import Platform
 from sunk.devcluster.prereqs import check_ports_free
 from sunk.devcluster.procs import start_time
 from sunk.devcluster.slurmcluster import SlurmSpec, render_slurm_conf
@@ -22,6 +24,16 @@ def test_slurm_nodes_and_nodes_have_different_names_and_a_one_to_one_mapping() -
     assert len({n.slurm_node for n in nodes}) == 64
     assert all(n.node.split("-")[1] != n.slurm_node.split("-")[1] for n in nodes[:10])
     assert {n.gpu_class for n in nodes} == set(topology.GPU_CLASSES)
+
+
+def test_the_stand_in_slurmd_pods_keep_out_of_the_namespace_the_docs_install_the_chart_in() -> None:
+    """Issue #32: `kubectl -n slurm get pods` mixed these with the chart's Pods."""
+    [node] = topology.plan(1)
+    namespace = slurmd_pod_manifest(node)["metadata"]["namespace"]  # type: ignore[index]
+    assert namespace == "sunk-dev-slurmd"
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "platform.md").read_text()
+    assert "--namespace slurm " in docs and Platform.namespace == "slurm"
+    assert namespace not in docs
 
 
 def test_slurm_features_follow_the_hosting_nodes_gpu_class() -> None:

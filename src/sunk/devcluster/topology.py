@@ -15,7 +15,9 @@ GPUS_PER_NODE = 4
 GPU_CLASSES = ("A100_PCIE_80GB", "H100_NVLINK_80GB")
 ZONES = ("zone-a", "zone-b")
 
-SLURMD_NAMESPACE = "slurm"
+# Not `slurm`: that is where docs/platform.md installs the Slurm chart, and its Pods must
+# not mix with these stand-ins (`kubectl -n slurm get pods`).
+SLURMD_NAMESPACE = "sunk-dev-slurmd"
 SLURM_NODE_LABEL = "sunk.coreweave.com/slurm-node"
 KWOK_NODE_LABEL = "sunk.dev/kwok"
 # A dedicated Slurm user for Pods, as in the "dedicated user + exclusive=user" GPU strategy.
