@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import datetime as dt
 import os
+import shutil
 import sys
+import textwrap
 import time
 from typing import Any
 
@@ -176,18 +178,39 @@ def demo(cluster: DevCluster) -> int:
 def _print_table(cluster: DevCluster, pods: list[Json], bound_after: dict[str, float]) -> None:
     squeue = run_cli(cluster.layout, "squeue", "-h", "-o", "%i|%T|%N|%u")
     jobs = {fields[0]: fields[1:] for fields in (line.split("|") for line in squeue.splitlines())}
-    row = "{:<20} {:<9} {:<8} {:<9} {:<10} {:<9} {:>7}  {}"
     print()
-    print(row.format("POD", "NODE", "JOB", "SLURM NODE", "JOB STATE", "JOB USER", "BOUND", "NOTE"))
+    for line in table(pods, bound_after, jobs, shutil.get_terminal_size().columns):
+        print(line)
+    stamp = dt.datetime.now().strftime("%H:%M:%S")
+    print(f"\n(Slurm's own view at {stamp}: squeue)")
+    print(run_cli(cluster.layout, "squeue", "-o", "%.6i %.40j %.9T %.8N %.10u %k").rstrip())
+
+
+def table(
+    pods: list[Json], bound_after: dict[str, float], jobs: dict[str, list[str]], width: int
+) -> list[str]:
+    """Each Pod next to its Node, Slurm job, Slurm node, job state and user, then the reason
+    of each Pod that was not placed, whole, wrapped at `width` (a refusal is the one line a
+    user must read to the end)."""
+    row = "{:<20} {:<9} {:<8} {:<10} {:<10} {:<9} {:>7}  {}"
+    lines = [row.format("POD", "NODE", "JOB", "SLURM NODE", "JOB STATE", "JOB USER", "BOUND", "NOTE")]
+    notes: list[tuple[str, str]] = []
     for pod in sorted(pods, key=lambda p: p["metadata"]["name"]):
         name = pod["metadata"]["name"]
         job_id = (pod["metadata"].get("annotations") or {}).get(P + "job-id", "-")
         state, slurm_node, user = jobs.get(job_id, ["-", "-", "-"])
         took = f"{bound_after[name]:.2f}s" if name in bound_after else "-"
-        note = "" if pod["spec"].get("nodeName") else _condition(pod).get("message", "")[:70]
-        print(
+        note = ""
+        if not pod["spec"].get("nodeName"):
+            condition = _condition(pod)
+            note = f"{condition.get('reason') or 'not placed'} (below)"
+            notes.append((name, condition.get("message") or "no reason given yet"))
+        lines.append(
             row.format(name, pod["spec"].get("nodeName") or "-", job_id, slurm_node, state, user, took, note)
         )
-    stamp = dt.datetime.now().strftime("%H:%M:%S")
-    print(f"\n(Slurm's own view at {stamp}: squeue)")
-    print(run_cli(cluster.layout, "squeue", "-o", "%.6i %.40j %.9T %.8N %.10u %k").rstrip())
+    for name, message in notes:
+        lines.append("")
+        lines += textwrap.wrap(
+            f"{name}: {message}", width=max(40, width), subsequent_indent="    ", break_on_hyphens=False
+        )
+    return lines

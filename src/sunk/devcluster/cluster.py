@@ -48,6 +48,14 @@ STOP_ORDER = (
 PROCTRACK_PLUGINS = ("linuxproc", "pgid")
 
 
+def go_tools(spec: ClusterSpec) -> tuple[str, ...]:
+    """What `up` builds from Go modules: with real Nodes, also what runs them, and helm,
+    which installs the Slurm chart there (docs/platform.md)."""
+    if not spec.real_nodes:
+        return prereqs.CLUSTER_TOOLS
+    return prereqs.CLUSTER_TOOLS + realcluster.TOOLS + prereqs.PLATFORM_TOOLS
+
+
 @dataclass(frozen=True)
 class ClusterSpec:
     nodes: int = 4
@@ -151,8 +159,7 @@ class DevCluster:
             prereqs.ensure_job_user(topology.JOB_USER, topology.JOB_UID)
         else:
             root, _ = slurmroot.ensure_root(spec.slurm)  # the job user lives inside the root
-        wanted = prereqs.CLUSTER_TOOLS + (realcluster.TOOLS if spec.real_nodes else ())
-        tools = prereqs.ensure_go_tools(setup_log, wanted)
+        tools = prereqs.ensure_go_tools(setup_log, go_tools(spec))
         built = images.ensure_images(spec.slurm, setup_log) if spec.real_nodes else {}
         nodes = topology.plan(spec.nodes, spec.cpus_per_node, spec.gpus_per_node)
         layout.state_file.write_text(json.dumps(asdict(spec)))

@@ -26,7 +26,7 @@ from sunk.devcluster.errors import DevClusterError
 from sunk.devcluster.images import Built, read_manifest
 from sunk.devcluster.kubeapi import AdminKube
 from sunk.devcluster.layout import cache_dir
-from sunk.devcluster.prereqs import ensure_go_tools, repo_root
+from sunk.devcluster.prereqs import PLATFORM_TOOLS, ensure_go_tools, repo_root
 from sunk.devcluster.realnode import REAL_NODE_LABEL
 
 Json = dict[str, Any]
@@ -45,7 +45,9 @@ def chart_dir() -> Path:
 
 
 def helm_binary() -> Path:
-    return ensure_go_tools(cache_dir() / "helm-build.log", ("helm",))["helm"]
+    """~/.cache/sunk/bin/helm, built from its pinned Go module (`sunk dev up --real-nodes`
+    builds it too, so a user can run `helm install` by hand)."""
+    return ensure_go_tools(cache_dir() / "helm-build.log", PLATFORM_TOOLS)["helm"]
 
 
 def build_chart_dependencies(helm: Path, chart: Path | None = None) -> None:

@@ -8,6 +8,9 @@ import pwd
 import shutil
 import socket
 import subprocess
+import sys
+import time
+from collections.abc import Callable
 from pathlib import Path
 
 from sunk.devcluster import hostnet
@@ -37,6 +40,7 @@ SLURM_COMMANDS = (
 )
 ACCOUNTING_COMMANDS = ("slurmdbd", "mariadbd", "mariadb-install-db", "sacctmgr")
 CLUSTER_TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "kwok")
+PLATFORM_TOOLS = ("helm",)  # installs the Slurm chart on real Nodes
 # Real kubelet Nodes: the container runtime and Pod network (hostnet), and the image builder.
 REAL_NODE_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "nftables", "buildah")
 
@@ -174,19 +178,36 @@ def ensure_job_user(name: str, uid: int) -> None:
     )
 
 
-def ensure_go_tools(log: Path, tools: tuple[str, ...] = CLUSTER_TOOLS) -> dict[str, Path]:
-    """Build the upstream tools from their pinned Go modules unless already cached."""
+def _say(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def ensure_go_tools(
+    log: Path, tools: tuple[str, ...] = CLUSTER_TOOLS, say: Callable[[str], None] = _say
+) -> dict[str, Path]:
+    """Build the upstream tools from their pinned Go modules unless already cached. A cold
+    build takes minutes per tool: each one is named as it starts, with the time since the
+    first began (`say`); the compiler's own output goes to `log`."""
     bin_dir = cache_dir() / "bin"
     root = repo_root()
     if shutil.which("go") and root is not None:
         log.parent.mkdir(parents=True, exist_ok=True)
+        started = time.monotonic()
         with open(log, "ab") as out:
-            done = subprocess.run(
+            build = subprocess.Popen(
                 [str(root / "hack" / "build-tools.sh"), *tools],
-                stdout=out,
+                stdout=subprocess.PIPE,
                 stderr=subprocess.STDOUT,
             )
-        if done.returncode:
+            assert build.stdout is not None
+            for raw in build.stdout:
+                out.write(raw)
+                out.flush()
+                line = raw.decode(errors="replace").rstrip()
+                if line.startswith(("building ", "built ")):
+                    say(_progress(line, tools, time.monotonic() - started, log))
+            done = build.wait()
+        if done:
             raise DevClusterError(f"building the Kubernetes tools from their Go modules failed: see {log}")
     paths = {tool: bin_dir / tool for tool in tools}
     missing = [tool for tool, path in paths.items() if not os.access(path, os.X_OK)]
@@ -201,3 +222,14 @@ def ensure_go_tools(log: Path, tools: tuple[str, ...] = CLUSTER_TOOLS) -> dict[s
             "from a checkout of the sunk repository"
         )
     return paths
+
+
+def _progress(line: str, tools: tuple[str, ...], elapsed_s: float, log: Path) -> str:
+    """build-tools.sh's line, with the time so far and which of `tools` it is: "[ 2:31]
+    building kube-apiserver (2 of 4) from k8s.io/... (log ...)"."""
+    minutes, seconds = divmod(int(elapsed_s), 60)
+    word, _, rest = line.partition(" ")
+    tool, _, tail = rest.partition(" ")
+    which = f" ({tools.index(tool) + 1} of {len(tools)})" if tool in tools else ""
+    where = f" (log {log})" if word == "building" else ""
+    return f"[{minutes:2d}:{seconds:02d}] {word} {tool}{which} {tail}{where}".rstrip()
