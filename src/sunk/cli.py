@@ -53,7 +53,11 @@ def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
         "platform",
         help="install the Slurm chart on the real Nodes (needs `up --real-nodes 3`) and show it working",
     )
-    dev_sub.add_parser("down", help="stop every process of the dev cluster and wipe its state")
+    dev_sub.add_parser(
+        "down",
+        help="stop every process of the dev cluster; delete its real Nodes' images, containers and volumes "
+        "(its logs stay until the next up)",
+    )
     dev_sub.add_parser("status", help="show what runs and whether it answers")
     dev_sub.add_parser("env", help="print `export` lines for kubectl, Slurm's CLI and sunk")
     slurm = dev_sub.add_parser(

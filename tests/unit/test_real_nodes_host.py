@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from sunk.devcluster import ClusterSpec, DevCluster, hostnet
+from sunk.devcluster import ClusterSpec, DevCluster, hostnet, realcluster, slurmroot
 from sunk.devcluster.errors import DevClusterError
 from sunk.devcluster.layout import Layout, Ports
 from sunk.devcluster.realnode import RealNode
@@ -134,3 +134,48 @@ def test_real_nodes_are_validated_before_anything_starts() -> None:
         ClusterSpec(real_nodes=1, slurm="22.05")
     with pytest.raises(DevClusterError, match="--real-nodes must be between"):
         ClusterSpec(real_nodes=hostnet.MAX_REAL_NODES + 1)
+
+
+def node_with_files(tmp_path: Path) -> RealNode:
+    node = RealNode(layout(tmp_path), 1)
+    for rel in (
+        "containerd/root/io.containerd.content.v1.content/blobs/sha256/ab12",
+        "kubelet/pods/uid-1/volumes/kubernetes.io~empty-dir/data/x",
+        "pod-logs/plat_slurm-controller-0_uid/slurmctld/0.log",
+    ):
+        (node.dir / rel).parent.mkdir(parents=True, exist_ok=True)
+        (node.dir / rel).write_text("x")
+    (node.dir / "containerd.toml").write_text("version = 2\n")
+    return node
+
+
+def left_files(node: RealNode) -> list[str]:
+    return [line for line in realcluster.host_leftovers(node.layout) if "'s files in " in line]
+
+
+def test_down_deletes_each_real_nodes_images_and_pod_directories_and_keeps_their_logs(
+    host: Path, tmp_path: Path
+) -> None:
+    """Issue #32: `down` left 2.2 GB of containerd content in the dev directory."""
+    node = node_with_files(tmp_path)
+    assert left_files(node) == [
+        f"real-1's files in {node.dir / 'containerd'}",
+        f"real-1's files in {node.dir / 'kubelet'}",
+    ]
+    node.remove_files()
+    assert not (node.dir / "containerd").exists() and not (node.dir / "kubelet").exists()
+    assert (node.dir / "pod-logs").is_dir() and (node.dir / "containerd.toml").exists()
+    assert left_files(node) == []
+
+
+def test_a_nodes_files_are_kept_while_anything_is_mounted_below_them(
+    host: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    node = node_with_files(tmp_path)
+    snapshot = str(node.dir / "containerd" / "root" / "snapshots" / "7" / "fs")
+    monkeypatch.setattr(
+        slurmroot, "mounts_under", lambda root: [snapshot] if root.name == "containerd" else []
+    )
+    with pytest.raises(DevClusterError, match="still mounted"):
+        node.remove_files()
+    assert (node.dir / "containerd" / "root").is_dir()

@@ -31,7 +31,7 @@ from sunk.devcluster.errors import DevClusterError
 from sunk.devcluster.kubeapi import AdminKube, is_ready
 from sunk.devcluster.kubecluster import create_once, write_kubeconfig
 from sunk.devcluster.layout import HOST, Layout, cache_dir
-from sunk.devcluster.realnode import PRIVATE_DIRS, REAL_NODE_LABEL, RealNode, nodes_of
+from sunk.devcluster.realnode import BULKY_DIRS, PRIVATE_DIRS, REAL_NODE_LABEL, RealNode, nodes_of
 
 TOOLS = ("kubelet", "kube-proxy", "kubectl", "coredns", "kube-scheduler")
 DNS_NAMESPACE = "kube-system"
@@ -314,14 +314,18 @@ def stop(layout: Layout, count: int) -> list[str]:
         subprocess.run([str(kube_proxy), "--cleanup"], capture_output=True)
     subprocess.run(["nft", "delete", "table", "ip", "kube-proxy"], capture_output=True)
     subprocess.run(["nft", "delete", "table", "ip6", "kube-proxy"], capture_output=True)
-    for node in nodes_of(layout, count):
+    nodes = nodes_of(layout, count)
+    for node in nodes:
         node.stop()
         stopped.append(node.name)
-    try:
-        # Every container is gone now: nothing uses the volumes any more.
-        storage.remove_data(layout, layout.volumes)
-    except DevClusterError as err:  # give the host back all the same; host_leftovers tells
-        print(f"sunk: {err}", file=sys.stderr)
+    # Every container is gone now: nothing uses the volumes, images or Pod directories.
+    removals: list[Callable[[], None]] = [lambda: storage.remove_data(layout, layout.volumes)]
+    removals += [node.remove_files for node in nodes]
+    for remove in removals:
+        try:
+            remove()
+        except DevClusterError as err:  # give the host back all the same; host_leftovers tells
+            print(f"sunk: {err}", file=sys.stderr)
     hostnet.release(layout)
     return stopped
 
@@ -348,6 +352,10 @@ def host_leftovers(layout: Layout) -> list[str]:
         found.append(f"the claim {hostnet.CLAIM}")
     if layout.volumes.exists():
         found.append(f"volume data in {layout.volumes}")
+    for node in nodes_of(layout, configured_nodes(layout)):
+        found += [
+            f"{node.name}'s files in {node.dir / sub}" for sub in BULKY_DIRS if (node.dir / sub).exists()
+        ]
     return found
 
 

@@ -15,13 +15,14 @@ import json
 import os
 import shlex
 import signal
+import subprocess
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import yaml
 
-from sunk.devcluster import hostnet, pki, procs
+from sunk.devcluster import hostnet, pki, procs, slurmroot
 from sunk.devcluster.errors import DevClusterError
 from sunk.devcluster.kubecluster import write_kubeconfig
 from sunk.devcluster.layout import Layout, cache_dir
@@ -35,6 +36,8 @@ PRIVATE_DIRS = {
     "/var/lib/cni": "cni-cache",
     "/run/containerd": "containerd-run",
 }
+# What a stopped Node's containers left that `sunk dev down` deletes (see remove_files).
+BULKY_DIRS = ("containerd", "kubelet", "containerd-run", "cni-cache")
 
 
 @dataclass(frozen=True)
@@ -284,6 +287,23 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         stuck = hostnet.remove_cgroup_root(self.cgroup_root)
         if stuck:
             raise DevClusterError(f"cgroups of {self.name} would not go: {', '.join(stuck[:3])}")
+
+    def remove_files(self) -> None:
+        """Delete what the Node's containers left (containerd's images and snapshots, the
+        kubelet's Pod directories: gigabytes), once it is stopped; its configuration and
+        its containers' logs stay with the cluster's other logs. Nothing is removed while
+        anything is mounted below it, in any process's mount namespace."""
+        for sub in BULKY_DIRS:
+            path = self.dir / sub
+            if not path.exists():
+                continue
+            mounted = slurmroot.mounts_under(path)
+            if mounted:
+                raise DevClusterError(
+                    f"not removing {path}: {', '.join(mounted[:3])} is still mounted there "
+                    f"(a process of {self.name} that outlived it?)"
+                )
+            subprocess.run(["rm", "-rf", "--one-file-system", "--", str(path)], check=True)
 
 
 def _cri_ready(log: Path, offset: int) -> bool:
