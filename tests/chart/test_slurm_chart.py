@@ -110,6 +110,27 @@ def test_r10_1_no_secret_is_rendered_keys_come_from_the_hook_job(helm: Path, slu
     assert not [o for o in objects if "data" in o and o["kind"] != "ConfigMap"]
 
 
+def test_r10_1_every_hook_object_is_deleted_once_it_succeeded(helm: Path, slurm_chart: Path) -> None:
+    """Issue #32: `helm uninstall` does not delete hook objects, so the secrets Jobs (ours and
+    the scheduler's) and their Pods stayed behind. Each hook goes once it succeeded; a failed
+    one stays for a look and is replaced by the next run."""
+    values = {**PARTITIONS, **NODESETS, "scheduler": {"enabled": True}}
+    hooks = [o for o in render(slurm_chart, helm, values=values) if "helm.sh/hook" in _annotations(o)]
+    names = {(o["kind"], o["metadata"]["name"]) for o in hooks}
+    assert {("Job", "r1-secrets"), ("Job", "r1-sunk-scheduler-hooks-secret")} <= names
+    kept = {
+        f"{o['kind']}/{o['metadata']['name']}": _annotations(o).get("helm.sh/hook-delete-policy")
+        for o in hooks
+        if set(str(_annotations(o).get("helm.sh/hook-delete-policy")).split(","))
+        != {"before-hook-creation", "hook-succeeded"}
+    }
+    assert kept == {}
+
+
+def _annotations(obj: dict[str, Any]) -> dict[str, Any]:
+    return dict((obj.get("metadata") or {}).get("annotations") or {})
+
+
 def test_r10_1_the_hook_job_makes_the_keys_token_and_password_once(helm: Path, slurm_chart: Path) -> None:
     objects = render(slurm_chart, helm)
     job = named(objects, "Job", "r1-secrets")
@@ -556,11 +577,52 @@ def test_r10_3_before_an_upgrade_slurms_parser_reads_exactly_the_configuration_i
     hook, job_hook = proposed["metadata"]["annotations"], job["metadata"]["annotations"]
     assert hook["helm.sh/hook"] == "pre-upgrade"
     assert int(hook["helm.sh/hook-weight"]) < int(job_hook["helm.sh/hook-weight"])
-    [parse] = pod_spec(job)["initContainers"]
-    assert "SLURM_CONF=/proposed/slurm.conf scontrol" in parse["args"][-1]
+    parse = container(job, "parse")
+    assert {"name": "SLURM_CONF", "value": "/proposed/slurm.conf"} in parse["env"]
+    assert "scontrol show hostnames" in parse["args"][-1]
     assert parse["volumeMounts"] == [{"name": "proposed", "mountPath": "/proposed", "readOnly": True}]
     volume = next(v for v in pod_spec(job)["volumes"] if v["name"] == "proposed")
     assert volume["configMap"]["name"] == "r1-slurm-config-proposed"
+
+
+def test_r10_3_both_upgrade_checks_run_so_kubectl_logs_all_containers_shows_either_refusal(
+    helm: Path, slurm_chart: Path
+) -> None:
+    """Issue #32: with the parser as an init container, a refusal left `check` waiting
+    (PodInitializing) and `kubectl logs job/... --all-containers` failed instead of showing it."""
+    job = named(render(slurm_chart, helm, values=PARTITIONS), "Job", "r1-partition-check")
+    assert "initContainers" not in pod_spec(job)
+    assert [c["name"] for c in pod_spec(job)["containers"]] == ["parse", "check"]
+    assert pod_spec(job)["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 0
+
+
+# What Slurm 24.11's scontrol says about a misspelt top-level key and a bad partition option.
+SLURM_REFUSAL = """scontrol: error: _parse_next_key: Parsing error at unrecognized key: MaxJobCont
+scontrol: error: Bad value "abc" for MaxTime
+scontrol: fatal: Unable to process configuration file
+"""
+
+
+def test_r10_3_a_parser_refusal_names_the_lines_setting_each_key_slurm_complains_about(
+    helm: Path, slurm_chart: Path, tmp_path: Path
+) -> None:
+    """Issue #32: Slurm gives no line for an unknown key; the docs promise one."""
+    job = named(render(slurm_chart, helm, values=PARTITIONS), "Job", "r1-partition-check")
+    script = container(job, "parse")["args"][-1]
+    (tmp_path / "scontrol").write_text(f"#!/bin/sh\ncat >&2 <<'SAID'\n{SLURM_REFUSAL}SAID\nexit 1\n")
+    (tmp_path / "scontrol").chmod(0o755)
+    conf = tmp_path / "slurm.conf"
+    conf.write_text("ClusterName=x\nMaxJobCont=5000\nPartitionName=cpu Nodes=ALL MaxTime=abc\n")
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_CONF": str(conf)}
+    done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env)
+    assert done.returncode == 1
+    assert SLURM_REFUSAL in done.stderr  # Slurm's own words first
+    assert "slurm.conf line 2: MaxJobCont is set here: MaxJobCont=5000" in done.stderr
+    assert "slurm.conf line 3: MaxTime is set here: PartitionName=cpu Nodes=ALL MaxTime=abc" in done.stderr
+    assert done.stderr.rstrip().endswith("fix the values and upgrade again")
+    (tmp_path / "scontrol").write_text("#!/bin/sh\nexit 0\n")
+    accepted = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env)
+    assert accepted.returncode == 0 and "accepts the new slurm.conf" in accepted.stdout
 
 
 @pytest.mark.parametrize(
