@@ -16,14 +16,6 @@
 set -u
 export LC_ALL=C   # a "." in $EPOCHREALTIME, whatever the node's locale
 
-# 1. Mark the job started; the scheduler binds the Pod only once it sees the mark
-#    (RUNNING alone may still mean "prolog running"). No Pod annotation maps to `extra`,
-#    so on current Slurm nothing a Pod author writes can fake it.
-if ! scontrol update jobid="$SLURM_JOB_ID" "${SUNK_MARK_FIELD:-extra}=${SUNK_MARK_BASE:-}: started"; then
-  echo "sunk placeholder: could not mark job $SLURM_JOB_ID started" >&2
-  exit 1
-fi
-
 # The CA goes to a file for curl: it is public, so only its lifetime needs care.
 TLS=()
 if [ -n "${SUNK_HOOK_CA:-}" ]; then
@@ -41,14 +33,14 @@ SIGN_CALLS=""
 # pads: sets IPAD and OPAD to $SUNK_HOOK_KEY (hex) padded to SHA-256's 64-byte block and
 # XORed with HMAC's two constants, as printf %b escapes. Once per job, when first needed.
 pads() {
-  local key=$SUNK_HOOK_KEY i byte
-  IPAD="" OPAD=""
+  local key=$SUNK_HOOK_KEY i byte ipad="" opad=""
   while (( ${#key} < 128 )); do key+=0; done
   for (( i = 0; i < 64; i++ )); do
     byte=$(( 16#${key:i*2:2} ))
-    printf -v IPAD '%s\\x%02x' "$IPAD" $(( byte ^ 0x36 ))
-    printf -v OPAD '%s\\x%02x' "$OPAD" $(( byte ^ 0x5c ))
+    printf -v ipad '%s\\x%02x' "$ipad" $(( byte ^ 0x36 ))
+    printf -v opad '%s\\x%02x' "$opad" $(( byte ^ 0x5c ))
   done
+  IPAD=$ipad OPAD=$opad   # both at once: never half built, whatever interrupts this
 }
 
 # hmac MESSAGE: sets SIG to HMAC-SHA256 of MESSAGE under $SUNK_HOOK_KEY (hex). Built from
@@ -107,56 +99,57 @@ $CODE
   fi
 }
 
-# 2. On SIGTERM Slurm is ending the job (cancel, preemption, time limit) and kills it at
-#    KillWait: ask the scheduler to delete the Pod and wait until it is gone, so Slurm
-#    never reuses these resources while the Pod still runs. If the Pod is still there
-#    shortly before KillWait ends, drain the node (only root may; otherwise the scheduler
-#    does it).
-on_term() {
-  trap '' TERM
-  local start=$SECONDS deadline=$(( ${SUNK_KILL_WAIT:-30} - 3 )) drained="" left step=0
+# Hold these resources until the Pod is gone, then end. Either signal starts the hold, once:
+# - SIGUSR1: the scheduler says the Pod is being deleted. Slurm is not ending the job, so
+#   there is no deadline and nothing to drain (R5.1).
+# - SIGTERM: Slurm is ending the job (cancel, preemption, time limit) and kills it at
+#   KillWait. The call asks the scheduler to delete the Pod; if the Pod is still there
+#   shortly before KillWait ends, the node is drained so that Slurm never hands these
+#   resources to another job under a running Pod (only root may drain; otherwise the
+#   scheduler does).
+# Once holding, a SIGTERM only notes the time. Slurm's cancel usually follows the
+# scheduler's SIGUSR1 just as the "Pod gone" answer comes back, and a second handler run
+# inside the first would break off the answer's check half way: every genuine answer then
+# read as forged, and the node was drained at KillWait (issue #39).
+ENDING_AT=""   # $SECONDS when Slurm's SIGTERM came: KillWait counts from there
+hold() {
+  trap '[ -n "$ENDING_AT" ] || ENDING_AT=$SECONDS' TERM
+  trap '' USR1
+  local deadline=$(( ${SUNK_KILL_WAIT:-30} - 3 )) drained="" left=10 step=0
   local -a backoff=(0.5 1 2 4)   # when a thousand jobs end at once, retries must not pile up
   while :; do
-    left=$(( deadline - (SECONDS - start) ))
+    [ -z "$ENDING_AT" ] || left=$(( deadline - (SECONDS - ENDING_AT) ))
     call terminating $(( left > 10 ? 10 : (left < 1 ? 1 : left) ))
     ask
-    if [ "$CODE" = 200 ]; then exit 0; fi   # the Pod is gone
-    if [ -z "$drained" ] && (( SECONDS - start >= deadline )) && (( EUID == 0 )); then
+    case "$CODE" in
+      200|403) exit 0 ;;  # the Pod is gone, or the scheduler knows this job as no Pod's
+                          # (a replaced or reused job): nothing to hold these resources for
+    esac
+    if [ -n "$ENDING_AT" ] && [ -z "$drained" ] && (( SECONDS - ENDING_AT >= deadline )) && (( EUID == 0 )); then
       scontrol update nodename="$SLURMD_NODENAME" state=drain \
         reason="sunk: Pod ${SUNK_POD} still running at KillWait (job $SLURM_JOB_ID)"
       drained=1
     fi
     case "$CODE" in
       202) step=0 ;;     # long poll ended, the Pod is still terminating: ask again
-      403) exit 0 ;;     # the scheduler knows this job as no Pod's (a replaced or reused
-                         # job): there is nothing to hold these resources for
       *)                 # scheduler unreachable, busy or refusing: retry, backing off
-        (( left <= 5 )) && step=0
+        [ -n "$ENDING_AT" ] && (( left <= 5 )) && step=0
         sleep "${backoff[step]}"
         step=$(( step < 3 ? step + 1 : 3 )) ;;
     esac
   done
 }
-trap on_term TERM
+trap 'ENDING_AT=$SECONDS; hold' TERM
+trap hold USR1
 
-# 3. On SIGUSR1 the scheduler says the Pod is being deleted. Slurm is not ending the job,
-#    so there is no deadline and nothing to drain: hold the resources until the Pod is gone
-#    (R5.1), then end. A SIGTERM meanwhile (Slurm ends the job after all) runs on_term.
-on_deleting() {
-  trap '' USR1
-  local step=0
-  local -a backoff=(0.5 1 2 4)
-  while :; do
-    call terminating 10
-    ask
-    case "$CODE" in
-      200|403) exit 0 ;;  # the Pod is gone (or this job is no Pod's)
-      202) step=0 ;;
-      *) sleep "${backoff[step]}"; step=$(( step < 3 ? step + 1 : 3 )) ;;
-    esac
-  done
-}
-trap on_deleting USR1
+# Mark the job started; the scheduler binds the Pod only once it sees the mark (RUNNING
+# alone may still mean "prolog running"). No Pod annotation maps to `extra`, so on current
+# Slurm nothing a Pod author writes can fake it. Only now: a bound Pod may be deleted at
+# once, and the scheduler's SIGUSR1 must find its trap (untrapped, it kills the script).
+if ! scontrol update jobid="$SLURM_JOB_ID" "${SUNK_MARK_FIELD:-extra}=${SUNK_MARK_BASE:-}: started"; then
+  echo "sunk placeholder: could not mark job $SLURM_JOB_ID started" >&2
+  exit 1
+fi
 
 call started 2
 curl -K - "${CALL[@]}" <<<"$HOOK_AUTH" >/dev/null &   # the scheduler binds without waiting for its next poll
