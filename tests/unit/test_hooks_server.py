@@ -36,6 +36,9 @@ class Target:
     async def wait_pod_gone(self, ref: PodRef, job_id: int, within: float) -> bool:
         return False
 
+    def why_waiting(self, ref: PodRef, job_id: int) -> str:
+        return "its Pod is terminating"
+
     def acting_now(self) -> bool:
         return True
 

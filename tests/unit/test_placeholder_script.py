@@ -50,6 +50,9 @@ class Scheduler:
             pass
         return self.gone.is_set()
 
+    def why_waiting(self, ref: PodRef, job_id: int) -> str:
+        return "its Pod is terminating"
+
     def acting_now(self) -> bool:
         return True
 

@@ -22,6 +22,7 @@ from typing import Protocol
 from aiohttp import web
 
 from sunk.hooks.auth import Verifier
+from sunk.hooks.holds import Holds
 from sunk.translate import PodRef
 
 log = logging.getLogger(__name__)
@@ -44,6 +45,10 @@ class HookTarget(Protocol):
         finished, or it has moved on to another job (a rejected placement)."""
         ...
 
+    def why_waiting(self, ref: PodRef, job_id: int) -> str:
+        """Why the Pod of this job (or a member of its gang) is still there, in words."""
+        ...
+
     def acting_now(self) -> bool: ...
 
 
@@ -51,8 +56,15 @@ Outcome = Callable[[str], None]
 
 
 class HooksServer:
-    def __init__(self, target: HookTarget, verifier: Verifier, on_call: Outcome | None = None) -> None:
+    def __init__(
+        self,
+        target: HookTarget,
+        verifier: Verifier,
+        on_call: Outcome | None = None,
+        holds: Holds | None = None,
+    ) -> None:
         self._target = target
+        self._holds = holds or Holds(kill_wait_s=30)
         self._verifier = verifier
         self._on_call = on_call or (lambda _outcome: None)
         self.app = web.Application()
@@ -76,9 +88,7 @@ class HooksServer:
         if self._runner:
             await self._runner.cleanup()
 
-    def _guard(
-        self, handler: Callable[[web.Request, PodRef, int], Awaitable[web.Response]]
-    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+    def _guard(self, handler: Handler) -> Callable[[web.Request], Awaitable[web.Response]]:
         async def guarded(request: web.Request) -> web.Response:
             uid = request.match_info["uid"]
             job_text = request.match_info["job_id"]
@@ -99,45 +109,73 @@ class HooksServer:
                 self._refusals.note(f"{request.path} from {request.remote}: {problem}")
                 self._on_call("unauthenticated")
                 return web.json_response({"error": problem}, status=401)
-            response = await answer(request, uid, job_text)
+            response, outcome, ref = await answer(request, uid, job_text)
+            self._on_call(outcome)
+            if handler == self._terminating and job_text.isdigit():
+                self._note_hold(request, int(job_text), ref, uid, outcome)
             # Only an authenticated call gets a signed answer, and only for that call.
             response.headers["X-Sunk-Answer"] = self._verifier.sign_answer(
                 uid, request.path, headers.get("X-Sunk-Nonce", ""), response.status
             )
             return response
 
-        async def answer(request: web.Request, uid: str, job_text: str) -> web.Response:
+        async def answer(
+            request: web.Request, uid: str, job_text: str
+        ) -> tuple[web.Response, str, PodRef | None]:
             if not job_text.isdigit():
-                self._on_call("bad_request")
-                return web.json_response({"error": "job id must be a number"}, status=400)
+                return (
+                    web.json_response({"error": "job id must be a number"}, status=400),
+                    "bad_request",
+                    None,
+                )
             job_id = int(job_text)
             if not self._target.acting_now():
-                self._on_call("not_leader")
-                return web.json_response({"error": "not the leader; retry"}, status=503)
+                return web.json_response({"error": "not the leader; retry"}, status=503), "not_leader", None
             ref = await self._target.pod_of_job(job_id)
             if ref is None or ref.uid != uid:
                 log.warning("refused a hook call: job %s does not belong to Pod %s", job_id, uid)
-                self._on_call("forbidden")
-                return web.json_response({"error": "this job does not belong to this Pod"}, status=403)
+                refused = web.json_response({"error": "this job does not belong to this Pod"}, status=403)
+                return refused, "forbidden", None
             try:
-                return await handler(request, ref, job_id)
+                response, outcome = await handler(request, ref, job_id)
             except Exception as err:  # the script retries; say why here, once, in one line
                 log.warning("hook call %s failed: %s: %s", request.path, type(err).__name__, err)
-                self._on_call("error")
-                return web.json_response({"error": "the scheduler could not act yet; retry"}, status=503)
+                failed = web.json_response({"error": "the scheduler could not act yet; retry"}, status=503)
+                return failed, "error", ref
+            return response, outcome, ref
 
         return guarded
 
-    async def _started(self, _request: web.Request, ref: PodRef, job_id: int) -> web.Response:
+    async def _started(self, _request: web.Request, ref: PodRef, job_id: int) -> tuple[web.Response, str]:
         await self._target.job_started(ref, job_id)
-        self._on_call("started")
-        return web.json_response({"pod": str(ref)})
+        return web.json_response({"pod": str(ref)}), "started"
 
-    async def _terminating(self, _request: web.Request, ref: PodRef, job_id: int) -> web.Response:
+    async def _terminating(self, _request: web.Request, ref: PodRef, job_id: int) -> tuple[web.Response, str]:
         await self._target.job_terminating(ref, job_id)
         gone = await self._target.wait_pod_gone(ref, job_id, LONG_POLL_S)
-        self._on_call("terminating_gone" if gone else "terminating_wait")
-        return web.json_response({"pod": "gone" if gone else "terminating"}, status=200 if gone else 202)
+        response = web.json_response({"pod": "gone" if gone else "terminating"}, status=200 if gone else 202)
+        return response, "terminating_gone" if gone else "terminating_wait"
+
+    def _note_hold(
+        self, request: web.Request, job_id: int, ref: PodRef | None, uid: str, outcome: str
+    ) -> None:
+        """Tell `Holds` what this terminating call was answered. A "gone" for a caller that
+        already hung up (its curl gave up first) never reached it: it counts as a wait."""
+        answer = _HOLD_ANSWERS.get(outcome, outcome)
+        if answer == "gone" and (request.transport is None or request.transport.is_closing()):
+            answer = "terminating"
+        self._holds.answered(
+            job_id,
+            str(ref) if ref is not None else f"with UID {uid}",
+            answer,
+            lambda: self._target.why_waiting(ref, job_id) if ref is not None else "the job is no Pod's",
+        )
+
+
+Handler = Callable[[web.Request, PodRef, int], Awaitable[tuple[web.Response, str]]]
+# The call's outcome (sunk_hook_calls_total) → its answer as sunk_hook_terminating_wait_seconds
+# labels it.
+_HOLD_ANSWERS = {"terminating_gone": "gone", "terminating_wait": "terminating", "forbidden": "not_its_pod"}
 
 
 class RefusalLog:

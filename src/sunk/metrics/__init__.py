@@ -52,6 +52,14 @@ PENDING_IN_SLURM = Gauge(
     registry=REGISTRY,
 )
 HOOK_CALLS = Counter("sunk_hook_calls_total", "Hooks API calls, by outcome", ["outcome"], registry=REGISTRY)
+HOOK_TERMINATING_WAIT = Histogram(
+    "sunk_hook_terminating_wait_seconds",
+    "Placeholders' terminating calls, by answer (gone, terminating, not_its_pod, not_leader, error): "
+    "how long the job had been asking for its Pod to go when it got this answer",
+    ["answer"],
+    buckets=(0.1, 0.5, 1, 2, 5, 10, 15, 20, 30, 60, 120, 600),
+    registry=REGISTRY,
+)
 LEADER = Gauge("sunk_leader", "1 while this replica holds the leader Lease", registry=REGISTRY)
 TASK_RESTARTS = Counter(
     "sunk_task_restarts_total",

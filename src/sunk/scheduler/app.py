@@ -18,9 +18,9 @@ from typing import Any
 
 from sunk import metrics
 from sunk.config import Config
-from sunk.decide import finished, recorded_job_id
 from sunk.hooks import placeholder_script
 from sunk.hooks.auth import HookCredentials, Verifier
+from sunk.hooks.holds import Holds
 from sunk.hooks.server import HooksServer, PodGoneWaiters
 from sunk.hooks.tls import HooksTLS, hooks_url
 from sunk.kube.client import KubeClient, KubeError
@@ -33,6 +33,7 @@ from sunk.runtime.manager import Manager
 from sunk.runtime.queue import WorkQueue
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.jobs import HookReads, JobIndex, JobPoller
+from sunk.scheduler.pod_gone import PodGone
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.reconciler import Reconciler
 from sunk.scheduler.slurmnodes import SlurmNodeController, SlurmNodePoller
@@ -71,7 +72,10 @@ class Scheduler:
         self.tls: HooksTLS | None = None
         self.verifier = Verifier(secret)
         self.hooks_server = HooksServer(
-            self, self.verifier, on_call=lambda outcome: metrics.HOOK_CALLS.labels(outcome).inc()
+            self,
+            self.verifier,
+            on_call=lambda outcome: metrics.HOOK_CALLS.labels(outcome).inc(),
+            holds=Holds(config.slurm_kill_wait_s),
         )
         self.identity = _identity()
         self.manager = Manager(
@@ -117,6 +121,7 @@ class Scheduler:
             READ_FOR_HOOKS_AT_ONCE,
         )
         self.pods = PodStore(self.pod_informers)
+        self.pod_gone = PodGone(self.pods, self._members, self.gone, config.annotation_prefix)
         # Where placeholders reach the hooks API: set once it listens, its CA on renewal.
         self.hooks = HookCredentials("http://hooks-api-not-started", self.secret)
         # Events name the replica that acted (the Lease's holder identity).
@@ -230,29 +235,19 @@ class Scheduler:
         self.queue.add(f"{ref.namespace}/{ref.name}")
 
     async def wait_pod_gone(self, ref: PodRef, job_id: int, within: float) -> bool:
-        """True once the Pod of the job is gone; for a gang's job (whose script runs for
-        the whole group), once every member is."""
-        members = [(ref, job_id)] + [
+        return await self.pod_gone.wait(ref, job_id, within)
+
+    def why_waiting(self, ref: PodRef, job_id: int) -> str:
+        return self.pod_gone.why_waiting(ref, job_id)
+
+    def _members(self, ref: PodRef, job_id: int) -> list[tuple[PodRef, int]]:
+        """The Pods whose job `job_id` is: its own, and for a gang's job (whose script runs
+        for the whole group) every other member's."""
+        return [(ref, job_id)] + [
             (other, job.job_id)
             for other, job in self.reconciler.gangs.components(job_id)
             if job.job_id != job_id
         ]
-        deadline = time.monotonic() + within
-        for member, member_job in members:
-            key = f"{member.namespace}/{member.name}"
-
-            def still_there(key: str = key, member: PodRef = member, member_job: int = member_job) -> bool:
-                """The Pod may still run something on this job's resources: it exists, has
-                not finished, and has not been given another job since (a rejected placement)."""
-                pod = self.pods.get(key)
-                if pod is None or pod["metadata"].get("uid") != member.uid or finished(pod):
-                    return False
-                recorded = recorded_job_id(pod, self.config.annotation_prefix)
-                return recorded in (None, member_job)
-
-            if not await self.gone.wait(member.uid, still_there, max(0.0, deadline - time.monotonic())):
-                return False
-        return True
 
     def _job_changed(self, ref: PodRef) -> None:
         if self.pods.watches(ref.namespace):

@@ -1,0 +1,77 @@
+"""Whether a placeholder may end: its Pod, and every other member of its gang, no longer
+needs the job's resources (R5.1 to R5.3); and when one still does, why, in words."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from functools import partial
+from typing import Any
+
+from sunk.decide import finished, recorded_job_id
+from sunk.hooks.server import PodGoneWaiters
+from sunk.scheduler.pods import PodStore
+from sunk.translate import PodRef
+
+Json = dict[str, Any]
+# (Pod, its job ID) for every member whose Pod must be gone before job `job_id` may end.
+Members = Callable[[PodRef, int], list[tuple[PodRef, int]]]
+
+
+def holds_job(pod: Json | None, member: PodRef, job_id: int, prefix: str) -> bool:
+    """The Pod may still run something on this job's resources: it exists, has not
+    finished, and has not been given another job since (a rejected placement)."""
+    if pod is None or pod["metadata"].get("uid") != member.uid or finished(pod):
+        return False
+    return recorded_job_id(pod, prefix) in (None, job_id)
+
+
+def why_held(pod: Json) -> str:
+    """What keeps a Pod that holds its job there, as the API server shows it (a predicate
+    of the Pod: "its Pod " + this reads as a sentence)."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    phase = (pod.get("status") or {}).get("phase") or "unknown"
+    node = spec.get("nodeName")
+    where = f" on Node {node}" if node else ""
+    if not meta.get("deletionTimestamp"):
+        return (
+            f"has not been deleted (phase {phase}{where}); the scheduler deletes it once Slurm "
+            "shows its job ending"
+        )
+    finalizers = meta.get("finalizers") or []
+    waiting_on = f"; finalizers {', '.join(finalizers)}" if finalizers else ""
+    return (
+        f"is terminating (phase {phase}{where}, grace period {meta.get('deletionGracePeriodSeconds')} s, "
+        f"to be gone by {meta['deletionTimestamp']}{waiting_on}): its containers have not been "
+        "reported stopped"
+    )
+
+
+class PodGone:
+    def __init__(self, pods: PodStore, members: Members, waiters: PodGoneWaiters, prefix: str) -> None:
+        self._pods = pods
+        self._members = members
+        self._waiters = waiters
+        self._prefix = prefix
+
+    def _holding(self, member: PodRef, job_id: int) -> bool:
+        pod = self._pods.get(f"{member.namespace}/{member.name}")
+        return holds_job(pod, member, job_id, self._prefix)
+
+    async def wait(self, ref: PodRef, job_id: int, within: float) -> bool:
+        """True once no member holds the job, waiting up to `within` seconds for the
+        DELETED events."""
+        deadline = time.monotonic() + within
+        for member, member_job in self._members(ref, job_id):
+            holding = partial(self._holding, member, member_job)
+            if not await self._waiters.wait(member.uid, holding, max(0.0, deadline - time.monotonic())):
+                return False
+        return True
+
+    def why_waiting(self, ref: PodRef, job_id: int) -> str:
+        for member, member_job in self._members(ref, job_id):
+            pod = self._pods.get(f"{member.namespace}/{member.name}")
+            if pod is not None and holds_job(pod, member, member_job, self._prefix):
+                who = "its Pod" if member == ref else f"its gang's member {member}"
+                return f"{who} {why_held(pod)}"
+        return "no Pod holds it any more: the next call is answered gone"

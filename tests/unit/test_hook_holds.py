@@ -1,0 +1,136 @@
+"""Issue #39: a placeholder holding its node until its Pod is gone is visible. How long each
+hold waited, by answer; a hold past half of KillWait is logged with its Pod, its job and why
+the Pod is still there; a placeholder asking again after "gone" is logged as not having
+taken the answer."""
+
+from __future__ import annotations
+
+import asyncio
+from typing import Any
+
+import pytest
+
+from sunk.hooks.holds import LOG_EVERY_S, Holds
+from sunk.hooks.server import PodGoneWaiters
+from sunk.metrics import REGISTRY
+from sunk.scheduler.pod_gone import PodGone
+from sunk.scheduler.pods import PodStore
+from sunk.testing.fakes import MemoryCache
+from sunk.translate import PodRef
+
+PREFIX = "sunk.coreweave.com/"
+POD = PodRef("team-a", "infer-1", "uid-1")
+MEMBER = PodRef("team-a", "infer-2", "uid-2")
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+def pod(ref: PodRef, job_id: int, **meta: Any) -> dict[str, Any]:
+    return {
+        "metadata": {
+            "namespace": ref.namespace,
+            "name": ref.name,
+            "uid": ref.uid,
+            "annotations": {PREFIX + "job-id": str(job_id)},
+            **meta,
+        },
+        "spec": {"nodeName": "node-2"},
+        "status": {"phase": "Running"},
+    }
+
+
+def waited(answer: str) -> tuple[float, float]:
+    """(calls, seconds waited in all) observed for `answer` so far."""
+    labels = {"answer": answer}
+    count = REGISTRY.get_sample_value("sunk_hook_terminating_wait_seconds_count", labels) or 0.0
+    total = REGISTRY.get_sample_value("sunk_hook_terminating_wait_seconds_sum", labels) or 0.0
+    return count, total
+
+
+def warnings(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+
+
+def test_each_answer_is_observed_with_how_long_its_job_had_been_asking() -> None:
+    clock = Clock()
+    holds = Holds(kill_wait_s=30, clock=clock)
+    calls_before, seconds_before = waited("gone")
+    holds.answered(41, str(POD), "terminating", lambda: "")
+    clock.now += 8
+    holds.answered(41, str(POD), "gone", lambda: "")
+    calls, seconds = waited("gone")
+    assert (calls - calls_before, seconds - seconds_before) == (1, 8)
+
+
+def test_a_hold_past_half_of_killwait_is_logged_with_its_pod_job_and_why(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock()
+    holds = Holds(kill_wait_s=30, clock=clock)
+    with caplog.at_level("WARNING", logger="sunk.hooks.holds"):
+        holds.answered(42, str(POD), "terminating", lambda: "it is terminating")
+        clock.now += 14
+        holds.answered(42, str(POD), "terminating", lambda: "it is terminating")
+        assert warnings(caplog) == []  # under half of KillWait: a Pod may take that long
+        clock.now += 2
+        holds.answered(42, str(POD), "terminating", lambda: "it is terminating (grace period 60 s)")
+        clock.now += 1
+        holds.answered(42, str(POD), "terminating", lambda: "it is terminating (grace period 60 s)")
+    [line] = warnings(caplog)  # throttled: one line per LOG_EVERY_S
+    assert "Slurm job 42 has waited 16 s (KillWait 30 s) for Pod team-a/infer-1 to go" in line
+    assert "it is terminating (grace period 60 s)" in line
+
+
+def test_a_placeholder_asking_again_after_gone_is_logged_as_not_taking_the_answer(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    clock = Clock()
+    holds = Holds(kill_wait_s=30, clock=clock)
+    with caplog.at_level("WARNING", logger="sunk.hooks.holds"):
+        holds.answered(43, str(POD), "gone", lambda: "")
+        assert warnings(caplog) == []
+        clock.now += 0.5
+        holds.answered(43, str(POD), "gone", lambda: "")
+        clock.now += LOG_EVERY_S / 2
+        holds.answered(43, str(POD), "gone", lambda: "")
+    [line] = warnings(caplog)
+    assert "Slurm job 43 (Pod team-a/infer-1) asked again 0.5 s after it was told its Pod is gone" in line
+
+
+def test_why_a_terminating_pod_holds_its_job_names_its_grace_period_and_finalizers() -> None:
+    terminating = pod(
+        POD,
+        7,
+        deletionTimestamp="2026-11-27T11:59:13Z",
+        deletionGracePeriodSeconds=30,
+        finalizers=["example.com/cleanup"],
+    )
+    gone = PodGone(
+        PodStore({"": MemoryCache([terminating])}), lambda r, j: [(r, j)], PodGoneWaiters(), PREFIX
+    )
+    why = gone.why_waiting(POD, 7)
+    assert why.startswith("its Pod is terminating (phase Running on Node node-2, grace period 30 s")
+    assert "finalizers example.com/cleanup" in why
+
+
+def test_why_a_gang_job_is_held_names_the_member_still_there() -> None:
+    cache = MemoryCache([pod(MEMBER, 8)])  # the script's own Pod is gone, another member is not
+    gone = PodGone(PodStore({"": cache}), lambda r, j: [(r, j), (MEMBER, 8)], PodGoneWaiters(), PREFIX)
+    why = gone.why_waiting(POD, 7)
+    assert why.startswith("its gang's member team-a/infer-2 has not been deleted (phase Running")
+    assert not asyncio.run(gone.wait(POD, 7, within=0))
+
+
+def test_a_pod_given_another_job_no_longer_holds_this_one() -> None:
+    """A rejected placement: the Pod names its new job, so the old job's script may end."""
+    gone = PodGone(
+        PodStore({"": MemoryCache([pod(POD, 26)])}), lambda r, j: [(r, j)], PodGoneWaiters(), PREFIX
+    )
+    assert asyncio.run(gone.wait(POD, 22, within=0))
+    assert not asyncio.run(gone.wait(POD, 26, within=0))
