@@ -592,7 +592,7 @@ def test_r10_3_both_upgrade_checks_run_so_kubectl_logs_all_containers_shows_eith
     (PodInitializing) and `kubectl logs job/... --all-containers` failed instead of showing it."""
     job = named(render(slurm_chart, helm, values=PARTITIONS), "Job", "r1-partition-check")
     assert "initContainers" not in pod_spec(job)
-    assert [c["name"] for c in pod_spec(job)["containers"]] == ["parse", "check"]
+    assert [c["name"] for c in pod_spec(job)["containers"]] == ["check", "parse"]
     assert pod_spec(job)["restartPolicy"] == "Never" and job["spec"]["backoffLimit"] == 0
 
 
