@@ -9,9 +9,11 @@ per job, from its first `terminating` call:
   the job had been asking when it got it (the count by answer is the histogram's count);
 - a job still asking after half of KillWait is logged, at most once per LOG_EVERY_S, with
   its Pod and why the Pod is still there;
-- a job that asks again after it was told its Pod is gone is logged too: the script did
-  not take that answer (an answer altered on the way, a key that does not match its Pod,
-  a script broken off while checking it) and will drain its node at KillWait.
+- a job that asks again after it was told twice that its Pod is gone is logged too: the
+  script did not take those answers (an answer altered on the way, a key that does not
+  match its Pod, a script broken off while checking it) and will drain its node at
+  KillWait. Once is not enough: Slurm's SIGTERM often kills the call in flight just as its
+  "gone" answer comes back, and the script then asks once more.
 """
 
 from __future__ import annotations
@@ -34,6 +36,7 @@ class _Hold:
     first_call: float
     last_call: float
     told_gone_at: float | None = None
+    times_told_gone: int = 0
     logged_at: float | None = None
 
 
@@ -56,14 +59,16 @@ class Holds:
         hold.last_call = now
         waited = now - hold.first_call
         metrics.HOOK_TERMINATING_WAIT.labels(answer).observe(waited)
-        if hold.told_gone_at is not None and self._may_log(hold, now):
+        if hold.told_gone_at is not None and hold.times_told_gone >= 2 and self._may_log(hold, now):
             log.warning(
-                "the placeholder of Slurm job %s (Pod %s) asked again %.1f s after it was told its Pod "
-                "is gone: it did not take the answer (changed on the way, a key that does not match "
-                "its Pod, or a script broken off while checking it); it will drain its node at KillWait",
+                "the placeholder of Slurm job %s (Pod %s) asks again %.1f s after it was first told its "
+                "Pod is gone (%d such answers): it does not take them (changed on the way, a key that "
+                "does not match its Pod, or a script broken off while checking one); it will drain its "
+                "node at KillWait",
                 job_id,
                 pod,
                 now - hold.told_gone_at,
+                hold.times_told_gone,
             )
         elif answer != "gone" and waited > self._kill_wait_s / 2 and self._may_log(hold, now):
             log.warning(
@@ -76,8 +81,10 @@ class Holds:
                 answer,
                 why(),
             )
-        if answer in ("gone", "not_its_pod") and hold.told_gone_at is None:
-            hold.told_gone_at = now
+        if answer in ("gone", "not_its_pod"):
+            hold.times_told_gone += 1
+            if hold.told_gone_at is None:
+                hold.told_gone_at = now
 
     def _may_log(self, hold: _Hold, now: float) -> bool:
         if hold.logged_at is not None and now - hold.logged_at < LOG_EVERY_S:
