@@ -47,7 +47,7 @@ def test_r5_5_a_pods_token_is_accepted_for_that_pod_only() -> None:
     assert verifier.check_token("uid-1", pod_token(SECRET, "uid-1")) is None
     assert verifier.check_token("uid-1", pod_token(SECRET, "uid-2")) == "bad token"
     assert verifier.check_token("uid-1", pod_key(SECRET, "uid-1")) == "bad token"  # the key is not a token
-    assert verifier.check_token("uid-1", "") == "bad token"
+    assert verifier.check_token("uid-1", "") == "malformed token"
 
 
 def test_r5_5_a_replayed_call_is_refused() -> None:

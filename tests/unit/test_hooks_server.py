@@ -96,3 +96,35 @@ async def test_r5_5_a_token_for_the_pod_does_not_reach_another_pods_job(
     headers = {"X-Sunk-Token": pod_token(SECRET, "uid-2"), "X-Sunk-Nonce": "n"}
     response = await client.post("/v1/pods/uid-2/jobs/7/started", headers=headers)
     assert response.status == 403 and target.started == []
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {"X-Sunk-Token": "é" * 64, "X-Sunk-Nonce": "n"},
+        {"X-Sunk-Token": pod_token(SECRET, "uid-1"), "X-Sunk-Nonce": "né"},
+        {"X-Sunk-Timestamp": "nan", "X-Sunk-Nonce": "n", "X-Sunk-Signature": "0" * 64},
+        {"X-Sunk-Timestamp": "1e999", "X-Sunk-Nonce": "n", "X-Sunk-Signature": "0" * 64},
+        {"X-Sunk-Timestamp": str(time.time()), "X-Sunk-Nonce": "n", "X-Sunk-Signature": "é" * 64},
+    ],
+    ids=["non-ascii-token", "non-ascii-nonce", "nan-timestamp", "infinite-timestamp", "non-ascii-signature"],
+)
+async def test_r12_2_a_malformed_call_is_refused_with_a_401_and_no_traceback(
+    served: tuple[TestClient, Target], headers: dict[str, str], caplog: pytest.LogCaptureFixture
+) -> None:
+    """Before issue #38, a non-ASCII token or signature made the comparison raise: a 500
+    and a traceback at ERROR on every call, past the refusal log's throttle; a `nan`
+    timestamp passed the time window."""
+    client, target = served
+    with caplog.at_level("WARNING"):
+        response = await client.post(PATH, headers=headers)
+    assert response.status == 401 and target.started == []
+    assert "malformed" in (await response.json())["error"]
+    assert not [r for r in caplog.records if r.levelname == "ERROR" or r.exc_info]
+
+
+async def test_r12_2_a_call_for_a_malformed_pod_uid_is_refused(served: tuple[TestClient, Target]) -> None:
+    client, target = served
+    headers = {"X-Sunk-Token": pod_token(SECRET, "uid 1"), "X-Sunk-Nonce": "n"}
+    response = await client.post("/v1/pods/uid%201/jobs/7/started", headers=headers)
+    assert response.status == 401 and target.started == []

@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import math
 import time
 from dataclasses import dataclass, field
 
@@ -88,6 +89,8 @@ class Verifier:
 
     def check_token(self, pod_uid: str, token: str) -> str | None:
         """None if `token` is the Pod's; otherwise why the call is refused."""
+        if not _hex(token):
+            return "malformed token"
         if not hmac.compare_digest(pod_token(self._secret, pod_uid), token):
             return "bad token"
         return None
@@ -100,6 +103,10 @@ class Verifier:
             sent = float(timestamp)
         except ValueError:
             return "malformed timestamp"
+        if not math.isfinite(sent):  # NaN compares false with everything: no window holds it
+            return "malformed timestamp"
+        if not _hex(sig):
+            return "malformed signature"
         now = time.time()
         if abs(now - sent) > MAX_SKEW_S:
             return "timestamp outside the accepted window"
@@ -117,3 +124,9 @@ class Verifier:
             return "replayed nonce"
         self._seen[nonce] = now + 2 * MAX_SKEW_S
         return None
+
+
+def _hex(text: str) -> bool:
+    """Tokens and signatures are lowercase hex digests; anything else (empty, non-ASCII, of
+    another length) is refused before it reaches a comparison that would fail on it."""
+    return len(text) == 64 and all(c in "0123456789abcdef" for c in text)

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import re
 import ssl
 import time
 from collections.abc import Awaitable, Callable
@@ -93,18 +94,7 @@ class HooksServer:
             uid = request.match_info["uid"]
             job_text = request.match_info["job_id"]
             headers = request.headers
-            token = headers.get("X-Sunk-Token")
-            if token is not None:
-                problem = self._verifier.check_token(uid, token)
-            else:
-                problem = self._verifier.check(
-                    uid,
-                    request.method,
-                    request.path,
-                    headers.get("X-Sunk-Timestamp", ""),
-                    headers.get("X-Sunk-Nonce", ""),
-                    headers.get("X-Sunk-Signature", ""),
-                )
+            problem = self._authenticate(request, uid)
             if problem is not None:
                 self._refusals.note(f"{request.path} from {request.remote}: {problem}")
                 self._on_call("unauthenticated")
@@ -146,6 +136,30 @@ class HooksServer:
 
         return guarded
 
+    def _authenticate(self, request: web.Request, uid: str) -> str | None:
+        """None for a call with the Pod's token or signature; otherwise why not. Whatever a
+        caller sends, the answer is a refusal, never an error: a malformed header must
+        not reach the log as a traceback on every call, past the refusal log's throttle."""
+        headers = request.headers
+        if not _PLAIN.fullmatch(uid):
+            return "malformed Pod UID"
+        if not _PLAIN.fullmatch(headers.get("X-Sunk-Nonce", "x")):
+            return "malformed nonce"  # the answer is signed over it: it must encode as it is
+        token = headers.get("X-Sunk-Token")
+        try:
+            if token is not None:
+                return self._verifier.check_token(uid, token)
+            return self._verifier.check(
+                uid,
+                request.method,
+                request.path,
+                headers.get("X-Sunk-Timestamp", ""),
+                headers.get("X-Sunk-Nonce", ""),
+                headers.get("X-Sunk-Signature", ""),
+            )
+        except (ValueError, TypeError, UnicodeError) as err:
+            return f"malformed credentials ({type(err).__name__})"
+
     async def _started(self, _request: web.Request, ref: PodRef, job_id: int) -> tuple[web.Response, str]:
         await self._target.job_started(ref, job_id)
         return web.json_response({"pod": str(ref)}), "started"
@@ -172,6 +186,9 @@ class HooksServer:
         )
 
 
+# What a Pod UID and a nonce may hold: what placeholders send, and nothing that would not
+# encode the same way on both ends of a signature.
+_PLAIN = re.compile(r"[A-Za-z0-9._-]{1,128}")
 Handler = Callable[[web.Request, PodRef, int], Awaitable[tuple[web.Response, str]]]
 # The call's outcome (sunk_hook_calls_total) → its answer as sunk_hook_terminating_wait_seconds
 # labels it.
