@@ -121,6 +121,24 @@ def test_r10_1_helm_install_gives_a_nodeset_of_idle_slurm_nodes_that_kubectl_sho
     ]
 
 
+def test_r10_1_the_secrets_hook_jobs_and_their_pods_are_gone_once_they_succeeded(
+    platform: Platform, kube: AdminKube
+) -> None:
+    """Issue #32: `helm uninstall` leaves hook objects, so these stayed for good."""
+    hooks = ("slurm-secrets", "slurm-sunk-scheduler-hooks-secret")
+
+    def left() -> list[str]:
+        jobs = kube.get(f"/apis/batch/v1/namespaces/{NAMESPACE}/jobs")["items"]
+        pods = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+        return [f"Job {j['metadata']['name']}" for j in jobs if j["metadata"]["name"] in hooks] + [
+            f"Pod {p['metadata']['name']}"
+            for p in pods
+            if (p["metadata"].get("labels") or {}).get("job-name") in hooks
+        ]
+
+    wait_for(lambda: not left() or None, timeout=60, what=f"no hook Job or Pod left (left: {left()})")
+
+
 def test_r10_1_sinfo_from_the_login_pod_lists_the_nodeset(platform: Platform) -> None:
     lines = logged_in(platform, "sinfo -h -o '%P %D %t'").splitlines()
     assert lines == ["main* 3 idle", "extra 3 idle"]
@@ -222,8 +240,13 @@ def test_r10_3_an_upgrade_slurms_parser_refuses_is_stopped_and_changes_nothing(
     wrong = {"slurm": {"partitions": [*PARTITIONS, {"name": "third"}], "extraConf": {"MaxJobCont": "5000"}}}
     result = platform.upgrade(wrong, check=False)
     assert result.returncode != 0
-    said = platform.kubectl("logs", "job/slurm-partition-check", "-c", "parse").stdout
+    # The documented way: both containers' logs (issue #32: `check` waited in PodInitializing
+    # and this failed), with the line of slurm.conf that sets the key Slurm did not know.
+    shown = platform.kubectl("logs", "job/slurm-partition-check", "--all-containers")
+    said = shown.stdout
+    assert shown.returncode == 0, shown.stderr
     assert "MaxJobCont" in said and "refused by Slurm's parser" in said, said
+    assert re.search(r"slurm\.conf line \d+: MaxJobCont is set here: MaxJobCont=5000", said), said
     assert slurm_config(kube)["data"] == before
     assert "PartitionName=third" in logged_in(platform, "scontrol show partition third")
 
@@ -237,7 +260,7 @@ def test_r10_3_an_upgrade_dropping_a_partition_jobs_still_use_is_refused_naming_
         result = platform.upgrade({"slurm": {"partitions": keep}}, check=False)
         assert result.returncode != 0
         assert "partition-check" in result.stderr, result.stderr
-        said = platform.kubectl("logs", "job/slurm-partition-check").stdout
+        said = platform.kubectl("logs", "job/slurm-partition-check", "--all-containers").stdout
         assert re.search(rf"\bextra\b.*\b{job}\b", said), said
         assert "PartitionName=extra" in logged_in(platform, "scontrol show partition extra")
     finally:
@@ -338,8 +361,10 @@ def slurm_reasons(platform: Platform) -> dict[str, str]:
     return dict(line.split("|", 1) for line in lines if "|" in line)
 
 
-def job_on(platform: Platform, member: str, seconds: int) -> str:
-    job = logged_in(platform, f"sbatch --parsable -w {member} -c1 --mem=64 --wrap 'sleep {seconds}'").strip()
+def job_on(platform: Platform, member: str, seconds: int, options: str = "") -> str:
+    job = logged_in(
+        platform, f"sbatch --parsable -w {member} -c1 --mem=64 {options} --wrap 'sleep {seconds}'"
+    ).strip()
     wait_for(
         lambda: logged_in(platform, f"squeue -h -j {job} -o %T").strip() == "RUNNING" or None,
         timeout=60,
@@ -429,6 +454,36 @@ def test_r10_5_scaling_in_drains_a_busy_member_and_removes_it_only_after_its_job
     FIGURES["busy member: drain -> Pod gone (s, incl. the job's rest)"] = pod_gone - drained_at
     FIGURES["busy member: Pod gone -> record gone (s)"] = time.monotonic() - pod_gone
     assert sacct_state(platform, job) == "COMPLETED"
+    back_to_three(platform, kube)
+
+
+def draining_events(kube: AdminKube) -> dict[str, str]:
+    """Event name -> note, for every DrainingMember Event (one per drain the operator made)."""
+    events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")["items"]
+    return {e["metadata"]["name"]: e.get("note", "") for e in events if e.get("reason") == "DrainingMember"}
+
+
+def test_r10_5_a_scale_in_right_after_jobs_start_drains_the_idle_member_and_one_busy_one(
+    platform: Platform, kube: AdminKube
+) -> None:
+    """Issue #32: jobs start on two members and the NodeSet is scaled to one at once, before
+    the operator's periodic listing can show them. Exactly two drains: the idle member and
+    the busy member whose time limit ends first; none is lifted, the other is never drained."""
+    by_node = {pod["spec"]["nodeName"]: name for name, pod in members(kube).items()}
+    soon, late, idle = by_node["real-1"], by_node["real-2"], by_node["real-3"]
+    before = set(draining_events(kube))
+    short = job_on(platform, soon, 20, "-t 1")  # its end is due first
+    long = job_on(platform, late, 600, "-t 20")
+    scale(platform, 1)
+    try:
+        wait_members(platform, kube, [soon, late], f"the idle member {idle} to go")
+        wait_members(platform, kube, [late], f"{soon} to go after its job", timeout=180)
+        drained = {n: note for n, note in draining_events(kube).items() if n not in before}
+        assert sorted(note.split()[2] for note in drained.values()) == sorted([soon, idle]), drained
+        assert late not in slurm_reasons(platform)
+        assert sacct_state(platform, short) == "COMPLETED"
+    finally:
+        logged_in(platform, f"scancel {long}")
     back_to_three(platform, kube)
 
 
