@@ -380,7 +380,16 @@ def test_binding_checks_slurms_own_view_of_the_node(state: SlurmNode | None, pro
 
 def test_r5_3_a_node_in_use_gets_no_drain_notice() -> None:
     assert decide.drain_notice(node(flags=()), "s") is None
-    assert decide.drain_notice(node(state="down", flags=()), "s") is None  # down is not a drain
+
+
+def test_r5_3_a_node_slurm_set_down_as_not_responding_is_told_like_a_drain() -> None:
+    notice = decide.drain_notice(node(state="down", flags=("NOT_RESPONDING",), reason="Not responding"), "s")
+    assert notice is not None and notice.pod is None
+    assert "sn-1 is down (Not responding)" in notice.note and notice.name.startswith("sn-1.drained.")
+
+
+def test_r5_3_a_down_node_with_no_reason_gets_no_notice() -> None:
+    assert decide.drain_notice(node(state="down", flags=(), reason=""), "s") is None
 
 
 def test_r5_3_a_drain_for_a_pod_past_killwait_is_told_on_that_pod() -> None:

@@ -3,10 +3,13 @@ cordons (R9.4) and one Event per drain (R5.3), with every write failing once."""
 
 from __future__ import annotations
 
+import time
+from typing import Any
+
 from sunk.decide import cordon_drain_reason, kill_wait_drain_reason
 from sunk.kube.client import KubeError
 from sunk.slurm.errors import SlurmUnavailable
-from sunk.testing.scheduler import World, pod
+from sunk.testing.scheduler import PREFIX, World, pod
 from sunk.translate import PodRef
 
 
@@ -15,6 +18,32 @@ def drained_by_admin(world: World, slurm_node: str = "sn-1") -> None:
     raw["state"] = ["IDLE", "DRAIN"]
     raw["reason"] = "bad DIMM"
     raw["reason_changed_at"] = 1_800_000_000
+
+
+def taken_out_by_slurm(
+    world: World, reason: str = "Duplicate jobid", state: tuple[str, ...] = ("IDLE", "DRAIN")
+) -> None:
+    """Slurm itself takes sn-1 out of use, now, with `reason`."""
+    raw = world.slurm.raw_nodes["sn-1"]
+    raw["state"] = list(state)
+    raw["reason"] = reason
+    raw["reason_changed_at"] = int(time.time())
+
+
+async def running_on_sn_1() -> tuple[World, str]:
+    """A Pod bound to n1, its job 100 running on Slurm node sn-1."""
+    world = World()
+    world.add_node("n1", slurm_node="sn-1")
+    key = world.create(pod())
+    await world.reconcile(key)
+    world.slurm.start(100, "sn-1")
+    await world.reconcile(key)
+    assert world.pod(key)["spec"]["nodeName"] == "n1"
+    return world, key
+
+
+def pod_drain_events(world: World) -> list[dict[str, Any]]:
+    return [e for e in world.kube.events if e["reason"] == "NodeDrained" and e["regarding"]["kind"] == "Pod"]
 
 
 async def test_r9_4_a_cordoned_node_is_drained_with_a_reason_naming_it() -> None:
@@ -149,3 +178,77 @@ async def test_r9_4_a_drain_an_administrator_made_since_the_listing_is_never_ove
     await world.node_controller.reconcile("sn-1")
     assert not [c for c in world.slurm.calls if c[0] == "drain"]
     assert world.slurm.raw_nodes["sn-1"]["reason"] == "bad DIMM"
+
+
+async def test_r5_3_a_drain_slurm_made_while_the_scheduler_was_down_is_explained_once_on_its_pod() -> None:
+    """Was: Slurm's own drains were told only on the Node, so the Pod whose job Slurm killed
+    for a "Duplicate jobid" said only that its job was cancelled."""
+    world, _ = await running_on_sn_1()
+    world.slurm.end(100)  # while the scheduler is down, Slurm kills job 100 and drains sn-1
+    taken_out_by_slurm(world)
+    restarted = world.restarted()
+    await restarted.list_jobs()
+    await restarted.reconcile_nodes()
+    await restarted.reconcile_nodes()
+    (event,) = pod_drain_events(world)
+    assert event["regarding"]["name"] == "web" and event["regarding"]["uid"] == "uid-web"
+    assert "Duplicate jobid" in event["note"] and "job 100" in event["note"] and "sn-1" in event["note"]
+
+
+async def test_r5_3_a_pod_whose_job_still_runs_on_a_node_slurm_drained_is_told() -> None:
+    world, _ = await running_on_sn_1()
+    taken_out_by_slurm(world, "Kill task failed")
+    await world.list_jobs()
+    await world.reconcile_nodes()
+    (event,) = pod_drain_events(world)
+    assert "Kill task failed" in event["note"] and "job 100 runs" in event["note"]
+
+
+async def test_r5_3_a_pod_whose_job_ended_before_the_drain_is_not_told() -> None:
+    world, _ = await running_on_sn_1()
+    world.slurm.end(100)
+    world.slurm.raw_jobs[100]["end_time"] = {"set": True, "number": int(time.time()) - 60}
+    taken_out_by_slurm(world)
+    await world.list_jobs()
+    await world.reconcile_nodes()
+    assert pod_drain_events(world) == []
+
+
+async def test_r5_3_a_restarted_scheduler_does_not_tell_a_pod_again_of_a_drain_told_before() -> None:
+    """Even once the API server has dropped that Event (Events last an hour, drains may last
+    days), so its name alone can no longer refuse a second one: the Pod says it was told."""
+    world, key = await running_on_sn_1()
+    taken_out_by_slurm(world, "Prolog error")
+    await world.list_jobs()
+    await world.reconcile_nodes()
+    assert len(pod_drain_events(world)) == 1
+    world.kube.events.clear()
+    restarted = world.restarted()
+    await restarted.list_jobs()
+    await restarted.reconcile_nodes()
+    assert pod_drain_events(world) == []
+    assert world.pod(key)["metadata"]["annotations"][PREFIX + "drain-explained"].startswith("web.drained.")
+
+
+async def test_r5_3_a_pod_that_cannot_be_marked_yet_is_marked_later_with_one_event() -> None:
+    world, key = await running_on_sn_1()
+    taken_out_by_slurm(world)
+    await world.list_jobs()
+    world.kube.fail("patch_pod")
+    outcomes = await world.reconcile_nodes()
+    assert outcomes["sn-1"].requeue_after is not None
+    await world.reconcile_nodes()
+    assert len(pod_drain_events(world)) == 1
+    assert PREFIX + "drain-explained" in world.pod(key)["metadata"]["annotations"]
+
+
+async def test_r5_3_a_node_slurm_set_down_as_not_responding_is_explained_on_the_node_and_its_pods() -> None:
+    """Was: only drains were explained; a node Slurm set DOWN got no Event at all."""
+    world, _ = await running_on_sn_1()
+    world.slurm.end(100, "NODE_FAIL")
+    taken_out_by_slurm(world, "Not responding", state=("DOWN", "NOT_RESPONDING"))
+    await world.list_jobs()
+    await world.reconcile_nodes()
+    notes = {e["regarding"]["kind"]: e["note"] for e in world.kube.events if e["reason"] == "NodeDrained"}
+    assert "sn-1 is down (Not responding)" in notes["Node"]
+    assert "job 100 ran" in notes["Pod"]

@@ -11,7 +11,7 @@ The questions answered:
 - `placement_problem`: before a submit, can any Slurm node host the Pod at all?
 - `slurm_node_problem`: at bind time, does Slurm's own view rule the node out?
 - `drain_due`: a bound Pod outlives its ending job; when must its node be drained?
-- `drain_notice`: a Slurm node is drained; what Event explains it, on which object?
+- `drain_notice`: a Slurm node is drained (or down); what Event explains it, on which object?
 - `group_bind`: a gang's job runs; may its members be bound, all of them?
 - `pack`: --placement=pack; which nodes should a new job leave out?
 """
@@ -410,19 +410,35 @@ def kill_wait_drain_reason(ref: PodRef, job_id: int) -> str:
 class DrainNotice:
     """The Event that explains one drain. `pod` is (namespace, name) when a Pod outliving
     KillWait caused it (the Event goes on that Pod), else None (it goes on the Node hosting
-    the Slurm node). `name` is the same for one drain whoever sees it, so a restarted
-    scheduler, or a second look, records nothing new."""
+    the Slurm node, and on the Pods whose jobs it took: see `pod_drain_note`). `name` is the
+    same for one drain whoever sees it, so a restarted scheduler, or a second look, records
+    nothing new; `drain_id` is its part that names the drain, for the Pods' Events."""
 
     name: str
     pod: tuple[str, str] | None
     note: str
+    drain_id: str = ""
+    state: str = "drained"  # or "down": how the notes say the node was taken out of use
+
+
+def out_of_use(node: SlurmNode) -> str | None:
+    """How `node` is out of use: "drained" (drained or draining, by an administrator, sunk,
+    or Slurm itself: "Duplicate jobid", "Kill task failed", "Prolog error"), "down" (DOWN or
+    FAIL with a reason: Slurm's "Not responding", or an administrator's), else None."""
+    if node.drained:
+        return "drained"
+    words = {node.state.upper(), *(f.upper() for f in node.flags)}
+    if words & {"DOWN", "FAIL"} and node.reason:
+        return "down"
+    return None
 
 
 def drain_notice(node: SlurmNode, scheduler: str) -> DrainNotice | None:
     """R5.3: every drain gets an Event from the scheduler, whoever made it: sunk itself, its
     placeholder script, an administrator, or Slurm (e.g. "Duplicate jobid" after slurmctld
-    lost state)."""
-    if not node.drained:
+    lost state, or a node set DOWN as "Not responding")."""
+    state = out_of_use(node)
+    if state is None:
         return None
     digest = hashlib.sha256(f"{scheduler}|{node.name}|{node.reason}|{node.reason_changed_at}".encode())
     suffix = digest.hexdigest()[:16]
@@ -436,13 +452,28 @@ def drain_notice(node: SlurmNode, scheduler: str) -> DrainNotice | None:
                 f"Slurm node {node.name} was drained: this Pod still ran when job {ours['job']} reached "
                 f"KillWait, so Slurm could not be trusted to free it; once the node is checked: {resume}"
             ),
+            drain_id=suffix,
         )
     base = re.sub(r"[^a-z0-9.-]", "-", node.name.lower()).strip(".-") or "node"
     return DrainNotice(
         name=f"{base}.drained.{suffix}",
         pod=None,
         note=(
-            f"Slurm node {node.name} is drained ({node.reason or 'no reason given'}); no Pod is placed "
+            f"Slurm node {node.name} is {state} ({node.reason or 'no reason given'}); no Pod is placed "
             f"there until it is resumed: {resume}"
         ),
+        drain_id=suffix,
+        state=state,
+    )
+
+
+def pod_drain_note(node: SlurmNode, notice: DrainNotice, job: SlurmJob) -> str:
+    """The note on a Pod whose job `job` was on `node` when Slurm (or an administrator) took
+    the node out of use: the Pod's own history then says why its job ended or its node
+    takes no more work."""
+    was = "runs" if job.active else "ran"
+    return (
+        f"Slurm node {node.name}, where this Pod's job {job.job_id} {was}, is {notice.state} "
+        f"({node.reason or 'no reason given'}); no Pod is placed there until it is resumed: "
+        f"scontrol update nodename={node.name} state=resume"
     )

@@ -146,10 +146,13 @@ class Scheduler:
         self.node_queue = WorkQueue()
         self.slurm_nodes = SlurmNodeController(
             slurm=slurm,
+            kube=kube,
             cluster=self.cluster,
             pods=self.pods,
+            index=self.index,
             recorder=recorder,
             scheduler=config.scheduler_name,
+            prefix=config.annotation_prefix,
             drain_cordoned=config.drain_cordoned_nodes,
             watched=frozenset(namespaces),
         )

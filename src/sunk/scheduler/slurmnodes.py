@@ -15,12 +15,23 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from sunk.decide.slurm_node import Drain, Explain, Resume, SlurmNodeFacts, for_slurm_node
+from sunk.decide import out_of_use
+from sunk.decide.slurm_node import (
+    Drain,
+    Explain,
+    JobOnNode,
+    Resume,
+    SlurmNodeFacts,
+    event_key,
+    for_slurm_node,
+)
 from sunk.kube import events as ev
+from sunk.kube.client import KubeError
 from sunk.runtime.controller import DONE, Outcome, after
-from sunk.runtime.ports import SlurmPort
+from sunk.runtime.ports import KubePort, SlurmPort
 from sunk.runtime.queue import WorkQueue
 from sunk.scheduler.cluster import ClusterView
+from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.pods import PodStore
 from sunk.slurm.errors import SlurmError
 
@@ -70,29 +81,51 @@ class SlurmNodePoller:
 
 
 class SlurmNodeController:
+    """Drains that follow cordons, and the Events that explain every drain.
+
+    Whether a drain was explained already is read from state that outlives this process,
+    so a restarted scheduler neither misses a drain made while it was down nor explains
+    one twice, without asking the API server anything more than before:
+
+    - on a Pod, its `drain-explained` annotation names the last drain Event recorded on it
+      (written right after the Event). The Pod cache holds it, so reading it costs nothing,
+      and unlike the Event it does not expire (the API server drops Events after an hour,
+      while a drain may last days);
+    - on a Node (which this scheduler may not write) and on a Pod already gone, the
+      Event's name, derived from the drain: recording it again is refused by name.
+
+    What this process recorded is also kept in memory (`_explained`), so a cache that has
+    not yet shown the annotation never costs a second write.
+    """
+
     name = "slurm-nodes"
 
     def __init__(
         self,
         *,
         slurm: SlurmPort,
+        kube: KubePort,
         cluster: ClusterView,
         pods: PodStore,
+        index: JobIndex,
         recorder: ev.Recorder,
         scheduler: str,
+        prefix: str,
         drain_cordoned: bool,
         watched: frozenset[str],
     ) -> None:
         self.slurm = slurm
+        self.kube = kube
         self.cluster = cluster
         self.pods = pods
+        self.index = index
         self.recorder = recorder
         self.scheduler = scheduler
+        self.mark_key = prefix + "drain-explained"
         self.drain_cordoned = drain_cordoned
         self.watched = watched
-        # Slurm node → the drain Event this process recorded for it (its unique name): the
-        # Event is not written twice; a restart writing it again is refused by name.
-        self._explained: dict[str, str] = {}
+        # Slurm node → (the drain in force, the Events recorded for it: namespace/name).
+        self._explained: dict[str, tuple[str, frozenset[str]]] = {}
 
     def forget(self, names: set[str]) -> None:
         """Slurm no longer lists these nodes."""
@@ -113,7 +146,20 @@ class SlurmNodeController:
             drain_cordoned=self.drain_cordoned,
             watched=self.watched,
             explained=self._explained.get(name),
+            jobs=self._jobs_on(name) if out_of_use(node) else (),
         )
+
+    def _jobs_on(self, name: str) -> tuple[JobOnNode, ...]:
+        found = []
+        for ref, job in self.index.items():
+            if name not in job.nodes:
+                continue
+            pod = self.pods.get(f"{ref.namespace}/{ref.name}")
+            meta = (pod or {}).get("metadata") or {}
+            present = pod is not None and meta.get("uid") == ref.uid
+            marked = (meta.get("annotations") or {}).get(self.mark_key) if present else None
+            found.append(JobOnNode(ref, job, present, marked))
+        return tuple(found)
 
     async def reconcile(self, key: str) -> Outcome:
         facts = self.gather(key)
@@ -144,7 +190,9 @@ class SlurmNodeController:
                     log.info("resumed Slurm node %s: Node %s is no longer cordoned", action.node, action.host)
             elif isinstance(action, Explain):
                 if await self._explain(action):
-                    self._explained[key] = action.name
+                    drain, done = self._explained.get(key, (action.drain, frozenset()))
+                    done = done if drain == action.drain else frozenset()
+                    self._explained[key] = (action.drain, done | {event_key(action)})
                 else:
                     outcome = after(SLURM_NODES_EVERY_S)
         return outcome
@@ -157,7 +205,25 @@ class SlurmNodeController:
             regarding["namespace"] = action.namespace
         else:
             found = self.cluster.node(action.object_name) or {}
-        regarding["uid"] = (found.get("metadata") or {}).get("uid")
-        return await self.recorder.event_on(
+        regarding["uid"] = action.uid or (found.get("metadata") or {}).get("uid")
+        if not await self.recorder.event_on(
             regarding, ev.NODE_DRAINED, action.note, warning=True, name=action.name
-        )
+        ):
+            return False
+        if not (action.mark and action.namespace and action.uid):
+            return True
+        try:
+            await self.kube.patch_pod(
+                action.namespace,
+                action.object_name,
+                action.uid,
+                {"metadata": {"annotations": {self.mark_key: action.name}}},
+            )
+        except KubeError as err:
+            if err.not_found or err.conflict:  # gone, or another Pod of that name: nothing to mark
+                return True
+            log.warning(
+                "could not mark Pod %s/%s as told of its drain: %s", action.namespace, action.object_name, err
+            )
+            return False
+        return True

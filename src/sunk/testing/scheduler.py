@@ -145,10 +145,13 @@ class World:
         self.node_queue = WorkQueue()
         self.node_controller = SlurmNodeController(
             slurm=self.slurm,
+            kube=self.kube,
             cluster=self.cluster,
             pods=self.pods,
+            index=self.index,
             recorder=self.recorder,
             scheduler=SCHEDULER,
+            prefix=PREFIX,
             drain_cordoned=self.drain_cordoned,
             watched=frozenset({NAMESPACE}),
         )

@@ -61,7 +61,7 @@ STRING_KEYS = (
 INTEGER_KEYS = ("priority", "user-id", "group-id", "timeout")
 LIST_KEYS = ("excluded-nodes", "required-nodes")
 # Written by the scheduler itself, not read as job options.
-SCHEDULER_KEYS = ("job-id", "avoid-nodes")
+SCHEDULER_KEYS = ("job-id", "avoid-nodes", "drain-explained")
 ALL_KEYS = (*STRING_KEYS, *INTEGER_KEYS, *LIST_KEYS, "exclusive", *SCHEDULER_KEYS)
 _NODE_NAME = re.compile(r"^[A-Za-z0-9._\-\[\],]+$")
 
