@@ -172,6 +172,41 @@ def test_r5_3_a_drain_made_by_someone_else_gets_one_event_on_its_node_across_res
         run_cli(dev_cluster.layout, "scontrol", "update", f"nodename={node}", "state=resume")
 
 
+def test_r5_3_a_drain_on_a_pods_node_is_told_once_on_the_pod_across_restarts(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, own_scheduler: Any, dev_cluster: DevCluster
+) -> None:
+    """Slurm drains the node a Pod's job runs on for a reason of its own (here made with
+    scontrol, in Slurm's words): the Pod gets one NodeDrained Event and notes it in its
+    `drain-explained` annotation; a restarted scheduler tells it nothing more."""
+    proc = own_scheduler()
+    create(kube, namespace, make_pod("drained-under", proc.name))
+    node = job_of(wait_bound(kube, namespace, "drained-under"), slurm)["nodes"]
+    run_cli(
+        dev_cluster.layout, "scontrol", "update", f"nodename={node}", "state=drain", "reason=Kill task failed"
+    )
+
+    def told() -> list[dict[str, Any]]:
+        items = kube.get(
+            f"/apis/events.k8s.io/v1/namespaces/{namespace}/events",
+            fieldSelector="regarding.name=drained-under",
+        )["items"]
+        return [
+            e for e in items if e.get("reportingController") == proc.name and e["reason"] == "NodeDrained"
+        ]
+
+    try:
+        (event,) = wait_for(told, timeout=20, what="a NodeDrained Event on the Pod")
+        assert "Kill task failed" in event["note"] and node in event["note"]
+        annotations = (get(kube, namespace, "drained-under") or {})["metadata"].get("annotations") or {}
+        assert annotations.get(P + "drain-explained") == event["metadata"]["name"]
+        proc.kill()
+        proc.start()
+        wait_for(lambda: "Kill task failed" in proc.output(), timeout=20, what="the restart to see the drain")
+        holds_for(lambda: len(told()) == 1, seconds=6, what="one Event on the Pod, over a node listing")
+    finally:
+        run_cli(dev_cluster.layout, "scontrol", "update", f"nodename={node}", "state=resume")
+
+
 def test_r11_2_the_api_server_down_while_a_submit_is_answered_gives_one_job_not_two(
     kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess, dev_cluster: DevCluster
 ) -> None:
