@@ -252,3 +252,19 @@ async def test_r5_3_a_node_slurm_set_down_as_not_responding_is_explained_on_the_
     notes = {e["regarding"]["kind"]: e["note"] for e in world.kube.events if e["reason"] == "NodeDrained"}
     assert "sn-1 is down (Not responding)" in notes["Node"]
     assert "job 100 ran" in notes["Pod"]
+
+
+async def test_r5_3_a_pod_told_before_a_restart_is_not_told_again_once_it_is_gone() -> None:
+    """Its annotation goes with it; the restarted scheduler remembers what it read there, so
+    no second Event is even tried (the first is cleared here to see one)."""
+    world, key = await running_on_sn_1()
+    taken_out_by_slurm(world)
+    await world.list_jobs()
+    await world.reconcile_nodes()
+    restarted = world.restarted()
+    await restarted.list_jobs()
+    await restarted.reconcile_nodes()
+    world.remove(key)
+    world.kube.events.clear()
+    await restarted.reconcile_nodes()
+    assert pod_drain_events(world) == []

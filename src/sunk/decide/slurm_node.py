@@ -52,7 +52,16 @@ class Explain:
     mark: bool = False
 
 
-SlurmNodeAction = Drain | Resume | Explain
+@dataclass(frozen=True)
+class Known:
+    """These Events of drain `drain` exist already (the Pods' annotations say so): remember
+    them, so a Pod that goes later (its annotation with it) is not told again."""
+
+    drain: str
+    keys: frozenset[str]
+
+
+SlurmNodeAction = Drain | Resume | Explain | Known
 
 
 @dataclass(frozen=True)
@@ -112,6 +121,7 @@ def for_slurm_node(facts: SlurmNodeFacts) -> list[SlurmNodeAction]:
         return actions
     done = facts.explained[1] if facts.explained and facts.explained[0] == notice.name else frozenset()
     explains: list[Explain] = []
+    known: set[str] = set()
     if notice.pod is not None:
         namespace, name = notice.pod
         if "" in facts.watched or namespace in facts.watched:  # else another scheduler's Pod
@@ -126,10 +136,12 @@ def for_slurm_node(facts: SlurmNodeFacts) -> list[SlurmNodeAction]:
                 continue
             name = f"{ref.name}.drained.{notice.drain_id}"
             if j.marked == name:  # explained there before, maybe by a scheduler since restarted
+                known.add(f"{ref.namespace}/{name}")
                 continue
             note = pod_drain_note(node, notice, j.job)
             explains.append(
                 Explain(name, "Pod", ref.name, ref.namespace, note, notice.name, ref.uid, j.present)
             )
     fresh = {event_key(e): e for e in explains if event_key(e) not in done}  # a Pod with two jobs: one
-    return actions + list(fresh.values())
+    remember: list[SlurmNodeAction] = [Known(notice.name, frozenset(known))] if known - done else []
+    return actions + remember + list(fresh.values())

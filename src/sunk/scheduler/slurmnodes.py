@@ -20,6 +20,7 @@ from sunk.decide.slurm_node import (
     Drain,
     Explain,
     JobOnNode,
+    Known,
     Resume,
     SlurmNodeFacts,
     event_key,
@@ -94,8 +95,9 @@ class SlurmNodeController:
     - on a Node (which this scheduler may not write) and on a Pod already gone, the
       Event's name, derived from the drain: recording it again is refused by name.
 
-    What this process recorded is also kept in memory (`_explained`), so a cache that has
-    not yet shown the annotation never costs a second write.
+    What this process recorded, or read in those annotations, is also kept in memory
+    (`_explained`), so a cache that has not yet shown an annotation, or a Pod that went with
+    its annotation, never costs a second write.
     """
 
     name = "slurm-nodes"
@@ -188,14 +190,18 @@ class SlurmNodeController:
                     outcome = after(SLURM_NODES_EVERY_S)
                 else:
                     log.info("resumed Slurm node %s: Node %s is no longer cordoned", action.node, action.host)
+            elif isinstance(action, Known):
+                self._remember(key, action.drain, action.keys)
             elif isinstance(action, Explain):
                 if await self._explain(action):
-                    drain, done = self._explained.get(key, (action.drain, frozenset()))
-                    done = done if drain == action.drain else frozenset()
-                    self._explained[key] = (action.drain, done | {event_key(action)})
+                    self._remember(key, action.drain, frozenset({event_key(action)}))
                 else:
                     outcome = after(SLURM_NODES_EVERY_S)
         return outcome
+
+    def _remember(self, key: str, drain: str, events: frozenset[str]) -> None:
+        known, done = self._explained.get(key, (drain, frozenset()))
+        self._explained[key] = (drain, (done if known == drain else frozenset()) | events)
 
     async def _explain(self, action: Explain) -> bool:
         log.warning("%s", action.note)
