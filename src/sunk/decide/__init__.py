@@ -87,6 +87,15 @@ def owns(pod: Json | None, ref: PodRef, job: SlurmJob, prefix: str) -> bool:
     return recorded is None or recorded == job.job_id
 
 
+def holds_job(pod: Json | None, ref: PodRef, job_id: int, prefix: str) -> bool:
+    """The Pod `ref` may still run something on job `job_id`'s resources: it exists, has not
+    finished, and has not been given another job since (a rejected placement). A Pod being
+    deleted still holds its job: its containers may still run."""
+    if pod is None or pod["metadata"].get("uid") != ref.uid or finished(pod):
+        return False
+    return recorded_job_id(pod, prefix) in (None, job_id)
+
+
 def for_claim(
     pod: Json | None,
     ref: PodRef,
@@ -113,13 +122,7 @@ def for_claim(
         and (pod.get("status") or {}).get("phase") == "Succeeded"
     ):
         return Claim.KEEP
-    gone = (
-        pod is None
-        or pod["metadata"].get("uid") != ref.uid
-        or finished(pod)
-        or finally_refused(pod)
-        or recorded_job_id(pod, prefix) not in (None, job.job_id)
-    )
+    gone = pod is None or not holds_job(pod, ref, job.job_id, prefix) or finally_refused(pod)
     if gone:
         if group and job.pending:
             return Claim.RELEASE_GROUP if cancelled_at is None else Claim.KEEP

@@ -70,7 +70,9 @@ class HooksServer:
         self._on_call = on_call or (lambda _outcome: None)
         self.app = web.Application()
         self.app.router.add_post("/v1/pods/{uid}/jobs/{job_id}/started", self._guard(self._started))
-        self.app.router.add_post("/v1/pods/{uid}/jobs/{job_id}/terminating", self._guard(self._terminating))
+        self.app.router.add_post(
+            "/v1/pods/{uid}/jobs/{job_id}/terminating", self._guard(self._terminating, holds=True)
+        )
         self._runner: web.AppRunner | None = None
         self.port = 0
         self._refusals = RefusalLog()
@@ -89,7 +91,12 @@ class HooksServer:
         if self._runner:
             await self._runner.cleanup()
 
-    def _guard(self, handler: Handler) -> Callable[[web.Request], Awaitable[web.Response]]:
+    def _guard(
+        self, handler: Handler, *, holds: bool = False
+    ) -> Callable[[web.Request], Awaitable[web.Response]]:
+        """`handler` behind authentication and the job's ownership check; `holds`: its
+        answers are what a placeholder holding its node waits for (noted in `Holds`)."""
+
         async def guarded(request: web.Request) -> web.Response:
             uid = request.match_info["uid"]
             job_text = request.match_info["job_id"]
@@ -101,7 +108,7 @@ class HooksServer:
                 return web.json_response({"error": problem}, status=401)
             response, outcome, ref = await answer(request, uid, job_text)
             self._on_call(outcome)
-            if handler == self._terminating and job_text.isdigit():
+            if holds and job_text.isdigit():
                 self._note_hold(request, int(job_text), ref, uid, outcome)
             # Only an authenticated call gets a signed answer, and only for that call.
             response.headers["X-Sunk-Answer"] = self._verifier.sign_answer(

@@ -8,7 +8,7 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from sunk.decide import finished, recorded_job_id
+from sunk.decide import holds_job
 from sunk.hooks.server import PodGoneWaiters
 from sunk.scheduler.pods import PodStore
 from sunk.translate import PodRef
@@ -16,14 +16,6 @@ from sunk.translate import PodRef
 Json = dict[str, Any]
 # (Pod, its job ID) for every member whose Pod must be gone before job `job_id` may end.
 Members = Callable[[PodRef, int], list[tuple[PodRef, int]]]
-
-
-def holds_job(pod: Json | None, member: PodRef, job_id: int, prefix: str) -> bool:
-    """The Pod may still run something on this job's resources: it exists, has not
-    finished, and has not been given another job since (a rejected placement)."""
-    if pod is None or pod["metadata"].get("uid") != member.uid or finished(pod):
-        return False
-    return recorded_job_id(pod, prefix) in (None, job_id)
 
 
 def why_held(pod: Json) -> str:
