@@ -28,6 +28,6 @@ test: bootstrap lint
 	SUNK_TEST_SLURM=22.05 .venv/bin/pytest $(VERSION_SUITE)
 
 lint: bootstrap
-	.venv/bin/ruff check src tests bench
-	.venv/bin/ruff format --check src tests bench
+	.venv/bin/ruff check src dev tests bench
+	.venv/bin/ruff format --check src dev tests bench
 	.venv/bin/mypy

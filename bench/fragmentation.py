@@ -27,10 +27,10 @@ from typing import Any
 
 from bench.observe import percentile
 from bench.run import SCHEDULER, delete_namespace, rest_client, start_scheduler
-from sunk.devcluster import ClusterSpec, DevCluster
-from sunk.devcluster.kubeapi import AdminKube
 from sunk.slurm.dataparser import summarize_state
 from sunk.slurm.models import ACTIVE_STATES, gres_counts, gres_is
+from sunk_dev import ClusterSpec, DevCluster
+from sunk_dev.kubeapi import AdminKube
 
 GPUS_PER_NODE = 8
 SIZES = (1, 2, 4, 8)

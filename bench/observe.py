@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sunk.devcluster.kubeapi import AdminKube
+from sunk_dev.kubeapi import AdminKube
 
 JOB_ID_ANNOTATION = "sunk.coreweave.com/job-id"
 

@@ -18,10 +18,10 @@ from pathlib import Path
 
 from tests.e2e.slurm_in_pods import SlurmInPods, containers_running, delete_namespace
 
-from sunk.devcluster import DevCluster, images, procs
-from sunk.devcluster.kubeapi import AdminKube
-from sunk.devcluster.realnode import nodes_of
-from sunk.devcluster.topology import KWOK_NODE_LABEL
+from sunk_dev import DevCluster, images, procs
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.realnode import nodes_of
+from sunk_dev.topology import KWOK_NODE_LABEL
 
 
 def _start_pods(kube: AdminKube, namespace: str, nodes: list[str], count: int, image: str) -> list[float]:

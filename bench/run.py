@@ -32,13 +32,13 @@ from typing import Any
 import httpx
 
 from bench.observe import ApiRequests, CpuMeter, PodWatch, Result, peak_rss_mib, percentile, read_marks
-from sunk.devcluster import ClusterSpec, DevCluster
-from sunk.devcluster.cluster import PROCTRACK_PLUGINS
-from sunk.devcluster.errors import DevClusterError
-from sunk.devcluster.kubeapi import AdminKube
-from sunk.devcluster.layout import cache_dir
-from sunk.devcluster.prereqs import ensure_go_tools
-from sunk.devcluster.slurmcluster import cli_env, rest_version, run_cli, runtime
+from sunk_dev import ClusterSpec, DevCluster
+from sunk_dev.cluster import PROCTRACK_PLUGINS
+from sunk_dev.errors import DevClusterError
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.layout import cache_dir
+from sunk_dev.prereqs import ensure_go_tools
+from sunk_dev.slurmcluster import cli_env, rest_version, run_cli, runtime
 
 SCHEDULER = "sunk-bench"
 POD_CPU = "1"

@@ -22,9 +22,9 @@ from typing import Any
 
 import httpx
 
-from sunk.devcluster import DevCluster
-from sunk.devcluster.slurmcluster import run_cli, runtime
 from sunk.slurm.client import SUPPORTED_VERSIONS, make_dialect
+from sunk_dev import DevCluster
+from sunk_dev.slurmcluster import run_cli, runtime
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "unit" / "samples"
 TAG = "sunk:rec:ns/web-0:0000-uid runas=1001"

@@ -27,9 +27,10 @@ if [ ! -x .venv/bin/python ]; then
   fi
 fi
 stamp=.venv/.sunk-installed
-want=$(sha256sum pyproject.toml | cut -c1-16)
+want=$(cat pyproject.toml dev/pyproject.toml | sha256sum | cut -c1-16)
 if [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then
   .venv/bin/python -m pip install -q --upgrade pip
-  .venv/bin/python -m pip install -q -e '.[dev]'
+  # sunk, its development tools, and the dev package (dev/: `sunk dev`, `sunk demo`).
+  .venv/bin/python -m pip install -q -e '.[dev]' -e ./dev
   echo "$want" > "$stamp"
 fi

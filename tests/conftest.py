@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from sunk.devcluster import ClusterSpec, DevCluster, hostnet, procs, realcluster, slurmroot, topology
-from sunk.devcluster.kubeapi import AdminKube
-from sunk.devcluster.layout import cache_dir
-from sunk.devcluster.prereqs import ensure_go_tools
+from sunk_dev import ClusterSpec, DevCluster, hostnet, procs, realcluster, slurmroot, topology
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.layout import cache_dir
+from sunk_dev.prereqs import ensure_go_tools
 from tests.support import SlurmRest
 
 # Which kind of dev cluster this session runs on: plain, accounting (slurmdbd) or real

@@ -14,9 +14,9 @@ from typing import Any, TypeVar
 
 import httpx
 
-from sunk.devcluster import DevCluster, Layout
-from sunk.devcluster.kubeapi import AdminKube
-from sunk.devcluster.slurmcluster import rest_version
+from sunk_dev import DevCluster, Layout
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.slurmcluster import rest_version
 
 T = TypeVar("T")
 

@@ -1,77 +1,30 @@
-"""The `sunk` command: `sunk dev up|down|status|env|slurm` and `sunk demo`."""
+"""The `sunk` command: the scheduler, the operator and the small commands their charts run.
+
+A checkout adds `sunk dev ...` and `sunk demo` (the dev package, dev/): other installed
+packages may add commands through the `sunk.commands` entry points, which are looked up
+only when named, so `sunk scheduler` and `sunk operator` load nothing of them."""
 
 from __future__ import annotations
 
 import argparse
 import signal
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sunk import config
-from sunk.devcluster import (
-    ClusterSpec,
-    DevCluster,
-    DevClusterError,
-    realcluster,
-    report,
-    slurmcluster,
-    slurmroot,
-)
 from sunk.operator import config as operator_config
 from sunk.translate import DEFAULT_PREFIX, Settings
 
 
-def _add_dev(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    dev = sub.add_parser("dev", help="the local real cluster for the demo and the tests")
-    dev_sub = dev.add_subparsers(dest="dev_command", required=True)
-    up = dev_sub.add_parser("up", help="start etcd, kube-apiserver, kwok and Slurm on 127.0.0.1")
-    up.add_argument("--nodes", type=int, default=4, help="Slurm nodes / Kubernetes Nodes (4)")
-    up.add_argument("--accounting", action="store_true", help="also run MariaDB + slurmdbd (QoS, accounts)")
-    up.add_argument("--kill-wait", type=int, default=30, help="Slurm KillWait in seconds (30)")
-    up.add_argument("--cpus-per-node", type=int, default=8, help="CPUs of each node (8)")
-    up.add_argument("--gpus-per-node", type=int, default=4, help="(fake) GPUs of each node (4)")
-    up.add_argument("--preempt-mode", default="CANCEL", choices=["CANCEL", "REQUEUE", "OFF"], help="(CANCEL)")
-    up.add_argument(
-        "--slurm",
-        default=slurmroot.DEFAULT_VERSION,
-        metavar="VERSION",
-        help=f"Slurm release line: {', '.join(slurmroot.SUPPORTED)} ({slurmroot.DEFAULT_VERSION}; "
-        "22.05 is the host's Debian 12 packages, the others run in a cached Debian root)",
-    )
-    up.add_argument(
-        "--real-nodes",
-        type=int,
-        default=0,
-        metavar="N",
-        help="also N real kubelet Nodes (containerd, runc, CNI bridge) that run the Slurm images (0)",
-    )
-    node = dev_sub.add_parser("node", help="stop or start a real Node, as if its machine went down")
-    node.add_argument("action", choices=["stop", "start"])
-    node.add_argument("name", help="a real Node's name (real-1, real-2, ...)")
-    dev_sub.add_parser(
-        "platform",
-        help="install the Slurm chart on the real Nodes (needs `up --real-nodes 3`) and show it working",
-    )
-    dev_sub.add_parser(
-        "down",
-        help="stop every process of the dev cluster; delete its real Nodes' images, containers and volumes "
-        "(its logs stay until the next up)",
-    )
-    dev_sub.add_parser("status", help="show what runs and whether it answers")
-    dev_sub.add_parser("env", help="print `export` lines for kubectl, Slurm's CLI and sunk")
-    slurm = dev_sub.add_parser(
-        "slurm",
-        help="run a Slurm command (squeue, sinfo, scontrol, sacctmgr...) of the running cluster",
-    )
-    slurm.add_argument("slurm_argv", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sunk", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="sunk",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="In a checkout (after `make bootstrap`) also: sunk dev {up,down,status,env,...}, sunk demo",
+    )
     sub = parser.add_subparsers(dest="command", required=True)
-    _add_dev(sub)
-    sub.add_parser("demo", help="bring the dev cluster up (if needed) and show it working")
     scheduler = sub.add_parser("scheduler", help="run the scheduler (flags also read SUNK_* variables)")
     config.add_arguments(scheduler)
     operator = sub.add_parser(
@@ -160,67 +113,35 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def run_dev(args: argparse.Namespace) -> int:
-    cluster = DevCluster()
-    if args.dev_command == "up":
-        spec = ClusterSpec(
-            args.nodes,
-            args.accounting,
-            args.kill_wait,
-            args.preempt_mode,
-            args.cpus_per_node,
-            args.slurm,
-            args.gpus_per_node,
-            args.real_nodes,
+# Commands a sunk checkout adds; named here only to say where they come from.
+CHECKOUT_COMMANDS = frozenset({"dev", "demo"})
+
+
+def _commands(parser: argparse.ArgumentParser) -> set[str]:
+    return {
+        name
+        for action in parser._actions
+        if isinstance(action, argparse._SubParsersAction)
+        for name in action.choices
+    }
+
+
+def run_added_command(name: str, argv: Sequence[str]) -> int | None:
+    """Run a command another installed package adds (`sunk dev` from a checkout's dev
+    package); None when no package adds `name`, so that argparse reports it."""
+    from importlib.metadata import entry_points
+
+    for entry in entry_points(group="sunk.commands", name=name):
+        command: Callable[[Sequence[str]], int] = entry.load()
+        return command(argv)
+    if name in CHECKOUT_COMMANDS:
+        print(
+            f"sunk {name}: this command comes with a sunk checkout, not with this install: "
+            "clone the repository and run `make bootstrap` (or `make demo`) there",
+            file=sys.stderr,
         )
-        seconds = cluster.up(spec)
-        print(f"dev cluster up in {seconds:.1f} s")
-        report.print_status(cluster, cluster.status())
-    elif args.dev_command == "down":
-        stopped = cluster.down()
-        print(f"stopped {len(stopped)} processes" if stopped else "nothing was running")
-        left = realcluster.host_leftovers(cluster.layout)
-        if left:
-            print(f"sunk: real Nodes left this on the host: {'; '.join(left)}", file=sys.stderr)
-            return 1
-    elif args.dev_command == "status":
-        status = cluster.status()
-        report.print_status(cluster, status)
-        return 0 if status.running else 1
-    elif args.dev_command == "platform":
-        from sunk.devcluster import platform
-
-        platform.demo(cluster)
-    elif args.dev_command == "node":
-        (cluster.stop_node if args.action == "stop" else cluster.start_node)(args.name)
-        print(f"{args.name} {'stopped' if args.action == 'stop' else 'started'}")
-    elif args.dev_command == "env":
-        cluster.require_running()
-        sys.stdout.write(cluster.env_text())
-    elif args.dev_command == "slurm":
-        return run_slurm_command(cluster, args.slurm_argv)
-    return 0
-
-
-def run_slurm_command(cluster: DevCluster, argv: Sequence[str]) -> int:
-    """Run one Slurm CLI the way the running cluster's Slurm needs (chrooted or not)."""
-    import subprocess
-
-    argv = list(argv[1:] if argv[:1] == ["--"] else argv)
-    if not argv:
-        raise DevClusterError("name the Slurm command to run, e.g. `sunk dev slurm sinfo`")
-    cluster.require_running()
-    rt = slurmcluster.runtime(cluster.layout)
-    try:
-        return subprocess.run(rt.argv(argv), env=slurmcluster.cli_env(cluster.layout, rt)).returncode
-    except FileNotFoundError as err:
-        raise DevClusterError(f"cannot run {argv[0]}: {err}") from None
-
-
-def run_demo() -> int:
-    from sunk.demo import demo
-
-    return demo(DevCluster())
+        return 2
+    return None
 
 
 def run_server(name: str, args: argparse.Namespace) -> int:
@@ -337,16 +258,18 @@ def run_explain(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
-    if args.command in ("dev", "explain"):
-        # `sunk dev status | head` ends quietly. Never for the scheduler: a server must
+    argv = list(sys.argv[1:] if argv is None else argv)
+    parser = build_parser()
+    if argv and not argv[0].startswith("-") and argv[0] not in _commands(parser):
+        added = run_added_command(argv[0], argv[1:])
+        if added is not None:
+            return added
+    args = parser.parse_args(argv)
+    if args.command == "explain":
+        # `sunk explain ... | head` ends quietly. Never for the servers: a server must
         # outlive a client that hangs up before its answer is written.
         signal.signal(signal.SIGPIPE, signal.SIG_DFL)
     try:
-        if args.command == "dev":
-            return run_dev(args)
-        if args.command == "demo":
-            return run_demo()
         if args.command in ("scheduler", "operator"):
             return run_server(args.command, args)
         if args.command == "explain":
@@ -374,9 +297,6 @@ def main(argv: Sequence[str] | None = None) -> int:
             from sunk.operator import upgrade_check
 
             return upgrade_check.run(args.slurm_api_base, args.slurm_jwt_key_file, args.slurm_user, args.keep)
-    except DevClusterError as err:
-        print(f"sunk: {err}", file=sys.stderr)
-        return 1
     except KeyboardInterrupt:
         return 130
     return 2

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 import yaml
 
-from sunk.devcluster.platform import build_chart_dependencies
+from sunk_dev.platform import build_chart_dependencies
 
 CHARTS = Path(__file__).resolve().parents[2] / "charts"
 CHART = CHARTS / "sunk-scheduler"

@@ -7,10 +7,10 @@ from typing import Any
 
 import pytest
 
-from sunk.devcluster import DevCluster
-from sunk.devcluster.kubeapi import AdminKube
-from sunk.devcluster.slurmcluster import run_cli
 from sunk.slurm.models import ACTIVE_STATES
+from sunk_dev import DevCluster
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.slurmcluster import run_cli
 from tests.support import SchedulerProcess, SlurmRest, wait_for
 
 SCHEDULER = "sunk-e2e"

@@ -14,9 +14,9 @@ import subprocess
 from dataclasses import dataclass
 from typing import Any
 
-from sunk.devcluster import DevCluster
-from sunk.devcluster.kubeapi import AdminKube
-from sunk.devcluster.layout import cache_dir
+from sunk_dev import DevCluster
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.layout import cache_dir
 from tests.support import wait_for
 
 SLURMD_CPUS = 1

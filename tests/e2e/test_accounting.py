@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sunk.devcluster.kubeapi import AdminKube
+from sunk_dev.kubeapi import AdminKube
 from tests.e2e.conftest import SCHEDULER
 from tests.e2e.test_lifecycle import exclusive_on, job_state, reasons
 from tests.e2e.test_schedule_flow import P, create, get, job_of, slurm_nodes, wait_bound

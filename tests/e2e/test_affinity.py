@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from sunk.devcluster import DevCluster
-from sunk.devcluster.kubeapi import AdminKube
-from sunk.devcluster.slurmcluster import run_cli
 from sunk.slurm.hostlist import expand
+from sunk_dev import DevCluster
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.slurmcluster import run_cli
 from tests.e2e.conftest import SCHEDULER
 from tests.e2e.test_lifecycle import job_state, reasons
 from tests.e2e.test_schedule_flow import P, create, get, host_of, job_of, slurm_nodes, wait_bound

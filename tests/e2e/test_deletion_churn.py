@@ -16,9 +16,9 @@ from typing import Any
 
 import pytest
 
-from sunk.devcluster import DevCluster
-from sunk.devcluster.kubeapi import AdminKube
-from sunk.devcluster.slurmcluster import run_cli
+from sunk_dev import DevCluster
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.slurmcluster import run_cli
 from tests.e2e.conftest import SCHEDULER
 from tests.e2e.test_schedule_flow import P
 from tests.e2e.test_workloads import active_jobs, all_bound, live, pods_of, template

@@ -18,11 +18,11 @@ from typing import Any
 
 import pytest
 
-from sunk.devcluster import DevCluster, images, storage
-from sunk.devcluster.images import Built
-from sunk.devcluster.kubeapi import AdminKube
-from sunk.devcluster.layout import cache_dir
-from sunk.devcluster.realnode import REAL_NODE_LABEL
+from sunk_dev import DevCluster, images, storage
+from sunk_dev.images import Built
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.layout import cache_dir
+from sunk_dev.realnode import REAL_NODE_LABEL
 from tests.conftest import SLURM
 from tests.e2e.slurm_in_pods import containers_running, delete_namespace
 from tests.support import condition, wait_for

@@ -9,10 +9,10 @@ from typing import Any
 
 import pytest
 
-from sunk.devcluster import DevCluster, procs
-from sunk.devcluster.kubeapi import AdminKube
-from sunk.devcluster.slurmcluster import run_cli
 from sunk.slurm.models import ACTIVE_STATES
+from sunk_dev import DevCluster, procs
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.slurmcluster import run_cli
 from tests.e2e.conftest import SCHEDULER
 from tests.e2e.test_lifecycle import job_state, reasons
 from tests.e2e.test_schedule_flow import P, create, get, host_of, job_of, slurm_nodes, wait_bound

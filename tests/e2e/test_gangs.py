@@ -7,8 +7,8 @@ from typing import Any
 
 import pytest
 
-from sunk.devcluster.kubeapi import AdminKube
 from sunk.slurm.models import ACTIVE_STATES
+from sunk_dev.kubeapi import AdminKube
 from tests.e2e.conftest import SCHEDULER
 from tests.e2e.test_lifecycle import reasons
 from tests.e2e.test_schedule_flow import create, get, host_of

@@ -15,12 +15,12 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from sunk.devcluster import DevCluster
-from sunk.devcluster.kubeapi import AdminKube
-from sunk.devcluster.slurmcluster import run_cli
 from sunk.hooks.auth import pod_key, pod_token
 from sunk.kube.secret import self_signed
 from sunk.slurm.models import ACTIVE_STATES
+from sunk_dev import DevCluster
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.slurmcluster import run_cli
 from tests.e2e.test_lifecycle import _signed, job_state
 from tests.e2e.test_schedule_flow import create, get, job_of, wait_bound
 from tests.support import SchedulerProcess, SlurmRest, free_port, holds_for, make_pod, wait_for

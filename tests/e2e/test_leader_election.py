@@ -9,8 +9,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from sunk.devcluster import DevCluster, procs
-from sunk.devcluster.kubeapi import AdminKube
+from sunk_dev import DevCluster, procs
+from sunk_dev.kubeapi import AdminKube
 from tests.e2e.conftest import delete_pods_and_wait_for_their_jobs
 from tests.e2e.test_schedule_flow import create, wait_bound
 from tests.support import SchedulerProcess, SlurmRest, events_for, free_port, make_pod, wait_for

@@ -10,10 +10,10 @@ from typing import Any
 import httpx
 import pytest
 
-from sunk.devcluster import DevCluster
-from sunk.devcluster.kubeapi import AdminKube
-from sunk.devcluster.slurmcluster import runtime
 from sunk.slurm.client import SUPPORTED_VERSIONS
+from sunk_dev import DevCluster
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.slurmcluster import runtime
 from tests.e2e.test_schedule_flow import create, wait_bound
 from tests.support import SchedulerProcess, SlurmRest, make_pod, wait_for
 

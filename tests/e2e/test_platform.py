@@ -15,11 +15,11 @@ from typing import Any
 
 import pytest
 
-from sunk.devcluster import DevCluster
-from sunk.devcluster.kubeapi import AdminKube, KubeError
-from sunk.devcluster.platform import Platform, nodeset
 from sunk.operator.config_apply import APPLIED_AT, APPLIED_HASH, config_hash
 from sunk.slurm.hostlist import expand
+from sunk_dev import DevCluster
+from sunk_dev.kubeapi import AdminKube, KubeError
+from sunk_dev.platform import Platform, nodeset
 from tests.e2e.slurm_in_pods import containers_running, delete_namespace
 from tests.support import make_pod, wait_for
 

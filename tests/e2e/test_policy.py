@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sunk.devcluster import topology
-from sunk.devcluster.kubeapi import AdminKube
+from sunk_dev import topology
+from sunk_dev.kubeapi import AdminKube
 from tests.e2e.test_lifecycle import reasons
 from tests.e2e.test_schedule_flow import P, create, get, job_of, wait_bound
 from tests.support import SchedulerProcess, SlurmRest, condition, make_pod, wait_for

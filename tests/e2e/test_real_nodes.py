@@ -13,9 +13,9 @@ from typing import Any
 import httpx
 import pytest
 
-from sunk.devcluster import DevCluster, images, realcluster
-from sunk.devcluster.hostnet import network_of
-from sunk.devcluster.kubeapi import AdminKube
+from sunk_dev import DevCluster, images, realcluster
+from sunk_dev.hostnet import network_of
+from sunk_dev.kubeapi import AdminKube
 from tests.conftest import SLURM
 from tests.e2e.slurm_in_pods import (
     SLURMD_CPUS,

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sunk.devcluster import topology
-from sunk.devcluster.kubeapi import AdminKube
+from sunk_dev import topology
+from sunk_dev.kubeapi import AdminKube
 from tests.e2e.conftest import SCHEDULER
 from tests.support import (
     SchedulerProcess,

@@ -9,8 +9,8 @@ from typing import Any
 
 import pytest
 
-from sunk.devcluster.kubeapi import AdminKube
 from sunk.slurm.models import ACTIVE_STATES
+from sunk_dev.kubeapi import AdminKube
 from tests.e2e.conftest import SCHEDULER
 from tests.e2e.test_schedule_flow import P, host_of
 from tests.support import SchedulerProcess, SlurmRest, wait_for

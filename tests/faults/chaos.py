@@ -40,11 +40,11 @@ from typing import Any
 
 import httpx
 
-from sunk.devcluster import ClusterSpec, DevCluster, DevClusterError, Layout, procs, slurmcluster, topology
-from sunk.devcluster.kubeapi import AdminKube, KubeError
-from sunk.devcluster.slurmcluster import run_cli
-from sunk.devcluster.slurmroot import process_root
 from sunk.slurm.models import ACTIVE_STATES
+from sunk_dev import ClusterSpec, DevCluster, DevClusterError, Layout, procs, slurmcluster, topology
+from sunk_dev.kubeapi import AdminKube, KubeError
+from sunk_dev.slurmcluster import run_cli
+from sunk_dev.slurmroot import process_root
 from tests.support import SchedulerProcess, SlurmRest, make_pod
 
 Json = dict[str, Any]

@@ -38,11 +38,11 @@ from typing import Any
 
 import httpx
 
-from sunk.devcluster import DevCluster, procs
-from sunk.devcluster.kubeapi import AdminKube, KubeError
-from sunk.devcluster.platform import Platform, nodeset
 from sunk.slurm.hostlist import expand
 from sunk.slurm.jwt import mint
+from sunk_dev import DevCluster, procs
+from sunk_dev.kubeapi import AdminKube, KubeError
+from sunk_dev.platform import Platform, nodeset
 from tests.e2e.slurm_in_pods import delete_namespace
 
 Json = dict[str, Any]

@@ -12,8 +12,8 @@ import random
 
 import pytest
 
-from sunk.devcluster import DevCluster
-from sunk.devcluster.kubeapi import AdminKube
+from sunk_dev import DevCluster
+from sunk_dev.kubeapi import AdminKube
 from tests.faults.chaos import ChaosOptions, run_chaos
 from tests.support import SlurmRest
 

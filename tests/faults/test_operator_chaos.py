@@ -11,7 +11,7 @@ import random
 
 import pytest
 
-from sunk.devcluster import DevCluster
+from sunk_dev import DevCluster
 from tests.faults.operator_chaos import platform_run, report
 
 pytestmark = pytest.mark.real_nodes

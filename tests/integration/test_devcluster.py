@@ -6,9 +6,9 @@ import time
 
 import pytest
 
-from sunk.devcluster import DevCluster, topology
-from sunk.devcluster.kubeapi import AdminKube, KubeError
-from sunk.devcluster.slurmcluster import run_cli
+from sunk_dev import DevCluster, topology
+from sunk_dev.kubeapi import AdminKube, KubeError
+from sunk_dev.slurmcluster import run_cli
 from tests.support import SlurmRest, holds_for, wait_for
 
 pytestmark = pytest.mark.integration

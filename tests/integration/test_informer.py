@@ -8,11 +8,11 @@ from typing import Any
 
 import pytest
 
-from sunk.devcluster import DevCluster
-from sunk.devcluster.kubeapi import AdminKube
 from sunk.kube import informer as informer_module
 from sunk.kube.client import KubeClient
 from sunk.kube.informer import Informer
+from sunk_dev import DevCluster
+from sunk_dev.kubeapi import AdminKube
 from tests.support import make_pod
 
 pytestmark = pytest.mark.integration

@@ -8,12 +8,12 @@ from typing import Any, TypeVar
 
 import pytest
 
-from sunk.devcluster import DevCluster
-from sunk.devcluster.slurmcluster import rest_version, run_cli
 from sunk.slurm.client import SUPPORTED_VERSIONS, SlurmClient, SlurmVersionError, make_dialect
 from sunk.slurm.dialect import Submission
 from sunk.slurm.errors import SlurmAuthError, SlurmRejected, SlurmUnavailable
 from sunk.slurm.tokens import TokenSource
+from sunk_dev import DevCluster
+from sunk_dev.slurmcluster import rest_version, run_cli
 from tests.support import SlurmRest
 
 pytestmark = pytest.mark.integration

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sunk.demo import table
 from sunk.translate.job import check_grace_period
+from sunk_dev.demo import table
 
 REFUSAL = check_grace_period({"terminationGracePeriodSeconds": 30}, 30) or ""
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from sunk.devcluster.pki import make_pki
+from sunk_dev.pki import make_pki
 
 
 def test_the_api_servers_certificate_verifies_strictly_against_the_dev_ca(tmp_path: Path) -> None:

@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from sunk.devcluster import hostnet, kubecluster, realcluster, slurmroot, storage
-from sunk.devcluster.errors import DevClusterError
-from sunk.devcluster.kubeapi import KubeError
-from sunk.devcluster.layout import Layout, Ports
-from sunk.devcluster.realnode import REAL_NODE_LABEL, RealNode
+from sunk_dev import hostnet, kubecluster, realcluster, slurmroot, storage
+from sunk_dev.errors import DevClusterError
+from sunk_dev.kubeapi import KubeError
+from sunk_dev.layout import Layout, Ports
+from sunk_dev.realnode import REAL_NODE_LABEL, RealNode
 
 Json = dict[str, Any]
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from sunk.devcluster import ClusterSpec, prereqs
-from sunk.devcluster.cluster import go_tools
+from sunk_dev import ClusterSpec, prereqs
+from sunk_dev.cluster import go_tools
 
 FAKE_BUILD = """#!/usr/bin/env bash
 # Stands in for hack/build-tools.sh: names each tool as it starts, then waits until the

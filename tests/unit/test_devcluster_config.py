@@ -9,13 +9,13 @@ from pathlib import Path
 
 import pytest
 
-from sunk.devcluster import ClusterSpec, DevCluster, DevClusterError, Layout, topology
-from sunk.devcluster.kubecluster import slurmd_pod_manifest
-from sunk.devcluster.layout import Ports
-from sunk.devcluster.platform import Platform
-from sunk.devcluster.prereqs import check_ports_free
-from sunk.devcluster.procs import start_time
-from sunk.devcluster.slurmcluster import SlurmSpec, render_slurm_conf
+from sunk_dev import ClusterSpec, DevCluster, DevClusterError, Layout, topology
+from sunk_dev.kubecluster import slurmd_pod_manifest
+from sunk_dev.layout import Ports
+from sunk_dev.platform import Platform
+from sunk_dev.prereqs import check_ports_free
+from sunk_dev.procs import start_time
+from sunk_dev.slurmcluster import SlurmSpec, render_slurm_conf
 
 
 def test_slurm_nodes_and_nodes_have_different_names_and_a_one_to_one_mapping() -> None:

@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from sunk.devcluster import images, slurmroot
-from sunk.devcluster.errors import DevClusterError
+from sunk_dev import images, slurmroot
+from sunk_dev.errors import DevClusterError
 
 REPO = Path(__file__).resolve().parents[2]
 REPO_IMAGES = REPO / "images"

@@ -4,7 +4,11 @@ component, and what users deploy never imports the dev cluster or the demo."""
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 import sunk
 
@@ -62,12 +66,90 @@ def test_no_module_imports_itself_through_others() -> None:
     assert circles == []
 
 
-def test_the_scheduler_never_imports_the_dev_cluster_the_demo_or_the_cli() -> None:
+def test_the_scheduler_never_imports_the_cli_or_the_test_fakes() -> None:
     deployed = reachable(imports(), "sunk.scheduler.app") | {"sunk.scheduler.app"}
-    leaks = sorted(
-        m for m in deployed if m.startswith(("sunk.devcluster", "sunk.demo", "sunk.cli", "sunk.testing"))
+    assert sorted(m for m in deployed if m.startswith(("sunk.cli", "sunk.testing"))) == []
+
+
+def test_no_module_of_the_product_names_the_dev_package() -> None:
+    """The dev cluster and the demo live in their own package (dev/), which the `sunk`
+    image does not contain: a product module importing it would fail there."""
+    named = sorted(
+        f"{path.relative_to(ROOT.parent)}" for path in ROOT.rglob("*.py") if "sunk_dev" in path.read_text()
     )
-    assert leaks == []
+    assert named == []
+
+
+# Starts a command through the `sunk` console script as installed, stops it where it would
+# start serving, and prints the modules then loaded.
+_STARTED_MODULES = """
+import asyncio, sys
+from importlib.metadata import entry_points
+def started(main):
+    main.close()
+    print(" ".join(sorted(sys.modules)))
+asyncio.run = started
+(script,) = entry_points(group="console_scripts", name="sunk")
+sys.exit(script.load()(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize(
+    ("command", "app"),
+    [
+        (
+            [
+                "scheduler",
+                "--scheduler-name=sunk",
+                "--slurm-api-base=http://127.0.0.1:9",
+                "--slurm-auth-token-file={token}",
+                "--hooks-insecure-http=true",
+            ],
+            "sunk.scheduler.app",
+        ),
+        (
+            [
+                "operator",
+                "--namespace=slurm",
+                "--release=slurm",
+                "--slurm-api-base=http://127.0.0.1:9",
+                "--slurm-jwt-key-file={token}",
+                "--conf-server=slurmctld:6817",
+                "--auth-secret=auth",
+            ],
+            "sunk.operator.app",
+        ),
+    ],
+)
+def test_sunk_scheduler_and_operator_start_without_loading_the_dev_package(
+    tmp_path: Path, command: list[str], app: str
+) -> None:
+    """What a user's cluster runs, started as it is started there: the dev cluster (a
+    quarter of the code, with its builders) is not loaded; a lazy import slipped into the
+    command line would load it."""
+    token = tmp_path / "token"
+    token.write_text("not-a-real-token\n")
+    argv = [arg.format(token=token) for arg in command]
+    run = subprocess.run(
+        [sys.executable, "-c", _STARTED_MODULES, *argv], capture_output=True, text=True, timeout=60
+    )
+    assert run.returncode == 0, run.stderr
+    loaded = run.stdout.split()
+    assert app in loaded  # it got as far as the component itself
+    assert [m for m in loaded if m.startswith("sunk_dev")] == []
+
+
+def test_sunk_dev_comes_from_the_checkouts_dev_package() -> None:
+    """`sunk dev` still works from a checkout: the command line finds the dev package's
+    entry point (it reports on the dev cluster rather than rejecting the command)."""
+    run = subprocess.run(
+        [sys.executable, "-c", "import sys; from sunk.cli import main; sys.exit(main(['dev', '--help']))"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert run.returncode == 0, run.stderr
+    assert "usage: sunk dev" in run.stdout
 
 
 def test_the_runtime_knows_no_component() -> None:
@@ -81,6 +163,6 @@ def test_the_operator_and_the_scheduler_are_separate_components() -> None:
     graph = imports()
     operator = reachable(graph, "sunk.operator.app") | {"sunk.operator.app"}
     scheduler = reachable(graph, "sunk.scheduler.app") | {"sunk.scheduler.app"}
-    foreign = ("sunk.scheduler", "sunk.devcluster", "sunk.testing")
+    foreign = ("sunk.scheduler", "sunk.testing")
     assert sorted(m for m in operator if m.startswith(foreign)) == []
     assert sorted(m for m in scheduler if m.startswith("sunk.operator")) == []

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from sunk.devcluster import ClusterSpec, DevCluster, hostnet, realcluster, slurmroot
-from sunk.devcluster.errors import DevClusterError
-from sunk.devcluster.layout import Layout, Ports
-from sunk.devcluster.realnode import RealNode
+from sunk_dev import ClusterSpec, DevCluster, hostnet, realcluster, slurmroot
+from sunk_dev.errors import DevClusterError
+from sunk_dev.layout import Layout, Ports
+from sunk_dev.realnode import RealNode
 
 
 @pytest.fixture

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from sunk.devcluster import DevCluster, slurmroot
-from sunk.devcluster.cluster import Status
+from sunk_dev import DevCluster, slurmroot
+from sunk_dev.cluster import Status
 
 
 def print_status(cluster: DevCluster, status: Status) -> None:

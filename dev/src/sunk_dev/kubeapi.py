@@ -13,7 +13,7 @@ from typing import Any
 
 import httpx
 
-from sunk.devcluster.layout import Layout
+from sunk_dev.layout import Layout
 
 Json = dict[str, Any]
 

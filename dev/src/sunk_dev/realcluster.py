@@ -26,12 +26,12 @@ from typing import Any
 import httpx
 import yaml
 
-from sunk.devcluster import hostnet, pki, procs, storage
-from sunk.devcluster.errors import DevClusterError
-from sunk.devcluster.kubeapi import AdminKube, is_ready
-from sunk.devcluster.kubecluster import create_once, write_kubeconfig
-from sunk.devcluster.layout import HOST, Layout, cache_dir
-from sunk.devcluster.realnode import BULKY_DIRS, PRIVATE_DIRS, REAL_NODE_LABEL, RealNode, nodes_of
+from sunk_dev import hostnet, pki, procs, storage
+from sunk_dev.errors import DevClusterError
+from sunk_dev.kubeapi import AdminKube, is_ready
+from sunk_dev.kubecluster import create_once, write_kubeconfig
+from sunk_dev.layout import HOST, Layout, cache_dir
+from sunk_dev.realnode import BULKY_DIRS, PRIVATE_DIRS, REAL_NODE_LABEL, RealNode, nodes_of
 
 TOOLS = ("kubelet", "kube-proxy", "kubectl", "coredns", "kube-scheduler")
 DNS_NAMESPACE = "kube-system"

@@ -11,10 +11,10 @@ from pathlib import Path
 import httpx
 import yaml
 
-from sunk.devcluster import procs, topology
-from sunk.devcluster.kubeapi import AdminKube, KubeError
-from sunk.devcluster.layout import HOST, Layout
-from sunk.devcluster.pki import make_pki
+from sunk_dev import procs, topology
+from sunk_dev.kubeapi import AdminKube, KubeError
+from sunk_dev.layout import HOST, Layout
+from sunk_dev.pki import make_pki
 
 SA_ISSUER = "https://kubernetes.default.svc.cluster.local"
 CONTROLLERS = (
@@ -173,7 +173,7 @@ def start(layout: Layout, tools: dict[str, Path]) -> None:
         *dirs,
     )
     stages = layout.kube / "kwok-stages.yaml"
-    stages.write_text(resources.files("sunk.devcluster").joinpath("kwok-stages.yaml").read_text())
+    stages.write_text(resources.files("sunk_dev").joinpath("kwok-stages.yaml").read_text())
     procs.spawn(
         "kwok",
         [

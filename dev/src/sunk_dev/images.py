@@ -44,10 +44,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sunk.devcluster import procs, slurmroot
-from sunk.devcluster.errors import DevClusterError
-from sunk.devcluster.layout import cache_dir
-from sunk.devcluster.prereqs import repo_root
+from sunk_dev import procs, slurmroot
+from sunk_dev.errors import DevClusterError
+from sunk_dev.layout import cache_dir
+from sunk_dev.prereqs import repo_root
 
 # In build order: every image comes after the one it is built FROM.
 IMAGES: tuple[str, ...] = (
@@ -479,7 +479,7 @@ class _Builder:
                 f"packing the Debian {suite} tree",
             )
             (work / "Dockerfile").write_text(
-                f"# Debian {suite} minbase from debootstrap, made by sunk.devcluster.images\n"
+                f"# Debian {suite} minbase from debootstrap, made by sunk_dev.images\n"
                 'FROM scratch\nADD rootfs.tar /\nCMD ["bash"]\n'
             )
             (work / ".dockerignore").write_text("rootfs\n")
@@ -580,7 +580,7 @@ def containers_conf(storage: Path) -> str:
     shares the host's network, and the CNI configuration lives in the storage."""
     cni = json.dumps(str(host_dirs(storage)["cni"]))  # a JSON string is a TOML basic string
     return (
-        "# Written by sunk.devcluster.images for its own buildah commands; rewritten on every build.\n"
+        "# Written by sunk_dev.images for its own buildah commands; rewritten on every build.\n"
         "[containers]\n"
         'netns = "host"\n'
         "\n"

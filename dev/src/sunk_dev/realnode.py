@@ -22,10 +22,10 @@ from pathlib import Path
 
 import yaml
 
-from sunk.devcluster import hostnet, pki, procs, slurmroot
-from sunk.devcluster.errors import DevClusterError
-from sunk.devcluster.kubecluster import write_kubeconfig
-from sunk.devcluster.layout import Layout, cache_dir
+from sunk_dev import hostnet, pki, procs, slurmroot
+from sunk_dev.errors import DevClusterError
+from sunk_dev.kubecluster import write_kubeconfig
+from sunk_dev.layout import Layout, cache_dir
 
 REAL_NODE_LABEL = "sunk.dev/real-node"
 # Host path -> the Node's own directory mounted over it (see the module docstring).

@@ -9,7 +9,7 @@ import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from sunk.devcluster import (
+from sunk_dev import (
     hostnet,
     images,
     kubecluster,
@@ -20,10 +20,10 @@ from sunk.devcluster import (
     slurmroot,
     topology,
 )
-from sunk.devcluster.errors import DevClusterError
-from sunk.devcluster.kubeapi import AdminKube
-from sunk.devcluster.layout import Layout
-from sunk.devcluster.realnode import RealNode, nodes_of
+from sunk_dev.errors import DevClusterError
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.layout import Layout
+from sunk_dev.realnode import RealNode, nodes_of
 
 # Stop order: Slurm's job processes first, the API server's clients before the API server.
 STOP_ORDER = (

@@ -15,10 +15,10 @@ import textwrap
 import time
 from typing import Any
 
-from sunk.devcluster import ClusterSpec, DevCluster, procs, report
-from sunk.devcluster import topology as topo
-from sunk.devcluster.kubeapi import AdminKube
-from sunk.devcluster.slurmcluster import run_cli
+from sunk_dev import ClusterSpec, DevCluster, procs, report
+from sunk_dev import topology as topo
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.slurmcluster import run_cli
 
 SCHEDULER = "sunk"
 DEMO_LABEL = "sunk.dev/demo"

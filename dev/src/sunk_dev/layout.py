@@ -11,7 +11,7 @@ import os
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
-from sunk.devcluster.errors import DevClusterError
+from sunk_dev.errors import DevClusterError
 
 HOST = "127.0.0.1"
 

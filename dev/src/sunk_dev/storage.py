@@ -31,11 +31,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sunk.devcluster import procs, slurmroot
-from sunk.devcluster.errors import DevClusterError
-from sunk.devcluster.kubeapi import AdminKube, KubeError
-from sunk.devcluster.layout import Layout
-from sunk.devcluster.realnode import REAL_NODE_LABEL
+from sunk_dev import procs, slurmroot
+from sunk_dev.errors import DevClusterError
+from sunk_dev.kubeapi import AdminKube, KubeError
+from sunk_dev.layout import Layout
+from sunk_dev.realnode import REAL_NODE_LABEL
 
 Json = dict[str, Any]
 
@@ -291,7 +291,7 @@ def start(layout: Layout) -> None:
         SUNK_DEV_PORT_OFFSET=str(layout.ports.offset),
     )
     # `-c` rather than `-m`: this module is imported by the package's __init__ already.
-    argv = [sys.executable, "-c", "from sunk.devcluster import storage; storage.main()"]
+    argv = [sys.executable, "-c", "from sunk_dev import storage; storage.main()"]
     procs.spawn(PROCESS, argv, layout.pids, layout.logs, env=env)
 
 

@@ -15,7 +15,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from sunk.devcluster.errors import DevClusterError
+from sunk_dev.errors import DevClusterError
 
 
 def _stat_fields(pid: int) -> list[str] | None:

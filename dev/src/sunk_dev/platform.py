@@ -20,14 +20,14 @@ from typing import Any
 
 import yaml
 
-from sunk.devcluster import procs
-from sunk.devcluster.cluster import DevCluster
-from sunk.devcluster.errors import DevClusterError
-from sunk.devcluster.images import Built, read_manifest
-from sunk.devcluster.kubeapi import AdminKube
-from sunk.devcluster.layout import cache_dir
-from sunk.devcluster.prereqs import PLATFORM_TOOLS, ensure_go_tools, repo_root
-from sunk.devcluster.realnode import REAL_NODE_LABEL
+from sunk_dev import procs
+from sunk_dev.cluster import DevCluster
+from sunk_dev.errors import DevClusterError
+from sunk_dev.images import Built, read_manifest
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.layout import cache_dir
+from sunk_dev.prereqs import PLATFORM_TOOLS, ensure_go_tools, repo_root
+from sunk_dev.realnode import REAL_NODE_LABEL
 
 Json = dict[str, Any]
 NODESETS = "/apis/sunk.coreweave.com/v1alpha1/namespaces/{ns}/nodesets"

@@ -19,8 +19,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-from sunk.devcluster.errors import DevClusterError
-from sunk.devcluster.layout import Layout
+from sunk_dev.errors import DevClusterError
+from sunk_dev.layout import Layout
 
 CLAIM = Path("/run/sunk-dev/real-nodes.json")
 PROC_SYS = Path("/proc/sys")

@@ -28,10 +28,10 @@ import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
-from sunk.devcluster import topology
-from sunk.devcluster.errors import DevClusterError
-from sunk.devcluster.layout import cache_dir
-from sunk.devcluster.prereqs import ACCOUNTING_PACKAGES, SLURM_PACKAGES
+from sunk_dev import topology
+from sunk_dev.errors import DevClusterError
+from sunk_dev.layout import cache_dir
+from sunk_dev.prereqs import ACCOUNTING_PACKAGES, SLURM_PACKAGES
 
 HOST_VERSION = "22.05"
 DEFAULT_VERSION = "24.11"
@@ -57,7 +57,7 @@ RECIPE = 3
 # set slurmdbd reads ("Number of columns in result (=1) set exceeds maximum allowed number
 # of columns (=0)"), so slurmdbd would not start. Each root keeps its own package (the
 # mariadb CLI depends on it) and gets bookworm's client library (10.11) beside it, which
-# slurmdbd is started with (sunk.devcluster.slurmcluster).
+# slurmdbd is started with (sunk_dev.slurmcluster).
 CLIENT_LIBRARY_FROM = "bookworm"
 CLIENT_LIBRARY_DIR = "/opt/sunk/libmariadb"
 ROOT_PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"

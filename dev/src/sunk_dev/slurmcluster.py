@@ -22,9 +22,9 @@ from pathlib import Path
 
 import httpx
 
-from sunk.devcluster import procs, slurmroot, topology
-from sunk.devcluster.errors import DevClusterError
-from sunk.devcluster.layout import HOST, Layout
+from sunk_dev import procs, slurmroot, topology
+from sunk_dev.errors import DevClusterError
+from sunk_dev.layout import HOST, Layout
 
 # The only REST version Slurm 22.05 can serve; newer clusters: use rest_version(layout).
 REST_VERSION = "v0.0.38"

@@ -13,9 +13,9 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from sunk.devcluster import hostnet
-from sunk.devcluster.errors import DevClusterError
-from sunk.devcluster.layout import HOST, Layout, cache_dir
+from sunk_dev import hostnet
+from sunk_dev.errors import DevClusterError
+from sunk_dev.layout import HOST, Layout, cache_dir
 
 SLURM_PACKAGES = (
     "munge",

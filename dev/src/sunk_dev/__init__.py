@@ -5,9 +5,9 @@ playing the kubelets, and a real Slurm (munged, slurmctld, one slurmd per node, 
 with JWT auth, optionally slurmdbd + MariaDB), all on 127.0.0.1.
 """
 
-from sunk.devcluster import procs, topology
-from sunk.devcluster.cluster import ClusterSpec, DevCluster
-from sunk.devcluster.errors import DevClusterError
-from sunk.devcluster.layout import Layout
+from sunk_dev import procs, topology
+from sunk_dev.cluster import ClusterSpec, DevCluster
+from sunk_dev.errors import DevClusterError
+from sunk_dev.layout import Layout
 
 __all__ = ["ClusterSpec", "DevCluster", "DevClusterError", "Layout", "procs", "topology"]

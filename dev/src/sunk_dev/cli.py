@@ -1,0 +1,155 @@
+"""`sunk dev ...` and `sunk demo`: the commands this package adds to `sunk` in a checkout.
+
+sunk's own command line finds them through the `sunk.commands` entry points of this
+package (dev/pyproject.toml) and loads them only when one is named, so the scheduler and
+the operator never import the dev cluster."""
+
+from __future__ import annotations
+
+import argparse
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Sequence
+
+from sunk_dev import (
+    ClusterSpec,
+    DevCluster,
+    DevClusterError,
+    platform,
+    realcluster,
+    report,
+    slurmcluster,
+    slurmroot,
+)
+from sunk_dev.demo import demo
+
+
+def dev_parser() -> argparse.ArgumentParser:
+    dev = argparse.ArgumentParser(
+        prog="sunk dev", description="The local real cluster for the demo and the tests."
+    )
+    dev_sub = dev.add_subparsers(dest="dev_command", required=True)
+    up = dev_sub.add_parser("up", help="start etcd, kube-apiserver, kwok and Slurm on 127.0.0.1")
+    up.add_argument("--nodes", type=int, default=4, help="Slurm nodes / Kubernetes Nodes (4)")
+    up.add_argument("--accounting", action="store_true", help="also run MariaDB + slurmdbd (QoS, accounts)")
+    up.add_argument("--kill-wait", type=int, default=30, help="Slurm KillWait in seconds (30)")
+    up.add_argument("--cpus-per-node", type=int, default=8, help="CPUs of each node (8)")
+    up.add_argument("--gpus-per-node", type=int, default=4, help="(fake) GPUs of each node (4)")
+    up.add_argument("--preempt-mode", default="CANCEL", choices=["CANCEL", "REQUEUE", "OFF"], help="(CANCEL)")
+    up.add_argument(
+        "--slurm",
+        default=slurmroot.DEFAULT_VERSION,
+        metavar="VERSION",
+        help=f"Slurm release line: {', '.join(slurmroot.SUPPORTED)} ({slurmroot.DEFAULT_VERSION}; "
+        "22.05 is the host's Debian 12 packages, the others run in a cached Debian root)",
+    )
+    up.add_argument(
+        "--real-nodes",
+        type=int,
+        default=0,
+        metavar="N",
+        help="also N real kubelet Nodes (containerd, runc, CNI bridge) that run the Slurm images (0)",
+    )
+    node = dev_sub.add_parser("node", help="stop or start a real Node, as if its machine went down")
+    node.add_argument("action", choices=["stop", "start"])
+    node.add_argument("name", help="a real Node's name (real-1, real-2, ...)")
+    dev_sub.add_parser(
+        "platform",
+        help="install the Slurm chart on the real Nodes (needs `up --real-nodes 3`) and show it working",
+    )
+    dev_sub.add_parser(
+        "down",
+        help="stop every process of the dev cluster; delete its real Nodes' images, containers and volumes "
+        "(its logs stay until the next up)",
+    )
+    dev_sub.add_parser("status", help="show what runs and whether it answers")
+    dev_sub.add_parser("env", help="print `export` lines for kubectl, Slurm's CLI and sunk")
+    slurm = dev_sub.add_parser(
+        "slurm",
+        help="run a Slurm command (squeue, sinfo, scontrol, sacctmgr...) of the running cluster",
+    )
+    slurm.add_argument("slurm_argv", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]")
+    return dev
+
+
+def run_dev(args: argparse.Namespace) -> int:
+    cluster = DevCluster()
+    if args.dev_command == "up":
+        spec = ClusterSpec(
+            args.nodes,
+            args.accounting,
+            args.kill_wait,
+            args.preempt_mode,
+            args.cpus_per_node,
+            args.slurm,
+            args.gpus_per_node,
+            args.real_nodes,
+        )
+        seconds = cluster.up(spec)
+        print(f"dev cluster up in {seconds:.1f} s")
+        report.print_status(cluster, cluster.status())
+    elif args.dev_command == "down":
+        stopped = cluster.down()
+        print(f"stopped {len(stopped)} processes" if stopped else "nothing was running")
+        left = realcluster.host_leftovers(cluster.layout)
+        if left:
+            print(f"sunk: real Nodes left this on the host: {'; '.join(left)}", file=sys.stderr)
+            return 1
+    elif args.dev_command == "status":
+        status = cluster.status()
+        report.print_status(cluster, status)
+        return 0 if status.running else 1
+    elif args.dev_command == "platform":
+        platform.demo(cluster)
+    elif args.dev_command == "node":
+        (cluster.stop_node if args.action == "stop" else cluster.start_node)(args.name)
+        print(f"{args.name} {'stopped' if args.action == 'stop' else 'started'}")
+    elif args.dev_command == "env":
+        cluster.require_running()
+        sys.stdout.write(cluster.env_text())
+    elif args.dev_command == "slurm":
+        return run_slurm_command(cluster, args.slurm_argv)
+    return 0
+
+
+def run_slurm_command(cluster: DevCluster, argv: Sequence[str]) -> int:
+    """Run one Slurm CLI the way the running cluster's Slurm needs (chrooted or not)."""
+    argv = list(argv[1:] if argv[:1] == ["--"] else argv)
+    if not argv:
+        raise DevClusterError("name the Slurm command to run, e.g. `sunk dev slurm sinfo`")
+    cluster.require_running()
+    rt = slurmcluster.runtime(cluster.layout)
+    try:
+        return subprocess.run(rt.argv(argv), env=slurmcluster.cli_env(cluster.layout, rt)).returncode
+    except FileNotFoundError as err:
+        raise DevClusterError(f"cannot run {argv[0]}: {err}") from None
+
+
+def run_demo() -> int:
+    return demo(DevCluster())
+
+
+def dev_command(argv: Sequence[str]) -> int:
+    """`sunk dev ARGS`."""
+    return _guarded(lambda: run_dev(dev_parser().parse_args(argv)))
+
+
+def demo_command(argv: Sequence[str]) -> int:
+    """`sunk demo`: takes no arguments."""
+    argparse.ArgumentParser(
+        prog="sunk demo", description="Bring the dev cluster up (if needed) and show it working."
+    ).parse_args(argv)
+    return _guarded(run_demo)
+
+
+def _guarded(command: Callable[[], int]) -> int:
+    # `sunk dev status | head` ends quietly.
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)
+    try:
+        return command()
+    except DevClusterError as err:
+        print(f"sunk: {err}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130
