@@ -29,11 +29,11 @@ from sunk.operator.controller import NodeSetController
 from sunk.operator.demand import waiting_by_partition
 from sunk.operator.features import pending_by_feature
 from sunk.operator.nodeset import API_VERSION, PLURAL
-from sunk.operator.plan import SlurmView
 from sunk.operator.removal import jobs_by_node
 from sunk.operator.selection import member_nodeset
 from sunk.operator.token_keeper import TokenKeeper
 from sunk.operator.topology import TopologyWriter
+from sunk.operator.view import SlurmView
 from sunk.runtime.manager import Manager
 from sunk.runtime.queue import WorkQueue
 from sunk.slurm.client import SlurmClient

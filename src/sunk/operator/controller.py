@@ -22,6 +22,7 @@ from sunk.operator import members as m
 from sunk.operator import plan as p
 from sunk.operator.nodeset import API_VERSION, PLURAL, Invalid, NodeSet, parse
 from sunk.operator.selection import assign, member_nodeset
+from sunk.operator.view import SlurmView
 from sunk.runtime.controller import DONE, Outcome, after
 from sunk.runtime.expectations import Expectations
 from sunk.runtime.ports import Cache
@@ -77,7 +78,7 @@ class NodeSetController:
         self,
         kube: OperatorKube,
         slurm: OperatorSlurm,
-        view: Callable[[], p.SlurmView],
+        view: Callable[[], SlurmView],
         *,
         nodesets: Cache,
         nodes: Cache,
@@ -146,13 +147,13 @@ class NodeSetController:
                 by_node.setdefault(node, []).append(pod)
         return by_node
 
-    def view_now(self) -> p.SlurmView:
+    def view_now(self) -> SlurmView:
         """The poller's view, unless it is older than `stale_s`: a poller stuck on a slow
         slurmrestd must not let a member go on what Slurm said minutes ago."""
         view = self.view()
         age = time.monotonic() - view.listed_at
         if view.known and age > self.stale_s:
-            return p.SlurmView(problem=f"Slurm's last listing is {age:.0f} s old")
+            return SlurmView(problem=f"Slurm's last listing is {age:.0f} s old")
         self.slurm_written = {n: at for n, at in self.slurm_written.items() if at >= view.listed_at}
         if self.slurm_written:
             return dataclasses.replace(view, rewritten=frozenset(self.slurm_written))
@@ -182,7 +183,7 @@ class NodeSetController:
         )
         now = self.clock()
 
-        def decide(view: p.SlurmView) -> p.Plan:
+        def decide(view: SlurmView) -> p.Plan:
             return p.plan(
                 obj,
                 nodeset,

@@ -182,3 +182,9 @@ def _merge(base: Json, ours: Json) -> Json:
     merged = copy.deepcopy(base)
     merged.update({k: v for k, v in ours.items() if k != "resources" or v})
     return merged
+
+
+def slurm_name_of(pod: Json) -> str:
+    """The Slurm node a member Pod runs (its label; its name for Pods made before the label)."""
+    meta = pod.get("metadata") or {}
+    return str((meta.get("labels") or {}).get(SLURM_NODE_LABEL) or meta.get("name") or "")

@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sunk.operator import demand, features
+from sunk.operator import checks, demand
 from sunk.operator import members as m
 from sunk.operator import removal as r
 from sunk.operator.actions import (
@@ -33,11 +33,19 @@ from sunk.operator.actions import (
     Resume,
     SetFinalizer,
 )
-from sunk.operator.hardware import ShapeError, gres_in_conf, shape, slurm_node_name
-from sunk.operator.nodeset import API_VERSION, CANCEL_JOBS, KIND, ON_DELETE, DrainPolicy, Invalid, NodeSet
+from sunk.operator.hardware import ShapeError, shape, slurm_node_name
+from sunk.operator.nodeset import API_VERSION, KIND, DrainPolicy, Invalid, NodeSet
 from sunk.operator.removal import busy
+from sunk.operator.rollout import roll_out
 from sunk.operator.selection import Share
-from sunk.slurm.models import SlurmJob, SlurmNode
+from sunk.operator.status import (
+    Findings,
+    changed,
+    feasibility_message,
+    nodeset_status,
+)
+from sunk.operator.view import SlurmView
+from sunk.slurm.models import SlurmNode
 from sunk.translate.nodefilter import node_ready  # any object's Ready condition: here a Pod's
 
 Json = dict[str, Any]
@@ -53,34 +61,6 @@ INFEASIBLE = "NoFeasibleNodes"
 STALE_RECORD = "StaleSlurmNodeDeleted"
 RECORD_DELETED = "SlurmNodeDeleted"
 FAILED_MEMBER = "FailedMember"
-GRES_MISMATCH = "GresMismatch"
-FEATURE_IN_USE = "FeatureInUse"
-UNKNOWN_TOPOLOGY_LABEL = "UnknownTopologyLabel"
-
-
-@dataclass(frozen=True)
-class SlurmView:
-    """Slurm's nodes, partitions and running jobs as the last listing saw them; None while
-    unknown. `jobs`: node name → the jobs holding it."""
-
-    nodes: Mapping[str, SlurmNode] | None = None
-    partitions: frozenset[str] | None = None
-    jobs: Mapping[str, tuple[SlurmJob, ...]] | None = None
-    waiting: Mapping[str, tuple[SlurmJob, ...]] = field(default_factory=dict)  # partition → queued jobs
-    asking: Mapping[str, tuple[int, ...]] = field(default_factory=dict)  # feature → pending job IDs
-    max_time_min: Mapping[str, int | None] = field(default_factory=dict)  # partition → MaxTime (None: none)
-    problem: str = "Slurm's nodes have not been listed yet"
-    listed_at: float = field(default=0.0, compare=False)  # time.monotonic() of the listing
-    # Nodes this operator drained or resumed after the listing began: their drain there may be
-    # out of date, so none of them is deleted on it (NodeSetController.view_now).
-    rewritten: frozenset[str] = frozenset()
-
-    @property
-    def known(self) -> bool:
-        return self.nodes is not None and self.partitions is not None and self.jobs is not None
-
-    def jobs_on(self, name: str) -> tuple[SlurmJob, ...]:
-        return (self.jobs or {}).get(name, ())
 
 
 @dataclass(frozen=True)
@@ -99,17 +79,8 @@ class _Notes:
     rollout: str = ""  # why the roll-out waits, or "" when nothing is out of date
     unlabelled: list[str] = field(default_factory=list)  # members' Nodes missing a topology label
 
-
-def slurm_state(record: SlurmNode | None) -> str:
-    """The member's state as sinfo would count it."""
-    if record is None:
-        return "unregistered"
-    words = {record.state.upper(), *(f.upper() for f in record.flags)}
-    if "DOWN" in words or "NOT_RESPONDING" in words:
-        return "down"
-    if record.drained:
-        return "draining" if busy(record) else "drained"
-    return record.state.lower() if record.state.lower() in ("idle", "allocated", "mixed") else "unknown"
+    def findings(self) -> Findings:
+        return Findings(tuple(self.waiting), tuple(self.removals), self.rollout, tuple(self.unlabelled))
 
 
 def plan(
@@ -144,7 +115,7 @@ def plan(
                 once_as=f"{nodeset.name}.invalid.{nodeset.generation}",
             )
         )
-        status = _status(obj, nodeset.name, None, members, records, settings, now, slurm, invalid=problems)
+        status = nodeset_status(obj, nodeset.name, None, members, settings, now, slurm, invalid=problems)
         return _finish(obj, notes, status, after=None)
 
     unknown = [p for p in nodeset.partitions if slurm.partitions is not None and p not in slurm.partitions]
@@ -159,24 +130,23 @@ def plan(
                 INVALID, problems[0], warning=True, once_as=f"{nodeset.name}.partitions.{nodeset.generation}"
             )
         )
-        status = _status(
-            obj, nodeset.name, nodeset, members, records, settings, now, slurm, invalid=problems, share=share
+        status = nodeset_status(
+            obj, nodeset.name, nodeset, members, settings, now, slurm, invalid=problems, share=share
         )
         return _finish(obj, notes, status, after=RECHECK_S)
 
-    too_short = _drain_timeout_too_short(nodeset, slurm)
+    too_short = checks.drain_timeout_too_short(nodeset, slurm)
     if too_short:
         notes.actions.append(
             Event(
                 INVALID, too_short, warning=True, once_as=f"{nodeset.name}.drain-timeout.{nodeset.generation}"
             )
         )
-        status = _status(
+        status = nodeset_status(
             obj,
             nodeset.name,
             nodeset,
             members,
-            records,
             settings,
             now,
             slurm,
@@ -188,23 +158,27 @@ def plan(
     assert share is not None
     if not slurm.known:
         notes.waiting.append(f"waiting for Slurm: {slurm.problem}; nothing is created or removed meanwhile")
-        status = _status(
-            obj, nodeset.name, nodeset, members, records, settings, now, slurm, share=share, notes=notes
+        status = nodeset_status(
+            obj, nodeset.name, nodeset, members, settings, now, slurm, share=share, found=notes.findings()
         )
         return _finish(obj, notes, status, after=RECHECK_S)
 
     _replace_failed(members, notes)
     _create(nodeset, share, nodes, slurm, settings, unseen, notes)
     leaving = _leaving(nodeset, share, members, nodes, slurm, now, notes)
-    _check_gres(members, slurm, notes)
-    _check_topology_labels(nodeset.name, members, nodes, settings, notes)
+    for line, event in checks.gres_mismatches(members, slurm):
+        notes.waiting.append(line)
+        notes.actions.append(event)
+    for line, event in checks.unlabelled_nodes(nodeset.name, members, nodes, settings):
+        notes.unlabelled.append(line)
+        notes.actions.append(event)
     _remove(nodeset.name, nodeset.drain, leaving, slurm, now, notes)
     _resume_kept(nodeset.name, members, leaving, records, notes)
     _label_busy(members, slurm, notes)
     _clean_records(nodeset.name, members, share, nodes, slurm, unseen, notes)
     _report_conflicts(nodeset, share, notes)
-    status = _status(
-        obj, nodeset.name, nodeset, members, records, settings, now, slurm, share=share, notes=notes
+    status = nodeset_status(
+        obj, nodeset.name, nodeset, members, settings, now, slurm, share=share, found=notes.findings()
     )
     if nodeset.demand is not None:
         previous = (obj.get("status") or {}).get("demand") or {}
@@ -239,11 +213,11 @@ def _deleting(
     records = slurm.nodes or {}
     if not slurm.known:
         notes.waiting.append(f"deleting: waiting for Slurm ({slurm.problem}); no member is removed meanwhile")
-        status = _status(obj, name, None, members, records, settings, now, slurm, notes=notes)
+        status = nodeset_status(obj, name, None, members, settings, now, slurm, found=notes.findings())
         return _finish(obj, notes, status, after=RECHECK_S)
     policy = nodeset.drain if isinstance(nodeset, NodeSet) else DrainPolicy()
     leaving = [
-        r.Leaving(pod, _slurm_name(pod), (pod.get("spec") or {}).get("nodeName", ""), r.DELETED)
+        r.Leaving(pod, m.slurm_name_of(pod), (pod.get("spec") or {}).get("nodeName", ""), r.DELETED)
         for pod in members
     ]
     _remove(name, policy, leaving, slurm, now, notes)
@@ -254,7 +228,9 @@ def _deleting(
         notes.actions.append(SetFinalizer(False))
     elif not members and left:
         notes.waiting.append(f"deleting: Slurm still lists {', '.join(left)}")
-    status = _status(obj, name, None, members, records, settings, now, slurm, notes=notes, deleting=True)
+    status = nodeset_status(
+        obj, name, None, members, settings, now, slurm, found=notes.findings(), deleting=True
+    )
     return _finish(obj, notes, status, after=RECHECK_S)
 
 
@@ -332,221 +308,25 @@ def _leaving(
     }
     leaving = [
         r.Leaving(
-            by_node[n], _slurm_name(by_node[n]), n, f"moves off a Node that no longer qualifies ({why})"
+            by_node[n], m.slurm_name_of(by_node[n]), n, f"moves off a Node that no longer qualifies ({why})"
         )
         for n, why in sorted(share.unfit_members.items())
         if n in by_node
     ]
 
     def cost(node: str) -> tuple[tuple[int, int, int], str]:
-        name = _slurm_name(by_node[node])
+        name = m.slurm_name_of(by_node[node])
         return (r.cost(nodeset.name, _running(by_node[node]), records.get(name), slurm.jobs_on(name)), name)
 
     kept = [n for n in share.kept if n in by_node]
     extra = len(kept) - share.wanted
     surplus = sorted(kept, key=cost)[: max(0, extra)]
-    leaving += [r.Leaving(by_node[n], _slurm_name(by_node[n]), n, r.SCALE_IN) for n in surplus]
+    leaving += [r.Leaving(by_node[n], m.slurm_name_of(by_node[n]), n, r.SCALE_IN) for n in surplus]
     staying = [n for n in kept if n not in surplus]
-    leaving += _roll_out(nodeset, share, [by_node[n] for n in staying], nodes, slurm, cost, now, notes)
-    return leaving
-
-
-def _outdated(nodeset: NodeSet, current: str, pod: Json, nodes: Mapping[str, Json]) -> str | None:
-    """Why a member no longer matches what it would be made as now: its template changed
-    (a roll-out), or its Node's resources did (a GPU gone, more memory), so that its
-    `--conf` would differ and Slurm would hand out what the Node does not have."""
-    annotations = pod["metadata"].get("annotations") or {}
-    if annotations.get(m.TEMPLATE_HASH) != current:
-        return r.ROLL_OUT
-    node = nodes.get((pod.get("spec") or {}).get("nodeName", ""))
-    if node is None:
-        return None
-    try:
-        conf = shape(nodeset, node).conf()
-    except ShapeError:
-        return None  # reported where members are made
-    return r.HARDWARE if annotations.get(m.SLURMD_CONF, conf) != conf else None
-
-
-def _roll_out(
-    nodeset: NodeSet,
-    share: Share,
-    staying: list[Json],
-    nodes: Mapping[str, Json],
-    slurm: SlurmView,
-    cost: Any,
-    now: str,
-    notes: _Notes,
-) -> list[r.Leaving]:
-    """Members that are out of date (`_outdated`), replaced through the removal path at most
-    maxUnavailable at a time; one that cannot be drained now is skipped and reported."""
-    records = slurm.nodes or {}
-    current = m.template_hash(nodeset)  # once per pass, not once per member
-    causes = {p["metadata"]["name"]: c for p in staying if (c := _outdated(nodeset, current, p, nodes))}
-    outdated = [p for p in staying if p["metadata"]["name"] in causes]
-    if not outdated:
-        return []
-    if nodeset.update.type == ON_DELETE:
-        notes.rollout = (
-            f"{len(outdated)} members run an outdated template (OnDelete: delete them to replace them)"
-        )
-        return []
-
-    def in_progress(pod: Json) -> bool:
-        record = records.get(_slurm_name(pod))
-        return bool(pod["metadata"].get("deletionTimestamp")) or (
-            record is not None and r.drained_by(nodeset.name, record)
-        )
-
-    def available(pod: Json) -> bool:
-        record = records.get(_slurm_name(pod))
-        return (
-            node_ready(pod) and record is not None and slurm_state(record) in ("idle", "allocated", "mixed")
-        )
-
-    def why_skipped(pod: Json) -> str | None:
-        """Why an outdated member cannot start its replacement now (then it is skipped,
-        reported, and does not hold up the others: a roll-out never wedges on it)."""
-        record = records.get(_slurm_name(pod))
-        if record is None:
-            return "not registered"
-        if record.drained or slurm_state(record) == "down":
-            return record.reason or slurm_state(record)
-        return None
-
-    held = _features_held(nodeset, outdated, nodes, slurm)
-    if held:
-        said = "; ".join(
-            f"feature {f} is asked for by pending jobs {', '.join(map(str, ids))}" for f, ids in held.items()
-        )
-        notes.rollout = (
-            f"roll-out of {len(outdated)} members held: {said}, and the new template drops it; "
-            "put the feature back, or wait until those jobs run or are cancelled"
-        )
-        notes.actions.append(
-            Event(FEATURE_IN_USE, notes.rollout, warning=True, once_as=f"{nodeset.name}.features.{said}")
-        )
-        # Replacements already under way finish; no new one starts.
-        return [
-            r.Leaving(p, _slurm_name(p), p["spec"]["nodeName"], causes[p["metadata"]["name"]])
-            for p in outdated
-            if in_progress(p)
-        ]
-    going = [p for p in outdated if in_progress(p)]
-    window = nodeset.update.window
-    if window is not None and not window.open_at(_parse_now(now)):
-        ahead = f"{len(going)} being replaced; " if going else ""
-        notes.rollout = (
-            f"{len(outdated)} outdated members; {ahead}the others wait for the maintenance window "
-            f"({window.describe()})"
-        )
-        return [
-            r.Leaving(p, _slurm_name(p), p["spec"]["nodeName"], causes[p["metadata"]["name"]]) for p in going
-        ]
-    candidates = [p for p in outdated if not in_progress(p)]
-    skipped = [f"{_slurm_name(p)} ({why})" for p in candidates if (why := why_skipped(p))]
-    ready = sum(1 for p in staying if available(p) and not in_progress(p))
-    slots = nodeset.update.budget(share.wanted) - max(0, share.wanted - ready - len(skipped))
-    for pod in sorted(candidates, key=lambda p: cost(p["spec"]["nodeName"])):
-        if slots > 0 and why_skipped(pod) is None:
-            going.append(pod)
-            slots -= 1
-    waiting = len(outdated) - len(going) - len(skipped)
-    parts = [f"{len(going)} of {len(outdated)} outdated members being replaced"]
-    if waiting:
-        parts.append(f"{waiting} wait for maxUnavailable {nodeset.update.max_unavailable}")
-    if skipped:
-        parts.append(f"skipped until they can be drained: {', '.join(skipped)}")
-    notes.rollout = "; ".join(parts)
-    return [r.Leaving(p, _slurm_name(p), p["spec"]["nodeName"], causes[p["metadata"]["name"]]) for p in going]
-
-
-def _drain_timeout_too_short(nodeset: NodeSet, slurm: SlurmView) -> str | None:
-    """With onTimeout CancelJobs, a timeout shorter than a partition's MaxTime could end
-    jobs that are still within their time limit: refused, so the platform never kills a
-    job Slurm would have let run."""
-    policy = nodeset.drain
-    if policy.timeout_s is None or policy.on_timeout != CANCEL_JOBS:
-        return None
-    for partition in nodeset.partitions:
-        if partition not in slurm.max_time_min:
-            continue
-        limit = slurm.max_time_min[partition]
-        if limit is None or limit * 60 > policy.timeout_s:
-            shown = "UNLIMITED" if limit is None else f"{limit} min"
-            return (
-                f"spec.drain.timeout: {policy.timeout_s} s is shorter than partition {partition}'s MaxTime "
-                f"({shown}), so onTimeout CancelJobs could end jobs still within their time limit; "
-                "raise the timeout above MaxTime, or use onTimeout: Report"
-            )
-    return None
-
-
-def _features_held(
-    nodeset: NodeSet, outdated: list[Json], nodes: Mapping[str, Json], slurm: SlurmView
-) -> dict[str, tuple[int, ...]]:
-    """Features the roll-out would take off these members that no other Slurm node offers
-    and pending jobs ask for (those jobs would wait for ever)."""
-    dropped: set[str] = set()
-    for pod in outdated:
-        node = nodes.get((pod.get("spec") or {}).get("nodeName", ""))
-        if node is None:
-            continue
-        try:
-            now = set(shape(nodeset, node).features)
-        except ShapeError:
-            continue
-        dropped |= features.in_conf((pod["metadata"].get("annotations") or {}).get(m.SLURMD_CONF, "")) - now
-    leaving = {_slurm_name(p) for p in outdated}
-    elsewhere = {f for name, rec in (slurm.nodes or {}).items() if name not in leaving for f in rec.features}
-    return features.held_back(dropped, elsewhere, slurm.asking)
-
-
-def _check_topology_labels(
-    name: str, members: list[Json], nodes: Mapping[str, Json], settings: m.Settings, notes: _Notes
-) -> None:
-    """Every member's Node must carry the labels topology.conf is written from; the
-    operator's topology writer keeps the last file until they do."""
-    for pod in members:
-        node_name = (pod.get("spec") or {}).get("nodeName", "")
-        node = nodes.get(node_name)
-        if node is None:
-            continue
-        labels = (node.get("metadata") or {}).get("labels") or {}
-        for label in settings.topology_labels:
-            if not labels.get(label):
-                line = f"Node {node_name} has no label {label}, which slurm.topology.labels names"
-                notes.unlabelled.append(line)
-                notes.actions.append(
-                    Event(
-                        UNKNOWN_TOPOLOGY_LABEL,
-                        line + "; topology.conf stays as it was until the Node is labelled",
-                        warning=True,
-                        once_as=f"{name}.topology.{node_name}.{label}",
-                    )
-                )
-
-
-def _check_gres(members: list[Json], slurm: SlurmView, notes: _Notes) -> None:
-    """Slurm's record of a member must show the GPUs its `--conf` gave it: a record that
-    differs (a slurmd that detected other devices, a record left by an older Pod) would let
-    Slurm hand out GPUs the Node does not have, or hide ones it has."""
-    records = slurm.nodes or {}
-    for pod in members:
-        record = records.get(_slurm_name(pod))
-        conf = (pod["metadata"].get("annotations") or {}).get(m.SLURMD_CONF, "")
-        if record is None or pod["metadata"].get("deletionTimestamp"):
-            continue
-        wanted = sorted((name, count) for name, count in gres_in_conf(conf) if name.split(":")[0] == "gpu")
-        listed = sorted((name, count) for name, count in record.gres if name.split(":")[0] == "gpu")
-        if wanted != listed:
-            said = ", ".join(f"{n}:{c}" for n, c in listed) or "none"
-            meant = ", ".join(f"{n}:{c}" for n, c in wanted) or "none"
-            line = f"Slurm node {record.name} lists GPUs {said} but its Node gives {meant}"
-            notes.waiting.append(line)
-            notes.actions.append(
-                Event(GRES_MISMATCH, line, warning=True, once_as=f"{record.name}.gres.{said}.{meant}")
-            )
+    rolling = roll_out(nodeset, share, [by_node[n] for n in staying], nodes, slurm, cost, _parse_now(now))
+    notes.rollout = rolling.message
+    notes.actions += rolling.actions
+    return leaving + list(rolling.leaving)
 
 
 def _remove(
@@ -588,7 +368,7 @@ def _resume_kept(
     roll-out undone) gets its drain lifted; nobody else's drain is ever touched."""
     going = {member.slurm_name for member in leaving}
     for pod in members:
-        slurm_name = _slurm_name(pod)
+        slurm_name = m.slurm_name_of(pod)
         record = records.get(slurm_name)
         if slurm_name in going or pod["metadata"].get("deletionTimestamp") or record is None:
             continue
@@ -603,10 +383,10 @@ def _label_busy(members: list[Json], slurm: SlurmView, notes: _Notes) -> None:
     records = slurm.nodes or {}
     for pod in members:
         meta = pod.get("metadata") or {}
-        record = records.get(_slurm_name(pod))
+        record = records.get(m.slurm_name_of(pod))
         if record is None or meta.get("deletionTimestamp"):
             continue
-        now_busy = busy(record, slurm.jobs_on(_slurm_name(pod)))
+        now_busy = busy(record, slurm.jobs_on(m.slurm_name_of(pod)))
         if (meta.get("labels") or {}).get(m.BUSY_LABEL) != str(now_busy).lower():
             notes.actions.append(LabelBusy(meta["name"], meta.get("uid", ""), now_busy))
 
@@ -623,7 +403,7 @@ def _clean_records(
     """Slurm node records named like this NodeSet's members with no Pod behind them (a
     member removed, or lost with its Node) are deleted once they run no job."""
     records = slurm.nodes or {}
-    with_pods = {_slurm_name(p) for p in members}
+    with_pods = {m.slurm_name_of(p) for p in members}
     new = share.new if share is not None else []
     about_to_be_made = {slurm_node_name(name, nodes[n]) for n in new if n in nodes}
     for record_name in r.records_of(name, records):
@@ -652,205 +432,22 @@ def _report_conflicts(nodeset: NodeSet, share: Share, notes: _Notes) -> None:
         notes.actions.append(
             Event(
                 INFEASIBLE,
-                _feasibility_message(nodeset, share),
+                feasibility_message(nodeset, share),
                 warning=True,
                 once_as=f"{nodeset.name}.infeasible.{nodeset.generation}.{share.feasible}",
             )
         )
 
 
-def _feasibility_message(nodeset: NodeSet, share: Share) -> str:
-    wanted = "every qualifying Node" if nodeset.replicas is None else f"{nodeset.replicas} replicas"
-    reasons = [f"{n} {why}" for n, why in sorted(share.unfit.items())[:5]]
-    reasons += [f"{n} is held by NodeSet {o}" for n, o in sorted(share.held_by_others.items())[:5]]
-    more = len(share.unfit) + len(share.held_by_others) - len(reasons)
-    tail = f" (and {more} more)" if more > 0 else ""
-    return f"{wanted} asked, {share.feasible} Nodes qualify: {'; '.join(reasons) or 'no Nodes'}{tail}"
-
-
-# -- status ------------------------------------------------------------------------------------
-def _status(
-    obj: Json,
-    name: str,
-    nodeset: NodeSet | None,
-    members: list[Json],
-    records: Mapping[str, SlurmNode],
-    settings: m.Settings,
-    now: str,
-    slurm: SlurmView,
-    *,
-    invalid: list[str] | None = None,
-    share: Share | None = None,
-    notes: _Notes | None = None,
-    deleting: bool = False,
-) -> Json:
-    live = [p for p in members if not (p.get("metadata") or {}).get("deletionTimestamp")]
-    counts = dict.fromkeys(("idle", "allocated", "mixed", "draining", "drained", "down", "unknown"), 0)
-    listed = []
-    for pod in sorted(members, key=lambda p: _slurm_name(p)):
-        record = records.get(_slurm_name(pod)) if slurm.nodes is not None else None
-        state = slurm_state(record) if slurm.nodes is not None else "unknown"
-        if state in counts:
-            counts[state] += 1
-        entry = {
-            "slurmNode": _slurm_name(pod),
-            "node": (pod.get("spec") or {}).get("nodeName", ""),
-            "pod": pod["metadata"]["name"],
-            "state": state,
-        }
-        if record is not None and record.reason:
-            entry["reason"] = record.reason
-        listed.append(entry)
-    ready = sum(1 for p in live if node_ready(p))
-    previous = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
-    generation = (obj.get("metadata") or {}).get("generation")
-    conditions: list[Json] = []
-
-    def condition(kind: str, ok: bool, reason: str, message: str) -> None:
-        value = "True" if ok else "False"
-        before = previous.get(kind) or {}
-        since = before.get("lastTransitionTime") if before.get("status") == value else now
-        conditions.append(
-            {
-                "type": kind,
-                "status": value,
-                "reason": reason,
-                "message": message,
-                "lastTransitionTime": since or now,
-                "observedGeneration": generation,
-            }
-        )
-
-    summary = "Ready"
-    if invalid:
-        condition("Valid", False, "InvalidSpec", "; ".join(invalid))
-        summary = "Invalid: " + invalid[0]
-    else:
-        condition("Valid", True, "SpecValid", "the spec is valid")
-    condition(
-        "SlurmReachable",
-        slurm.known,
-        "Listed" if slurm.known else "SlurmUnavailable",
-        "Slurm answers" if slurm.known else slurm.problem,
-    )
-    if nodeset is not None and share is not None and not invalid:
-        enough = share.feasible > 0 and (nodeset.replicas is None or nodeset.replicas <= share.feasible)
-        if nodeset.replicas == 0:
-            enough = True
-        condition(
-            "Feasible",
-            enough,
-            "EnoughNodes" if enough else ("NoFeasibleNodes" if share.feasible == 0 else "NotEnoughNodes"),
-            f"{share.feasible} Nodes qualify" if enough else _feasibility_message(nodeset, share),
-        )
-        waiting = notes.waiting if notes else []
-        failing = _failing(members)
-        all_ready = ready == share.wanted and len(live) == share.wanted and not waiting and not failing
-        all_ready = all_ready and all(e["state"] in ("idle", "allocated", "mixed") for e in listed)
-        message = "; ".join(failing + waiting) or (
-            f"{ready} of {share.wanted} members ready and registered"
-            if not all_ready
-            else f"{ready} members ready"
-        )
-        if settings.topology_labels:
-            unlabelled = notes.unlabelled if notes else []
-            condition(
-                "TopologyLabeled",
-                not unlabelled,
-                UNKNOWN_TOPOLOGY_LABEL if unlabelled else "LabelsPresent",
-                "; ".join(unlabelled) or "every member's Node carries the topology labels",
-            )
-        condition(
-            "Ready",
-            all_ready,
-            "MembersReady" if all_ready else ("MembersFailing" if failing else "Progressing"),
-            message,
-        )
-        if not all_ready:
-            summary = message
-        if not enough:
-            summary = _feasibility_message(nodeset, share)
-        if not slurm.known:
-            summary = f"waiting for Slurm: {slurm.problem}"
-    if nodeset is not None and not invalid:
-        rollout = notes.rollout if notes else ""
-        condition(
-            "UpToDate",
-            not rollout,
-            "TemplateCurrent" if not rollout else "RollingOut",
-            rollout or "every member runs the current template",
-        )
-    if deleting:
-        summary = "Deleting: " + ("; ".join(notes.waiting) if notes and notes.waiting else "members removed")
-    status: Json = {
-        "observedGeneration": generation,
-        "replicas": len(live),
-        "ready": ready,
-        "feasible": share.feasible if share is not None else 0,
-        "selector": m.selector_string(settings, name),
-        "partitions": ",".join(nodeset.partitions) if nodeset is not None else "",
-        "summary": summary[:300],
-        "slurm": counts,
-        "members": listed,
-        "removals": notes.removals if notes else [],
-        "updated": _updated(nodeset, live),
-        "conditions": conditions,
-    }
-    return status
-
-
-def _updated(nodeset: NodeSet | None, live: list[Json]) -> int:
-    """Members made from the current template."""
-    if nodeset is None:
-        return 0
-    current = m.template_hash(nodeset)
-    return sum(
-        1 for pod in live if (pod["metadata"].get("annotations") or {}).get(m.TEMPLATE_HASH) == current
-    )
-
-
-def _failing(members: list[Json]) -> list[str]:
-    """Members whose containers cannot start (a bad image, a crash loop), one line each."""
-    lines = []
-    for pod in members:
-        for container in (pod.get("status") or {}).get("containerStatuses") or []:
-            waiting = (container.get("state") or {}).get("waiting") or {}
-            if waiting.get("reason") in (
-                "ErrImagePull",
-                "ImagePullBackOff",
-                "InvalidImageName",
-                "CrashLoopBackOff",
-                "CreateContainerConfigError",
-                "ErrImageNeverPull",
-            ):
-                name = pod["metadata"]["name"]
-                lines.append(f"member {name}: {waiting['reason']}: {waiting.get('message', '')}".strip())
-    return lines
-
-
 def _finish(obj: Json, notes: _Notes, status: Json, *, after: float | None) -> Plan:
     actions = list(notes.actions)
-    if _comparable(status) != _comparable(obj.get("status") or {}):
+    if changed(status, obj.get("status") or {}):
         actions.append(PatchStatus(status))
     return Plan(tuple(actions), after)
 
 
-def _comparable(status: Json) -> Json:
-    return {
-        **status,
-        "conditions": [
-            {k: v for k, v in c.items() if k != "lastTransitionTime"} for c in status.get("conditions") or []
-        ],
-    }
-
-
 def _parse_now(now: str) -> dt.datetime:
     return dt.datetime.strptime(now, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
-
-
-def _slurm_name(pod: Json) -> str:
-    meta = pod.get("metadata") or {}
-    return str((meta.get("labels") or {}).get(m.SLURM_NODE_LABEL) or meta.get("name") or "")
 
 
 def _running(pod: Json) -> bool:

@@ -17,8 +17,8 @@ from sunk.operator.demand import waiting_by_partition
 from sunk.operator.features import in_conf, pending_by_feature
 from sunk.operator.hardware import gres_in_conf
 from sunk.operator.nodeset import API_VERSION
-from sunk.operator.plan import SlurmView
 from sunk.operator.removal import jobs_by_node
+from sunk.operator.view import SlurmView
 from sunk.runtime.controller import Outcome
 from sunk.slurm.errors import SlurmError, SlurmUnavailable
 from sunk.slurm.models import SlurmJob, SlurmNode
