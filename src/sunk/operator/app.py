@@ -10,10 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import os
-import secrets
-import signal
-import socket
 import time
 from typing import Any
 
@@ -21,7 +17,6 @@ from sunk.kube.client import KubeClient
 from sunk.kube.events import Recorder
 from sunk.kube.informer import Informer, object_key
 from sunk.kube.leader import LeaderElector
-from sunk.metrics.server import serve_metrics, serve_probes
 from sunk.operator import members as m
 from sunk.operator import topology
 from sunk.operator.config import OperatorConfig
@@ -34,6 +29,7 @@ from sunk.operator.selection import member_nodeset
 from sunk.operator.token_keeper import TokenKeeper
 from sunk.operator.topology import TopologyWriter
 from sunk.operator.view import SlurmView
+from sunk.runtime import shell
 from sunk.runtime.manager import Manager
 from sunk.runtime.queue import WorkQueue
 from sunk.slurm.client import SlurmClient
@@ -105,7 +101,7 @@ class Operator:
         self.config = config
         self.kube = kube
         self.queue = WorkQueue()
-        identity = f"{os.environ.get('POD_NAME') or socket.gethostname()}_{secrets.token_hex(4)}"
+        identity = shell.identity()
         elector = LeaderElector(kube, config.namespace, config.lease_name, identity)
         self.manager = Manager(elector if config.leader_elect else None)
         ns = config.namespace
@@ -194,43 +190,14 @@ class Operator:
         return None
 
 
-async def connect_slurm(config: OperatorConfig) -> SlurmClient:
-    """Waits while slurmrestd is not up yet (an install starts everything at once)."""
-    tokens = MintedTokens(config.slurm_jwt_key_file, config.slurm_user)
-    delay = 0.5
-    while True:
-        try:
-            return await SlurmClient.connect(
-                config.slurm_api_base, tokens, user=config.slurm_user, forced=config.slurm_api_version
-            )
-        except SlurmError as err:
-            log.warning("waiting for slurmrestd (%s); retrying in %.0fs", err, delay)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 10)
-
-
 async def run(config: OperatorConfig) -> None:
-    kube = await KubeClient.connect(config.kubeconfig)
-    main = asyncio.current_task()
-    assert main is not None
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
-    operator: Operator | None = None
-
-    def not_ready() -> str | None:
-        return "waiting for slurmrestd" if operator is None else operator.not_ready()
-
-    runners = [await serve_metrics(*config.metrics_bind), await serve_probes(*config.health_bind, not_ready)]
-    slurm = None
-    try:
-        slurm = await connect_slurm(config)
-        log.info("speaking slurmrestd %s", slurm.version)
-        operator = Operator(config, kube, slurm)
-        await operator.run()
-    except asyncio.CancelledError:
-        log.info("stopped by SIGTERM")
-    finally:
-        for runner in runners:
-            await runner.cleanup()
-        if slurm is not None:
-            await slurm.aclose()
-        await kube.close()
+    tokens = MintedTokens(config.slurm_jwt_key_file, config.slurm_user)
+    await shell.serve(
+        config.kubeconfig,
+        metrics_bind=config.metrics_bind,
+        health_bind=config.health_bind,
+        connect=lambda: shell.connect_slurm(
+            config.slurm_api_base, tokens, user=config.slurm_user, forced=config.slurm_api_version
+        ),
+        build=lambda kube, slurm: Operator(config, kube, slurm),
+    )

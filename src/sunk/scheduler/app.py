@@ -6,8 +6,6 @@ import asyncio
 import logging
 import os
 import secrets
-import signal
-import socket
 import ssl
 import time
 from collections import Counter
@@ -27,8 +25,8 @@ from sunk.kube.client import KubeClient, KubeError
 from sunk.kube.events import Recorder
 from sunk.kube.informer import Informer
 from sunk.kube.leader import LeaderElector
-from sunk.metrics.server import serve_metrics, serve_probes
 from sunk.policy import PolicyFile
+from sunk.runtime import shell
 from sunk.runtime.manager import Manager
 from sunk.runtime.queue import WorkQueue
 from sunk.scheduler.cluster import ClusterView
@@ -77,7 +75,7 @@ class Scheduler:
             on_call=lambda outcome: metrics.HOOK_CALLS.labels(outcome).inc(),
             holds=Holds(config.slurm_kill_wait_s),
         )
-        self.identity = _identity()
+        self.identity = shell.identity()
         self.manager = Manager(
             LeaderElector(kube, config.leader_election_namespace, config.leader_election_id, self.identity)
             if config.leader_elect
@@ -402,74 +400,20 @@ def slurmd_inputs(pod: dict[str, Any]) -> tuple[object, ...]:
     )
 
 
-def _identity() -> str:
-    """Unique per process, like client-go's: two replicas on one host must still differ."""
-    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{secrets.token_hex(4)}"
-
-
 def _key(pod: dict[str, object]) -> str:
     meta = pod.get("metadata") or {}
     assert isinstance(meta, dict)
     return f"{meta.get('namespace')}/{meta.get('name')}"
 
 
-async def connect_slurm(config: Config) -> SlurmClient:
-    """Choose the REST version before anything else. Waits while slurmrestd cannot be
-    reached or refuses the token (it may be starting); a slurmrestd that serves no version
-    sunk speaks raises SlurmVersionError, which stops the scheduler with that sentence."""
-    tokens = TokenSource(config.slurm_token, config.slurm_token_file)
-    delay = 0.5
-    while True:
-        try:
-            slurm = await SlurmClient.connect(
-                config.slurm_api_base, tokens, user=config.slurm_user, forced=config.slurm_api_version
-            )
-        except SlurmError as err:
-            log.warning(
-                "cannot ask slurmrestd which REST versions it serves (%s); retrying in %.0fs", err, delay
-            )
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 10)
-            continue
-        break
-    try:
-        await slurm.ping()
-    except SlurmError as err:
-        log.warning("slurmrestd ping failed: %s", err)
-    log.info("speaking slurmrestd %s to Slurm %s", slurm.version, slurm.release or "(release not reported)")
-    return slurm
-
-
 async def run(config: Config) -> None:
-    kube = await KubeClient.connect(config.kubeconfig)
-    main = asyncio.current_task()
-    assert main is not None
-    # SIGTERM (a rollout, a drain of the scheduler's Node) stops acting and hands the Lease
-    # over through the normal clean-up, instead of dying mid-step.
-    asyncio.get_running_loop().add_signal_handler(signal.SIGTERM, main.cancel)
-    # Probes and metrics answer from the start: a slurmrestd that is slow to come up makes
-    # the scheduler not ready, never restarted by its liveness probe.
-    scheduler: Scheduler | None = None
-
-    def not_ready() -> str | None:
-        if scheduler is None:
-            return "waiting for slurmrestd to say which REST versions it serves"
-        return scheduler.not_ready()
-
-    runners = [
-        await serve_metrics(*config.metrics_bind),
-        await serve_probes(*config.health_bind, not_ready),
-    ]
-    slurm = None
-    try:
-        slurm = await connect_slurm(config)
-        scheduler = Scheduler(config, kube, slurm)
-        await scheduler.run()
-    except asyncio.CancelledError:
-        log.info("stopped by SIGTERM")
-    finally:
-        for runner in runners:
-            await runner.cleanup()
-        if slurm is not None:
-            await slurm.aclose()
-        await kube.close()
+    tokens = TokenSource(config.slurm_token, config.slurm_token_file)
+    await shell.serve(
+        config.kubeconfig,
+        metrics_bind=config.metrics_bind,
+        health_bind=config.health_bind,
+        connect=lambda: shell.connect_slurm(
+            config.slurm_api_base, tokens, user=config.slurm_user, forced=config.slurm_api_version
+        ),
+        build=lambda kube, slurm: Scheduler(config, kube, slurm),
+    )
