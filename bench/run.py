@@ -38,7 +38,8 @@ from sunk_dev.errors import DevClusterError
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.layout import cache_dir
 from sunk_dev.prereqs import ensure_go_tools
-from sunk_dev.slurmcluster import cli_env, rest_version, run_cli, runtime
+from sunk_dev.slurmcluster import rest_version
+from sunk_dev.slurmrun import cli_env, run_cli, runtime
 
 SCHEDULER = "sunk-bench"
 POD_CPU = "1"

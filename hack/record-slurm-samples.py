@@ -24,7 +24,7 @@ import httpx
 
 from sunk.slurm.client import SUPPORTED_VERSIONS, make_dialect
 from sunk_dev import DevCluster
-from sunk_dev.slurmcluster import run_cli, runtime
+from sunk_dev.slurmrun import run_cli, runtime
 
 OUT = Path(__file__).resolve().parents[1] / "tests" / "unit" / "samples"
 TAG = "sunk:rec:ns/web-0:0000-uid runas=1001"

@@ -10,7 +10,7 @@ import pytest
 from sunk.slurm.models import ACTIVE_STATES
 from sunk_dev import DevCluster
 from sunk_dev.kubeapi import AdminKube
-from sunk_dev.slurmcluster import run_cli
+from sunk_dev.slurmrun import run_cli
 from tests.support import SchedulerProcess, SlurmRest, wait_for
 
 SCHEDULER = "sunk-e2e"

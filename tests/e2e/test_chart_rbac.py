@@ -16,7 +16,7 @@ import yaml
 
 from sunk_dev import DevCluster, topology
 from sunk_dev.kubeapi import AdminKube, KubeError
-from sunk_dev.slurmcluster import run_cli
+from sunk_dev.slurmrun import run_cli
 from tests.chart.conftest import render
 from tests.e2e.conftest import delete_pods_and_wait_for_their_jobs
 from tests.e2e.test_schedule_flow import create, get, job_of

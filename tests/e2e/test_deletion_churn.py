@@ -18,7 +18,7 @@ import pytest
 
 from sunk_dev import DevCluster
 from sunk_dev.kubeapi import AdminKube
-from sunk_dev.slurmcluster import run_cli
+from sunk_dev.slurmrun import run_cli
 from tests.e2e.conftest import SCHEDULER
 from tests.e2e.test_schedule_flow import P
 from tests.e2e.test_workloads import active_jobs, all_bound, live, pods_of, template

@@ -12,7 +12,7 @@ import pytest
 from sunk.slurm.models import ACTIVE_STATES
 from sunk_dev import DevCluster, procs
 from sunk_dev.kubeapi import AdminKube
-from sunk_dev.slurmcluster import run_cli
+from sunk_dev.slurmrun import run_cli
 from tests.e2e.conftest import SCHEDULER
 from tests.e2e.test_lifecycle import job_state, reasons
 from tests.e2e.test_schedule_flow import P, create, get, host_of, job_of, slurm_nodes, wait_bound

@@ -20,7 +20,7 @@ from sunk.kube.secret import self_signed
 from sunk.slurm.models import ACTIVE_STATES
 from sunk_dev import DevCluster
 from sunk_dev.kubeapi import AdminKube
-from sunk_dev.slurmcluster import run_cli
+from sunk_dev.slurmrun import run_cli
 from tests.e2e.test_lifecycle import _signed, job_state
 from tests.e2e.test_schedule_flow import create, get, job_of, wait_bound
 from tests.support import SchedulerProcess, SlurmRest, free_port, holds_for, make_pod, wait_for

@@ -12,7 +12,7 @@ import pytest
 from sunk.hooks.auth import pod_key, signature
 from sunk_dev import DevCluster
 from sunk_dev.kubeapi import AdminKube
-from sunk_dev.slurmcluster import run_cli
+from sunk_dev.slurmrun import run_cli
 from tests.e2e.conftest import SCHEDULER
 from tests.e2e.test_schedule_flow import P, create, get, job_of, slurm_nodes, wait_bound
 from tests.support import SchedulerProcess, SlurmRest, events_for, holds_for, make_pod, wait_for

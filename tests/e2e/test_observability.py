@@ -13,7 +13,7 @@ import pytest
 from sunk.slurm.client import SUPPORTED_VERSIONS
 from sunk_dev import DevCluster
 from sunk_dev.kubeapi import AdminKube
-from sunk_dev.slurmcluster import runtime
+from sunk_dev.slurmrun import runtime
 from tests.e2e.test_schedule_flow import create, wait_bound
 from tests.support import SchedulerProcess, SlurmRest, make_pod, wait_for
 

@@ -9,7 +9,7 @@ import pytest
 
 from sunk_dev import DevCluster
 from sunk_dev.kubeapi import AdminKube
-from sunk_dev.slurmcluster import run_cli
+from sunk_dev.slurmrun import run_cli
 from tests.e2e.test_lifecycle import reasons
 from tests.e2e.test_schedule_flow import create, host_of, slurm_nodes, wait_bound
 from tests.support import SchedulerProcess, SlurmRest, make_pod, wait_for

@@ -41,10 +41,10 @@ from typing import Any
 import httpx
 
 from sunk.slurm.models import ACTIVE_STATES
-from sunk_dev import ClusterSpec, DevCluster, DevClusterError, Layout, procs, slurmcluster, topology
+from sunk_dev import ClusterSpec, DevCluster, DevClusterError, Layout, procs, slurmcluster, slurmrun, topology
 from sunk_dev.kubeapi import AdminKube, KubeError
-from sunk_dev.slurmcluster import run_cli
 from sunk_dev.slurmroot import process_root
+from sunk_dev.slurmrun import run_cli
 from tests.support import SchedulerProcess, SlurmRest, make_pod
 
 Json = dict[str, Any]
@@ -347,7 +347,7 @@ def read_launch(layout: Layout, proc: procs.Tracked) -> Launch:
         }
         uid, gid = ids["Uid"], ids["Gid"]
         user = None if uid == 0 else f"{pwd.getpwuid(uid).pw_name}:{grp.getgrgid(gid).gr_name}"
-        argv = slurmcluster.runtime(layout).argv(argv, user=user)
+        argv = slurmrun.runtime(layout).argv(argv, user=user)
     return Launch(tuple(argv), env)
 
 

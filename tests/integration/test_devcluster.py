@@ -8,7 +8,7 @@ import pytest
 
 from sunk_dev import DevCluster, topology
 from sunk_dev.kubeapi import AdminKube, KubeError
-from sunk_dev.slurmcluster import run_cli
+from sunk_dev.slurmrun import run_cli
 from tests.support import SlurmRest, holds_for, wait_for
 
 pytestmark = pytest.mark.integration

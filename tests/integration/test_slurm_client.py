@@ -13,7 +13,8 @@ from sunk.slurm.dialect import Submission
 from sunk.slurm.errors import SlurmAuthError, SlurmRejected, SlurmUnavailable
 from sunk.slurm.tokens import TokenSource
 from sunk_dev import DevCluster
-from sunk_dev.slurmcluster import rest_version, run_cli
+from sunk_dev.slurmcluster import rest_version
+from sunk_dev.slurmrun import run_cli
 from tests.support import SlurmRest
 
 pytestmark = pytest.mark.integration

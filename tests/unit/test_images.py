@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from sunk_dev import images, slurmroot
+from sunk_dev import buildah, images, slurmroot
 from sunk_dev.errors import DevClusterError
 
 REPO = Path(__file__).resolve().parents[2]
@@ -265,19 +265,19 @@ error building at STEP "RUN set -eux; apt-get update": exit status 100
 
 def test_the_failed_step_is_the_last_one_announced() -> None:
     """Catches reporting the first step (always FROM) instead of the one that failed."""
-    assert images.failed_step(BUILD_LOG) == (
+    assert buildah.failed_step(BUILD_LOG) == (
         "STEP 3/3 (RUN set -eux; apt-get update; apt-get install -y catatonit)"
     )
 
 
 def test_a_log_without_steps_has_no_failed_step() -> None:
     """Catches a made-up step when buildah failed before its first one (a bad flag, say)."""
-    assert images.failed_step("Error: unknown flag: --pull-never\n") is None
+    assert buildah.failed_step("Error: unknown flag: --pull-never\n") is None
 
 
 def test_a_long_step_is_shortened() -> None:
     """Catches a one-sentence error message swollen by a 40-line RUN instruction."""
-    step = images.failed_step("STEP 2/2: RUN " + "x " * 500 + "\n")
+    step = buildah.failed_step("STEP 2/2: RUN " + "x " * 500 + "\n")
     assert step is not None and len(step) < 130
 
 
@@ -332,14 +332,14 @@ def test_commands_that_can_start_a_container_use_the_host_network(tmp_path: Path
     nftables tables and /var/lib/cni behind; runc's state must not go to /run/runc either."""
     storage = tmp_path / "storage"
     for sub in STARTS_CONTAINERS:
-        argv = images.buildah_argv(storage, [sub, "--pull=never", "x"])
+        argv = buildah.buildah_argv(storage, [sub, "--pull=never", "x"])
         assert _subcommand(argv) == sub
         assert _has_pair(argv, "--network", "host"), sub
         assert _has_pair(argv, "--isolation", "oci"), sub
         if sub != "from":  # `buildah from` starts nothing itself and takes no --runtime-flag
             assert _has_pair(argv, "--runtime-flag", f"root={storage / 'runc'}"), sub
     for sub in ("pull", "push", "inspect", "images", "rmi"):
-        argv = images.buildah_argv(storage, [sub, "x"])
+        argv = buildah.buildah_argv(storage, [sub, "x"])
         assert "--network" not in argv, sub  # these refuse the flag
         assert argv[-2:] == [sub, "x"]
 
@@ -349,7 +349,7 @@ def test_every_buildah_command_overlays_var_lib_in_a_private_namespace(tmp_path:
     ignores --root): /var/lib must be an overlay whose upper layer is in the storage, mounted
     in the command's own mount namespace, never on the host."""
     storage = tmp_path / "storage"
-    argv = images.buildah_argv(storage, ["push", "a", "b"])
+    argv = buildah.buildah_argv(storage, ["push", "a", "b"])
     assert argv[:5] == ["unshare", "--mount", "--propagation", "private", "--"]
     script = argv[argv.index("-c") + 1]
     assert "lowerdir=/var/lib,upperdir=$1,workdir=$2" in script and script.endswith('exec "$@"')
@@ -363,7 +363,7 @@ def test_the_containers_conf_keeps_networking_in_the_storage(tmp_path: Path) -> 
     created /etc/cni/net.d on every pull or build, and a container not given --network got
     the CNI network; both keys below were checked to take effect in buildah 1.28."""
     storage = tmp_path / "storage"
-    images.prepare_host_dirs(storage)
+    buildah.prepare_host_dirs(storage)
     conf = tomllib.loads((storage / "containers.conf").read_text())
     assert conf["containers"]["netns"] == "host"
     assert Path(conf["network"]["network_config_dir"]).is_relative_to(storage)
@@ -379,7 +379,7 @@ def test_buildah_gets_our_containers_conf_and_not_the_callers(
     monkeypatch.setenv("CONTAINERS_CONF", "/etc/containers/containers.conf")
     monkeypatch.setenv("CONTAINERS_STORAGE_CONF", "/etc/containers/storage.conf")
     monkeypatch.setenv("STORAGE_DRIVER", "vfs")
-    env = images.buildah_env(storage)
+    env = buildah.buildah_env(storage)
     assert env["CONTAINERS_CONF"] == str(storage / "containers.conf")
     assert "CONTAINERS_STORAGE_CONF" not in env and "STORAGE_DRIVER" not in env
     assert Path(env["TMPDIR"]).is_relative_to(storage)
@@ -389,7 +389,7 @@ def test_a_storage_under_var_lib_is_refused(tmp_path: Path) -> None:
     """Catches overlaying /var/lib while buildah's own storage lies inside it: the storage
     would be read through the overlay and copied up into itself."""
     with pytest.raises(DevClusterError, match="/var/lib"):
-        images.prepare_host_dirs(Path("/var/lib/sunk-test-never-created/storage"))
+        buildah.prepare_host_dirs(Path("/var/lib/sunk-test-never-created/storage"))
     assert not Path("/var/lib/sunk-test-never-created").exists()
 
 
@@ -430,8 +430,9 @@ def test_a_cold_build_runs_every_buildah_command_off_the_host(
 
     monkeypatch.setattr(subprocess, "run", fake_run)
     monkeypatch.setattr(slurmroot, "_ensure_debootstrap", lambda log: None)
-    monkeypatch.setattr(images, "_slim", lambda tree, suite: None)
-    monkeypatch.setattr(images, "_remove_work", lambda work: shutil.rmtree(work))
+    monkeypatch.setattr(buildah, "_slim", lambda tree, suite: None)
+    monkeypatch.setattr(buildah, "remove_work", lambda work: shutil.rmtree(work))
+    monkeypatch.setattr(images, "remove_work", lambda work: shutil.rmtree(work))
     built = images.ensure_images(version, tmp_path / "log")
     assert all(b.archive.is_file() for b in built.values())
 
@@ -442,7 +443,7 @@ def test_a_cold_build_runs_every_buildah_command_off_the_host(
     assert len(buds) == len(images.IMAGES) + len(suites)  # each suite's Debian base is built too
     for argv, env in calls:
         assert argv[:5] == ["unshare", "--mount", "--propagation", "private", "--"], argv
-        assert argv[argv.index("-c") + 1] == images._VAR_LIB_OVERLAY
+        assert argv[argv.index("-c") + 1] == buildah._VAR_LIB_OVERLAY
         assert _has_pair(argv, "--root", str(storage / "root")), argv
         if _subcommand(argv) in STARTS_CONTAINERS:
             assert _has_pair(argv, "--network", "host"), argv

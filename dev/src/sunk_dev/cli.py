@@ -19,8 +19,8 @@ from sunk_dev import (
     platform,
     realcluster,
     report,
-    slurmcluster,
     slurmroot,
+    slurmrun,
 )
 from sunk_dev.demo import demo
 
@@ -119,9 +119,9 @@ def run_slurm_command(cluster: DevCluster, argv: Sequence[str]) -> int:
     if not argv:
         raise DevClusterError("name the Slurm command to run, e.g. `sunk dev slurm sinfo`")
     cluster.require_running()
-    rt = slurmcluster.runtime(cluster.layout)
+    rt = slurmrun.runtime(cluster.layout)
     try:
-        return subprocess.run(rt.argv(argv), env=slurmcluster.cli_env(cluster.layout, rt)).returncode
+        return subprocess.run(rt.argv(argv), env=slurmrun.cli_env(cluster.layout, rt)).returncode
     except FileNotFoundError as err:
         raise DevClusterError(f"cannot run {argv[0]}: {err}") from None
 

@@ -18,6 +18,7 @@ from sunk_dev import (
     realcluster,
     slurmcluster,
     slurmroot,
+    slurmrun,
     topology,
 )
 from sunk_dev.errors import DevClusterError
@@ -261,11 +262,11 @@ class DevCluster:
                 admin.close()
         except Exception:
             pass
-        rt = slurmcluster.runtime(self.layout)
+        rt = slurmrun.runtime(self.layout)
         status.slurm_version, status.slurm_release = rt.version, rt.release
         status.rest_versions = rt.rest_versions
         try:
-            out = slurmcluster.run_cli(self.layout, "sinfo", "-h", "-N", "-t", "idle", "-o", "%N")
+            out = slurmrun.run_cli(self.layout, "sinfo", "-h", "-N", "-t", "idle", "-o", "%N")
             status.idle_slurm_nodes = len(set(out.split()))
             status.rest_ok = slurmcluster.rest_ping(self.layout)
         except Exception:

@@ -18,7 +18,7 @@ from typing import Any
 from sunk_dev import ClusterSpec, DevCluster, procs, report
 from sunk_dev import topology as topo
 from sunk_dev.kubeapi import AdminKube
-from sunk_dev.slurmcluster import run_cli
+from sunk_dev.slurmrun import run_cli
 
 SCHEDULER = "sunk"
 DEMO_LABEL = "sunk.dev/demo"

@@ -12,20 +12,7 @@ that key means the image is built; finding every tarball is the whole warm path 
 buildah call). The Slurm images are made per Slurm version, on the suite that ships it;
 `sunk` and `mariadb` are not Slurm's and are made once, on trixie, for every version.
 
-Every buildah command runs inside `unshare --mount --propagation private`: the overlay
-driver mounts layers (and bind-mounts its own storage directory onto itself), and those
-mounts vanish with the command instead of piling up in the host's mount table. Builds use
-buildah's default OCI isolation (runc); chroot isolation bind-mounts host device nodes.
-
-buildah also writes to host paths that no flag moves: it creates /etc/cni/net.d (and, for a
-container on its default network, a CNI bridge, nftables chains and /var/lib/cni), and it
-keeps a blob-info cache in /var/lib/containers/cache whatever `--root` says. So, in the
-private namespace, /var/lib is overlaid by a directory of the storage (what buildah writes
-there lands in the cache; the host's /var/lib is untouched and nothing is created on the
-host to mount over), a containers.conf of our own (CONTAINERS_CONF) makes the host network
-the default and moves the CNI configuration directory into the storage, every command that
-can start a container gets `--network host` and a runc state directory in the storage, and
-TMPDIR points into the storage too.
+How buildah is kept off the host is sunk_dev.buildah's job.
 """
 
 from __future__ import annotations
@@ -34,17 +21,16 @@ import contextlib
 import hashlib
 import json
 import os
-import re
-import shlex
 import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from sunk_dev import procs, slurmroot
+from sunk_dev import slurmroot
+from sunk_dev.buildah import DEBIAN, Builder, Image, remove_work
 from sunk_dev.errors import DevClusterError
 from sunk_dev.layout import cache_dir
 from sunk_dev.prereqs import repo_root
@@ -61,8 +47,6 @@ IMAGES: tuple[str, ...] = (
     "sunk",
     "mariadb",
 )
-# The Debian image made from debootstrap: the parent of the images that name no other.
-DEBIAN = "debian"
 # image -> (the image it is built FROM, the build-arg its Dockerfile takes that image in)
 PARENTS: dict[str, tuple[str, str]] = {
     "pause": (DEBIAN, "BASE"),
@@ -91,22 +75,6 @@ _CONTEXT_JUNK_SUFFIXES = (".pyc", ".pyo", ".egg-info", ".swp")
 # Bumped whenever the way images (or the Debian base) are made here changes: every key moves.
 RECIPE = 1
 REGISTRY = "localhost/sunk"
-# Names and paths of the base tree that a container runtime provides itself, or that would
-# leak this host into the image.
-_ROOTFS_EXCLUDES = ("./dev/*", "./proc/*", "./sys/*", "./run/*", "./tmp/*")
-_HOST_FILES = ("etc/resolv.conf", "etc/hostname", "etc/hosts")
-# Like Debian's "slim" images: no manuals, documentation (but the copyright files) or locales.
-_SLIM_DPKG = """\
-# sunk: keep the image small, as Debian's slim images do.
-path-exclude /usr/share/doc/*
-path-include /usr/share/doc/*/copyright
-path-exclude /usr/share/man/*
-path-exclude /usr/share/info/*
-path-exclude /usr/share/locale/*
-path-include /usr/share/locale/locale.alias
-path-exclude /usr/share/lintian/*
-"""
-_STEP = re.compile(r"^STEP (\d+)(?:/(\d+))?: (.*)$", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -228,19 +196,6 @@ def build_order(parents: Mapping[str, tuple[str, str]]) -> list[str]:
     return order
 
 
-def failed_step(log_text: str) -> str | None:
-    """The last `STEP n/m: INSTRUCTION` buildah announced: the one that failed, in a failed build."""
-    steps = _STEP.findall(log_text)
-    if not steps:
-        return None
-    number, total, instruction = steps[-1]
-    instruction = " ".join(instruction.split())
-    if len(instruction) > 100:
-        instruction = instruction[:97] + "..."
-    where = f"{number}/{total}" if total else number
-    return f"STEP {where} ({instruction})"
-
-
 def _short(key: str) -> str:
     return key[:12]
 
@@ -301,12 +256,12 @@ def ensure_images(version: str, log: Path) -> dict[str, Built]:
         missing = [name for name in build_order(PARENTS) if not built[name].archive.is_file()]
         if not missing:
             return built  # another process built them while we waited
-        builder = _Builder(log)
+        builder = Builder(log, store_dir())
         bases = {
-            own: _Image(DEBIAN, _base_ref(own, base_key(own)), _archive(f"{DEBIAN}-{own}", base_key(own)))
+            own: Image(DEBIAN, _base_ref(own, base_key(own)), _archive(f"{DEBIAN}-{own}", base_key(own)))
             for own in {suite_of(name, suite) for name in IMAGES}
         }
-        refs = {name: _Image(name, b.ref, b.archive) for name, b in built.items()}
+        refs = {name: Image(name, b.ref, b.archive) for name, b in built.items()}
         started = time.monotonic()
         print(
             f"building Slurm {version} images ({', '.join(missing)}) with buildah; log {log}",
@@ -314,7 +269,7 @@ def ensure_images(version: str, log: Path) -> dict[str, Built]:
             flush=True,
         )
         for stale in store_dir().glob(".context-*"):
-            _remove_work(stale)  # the staged context of an interrupted build
+            remove_work(stale)  # the staged context of an interrupted build
         for name in missing:
             parent, arg = PARENTS[name]
             if parent == DEBIAN:
@@ -326,10 +281,12 @@ def ensure_images(version: str, log: Path) -> dict[str, Built]:
                 parent_image = refs[parent]
             builder.ensure_loaded(parent_image)
             with staged_context(images_dir(), name) as context:
-                builder.build(name, context, refs[name], {arg: parent_image.ref})
+                builder.build(name, context, refs[name], {arg: parent_image.ref}, build_secrets(name))
             _prune(f"{name}-{_label(name, version)}", built[name].archive)
         current = {image.ref for image in (*refs.values(), *bases.values())}
-        builder.forget_older(version, suite, current)
+        prefixes = [f"{REGISTRY}/{name}:{_label(name, version)}-" for name in IMAGES]
+        prefixes += [f"{REGISTRY}/{DEBIAN}:{own}-" for own in {suite_of(name, suite) for name in IMAGES}]
+        builder.forget(prefixes, current)
         print(f"built the Slurm {version} images in {time.monotonic() - started:.0f} s", file=sys.stderr)
     return built
 
@@ -343,7 +300,7 @@ def staged_context(images: Path, name: str) -> Iterator[Path]:
         return
     stage = store_dir() / f".context-{name}-{os.getpid()}"
     if stage.exists():
-        _remove_work(stage)
+        remove_work(stage)
     try:
         for rel, source in context_files(images, name).items():
             target = stage / rel
@@ -351,14 +308,7 @@ def staged_context(images: Path, name: str) -> Iterator[Path]:
             shutil.copy2(source, target, follow_symlinks=False)
         yield stage
     finally:
-        _remove_work(stage)
-
-
-@dataclass(frozen=True)
-class _Image:
-    name: str
-    ref: str
-    archive: Path
+        remove_work(stage)
 
 
 def _prune(label: str, keep: Path) -> None:
@@ -366,294 +316,6 @@ def _prune(label: str, keep: Path) -> None:
     for old in store_dir().glob(f"{label}-????????????.tar"):
         if old != keep:
             old.unlink(missing_ok=True)
-
-
-class _Builder:
-    """buildah with this cache's storage, each command in its own private mount namespace."""
-
-    def __init__(self, log: Path) -> None:
-        self.log = log
-        self.storage = store_dir() / "storage"
-        prepare_host_dirs(self.storage)
-
-    def run(self, args: Sequence[str], what: str) -> subprocess.CompletedProcess[bytes]:
-        argv = buildah_argv(self.storage, args)
-        with open(self.log, "ab") as out:
-            out.write(f"\n$ {shlex.join(argv)}\n".encode())
-            out.flush()
-            return subprocess.run(
-                argv,
-                stdout=out,
-                stderr=subprocess.STDOUT,
-                stdin=subprocess.DEVNULL,
-                env=buildah_env(self.storage),
-            )
-
-    def check(self, args: Sequence[str], what: str) -> None:
-        done = self.run(args, what)
-        if done.returncode:
-            raise DevClusterError(f"{what} failed (exit {done.returncode}): see {self.log}")
-
-    def has(self, ref: str) -> bool:
-        return self.run(["inspect", "--type", "image", ref], f"looking up {ref}").returncode == 0
-
-    def ensure_loaded(self, image: _Image) -> None:
-        """Put `image` back into the storage from its tarball if the storage lost it."""
-        if not self.has(image.ref):
-            self.check(["pull", "--quiet", f"docker-archive:{image.archive}"], f"loading {image.archive}")
-
-    def forget_older(self, version: str, suite: str, current: set[str]) -> None:
-        """Remove earlier builds of this version's images (and of the suite's Debian base)
-        from the storage: each rebuild would otherwise keep its predecessor's layers."""
-        listed = subprocess.run(
-            buildah_argv(self.storage, ["images", "--noheading", "--format", "{{.Name}}:{{.Tag}}"]),
-            capture_output=True,
-            text=True,
-            stdin=subprocess.DEVNULL,
-            env=buildah_env(self.storage),
-        )
-        prefixes = [f"{REGISTRY}/{name}:{_label(name, version)}-" for name in IMAGES]
-        prefixes += [f"{REGISTRY}/{DEBIAN}:{own}-" for own in {suite_of(name, suite) for name in IMAGES}]
-        stale = [
-            ref
-            for ref in listed.stdout.split()
-            if ref not in current and any(ref.startswith(prefix) for prefix in prefixes)
-        ]
-        if stale:
-            # Best effort: a leftover image costs disk space, never correctness.
-            self.run(["rmi", *stale], "removing superseded images")
-
-    def build(self, name: str, context: Path, image: _Image, args: Mapping[str, str]) -> None:
-        start = self.log.stat().st_size if self.log.exists() else 0
-        argv = [
-            "bud",
-            "--pull=never",
-            "--tag",
-            image.ref,
-            *(f"--build-arg={k}={v}" for k, v in args.items()),
-            *build_secrets(name),
-            str(context),
-        ]
-        begun = time.monotonic()
-        done = self.run(argv, f"building {name}")
-        if done.returncode:
-            with open(self.log, "rb") as handle:
-                handle.seek(start)
-                step = failed_step(handle.read().decode(errors="replace"))
-            at = f" at {step}" if step else ""
-            raise DevClusterError(
-                f"building the {name} image failed{at} (Dockerfile {context / 'Dockerfile'}): see {self.log}"
-            )
-        self.export(image)
-        print(f"  {name}: built in {time.monotonic() - begun:.0f} s", file=sys.stderr, flush=True)
-
-    def export(self, image: _Image) -> None:
-        """Write `image` to its docker-archive tarball, atomically (the tarball marks it built)."""
-        partial = image.archive.with_suffix(".partial")
-        partial.unlink(missing_ok=True)
-        try:
-            self.check(
-                ["push", "--quiet", image.ref, f"docker-archive:{partial}:{image.ref}"],
-                f"exporting {image.ref}",
-            )
-            partial.rename(image.archive)
-        finally:
-            partial.unlink(missing_ok=True)
-
-    def debian_base(self, suite: str, image: _Image) -> None:
-        """Debian `suite` as an image: a minbase debootstrap tree, tarred and ADDed to scratch."""
-        begun = time.monotonic()
-        for stale in store_dir().glob(f".build-{DEBIAN}-{suite}-*"):
-            _remove_work(stale)  # an interrupted earlier build
-        work = store_dir() / f".build-{DEBIAN}-{suite}-{os.getpid()}"
-        tree = work / "rootfs"
-        work.mkdir(parents=True)
-        try:
-            slurmroot.debootstrap(suite, tree, self.log)
-            _slim(tree, suite)
-            tarball = work / "rootfs.tar"
-            excludes = [f"--exclude={pattern}" for pattern in _ROOTFS_EXCLUDES]
-            slurmroot._run_logged(
-                ["tar", "--numeric-owner", "--xattrs", "-C", str(tree), *excludes, "-cf", str(tarball), "."],
-                self.log,
-                f"packing the Debian {suite} tree",
-            )
-            (work / "Dockerfile").write_text(
-                f"# Debian {suite} minbase from debootstrap, made by sunk_dev.images\n"
-                'FROM scratch\nADD rootfs.tar /\nCMD ["bash"]\n'
-            )
-            (work / ".dockerignore").write_text("rootfs\n")
-            done = self.run(
-                ["bud", "--pull=never", "--tag", image.ref, str(work)],
-                f"making the Debian {suite} image",
-            )
-            if done.returncode:
-                raise DevClusterError(f"making the Debian {suite} base image failed: see {self.log}")
-            self.export(image)
-        finally:
-            _remove_work(work)
-        print(f"  {DEBIAN} {suite}: made in {time.monotonic() - begun:.0f} s", file=sys.stderr, flush=True)
-
-
-def _slim(tree: Path, suite: str) -> None:
-    """Make a fresh debootstrap tree fit to be an image: no host files, caches or docs."""
-    for name in _HOST_FILES:
-        (tree / name).unlink(missing_ok=True)
-    for cache in ("var/cache/apt/archives", "var/lib/apt/lists"):
-        for entry in (tree / cache).glob("*"):
-            if entry.is_file() and not entry.is_symlink() and entry.name != "lock":
-                entry.unlink()
-    for sub in ("usr/share/man", "usr/share/info", "usr/share/locale", "usr/share/lintian"):
-        target = tree / sub
-        if target.is_dir() and not target.is_symlink():
-            subprocess.run(["rm", "-rf", "--one-file-system", "--", str(target)], check=True)
-            target.mkdir()
-    docs = tree / "usr/share/doc"
-    if docs.is_dir():
-        subprocess.run(
-            [
-                "find",
-                str(docs),
-                "-mindepth",
-                "1",
-                "-not",
-                "-name",
-                "copyright",
-                "-not",
-                "-type",
-                "d",
-                "-delete",
-            ],
-            check=True,
-        )
-    (tree / "etc/dpkg/dpkg.cfg.d/sunk-slim").write_text(_SLIM_DPKG)
-    policy = tree / "usr/sbin/policy-rc.d"
-    policy.write_text("#!/bin/sh\n# sunk: package scripts never start services in an image\nexit 101\n")
-    policy.chmod(0o755)
-    if suite == "sid":
-        # sid's Release files can look expired against a machine's clock (as for the roots).
-        (tree / "etc/apt/apt.conf.d/99sunk-no-valid-until").write_text(
-            'Acquire::Check-Valid-Until "false";\nAcquire::Check-Date "false";\n'
-        )
-
-
-def _remove_work(work: Path) -> None:
-    """Remove a build directory, refusing (as slurmroot does) when something is mounted in it."""
-    slurmroot.remove_root(work)
-
-
-# -- keeping buildah off the host -------------------------------------------------------------
-# Run in the private mount namespace before buildah: /var/lib becomes an overlay whose upper
-# layer is in the storage ($1, with $2 its work directory), then buildah is exec'd ("$@").
-_VAR_LIB_OVERLAY = (
-    'mount -t overlay sunk-var-lib -o "lowerdir=/var/lib,upperdir=$1,workdir=$2" /var/lib'
-    ' && shift 2 && exec "$@"'
-)
-# buildah subcommands that can start a container -> whether it takes --runtime-flag. Each
-# always gets the host's network (never CNI: no bridge, no nftables chains, no /var/lib/cni)
-# and runc rather than chroot isolation; with --runtime-flag, runc also keeps its state in
-# the storage instead of /run/runc.
-_RUNS_CONTAINERS: dict[str, bool] = {
-    "bud": True,
-    "build": True,
-    "build-using-dockerfile": True,
-    "run": True,
-    "from": False,
-}
-
-
-def host_dirs(storage: Path) -> dict[str, Path]:
-    """Where, inside the storage, buildah's would-be host files go."""
-    return {
-        "containers.conf": storage / "containers.conf",
-        "cni": storage / "cni",  # CNI configuration directory (only cni.lock ends up there)
-        "var-lib": storage / "var-lib",  # overlay upper layer of /var/lib: the blob-info cache
-        "var-lib.work": storage / "var-lib.work",
-        "runc": storage / "runc",
-        "tmp": storage / "tmp",
-    }
-
-
-def containers_conf(storage: Path) -> str:
-    """The containers.conf buildah reads instead of the system's (CONTAINERS_CONF replaces
-    /usr/share/containers and /etc/containers' files): a container that is not told otherwise
-    shares the host's network, and the CNI configuration lives in the storage."""
-    cni = json.dumps(str(host_dirs(storage)["cni"]))  # a JSON string is a TOML basic string
-    return (
-        "# Written by sunk_dev.images for its own buildah commands; rewritten on every build.\n"
-        "[containers]\n"
-        'netns = "host"\n'
-        "\n"
-        "[network]\n"
-        'network_backend = "cni"\n'
-        f"network_config_dir = {cni}\n"
-    )
-
-
-def buildah_prefix(storage: Path) -> list[str]:
-    """The command line up to buildah's subcommand: a private mount namespace with /var/lib
-    overlaid from the storage, and buildah told to use the storage."""
-    dirs = host_dirs(storage)
-    return [
-        *procs.in_private_mounts(_VAR_LIB_OVERLAY, str(dirs["var-lib"]), str(dirs["var-lib.work"])),
-        "buildah",
-        "--root",
-        str(storage / "root"),
-        "--runroot",
-        str(storage / "run"),
-        # overlay: this host's kernel mounts overlayfs on its ext4, so layers are shared and a
-        # build does not copy the parent's whole tree as vfs would (several times faster and
-        # much smaller on disk). vfs would be the fallback on a filesystem overlay refuses.
-        "--storage-driver",
-        "overlay",
-    ]
-
-
-def buildah_argv(storage: Path, args: Sequence[str]) -> list[str]:
-    """The whole command line of `buildah ARGS`; a subcommand that can start a container
-    gets the flags it must always have right after its name."""
-    if not args:
-        return buildah_prefix(storage)
-    sub = args[0]
-    flags: list[str] = []
-    if sub in _RUNS_CONTAINERS:
-        flags = ["--isolation", "oci", "--network", "host"]
-        if _RUNS_CONTAINERS[sub]:
-            flags += ["--runtime-flag", f"root={host_dirs(storage)['runc']}"]
-    return [*buildah_prefix(storage), sub, *flags, *args[1:]]
-
-
-def buildah_env(storage: Path) -> dict[str, str]:
-    """The environment of every buildah command: none of the caller's buildah, storage or
-    containers settings, our containers.conf, and temporary files in the storage."""
-    dirs = host_dirs(storage)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("BUILDAH_", "STORAGE_", "CONTAINERS_"))}
-    return dict(
-        env,
-        PATH=slurmroot.ROOT_PATH,
-        CONTAINERS_CONF=str(dirs["containers.conf"]),
-        TMPDIR=str(dirs["tmp"]),
-    )
-
-
-def prepare_host_dirs(storage: Path) -> None:
-    """Create the storage's stand-ins for host paths, and write the containers.conf."""
-    resolved = storage.resolve()
-    if resolved.is_relative_to(Path("/var/lib").resolve()):
-        raise DevClusterError(
-            f"the image storage {resolved} is under /var/lib, which every buildah command here "
-            "overlays: set SUNK_CACHE to a directory elsewhere"
-        )
-    if any(c in str(resolved) for c in ",:\\"):
-        raise DevClusterError(
-            f"the image storage {resolved} has a comma, colon or backslash in its path, which "
-            "overlayfs options cannot carry: set SUNK_CACHE to a plainer directory"
-        )
-    dirs = host_dirs(storage)
-    for name, path in dirs.items():
-        if name != "containers.conf":
-            path.mkdir(parents=True, exist_ok=True)
-    dirs["containers.conf"].write_text(containers_conf(storage))
 
 
 # -- what a cluster's Nodes hold -----------------------------------------------------------------

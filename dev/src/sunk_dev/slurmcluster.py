@@ -9,22 +9,20 @@ Debian root (see slurmroot.py). Which one a running cluster uses is recorded in
 
 from __future__ import annotations
 
-import json
 import os
 import re
 import secrets
-import socket
 import stat
 import subprocess
-from collections.abc import Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 
 import httpx
 
-from sunk_dev import procs, slurmroot, topology
+from sunk_dev import accounting, procs, slurmroot, topology
 from sunk_dev.errors import DevClusterError
 from sunk_dev.layout import HOST, Layout
+from sunk_dev.slurmrun import SlurmRuntime, cli_env, run_cli, runtime, short_hostname, write_runtime
 
 # The only REST version Slurm 22.05 can serve; newer clusters: use rest_version(layout).
 REST_VERSION = "v0.0.38"
@@ -32,13 +30,6 @@ REST_VERSION = "v0.0.38"
 PROBE_REST_VERSIONS = tuple(f"v0.0.{n}" for n in range(36, 46))
 TOKEN_LIFESPAN_S = 30 * 24 * 3600
 FAST_SCHEDULING = "batch_sched_delay=0,sched_min_interval=0,default_queue_depth=1000,bf_interval=5"
-ACCOUNTS = ("acct1", "acct2")
-QOS = {
-    "low": "Priority=10",
-    "high": "Priority=1000 Preempt=low PreemptMode=cancel",
-    "urgent": "Priority=1000 Preempt=low PreemptMode=requeue",
-}
-DB_PASSWORD = "sunk-dev-only"  # loopback-only throwaway database
 
 
 @dataclass(frozen=True)
@@ -56,53 +47,6 @@ class SlurmSpec:
         return self.version != slurmroot.HOST_VERSION
 
 
-@dataclass(frozen=True)
-class SlurmRuntime:
-    """How to run this cluster's Slurm: on the host (root None) or chrooted into a root."""
-
-    version: str = slurmroot.HOST_VERSION
-    release: str = ""
-    root: Path | None = None
-    rest_versions: tuple[str, ...] = ()
-    cluster_dir: Path | None = None  # bind-mounted at the same path inside the root
-
-    def argv(self, cmd: Sequence[str], user: str | None = None) -> list[str]:
-        """`cmd` wrapped so it runs with this Slurm, as `user` ("name:group") if given. The
-        process started keeps the PID of `cmd` itself in both cases."""
-        if self.root is None:
-            return ["chroot", f"--userspec={user}", "/", *cmd] if user else list(cmd)
-        return slurmroot.launcher(self.root, cmd, user=user, bind=self.cluster_dir)
-
-    def to_json(self) -> str:
-        data = asdict(self)
-        data["root"] = str(self.root) if self.root else None
-        data["cluster_dir"] = str(self.cluster_dir) if self.cluster_dir else None
-        data["rest_versions"] = list(self.rest_versions)
-        return json.dumps(data, indent=2) + "\n"
-
-
-def runtime(layout: Layout) -> SlurmRuntime:
-    """The runtime of the cluster under `layout`; the host's Slurm when none was recorded."""
-    try:
-        data = json.loads(layout.slurm_runtime.read_text())
-        return SlurmRuntime(
-            version=str(data["version"]),
-            release=str(data.get("release") or ""),
-            root=Path(data["root"]) if data.get("root") else None,
-            rest_versions=tuple(str(v) for v in data.get("rest_versions") or ()),
-            cluster_dir=Path(data["cluster_dir"]) if data.get("cluster_dir") else layout.root,
-        )
-    except (OSError, ValueError, KeyError, TypeError):
-        return SlurmRuntime(cluster_dir=layout.root)
-
-
-def write_runtime(layout: Layout, rt: SlurmRuntime) -> None:
-    tmp = layout.slurm_runtime.with_suffix(".tmp")
-    tmp.write_text(rt.to_json())
-    tmp.chmod(0o644)
-    tmp.replace(layout.slurm_runtime)
-
-
 def host_release() -> str:
     """The version of the host's slurmctld package ("" when it is not installed)."""
     try:
@@ -116,11 +60,6 @@ def host_release() -> str:
 
 def _version_key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in re.findall(r"\d+", version))
-
-
-def short_hostname() -> str:
-    """slurmctld insists on the short host name in SlurmctldHost."""
-    return socket.gethostname().split(".")[0]
 
 
 def render_slurm_conf(spec: SlurmSpec, layout: Layout, host: str) -> str:
@@ -197,27 +136,6 @@ def render_slurm_conf(spec: SlurmSpec, layout: Layout, host: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cli_env(layout: Layout, rt: SlurmRuntime | None = None) -> dict[str, str]:
-    """Environment for Slurm's CLI tools: SLURM_JWT must be absent or they switch to JWT."""
-    rt = rt or runtime(layout)
-    env = {k: v for k, v in os.environ.items() if k != "SLURM_JWT"}
-    env["SLURM_CONF"] = str(layout.slurm_conf)
-    if rt.root is not None:
-        env["PATH"] = slurmroot.ROOT_PATH  # the caller's PATH may name host-only directories
-    return env
-
-
-def run_cli(layout: Layout, *argv: str, timeout: float = 30) -> str:
-    """Run a Slurm (or MariaDB) command of the cluster's Slurm and return its output."""
-    rt = runtime(layout)
-    result = subprocess.run(
-        rt.argv(argv), env=cli_env(layout, rt), capture_output=True, text=True, timeout=timeout
-    )
-    if result.returncode != 0:
-        raise DevClusterError(f"`{' '.join(argv)}` failed: {(result.stderr or result.stdout).strip()[:300]}")
-    return result.stdout
-
-
 def _prepare_files(spec: SlurmSpec, layout: Layout, rt: SlurmRuntime) -> None:
     etc = layout.slurm / "etc"
     for sub in ("etc", "state/ctld", "state/d", "munge", "fakedev"):
@@ -290,7 +208,7 @@ def start(spec: SlurmSpec, layout: Layout) -> None:
         layout.munge_socket.exists, timeout=15, what="munged", watch=[munged], log_dir=layout.logs
     )
     if spec.accounting:
-        _start_accounting(layout, rt)
+        accounting.start(layout, rt)
 
     ctld = procs.spawn("slurmctld", rt.argv(["slurmctld", "-D", "-i"]), *dirs, env=env)
     procs.wait_until(
@@ -434,136 +352,6 @@ def rest_ping(layout: Layout) -> bool:
 def _idle_nodes(layout: Layout) -> int:
     out = run_cli(layout, "sinfo", "-h", "-N", "-r", "-p", "batch", "-t", "idle", "-o", "%N", timeout=5)
     return len(out.split())
-
-
-def _start_accounting(layout: Layout, rt: SlurmRuntime) -> None:
-    dirs = (layout.pids, layout.logs)
-    db = layout.slurm / "db"
-    sock = db / "mysqld.sock"
-    if not (db / "data" / "mysql").exists():
-        db.mkdir(parents=True, exist_ok=True)
-        install = subprocess.run(
-            rt.argv(
-                [
-                    "mariadb-install-db",
-                    "--no-defaults",
-                    f"--datadir={db / 'data'}",
-                    "--user=root",
-                    "--auth-root-authentication-method=socket",
-                    "--skip-test-db",
-                ]
-            ),
-            env=cli_env(layout, rt),
-            capture_output=True,
-            text=True,
-        )
-        if install.returncode:
-            raise DevClusterError(
-                f"mariadb-install-db failed: {(install.stderr or install.stdout).strip()[-300:]}"
-            )
-    mariadb = procs.spawn(
-        "mariadbd",
-        rt.argv(
-            [
-                "mariadbd",
-                "--no-defaults",
-                f"--datadir={db / 'data'}",
-                f"--socket={sock}",
-                f"--port={layout.ports.mariadb}",
-                f"--bind-address={HOST}",
-                "--user=root",
-                "--innodb-buffer-pool-size=128M",
-                "--innodb-lock-wait-timeout=900",
-                "--skip-log-bin",
-                # MariaDB 11.8 turns this on by default; slurmdbd warns it dies on write conflicts.
-                *(["--innodb-snapshot-isolation=OFF"] if rt.root is not None else []),
-            ]
-        ),
-        *dirs,
-        env=cli_env(layout, rt),
-    )
-
-    def sql(statement: str) -> str:
-        return run_cli(layout, "mariadb", "--no-defaults", "-S", str(sock), "-u", "root", "-e", statement)
-
-    procs.wait_until(
-        lambda: bool(sql("select 1")),
-        timeout=60,
-        what="MariaDB",
-        watch=[mariadb],
-        log_dir=layout.logs,
-    )
-    sql(
-        f"CREATE USER IF NOT EXISTS 'slurm'@'{HOST}' IDENTIFIED BY '{DB_PASSWORD}'; "
-        f"GRANT ALL ON slurm_acct_db.* TO 'slurm'@'{HOST}';"
-    )
-    etc = layout.slurm / "etc"
-    conf = etc / "slurmdbd.conf"
-    conf.write_text(
-        "\n".join(
-            [
-                "AuthType=auth/munge",
-                f"AuthInfo=socket={layout.munge_socket}",
-                "AuthAltTypes=auth/jwt",
-                f"AuthAltParameters=jwt_key={etc / 'jwt.key'}",
-                f"DbdHost={short_hostname()}",
-                f"DbdAddr={HOST}",
-                f"DbdPort={layout.ports.slurmdbd}",
-                "SlurmUser=root",
-                "StorageType=accounting_storage/mysql",
-                f"StorageHost={HOST}",
-                f"StoragePort={layout.ports.mariadb}",
-                "StorageUser=slurm",
-                f"StoragePass={DB_PASSWORD}",
-                "StorageLoc=slurm_acct_db",
-                f"PidFile={layout.slurm / 'slurmdbd.pid'}",
-                f"LogFile={layout.logs / 'slurmdbd-own.log'}",
-                "DebugLevel=info",
-            ]
-        )
-        + "\n"
-    )
-    conf.chmod(0o600)  # slurmdbd refuses a readable slurmdbd.conf
-    env = cli_env(layout, rt)
-    if (
-        rt.root is not None
-        and (rt.root / slurmroot.CLIENT_LIBRARY_DIR.lstrip("/") / "libmariadb.so.3").exists()
-    ):
-        env["LD_LIBRARY_PATH"] = slurmroot.CLIENT_LIBRARY_DIR  # see slurmroot.CLIENT_LIBRARY_FROM
-    dbd = procs.spawn("slurmdbd", rt.argv(["slurmdbd", "-D"]), *dirs, env=env)
-    procs.wait_until(
-        lambda: run_cli(layout, "sacctmgr", "-n", "show", "cluster", timeout=10) is not None,
-        timeout=60,
-        interval=0.5,
-        what="slurmdbd",
-        watch=[dbd],
-        log_dir=layout.logs,
-    )
-    sacctmgr = ("sacctmgr", "-i")
-    _tolerate_exists(layout, *sacctmgr, "add", "cluster", "sunkdev")
-    for name, options in QOS.items():
-        _tolerate_exists(layout, *sacctmgr, "add", "qos", name, *options.split())
-    _tolerate_exists(layout, *sacctmgr, "add", "account", ",".join(ACCOUNTS), "Cluster=sunkdev")
-    users = ("root", topology.JOB_USER)
-    for account in ACCOUNTS:
-        for user in users:
-            _tolerate_exists(layout, *sacctmgr, "add", "user", user, f"Account={account}")
-    run_cli(
-        layout,
-        *sacctmgr,
-        "modify",
-        "user",
-        ",".join(users),
-        "set",
-        "qos=normal,low,high,urgent",
-        "DefaultQOS=normal",
-    )
-
-
-def _tolerate_exists(layout: Layout, *argv: str) -> None:
-    """sacctmgr exits non-zero when there is nothing to add; that is fine on a re-run."""
-    rt = runtime(layout)
-    subprocess.run(rt.argv(argv), env=cli_env(layout, rt), capture_output=True, timeout=30)
 
 
 def cancel_all_jobs(layout: Layout) -> None:
