@@ -33,6 +33,9 @@ def dev_parser() -> argparse.ArgumentParser:
     up = dev_sub.add_parser("up", help="start etcd, kube-apiserver, kwok and Slurm on 127.0.0.1")
     up.add_argument("--nodes", type=int, default=4, help="Slurm nodes / Kubernetes Nodes (4)")
     up.add_argument("--accounting", action="store_true", help="also run MariaDB + slurmdbd (QoS, accounts)")
+    up.add_argument(
+        "--directory", action="store_true", help="also run an LDAP directory (slapd) with a few people in it"
+    )
     up.add_argument("--kill-wait", type=int, default=30, help="Slurm KillWait in seconds (30)")
     up.add_argument("--cpus-per-node", type=int, default=8, help="CPUs of each node (8)")
     up.add_argument("--gpus-per-node", type=int, default=4, help="(fake) GPUs of each node (4)")
@@ -85,6 +88,7 @@ def run_dev(args: argparse.Namespace) -> int:
             args.slurm,
             args.gpus_per_node,
             args.real_nodes,
+            directory=args.directory,
         )
         seconds = cluster.up(spec)
         print(f"dev cluster up in {seconds:.1f} s")

@@ -10,6 +10,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from sunk_dev import (
+    directory,
     hostnet,
     images,
     kubecluster,
@@ -35,6 +36,7 @@ STOP_ORDER = (
     "slurmdbd",
     "mariadbd",
     "munged",
+    "slapd",
     "kwok",
     "kube-scheduler",
     "volume-provisioner",
@@ -67,6 +69,7 @@ class ClusterSpec:
     slurm: str = slurmroot.DEFAULT_VERSION  # 24.11, 26.05 (Debian roots) or 22.05 (host)
     gpus_per_node: int = topology.GPUS_PER_NODE
     real_nodes: int = 0  # real kubelet Nodes next to the kwok ones (containers really run)
+    directory: bool = False  # an LDAP directory (slapd) with a few people in it
     # How slurmstepd finds a job's processes. linuxproc walks all of /proc, which here holds
     # every node's jobs: with a thousand jobs ending at once that walk, repeated by each
     # job, is what saturates the machine. pgid signals the job's process group instead, as
@@ -150,7 +153,9 @@ class DevCluster:
         self._kill_strays()
         self._wipe()
         setup_log = layout.logs / "setup.log"
-        prereqs.check_ports_free(layout, spec.nodes, spec.accounting)
+        prereqs.check_ports_free(layout, spec.nodes, spec.accounting, spec.directory)
+        if spec.directory:
+            prereqs.ensure_directory_packages(setup_log)
         if spec.real_nodes:
             realcluster.check_machine()
             prereqs.ensure_real_node_packages(setup_log)
@@ -167,6 +172,8 @@ class DevCluster:
         try:
             if spec.real_nodes:
                 realcluster.prepare_host(layout, spec.real_nodes)
+            if spec.directory:
+                directory.start(layout)
             kubecluster.start(layout, tools)
             slurmcluster.start(
                 slurmcluster.SlurmSpec(

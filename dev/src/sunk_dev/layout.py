@@ -31,6 +31,7 @@ class Ports:
     slurmdbd: int = 26819
     slurmrestd: int = 26820
     mariadb: int = 23306
+    ldap: int = 23890  # the dev directory's slapd (`--directory`)
     slurmd_base: int = 27000
     kubelet_base: int = 28250
 
@@ -66,7 +67,7 @@ class Ports:
         lands it on the port bench/run.py gives the kube-scheduler it starts (29259)."""
         return self.kubelet_base + 3
 
-    def fixed(self, accounting: bool) -> dict[str, int]:
+    def fixed(self, accounting: bool, directory: bool = False) -> dict[str, int]:
         """Every fixed port the cluster binds, by the component that binds it."""
         ports = {
             "etcd": self.etcd_client,
@@ -77,6 +78,8 @@ class Ports:
         }
         if accounting:
             ports |= {"slurmdbd": self.slurmdbd, "mariadb": self.mariadb}
+        if directory:
+            ports["slapd"] = self.ldap
         return ports
 
 

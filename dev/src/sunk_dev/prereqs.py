@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import glob
 import os
 import pwd
@@ -10,7 +11,7 @@ import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from sunk_dev import hostnet
@@ -42,6 +43,9 @@ ACCOUNTING_COMMANDS = ("slurmdbd", "mariadbd", "mariadb-install-db", "sacctmgr")
 CLUSTER_TOOLS = ("etcd", "kube-apiserver", "kube-controller-manager", "kwok")
 PLATFORM_TOOLS = ("helm",)  # installs the Slurm chart on real Nodes
 # Real kubelet Nodes: the container runtime and Pod network (hostnet), and the image builder.
+# The dev directory: OpenLDAP's server and tools, and ssh-keygen for its people's keys.
+DIRECTORY_PACKAGES = ("slapd", "ldap-utils", "openssh-client")
+DIRECTORY_COMMANDS = ("slapd", "slapadd", "slappasswd", "ssh-keygen")
 REAL_NODE_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "nftables", "buildah")
 
 
@@ -51,8 +55,8 @@ def repo_root() -> Path | None:
     return root if (root / "hack" / "build-tools.sh").exists() else None
 
 
-def check_ports_free(layout: Layout, nodes: int, accounting: bool) -> None:
-    wanted = layout.ports.fixed(accounting)
+def check_ports_free(layout: Layout, nodes: int, accounting: bool, directory: bool = False) -> None:
+    wanted = layout.ports.fixed(accounting, directory)
     wanted |= {f"slurmd {i}": layout.ports.slurmd(i) for i in range(1, nodes + 1)}
     for owner, port in wanted.items():
         with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
@@ -113,6 +117,42 @@ def apt_install(packages: tuple[str, ...], log: Path, what: str) -> None:
                 )
 
 
+def ensure_directory_packages(log: Path) -> None:
+    """slapd and its tools from Debian, for the dev cluster's directory, installed once.
+
+    Debian's slapd would configure a directory of its own and start it as a service: told
+    not to configure one, and with service starts refused while apt runs, it installs only
+    the programs (the dev cluster runs its own slapd, with its own files)."""
+    if all(shutil.which(cmd) for cmd in DIRECTORY_COMMANDS):
+        return
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        raise DevClusterError(
+            f"the dev directory needs {', '.join(DIRECTORY_PACKAGES)}: install them (`apt-get install "
+            f"{' '.join(DIRECTORY_PACKAGES)}`) as root, or run `sunk dev up` as root on Debian"
+        )
+    subprocess.run(
+        ["debconf-set-selections"], input=b"slapd slapd/no_configuration boolean true\n", check=True
+    )
+    with _no_service_starts():
+        apt_install(DIRECTORY_PACKAGES, log, "the dev directory (slapd)")
+
+
+@contextlib.contextmanager
+def _no_service_starts() -> Iterator[None]:
+    """A policy-rc.d that refuses every service start while packages install; one that was
+    already there is left as it was."""
+    policy = Path("/usr/sbin/policy-rc.d")
+    added = not policy.exists()
+    if added:
+        policy.write_text("#!/bin/sh\n# sunk dev: no service starts while packages install\nexit 101\n")
+        policy.chmod(0o755)
+    try:
+        yield
+    finally:
+        if added:
+            policy.unlink(missing_ok=True)
+
+
 def ensure_real_node_packages(log: Path) -> None:
     """containerd, runc, the CNI plugins, nftables and buildah from Debian, installed once.
 
@@ -126,16 +166,8 @@ def ensure_real_node_packages(log: Path) -> None:
             f"real Nodes need {', '.join(missing)}: install them (`apt-get install "
             f"{' '.join(REAL_NODE_PACKAGES)}`) as root, or run `sunk dev up` as root on Debian"
         )
-    policy = Path("/usr/sbin/policy-rc.d")
-    added = not policy.exists()
-    if added:
-        policy.write_text("#!/bin/sh\n# sunk dev: no service starts while packages install\nexit 101\n")
-        policy.chmod(0o755)
-    try:
+    with _no_service_starts():
         apt_install(REAL_NODE_PACKAGES, log, "what real Nodes need")
-    finally:
-        if added:
-            policy.unlink(missing_ok=True)
     still = hostnet.missing_packages()
     if still:
         raise DevClusterError(f"after installing them these are still missing: {', '.join(still)}")

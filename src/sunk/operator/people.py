@@ -1,0 +1,82 @@
+"""The cluster's people as the files every login and slurmd Pod reads: `passwd` and `group`
+lines for the name service (libnss-extrausers' format, the same as /etc/passwd and
+/etc/group) and each person's SSH keys, made without I/O from one directory snapshot.
+
+A directory entry that would take over an account the images already have (root, slurm,
+munge, a system UID) is refused and named, never written: whoever controls the directory
+must not become root on every node."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sunk.ldap.reader import Directory
+
+# Accounts of sunk's images (images/slurm-base): a directory entry with one of these
+# names, or a UID/GID below FIRST_ID, is refused.
+SYSTEM_NAMES = frozenset({"root", "slurm", "munge", "slurmrestd", "nobody", "nogroup", "sshd", "daemon"})
+FIRST_ID = 1000
+RESERVED_IDS = frozenset({64030, 65534, 990, 991})  # slurm, nobody, munge, slurmrestd
+
+
+@dataclass(frozen=True)
+class People:
+    passwd: str
+    group: str
+    keys: dict[str, str]  # user name -> authorized_keys
+    refused: tuple[str, ...]  # one line per entry left out, naming it and why
+
+    def files(self) -> dict[str, str]:
+        """The ConfigMap's data: passwd, group and one `keys.<name>` per person with keys."""
+        data = {"passwd": self.passwd, "group": self.group}
+        data |= {f"keys.{name}": keys for name, keys in self.keys.items()}
+        return data
+
+
+def render(directory: Directory) -> People:
+    refused: list[str] = []
+    passwd: list[str] = []
+    keys: dict[str, str] = {}
+    taken_uids: dict[int, str] = {}
+    for user in directory.users:
+        why = _refusal(user.name, user.uid, "UID") or _field_problem(
+            user.name, user.home, user.shell, user.gecos
+        )
+        if why is None and user.uid in taken_uids:
+            why = f"UID {user.uid} is also {taken_uids[user.uid]}'s"
+        if why is not None:
+            refused.append(f"user {user.name}: {why}")
+            continue
+        taken_uids[user.uid] = user.name
+        passwd.append(f"{user.name}:x:{user.uid}:{user.gid}:{user.gecos}:{user.home}:{user.shell}")
+        if user.ssh_keys:
+            keys[user.name] = "".join(f"{key.strip()}\n" for key in user.ssh_keys)
+    known = set(taken_uids.values())
+    group = []
+    for entry in directory.groups:
+        why = _refusal(entry.name, entry.gid, "GID")
+        if why is not None:
+            refused.append(f"group {entry.name}: {why}")
+            continue
+        members = ",".join(m for m in entry.members if m in known)
+        group.append(f"{entry.name}:x:{entry.gid}:{members}")
+    return People(_lines(passwd), _lines(group), keys, tuple(refused))
+
+
+def _refusal(name: str, number: int, kind: str) -> str | None:
+    if name in SYSTEM_NAMES:
+        return f"{name} is an account of the images; rename it in the directory"
+    if number < FIRST_ID or number in RESERVED_IDS:
+        return f"{kind} {number} belongs to the images' system accounts (use {FIRST_ID} or more)"
+    if not name or any(c in name for c in ":\n/ ") or name.startswith("-"):
+        return f"{name!r} is not a name the name service can hold"
+    return None
+
+
+def _field_problem(*fields: str) -> str | None:
+    bad = [f for f in fields if ":" in f or "\n" in f]
+    return f"{bad[0]!r} holds a ':' or a line break" if bad else None
+
+
+def _lines(lines: list[str]) -> str:
+    return "".join(f"{line}\n" for line in lines)

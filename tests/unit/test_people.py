@@ -1,0 +1,57 @@
+"""A directory snapshot as name-service files (R10.6): people and groups become passwd and
+group lines, their keys authorized_keys, and an entry that would take over one of the
+images' accounts is refused by name instead of written."""
+
+from __future__ import annotations
+
+import pytest
+
+from sunk.ldap.reader import Directory, Group, User
+from sunk.operator.people import render
+
+
+def user(name: str, uid: int, **kw: object) -> User:
+    fields: dict[str, object] = {"gid": 30000, "home": f"/home/{name}", "shell": "/bin/bash", "gecos": ""}
+    fields.update(kw)
+    return User(name, uid, **fields)  # type: ignore[arg-type]
+
+
+def test_r10_6_a_person_becomes_a_passwd_line_and_an_authorized_keys_file() -> None:
+    people = render(Directory((user("alice", 20001, gecos="Alice", ssh_keys=("ssh-ed25519 AAA a",)),), ()))
+    assert people.passwd == "alice:x:20001:30000:Alice:/home/alice:/bin/bash\n"
+    assert people.keys == {"alice": "ssh-ed25519 AAA a\n"}
+    assert people.files()["keys.alice"] == "ssh-ed25519 AAA a\n"
+
+
+def test_r10_6_a_group_lists_only_members_who_are_people_of_the_directory() -> None:
+    people = render(Directory((user("alice", 20001),), (Group("ml", 30001, ("alice", "ghost")),)))
+    assert people.group == "ml:x:30001:alice\n"
+
+
+@pytest.mark.parametrize(
+    ("entry", "why"),
+    [
+        (user("root", 20009), "user root: root is an account of the images"),
+        (user("mallory", 0), "user mallory: UID 0 belongs to the images' system accounts"),
+        (user("mallory", 64030), "user mallory: UID 64030 belongs to the images' system accounts"),
+        (user("mallory", 999), "user mallory: UID 999 belongs to the images' system accounts"),
+        (user("mallory", 20009, gecos="a:b"), "user mallory: 'a:b' holds a ':'"),
+        (user("mal:lory", 20009), "user mal:lory: 'mal:lory' is not a name"),
+    ],
+)
+def test_r10_6_an_entry_taking_over_a_system_account_is_refused_by_name(entry: User, why: str) -> None:
+    people = render(Directory((entry, user("alice", 20001)), ()))
+    assert [line for line in people.refused if line.startswith(why)] != []
+    assert people.passwd == "alice:x:20001:30000::/home/alice:/bin/bash\n"
+
+
+def test_r10_6_a_second_person_with_a_taken_uid_is_refused() -> None:
+    people = render(Directory((user("alice", 20001), user("alias", 20001)), ()))
+    assert people.refused == ("user alias: UID 20001 is also alice's",)
+    assert "alias" not in people.passwd
+
+
+def test_r10_6_a_group_named_like_a_system_group_is_refused() -> None:
+    people = render(Directory((), (Group("slurm", 30009, ()), Group("wheel2", 10, ()))))
+    assert people.group == ""
+    assert [line.split(":")[0] for line in people.refused] == ["group slurm", "group wheel2"]
