@@ -4,9 +4,12 @@ images' accounts is refused by name instead of written."""
 
 from __future__ import annotations
 
+import argparse
+
 import pytest
 
 from sunk.ldap.reader import Directory, Group, User
+from sunk.operator.config import OperatorConfig, add_arguments, from_args
 from sunk.operator.people import render
 
 
@@ -55,3 +58,47 @@ def test_r10_6_a_group_named_like_a_system_group_is_refused() -> None:
     people = render(Directory((), (Group("slurm", 30009, ()), Group("wheel2", 10, ()))))
     assert people.group == ""
     assert [line.split(":")[0] for line in people.refused] == ["group slurm", "group wheel2"]
+
+
+REQUIRED = [
+    "--namespace=slurm",
+    "--release=slurm",
+    "--slurm-api-base=http://slurmrestd:6820",
+    "--slurm-jwt-key-file=/k",
+    "--conf-server=ctld:6817",
+    "--auth-secret=auth",
+]
+DIRECTORY = [
+    "--directory-uri=ldaps://ldap.example:636",
+    "--directory-bind-dn=cn=reader,dc=example",
+    "--directory-password-file=/etc/sunk/directory/password",
+    "--directory-user-base=ou=people,dc=example",
+    "--directory-group-base=ou=groups,dc=example",
+]
+
+
+def operator_config(*flags: str) -> OperatorConfig:
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    return from_args(parser.parse_args([*REQUIRED, *flags]))
+
+
+def test_r10_6_directory_flags_make_the_operators_directory_settings() -> None:
+    config = operator_config(*DIRECTORY)
+    assert config.directory is not None
+    assert (config.directory.uri, config.directory.user_filter) == (
+        "ldaps://ldap.example:636",
+        "(objectClass=posixAccount)",
+    )
+    assert config.people_configmap == "slurm-people"
+
+
+def test_r10_6_no_directory_uri_means_no_people_sync() -> None:
+    assert operator_config().directory is None
+
+
+@pytest.mark.parametrize("missing", ["bind-dn", "password-file", "user-base", "group-base"])
+def test_r10_6_a_half_given_directory_stops_the_operator_naming_the_missing_flag(missing: str) -> None:
+    flags = [f for f in DIRECTORY if not f.startswith(f"--directory-{missing}=")]
+    with pytest.raises(ValueError, match=f"needs --directory-{missing}$"):
+        operator_config(*flags)

@@ -17,6 +17,7 @@ from sunk.kube.client import KubeClient
 from sunk.kube.events import Recorder
 from sunk.kube.informer import Informer, object_key
 from sunk.kube.leader import LeaderElector
+from sunk.ldap.reader import read as read_directory
 from sunk.operator import members as m
 from sunk.operator import topology
 from sunk.operator.config import OperatorConfig
@@ -24,6 +25,7 @@ from sunk.operator.controller import NodeSetController
 from sunk.operator.demand import waiting_by_partition
 from sunk.operator.features import pending_by_feature
 from sunk.operator.nodeset import API_VERSION, PLURAL
+from sunk.operator.people_sync import PeopleSync
 from sunk.operator.removal import jobs_by_node
 from sunk.operator.selection import member_nodeset
 from sunk.operator.token_keeper import TokenKeeper
@@ -102,6 +104,7 @@ class Operator:
         self.kube = kube
         self.queue = WorkQueue()
         identity = shell.identity()
+        self.recorder = Recorder(kube, "sunk-operator", identity)
         elector = LeaderElector(kube, config.namespace, config.lease_name, identity)
         self.manager = Manager(elector if config.leader_elect else None)
         ns = config.namespace
@@ -122,7 +125,7 @@ class Operator:
             pods=self.pods,
             settings=settings,
             default_image=config.slurmd_image,
-            recorder=Recorder(kube, "sunk-operator", identity),
+            recorder=self.recorder,
             stale_s=max(60.0, 6 * config.poll_s),
             refresh=self.poller.poll_once,
         )
@@ -166,6 +169,17 @@ class Operator:
             self.manager.run_while_leading(
                 "topology", lambda: topology.run_forever(writer, self._members, self.config.poll_s)
             )
+        if self.config.directory is not None:
+            settings = self.config.directory
+            people = PeopleSync(
+                self.kube,
+                self.recorder,
+                lambda: read_directory(settings),
+                self.config.namespace,
+                self.config.people_configmap,
+                self.config.directory_interval_s,
+            )
+            self.manager.run_while_leading("people", people.run)
         self.manager.control(self.controller, self.queue)
         await self.manager.run(self)
 

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sunk.config import parse_bind, parse_duration
+from sunk.ldap.reader import DirectorySettings
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,9 @@ class OperatorConfig:
     topology: str = ""
     topology_labels: tuple[str, ...] = ()
     slurm_configmap: str = ""
+    directory: DirectorySettings | None = None  # people come from this directory when set
+    people_configmap: str = ""  # where they are written (login and slurmd Pods mount it)
+    directory_interval_s: float = 300.0
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -61,6 +65,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("topology", "tree or block: write topology.conf from Node labels (default: none)", "")
     flag("topology-labels", "comma-separated Node labels, leaf level first (block: one)", "")
     flag("slurm-configmap", "the ConfigMap of slurm.conf, where topology.conf is written", "")
+    flag("directory-uri", "the LDAP directory people come from (ldap://, ldaps://); none: no people", "")
+    flag("directory-bind-dn", "the identity the operator reads the directory as", "")
+    flag("directory-password-file", "a file holding that identity's password (from a Secret)", "")
+    flag("directory-user-base", "where people are searched (e.g. ou=people,dc=example,dc=org)", "")
+    flag("directory-group-base", "where groups are searched", "")
+    flag("directory-user-filter", "which entries are people", "(objectClass=posixAccount)")
+    flag("directory-group-filter", "which entries are groups", "(objectClass=posixGroup)")
+    flag("directory-ssh-key-attribute", "the attribute holding a person's SSH public keys", "sshPublicKey")
+    flag("directory-ca-file", "the CA that signed the directory's certificate (ldaps:// or StartTLS)", "")
+    flag("directory-start-tls", "true: upgrade ldap:// to TLS before binding", "false")
+    flag("directory-interval", "how often the directory is read", "5m")
+    flag("people-configmap", "the ConfigMap people are written to (default: <release>-people)", "")
 
 
 def topology_settings(plugin: str, labels: str, configmap: str) -> tuple[str, tuple[str, ...]]:
@@ -77,6 +93,32 @@ def topology_settings(plugin: str, labels: str, configmap: str) -> tuple[str, tu
     if not configmap:
         raise ValueError("--topology needs --slurm-configmap: where topology.conf is written")
     return plugin, names
+
+
+def directory_settings(args: argparse.Namespace) -> DirectorySettings | None:
+    """The directory to read people from, checked: a half-given one is a start-up error
+    that names the missing flag."""
+    if not args.directory_uri:
+        return None
+    if not args.directory_uri.startswith(("ldap://", "ldaps://")):
+        raise ValueError(f"--directory-uri must start with ldap:// or ldaps://, not {args.directory_uri!r}")
+    for flag in ("bind_dn", "password_file", "user_base", "group_base"):
+        if not getattr(args, f"directory_{flag}"):
+            raise ValueError(f"--directory-uri needs --directory-{flag.replace('_', '-')}")
+    if str(args.directory_start_tls).lower() not in ("true", "false"):
+        raise ValueError("--directory-start-tls must be true or false")
+    return DirectorySettings(
+        uri=args.directory_uri,
+        bind_dn=args.directory_bind_dn,
+        password_file=Path(args.directory_password_file),
+        user_base=args.directory_user_base,
+        group_base=args.directory_group_base,
+        user_filter=args.directory_user_filter,
+        group_filter=args.directory_group_filter,
+        ssh_key_attribute=args.directory_ssh_key_attribute,
+        ca_file=Path(args.directory_ca_file) if args.directory_ca_file else None,
+        start_tls=str(args.directory_start_tls).lower() == "true",
+    )
 
 
 def from_args(args: argparse.Namespace) -> OperatorConfig:
@@ -105,4 +147,7 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         topology=topology,
         topology_labels=topology_labels,
         slurm_configmap=args.slurm_configmap or "",
+        directory=directory_settings(args),
+        people_configmap=args.people_configmap or f"{args.release}-people",
+        directory_interval_s=parse_duration(args.directory_interval),
     )

@@ -1,0 +1,136 @@
+"""Keeps the cluster's people ConfigMap equal to the directory: one reader for the whole
+cluster (the acting operator), so that no node queries the directory itself.
+
+Every interval it reads a snapshot (sunk.ldap), renders it (sunk.operator.people) and
+replaces the ConfigMap's data when it changed. Login and slurmd Pods mount the ConfigMap:
+the kubelet brings a change to them within about a minute, so a person removed from the
+directory loses their login within one interval and that minute. When the directory
+cannot be read, the last ConfigMap stays as it is: running jobs and cached people go on,
+and a Warning Event (one per distinct error) and a metric say what is wrong.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import logging
+import time
+from collections.abc import Callable
+from typing import Any, Protocol
+
+from prometheus_client import Counter, Gauge
+
+from sunk.kube.client import KubeError
+from sunk.ldap.reader import Directory, DirectoryError
+from sunk.operator.people import People, render
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+READ_FAILED = "DirectoryUnreadable"
+REFUSED = "DirectoryEntryRefused"
+UPDATED = "PeopleUpdated"
+
+LAST_READ = Gauge(
+    "sunk_directory_last_read_timestamp_seconds", "When the directory was last read successfully (Unix time)"
+)
+READ_ERRORS = Counter("sunk_directory_read_errors_total", "Directory reads that failed")
+PEOPLE = Gauge("sunk_directory_people", "People written to the people ConfigMap")
+
+
+class ConfigMapPort(Protocol):
+    async def request(self, method: str, path: str, *, body: Any = None, content_type: str = ...) -> Json: ...
+
+
+class EventPort(Protocol):
+    async def event_on(
+        self, regarding: Json, reason: str, note: str, *, warning: bool = False, name: str | None = None
+    ) -> bool: ...
+
+
+class PeopleSync:
+    def __init__(
+        self,
+        kube: ConfigMapPort,
+        recorder: EventPort,
+        read: Callable[[], Directory],
+        namespace: str,
+        configmap: str,
+        interval_s: float,
+    ) -> None:
+        self.kube = kube
+        self.recorder = recorder
+        self.read = read
+        self.namespace = namespace
+        self.configmap = configmap
+        self.interval_s = interval_s
+        self.path = f"/api/v1/namespaces/{namespace}/configmaps/{configmap}"
+
+    async def sync_once(self) -> bool:
+        """One read and, if it differs, one write. True when the ConfigMap was written."""
+        try:
+            snapshot = await asyncio.to_thread(self.read)
+        except DirectoryError as err:
+            READ_ERRORS.inc()
+            log.warning("the directory could not be read; people stay as last written: %s", err)
+            await self._event(READ_FAILED, f"{err}; people stay as last written", warning=True)
+            return False
+        LAST_READ.set(time.time())
+        people = render(snapshot)
+        for line in (*people.refused, *snapshot.skipped):
+            await self._event(REFUSED, f"{line}; left out of the cluster's people", warning=True)
+        PEOPLE.set(people.passwd.count("\n"))
+        return await self._write(people)
+
+    async def _write(self, people: People) -> bool:
+        data = people.files()
+        try:
+            current = await self.kube.request("GET", self.path)
+        except KubeError as err:
+            if not err.not_found:
+                raise
+            body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": self._meta(), "data": data}
+            await self.kube.request("POST", f"/api/v1/namespaces/{self.namespace}/configmaps", body=body)
+        else:
+            if (current.get("data") or {}) == data:
+                return False
+            body = {**current, "data": data}
+            await self.kube.request("PUT", self.path, body=body)
+        count = people.passwd.count("\n")
+        log.info(
+            "wrote %d people and %d groups to ConfigMap %s", count, people.group.count("\n"), self.configmap
+        )
+        await self._event(UPDATED, f"{count} people, {people.group.count(chr(10))} groups written")
+        return True
+
+    def _meta(self) -> Json:
+        return {
+            "name": self.configmap,
+            "namespace": self.namespace,
+            "labels": {
+                "app.kubernetes.io/component": "people",
+                "app.kubernetes.io/managed-by": "sunk-operator",
+            },
+        }
+
+    async def _event(self, reason: str, note: str, *, warning: bool = False) -> None:
+        regarding = {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "namespace": self.namespace,
+            "name": self.configmap,
+        }
+        # Named after what it says, so a fact is told once however often it is seen again.
+        name = None
+        if reason != UPDATED:
+            digest = hashlib.sha256(f"{reason}\0{note}".encode()).hexdigest()[:16]
+            name = f"{self.configmap}.{reason.lower()}.{digest}"
+        await self.recorder.event_on(regarding, reason, note, warning=warning, name=name)
+
+    async def run(self) -> None:
+        while True:
+            try:
+                await self.sync_once()
+            except KubeError as err:
+                log.warning("could not write ConfigMap %s: API status %s", self.configmap, err.status)
+            await asyncio.sleep(self.interval_s)

@@ -1,0 +1,72 @@
+"""The Slurm chart's directory values (R10.6): with a directory the operator reads it with
+the password from a Secret and may update only the people ConfigMap; half-given values
+fail the render naming what is missing; without one nothing of it is rendered."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.chart.test_slurm_chart import container, fails, named, pod_spec, render
+
+DIRECTORY = {
+    "directory": {
+        "uri": "ldaps://ldap.example:636",
+        "bindDN": "cn=reader,dc=example,dc=org",
+        "bindPasswordSecret": {"name": "ldap-reader", "key": "password"},
+        "userBase": "ou=people,dc=example,dc=org",
+        "groupBase": "ou=groups,dc=example,dc=org",
+        "caSecret": {"name": "ldap-ca", "key": "ca.crt"},
+    }
+}
+
+
+def test_r10_6_the_operator_reads_the_directory_with_the_password_from_its_secret(
+    helm: Path, slurm_chart: Path
+) -> None:
+    objects = render(slurm_chart, helm, values=DIRECTORY)
+    operator = named(objects, "Deployment", "r1-operator")
+    args = container(operator, "operator")["args"]
+    assert "--directory-uri=ldaps://ldap.example:636" in args
+    assert "--directory-password-file=/etc/sunk/directory/password" in args
+    assert "--directory-ca-file=/etc/sunk/directory-ca/ca.crt" in args
+    assert "--people-configmap=r1-people" in args
+    assert not [a for a in args if "password=" in a.lower() and "file" not in a]  # never the password itself
+    volumes = {v["name"]: v for v in pod_spec(operator)["volumes"]}
+    assert volumes["directory-password"]["secret"]["secretName"] == "ldap-reader"
+
+
+def test_r10_6_the_operator_may_update_the_people_configmap_and_no_other(
+    helm: Path, slurm_chart: Path
+) -> None:
+    objects = render(slurm_chart, helm, values=DIRECTORY)
+    assert named(objects, "ConfigMap", "r1-people")["data"] == {}
+    rules = named(objects, "Role", "r1-operator")["rules"]
+    people = [r for r in rules if r.get("resourceNames") == ["r1-people"]]
+    assert people == [
+        {
+            "apiGroups": [""],
+            "resources": ["configmaps"],
+            "resourceNames": ["r1-people"],
+            "verbs": ["get", "update"],
+        }
+    ]
+    assert not [r for r in rules if "configmaps" in r["resources"] and "create" in r["verbs"]]
+
+
+def test_r10_6_without_a_directory_nothing_of_it_is_rendered(helm: Path, slurm_chart: Path) -> None:
+    objects = render(slurm_chart, helm)
+    args = container(named(objects, "Deployment", "r1-operator"), "operator")["args"]
+    assert [a for a in args if "directory" in a] == []
+    assert [o for o in objects if o["metadata"]["name"] == "r1-people"] == []
+
+
+def test_r10_6_a_directory_without_its_password_secret_fails_naming_the_value(
+    helm: Path, slurm_chart: Path
+) -> None:
+    values = {"directory": {**DIRECTORY["directory"], "bindPasswordSecret": {"name": ""}}}
+    assert "directory.bindPasswordSecret.name is needed" in fails(slurm_chart, helm, values=values)
+
+
+def test_r10_6_a_directory_uri_that_is_not_ldap_fails(helm: Path, slurm_chart: Path) -> None:
+    values = {"directory": {**DIRECTORY["directory"], "uri": "https://ldap.example"}}
+    assert 'directory.uri is "https://ldap.example"' in fails(slurm_chart, helm, values=values)
