@@ -70,3 +70,24 @@ def test_r10_6_a_directory_without_its_password_secret_fails_naming_the_value(
 def test_r10_6_a_directory_uri_that_is_not_ldap_fails(helm: Path, slurm_chart: Path) -> None:
     values = {"directory": {**DIRECTORY["directory"], "uri": "https://ldap.example"}}
     assert 'directory.uri is "https://ldap.example"' in fails(slurm_chart, helm, values=values)
+
+
+def test_r10_6_login_and_slurmctld_read_the_people_where_the_name_service_looks(
+    helm: Path, slurm_chart: Path
+) -> None:
+    objects = render(slurm_chart, helm, values=DIRECTORY)
+    for kind, name, box in (
+        ("Deployment", "r1-login", "sshd"),
+        ("StatefulSet", "r1-controller", "slurmctld"),
+    ):
+        workload = named(objects, kind, name)
+        mounts = container(workload, box)["volumeMounts"]
+        assert {"name": "people", "mountPath": "/var/lib/extrausers", "readOnly": True} in mounts, name
+        assert {"name": "people", "configMap": {"name": "r1-people"}} in pod_spec(workload)["volumes"], name
+
+
+def test_r10_6_sshd_takes_a_persons_keys_from_the_login_keys_and_the_directory(
+    helm: Path, slurm_chart: Path
+) -> None:
+    script = " ".join(container(named(render(slurm_chart, helm), "Deployment", "r1-login"), "sshd")["args"])
+    assert "AuthorizedKeysCommand=/usr/local/sbin/sunk-authorized-keys %u" in script

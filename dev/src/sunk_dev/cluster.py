@@ -24,7 +24,7 @@ from sunk_dev import (
 )
 from sunk_dev.errors import DevClusterError
 from sunk_dev.kubeapi import AdminKube
-from sunk_dev.layout import Layout
+from sunk_dev.layout import HOST, Layout
 from sunk_dev.realnode import RealNode, nodes_of
 
 # Stop order: Slurm's job processes first, the API server's clients before the API server.
@@ -69,12 +69,16 @@ class ClusterSpec:
     slurm: str = slurmroot.DEFAULT_VERSION  # 24.11, 26.05 (Debian roots) or 22.05 (host)
     gpus_per_node: int = topology.GPUS_PER_NODE
     real_nodes: int = 0  # real kubelet Nodes next to the kwok ones (containers really run)
-    directory: bool = False  # an LDAP directory (slapd) with a few people in it
+    directory: bool = False  # an LDAP directory (slapd) with a few people in it (always with real Nodes)
     # How slurmstepd finds a job's processes. linuxproc walks all of /proc, which here holds
     # every node's jobs: with a thousand jobs ending at once that walk, repeated by each
     # job, is what saturates the machine. pgid signals the job's process group instead, as
     # cheap as a real node's cgroup (the benchmark's --proctrack pgid).
     proctrack: str = "linuxproc"
+
+    @property
+    def runs_directory(self) -> bool:
+        return self.directory or self.real_nodes > 0
 
     def __post_init__(self) -> None:
         slurmroot.check_version(self.slurm)
@@ -153,8 +157,8 @@ class DevCluster:
         self._kill_strays()
         self._wipe()
         setup_log = layout.logs / "setup.log"
-        prereqs.check_ports_free(layout, spec.nodes, spec.accounting, spec.directory)
-        if spec.directory:
+        prereqs.check_ports_free(layout, spec.nodes, spec.accounting, spec.runs_directory)
+        if spec.runs_directory:
             prereqs.ensure_directory_packages(setup_log)
         if spec.real_nodes:
             realcluster.check_machine()
@@ -172,8 +176,10 @@ class DevCluster:
         try:
             if spec.real_nodes:
                 realcluster.prepare_host(layout, spec.real_nodes)
-            if spec.directory:
-                directory.start(layout)
+            if spec.runs_directory:
+                # On real Nodes, Pods reach it at the host's address on their bridge.
+                bridge = (hostnet.network_of(layout).gateway,) if spec.real_nodes else ()
+                directory.start(layout, (HOST, *bridge))
             kubecluster.start(layout, tools)
             slurmcluster.start(
                 slurmcluster.SlurmSpec(

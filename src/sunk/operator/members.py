@@ -43,6 +43,10 @@ TEMPLATE_HASH = "sunk.coreweave.com/template-hash"
 SLURMD_CONF = "sunk.coreweave.com/slurmd-conf"
 CONTAINER = "slurmd"
 KEY_PATH = "/etc/slurm/slurm.key"
+# The directory's people ConfigMap, mounted where libnss-extrausers (in sunk's images)
+# reads passwd and group.
+PEOPLE_VOLUME = "people"
+PEOPLE_PATH = "/var/lib/extrausers"
 
 
 @dataclass(frozen=True)
@@ -53,6 +57,7 @@ class Settings:
     conf_server: str  # host:port of slurmctld, for configless slurmd
     auth_secret: str  # the Secret holding slurm.key (auth/slurm)
     topology_labels: tuple[str, ...] = ()  # Node labels topology.conf is written from (if any)
+    people_configmap: str = ""  # the directory's people (sunk.operator.people_sync), if any
 
 
 def selector(settings: Settings, nodeset: str) -> dict[str, str]:
@@ -105,7 +110,7 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
     mounts = containers[_index(containers)].setdefault("volumeMounts", [])
     mounts[:] = [m for m in mounts if m.get("name") != "slurm-key"]
     mounts.append({"name": "slurm-key", "mountPath": KEY_PATH, "subPath": "slurm.key", "readOnly": True})
-    volumes = [v for v in spec.get("volumes") or [] if v.get("name") != "slurm-key"]
+    volumes = [v for v in spec.get("volumes") or [] if v.get("name") not in ("slurm-key", PEOPLE_VOLUME)]
     volumes.append(
         {
             "name": "slurm-key",
@@ -116,6 +121,12 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
             },
         }
     )
+    if settings.people_configmap:
+        # The directory's people, where the images' name service looks (libnss-extrausers):
+        # jobs run as their owner, with their groups.
+        mounts[:] = [m for m in mounts if m.get("name") != PEOPLE_VOLUME]
+        mounts.append({"name": PEOPLE_VOLUME, "mountPath": PEOPLE_PATH, "readOnly": True})
+        volumes.append({"name": PEOPLE_VOLUME, "configMap": {"name": settings.people_configmap}})
     spec.update(
         {
             "nodeName": node,
@@ -133,7 +144,7 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
     spec = {k: v for k, v in spec.items() if v is not None}
     annotations = {
         **(meta.get("annotations") or {}),
-        TEMPLATE_HASH: template_hash(nodeset),
+        TEMPLATE_HASH: template_hash(nodeset, settings),
         SLURMD_CONF: conf,
     }
     return {
@@ -159,9 +170,10 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
     }
 
 
-def template_hash(nodeset: NodeSet) -> str:
+def template_hash(nodeset: NodeSet, settings: Settings) -> str:
     """A digest of what every member of the NodeSet shares (image, resources, template,
-    partitions and features): members made from an older spec have a different one."""
+    partitions and features, and whether the directory's people are mounted): members made
+    from an older spec, or before a directory was set, have a different one."""
     shared = {
         "image": nodeset.image,
         "resources": nodeset.resources,
@@ -170,6 +182,8 @@ def template_hash(nodeset: NodeSet) -> str:
         "features": nodeset.features,
         "reserve": nodeset.memory_reserve_mib,
     }
+    if settings.people_configmap:  # absent otherwise, so that existing members keep their hash
+        shared["people"] = settings.people_configmap
     return hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -165,7 +165,7 @@ def plan(
 
     _replace_failed(members, notes)
     _create(nodeset, share, nodes, slurm, settings, unseen, notes)
-    leaving = _leaving(nodeset, share, members, nodes, slurm, now, notes)
+    leaving = _leaving(nodeset, share, members, nodes, slurm, settings, now, notes)
     for line, event in checks.gres_mismatches(members, slurm):
         notes.waiting.append(line)
         notes.actions.append(event)
@@ -295,6 +295,7 @@ def _leaving(
     members: list[Json],
     nodes: Mapping[str, Json],
     slurm: SlurmView,
+    settings: m.Settings,
     now: str,
     notes: _Notes,
 ) -> list[r.Leaving]:
@@ -323,7 +324,9 @@ def _leaving(
     surplus = sorted(kept, key=cost)[: max(0, extra)]
     leaving += [r.Leaving(by_node[n], m.slurm_name_of(by_node[n]), n, r.SCALE_IN) for n in surplus]
     staying = [n for n in kept if n not in surplus]
-    rolling = roll_out(nodeset, share, [by_node[n] for n in staying], nodes, slurm, cost, _parse_now(now))
+    rolling = roll_out(
+        nodeset, share, [by_node[n] for n in staying], nodes, slurm, cost, _parse_now(now), settings
+    )
     notes.rollout = rolling.message
     notes.actions += rolling.actions
     return leaving + list(rolling.leaving)

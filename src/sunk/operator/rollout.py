@@ -59,11 +59,12 @@ def roll_out(
     slurm: SlurmView,
     cost: Callable[[str], Any],
     now: dt.datetime,
+    settings: m.Settings,
 ) -> RollOut:
     """Members that are out of date (`why_outdated`), replaced through the removal path at most
     maxUnavailable at a time; one that cannot be drained now is skipped and reported."""
     records = slurm.nodes or {}
-    current = m.template_hash(nodeset)  # once per pass, not once per member
+    current = m.template_hash(nodeset, settings)  # once per pass, not once per member
     causes = {p["metadata"]["name"]: c for p in staying if (c := why_outdated(nodeset, current, p, nodes))}
     outdated = [p for p in staying if p["metadata"]["name"] in causes]
     if not outdated:

@@ -152,17 +152,17 @@ def nodeset_status(
         "slurm": counts,
         "members": listed,
         "removals": list(found.removals) if found else [],
-        "updated": _updated(nodeset, live),
+        "updated": _updated(nodeset, live, settings),
         "conditions": conditions,
     }
     return status
 
 
-def _updated(nodeset: NodeSet | None, live: list[Json]) -> int:
+def _updated(nodeset: NodeSet | None, live: list[Json], settings: m.Settings) -> int:
     """Members made from the current template."""
     if nodeset is None:
         return 0
-    current = m.template_hash(nodeset)
+    current = m.template_hash(nodeset, settings)
     return sum(
         1 for pod in live if (pod["metadata"].get("annotations") or {}).get(m.TEMPLATE_HASH) == current
     )

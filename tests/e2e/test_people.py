@@ -1,0 +1,176 @@
+"""People, not root (R10.6, issue #35), on real Nodes: the Slurm chart reads the dev
+cluster's directory (a real slapd with alice, bob and carol), people log in over SSH with
+the keys the directory holds, and their jobs run as themselves with their groups.
+
+Runs on the dev cluster with real Nodes (`SUNK_TEST_CLUSTER=real`), which also runs the
+directory on the Nodes' bridge.
+"""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sunk_dev import DevCluster, directory, hostnet
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.platform import Platform, nodeset
+from tests.e2e.slurm_in_pods import delete_namespace
+from tests.support import wait_for
+
+pytestmark = pytest.mark.real_nodes
+NAMESPACE = "people"
+
+
+def directory_values(cluster: DevCluster) -> dict[str, Any]:
+    gateway = hostnet.network_of(cluster.layout).gateway
+    return {
+        "slurm": {"partitions": [{"name": "main", "default": True}]},
+        "directory": {
+            "uri": directory.uri(cluster.layout, gateway),
+            "bindDN": directory.READER,
+            "bindPasswordSecret": {"name": "ldap-reader", "key": "password"},
+            "userBase": directory.PEOPLE,
+            "groupBase": directory.GROUPS,
+            "interval": "10s",
+        },
+    }
+
+
+def people_written(kube: AdminKube) -> dict[str, str] | None:
+    found = kube.find(f"/api/v1/namespaces/{NAMESPACE}/configmaps/slurm-people")
+    data = (found or {}).get("data") or {}
+    return data if "alice:" in data.get("passwd", "") else None
+
+
+@pytest.fixture(scope="module")
+def platform(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[Platform]:
+    layout = dev_cluster.layout
+    gateway = hostnet.network_of(layout).gateway
+    try:
+        socket.create_connection((gateway, layout.ports.ldap), timeout=2).close()
+    except OSError:
+        pytest.fail(
+            "the dev cluster's directory does not answer on the Nodes' bridge: a cluster started "
+            "before real Nodes got one; restart it (`sunk dev down && sunk dev up --real-nodes 3`)"
+        )
+    plat = Platform(dev_cluster, namespace=NAMESPACE, release="slurm")
+    kube.create_namespace(NAMESPACE)
+    password = directory.reader_password_file(layout).read_text()
+    kube.create(
+        f"/api/v1/namespaces/{NAMESPACE}/secrets",
+        {"metadata": {"name": "ldap-reader"}, "stringData": {"password": password}},
+    )
+    plat.install(directory_values(dev_cluster), scheduler=False)
+    plat.apply_nodeset(kube, nodeset("compute", ["main"], replicas=1))
+    wait_for(lambda: people_written(kube), timeout=60, what="the operator writing the directory's people")
+    yield plat
+    plat.uninstall()
+    delete_namespace(kube, NAMESPACE, timeout=180)
+
+
+def login_address(kube: AdminKube) -> str | None:
+    pods = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector="app.kubernetes.io/name=login")[
+        "items"
+    ]
+    ready = [
+        p for p in pods if (p.get("status") or {}).get("podIP") and not p["metadata"].get("deletionTimestamp")
+    ]
+    return ready[0]["status"]["podIP"] if ready else None
+
+
+def ssh(cluster: DevCluster, kube: AdminKube, user: str, command: str) -> subprocess.CompletedProcess[str]:
+    """`command` in a login shell of `user` on the login Pod, logged in over SSH with the
+    private half of the key the directory holds for them."""
+    address = login_address(kube)
+    assert address is not None, "no login Pod has an address"
+    return subprocess.run(
+        [
+            "ssh",
+            "-i",
+            str(directory.private_key(cluster.layout, user)),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            "-o",
+            "LogLevel=ERROR",
+            "-o",
+            "ConnectTimeout=5",
+            f"{user}@{address}",
+            command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def as_user(cluster: DevCluster, kube: AdminKube, user: str, command: str, *, within: float = 180) -> str:
+    """The output of `command` run by `user` once it succeeds (the people reach the login
+    Pod when the kubelet next syncs its ConfigMap, up to a minute or two)."""
+
+    def attempt() -> str | None:
+        done = ssh(cluster, kube, user, command)
+        return done.stdout if done.returncode == 0 else None
+
+    return wait_for(attempt, timeout=within, what=f"{user} running {command!r} over SSH", every=3)
+
+
+def test_r10_6_alice_logs_in_with_her_directory_key_as_herself(
+    platform: Platform, dev_cluster: DevCluster, kube: AdminKube
+) -> None:
+    out = as_user(dev_cluster, kube, "alice", "id; echo home=$HOME; stat -c %u $HOME")
+    assert "uid=20001(alice) gid=30000(people) groups=30000(people),30001(ml)" in out
+    assert "home=/home/alice" in out
+    assert out.strip().endswith("20001")  # her home was made at first login, and is hers
+
+
+def test_r10_6_a_job_of_alice_runs_as_her_with_her_groups_on_a_slurmd_pod(
+    platform: Platform, dev_cluster: DevCluster, kube: AdminKube
+) -> None:
+    out = as_user(dev_cluster, kube, "alice", "srun -N1 --chdir=/tmp id", within=240)
+    assert "uid=20001(alice) gid=30000(people) groups=30000(people),30001(ml)" in out
+
+
+def test_r10_6_bob_cannot_cancel_alices_job(
+    platform: Platform, dev_cluster: DevCluster, kube: AdminKube
+) -> None:
+    job = as_user(dev_cluster, kube, "alice", "sbatch --parsable --chdir=/tmp --wrap 'sleep 300'").strip()
+    try:
+        refused = ssh(dev_cluster, kube, "bob", f"scancel {job}")
+        assert refused.returncode != 0
+        assert "Access/permission denied" in refused.stderr + refused.stdout
+    finally:
+        as_user(dev_cluster, kube, "alice", f"scancel {job}")
+
+
+def test_r10_6_a_key_the_directory_does_not_hold_for_her_is_refused(
+    platform: Platform, dev_cluster: DevCluster, kube: AdminKube
+) -> None:
+    """bob's key does not open alice's account (the keys are per person, not shared)."""
+    address = login_address(kube)
+    done = subprocess.run(
+        [
+            "ssh",
+            "-i",
+            str(directory.private_key(dev_cluster.layout, "bob")),
+            "-o",
+            "BatchMode=yes",
+            "-o",
+            "StrictHostKeyChecking=no",
+            "-o",
+            "UserKnownHostsFile=/dev/null",
+            f"alice@{address}",
+            "true",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert done.returncode == 255 and "Permission denied" in done.stderr

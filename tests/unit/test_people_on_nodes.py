@@ -1,0 +1,47 @@
+"""slurmd Pods and the directory's people (R10.6): with a directory, every member mounts
+the people ConfigMap where the images' name service reads it, and members made before the
+directory was set are replaced through the roll-out, the job-safe way."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+from sunk.operator import members as m
+from sunk.testing.operator import OperatorWorld
+
+
+def world(people: str = "") -> OperatorWorld:
+    w = OperatorWorld(settings=replace(OperatorWorld().settings, people_configmap=people))
+    w.add_node("node-1", "10.64.1.11")
+    w.add_nodeset("gpu")
+    return w
+
+
+async def test_r10_6_with_a_directory_every_member_mounts_the_people() -> None:
+    w = world("slurm-people")
+    await w.settle("gpu")
+    [pod] = w.members("gpu").values()
+    [slurmd] = [c for c in pod["spec"]["containers"] if c["name"] == m.CONTAINER]
+    assert {"name": "people", "mountPath": "/var/lib/extrausers", "readOnly": True} in slurmd["volumeMounts"]
+    assert {"name": "people", "configMap": {"name": "slurm-people"}} in pod["spec"]["volumes"]
+
+
+async def test_r10_6_without_a_directory_members_mount_no_people() -> None:
+    w = world()
+    await w.settle("gpu")
+    [pod] = w.members("gpu").values()
+    assert [v for v in pod["spec"]["volumes"] if v["name"] == "people"] == []
+
+
+async def test_r10_6_members_made_before_the_directory_was_set_are_rolled_out() -> None:
+    before = world()
+    await before.settle("gpu")
+    after = OperatorWorld(
+        nodes=before.nodes,
+        pods=before.pods,
+        nodesets=before.nodesets,
+        slurm=before.slurm,
+        settings=replace(before.settings, people_configmap="slurm-people"),
+    )
+    await after.reconcile("gpu")
+    assert after.condition("gpu", "UpToDate")["reason"] == "RollingOut"
