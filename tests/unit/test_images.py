@@ -23,11 +23,12 @@ JUNK = shutil.ignore_patterns("__pycache__", "*.pyc", "*.egg-info")
 @pytest.fixture
 def tree(tmp_path: Path) -> Path:
     """A copy of the repository's images/ (and of what the sunk image's context takes from
-    the repository: pyproject.toml, README.md, src/) that a test may edit."""
+    the repository: pyproject.toml, README.md, requirements.lock, src/) that a test may edit."""
     copy = tmp_path / "images"
     shutil.copytree(REPO_IMAGES, copy)
     shutil.copy2(REPO / "pyproject.toml", tmp_path / "pyproject.toml")
     shutil.copy2(REPO / "README.md", tmp_path / "README.md")
+    shutil.copy2(REPO / "requirements.lock", tmp_path / "requirements.lock")
     shutil.copytree(REPO / "src", tmp_path / "src", ignore=JUNK)
     (tmp_path / "docs").mkdir()
     (tmp_path / "docs" / "notes.md").write_text("# notes\n")
