@@ -42,8 +42,25 @@ app.kubernetes.io/instance: {{ (index . 1).Release.Name }}
 {{/* image and imagePullPolicy of a container; call with (list .Values.x.image $). */}}
 {{- define "slurm.image" -}}
 {{- $image := index . 0 -}}
-image: "{{ $image.repository }}:{{ $image.tag | default (index . 1).Chart.AppVersion }}"
+image: {{ include "slurm.imageRef" . | quote }}
 imagePullPolicy: {{ $image.pullPolicy }}
+{{- end -}}
+
+{{/*
+An image reference: repository:tag, and @digest when the values pin one (then the
+registry must serve exactly that image, whatever the tag now points at).
+Call with (list .Values.component.image $).
+*/}}
+{{- define "slurm.imageRef" -}}
+{{- $image := index . 0 -}}
+{{- $ref := printf "%s:%s" $image.repository ($image.tag | default (index . 1).Chart.AppVersion) -}}
+{{- with $image.digest -}}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" .) -}}
+{{- fail (printf "image digest %q of %s is not sha256:<64 hex digits>" . $image.repository) -}}
+{{- end -}}
+{{- $ref = printf "%s@%s" $ref . -}}
+{{- end -}}
+{{- $ref -}}
 {{- end -}}
 
 {{/*

@@ -61,3 +61,16 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   resources: [podgroups]
   verbs: [get]
 {{- end -}}
+
+{{/* The scheduler's image: repository:tag, and @digest when the values pin one. */}}
+{{- define "sunk.image" -}}
+{{- $image := .Values.scheduler.image -}}
+{{- $ref := printf "%s:%s" $image.repository (default .Chart.AppVersion $image.tag) -}}
+{{- with $image.digest -}}
+{{- if not (regexMatch "^sha256:[0-9a-f]{64}$" .) -}}
+{{- fail (printf "scheduler.image.digest %q is not sha256:<64 hex digits>" .) -}}
+{{- end -}}
+{{- $ref = printf "%s@%s" $ref . -}}
+{{- end -}}
+{{- $ref -}}
+{{- end -}}
