@@ -185,7 +185,12 @@ def test_r10_1_services_carry_the_daemons_ports(helm: Path, slurm_chart: Path) -
     controller = named(objects, "Service", "r1-controller")["spec"]
     assert controller["clusterIP"] == "None" and controller["publishNotReadyAddresses"] is True
     assert named(objects, "Service", "r1-login")["spec"]["type"] == "ClusterIP"
-    login = render(slurm_chart, helm, "login.service.type=LoadBalancer")
+    login = render(
+        slurm_chart,
+        helm,
+        "login.service.type=LoadBalancer",
+        "login.service.loadBalancerSourceRanges[0]=0.0.0.0/0",
+    )
     assert named(login, "Service", "r1-login")["spec"]["type"] == "LoadBalancer"
 
 
@@ -339,7 +344,9 @@ def test_r10_1_an_external_database_needs_its_password_secret(helm: Path, slurm_
 def test_r10_1_login_pods_run_sshd_and_fetch_the_configuration_from_slurmctld(
     helm: Path, slurm_chart: Path
 ) -> None:
-    objects = render(slurm_chart, helm, "login.authorizedKeys[0]=ssh-ed25519 AAAAC3 me@laptop")
+    objects = render(
+        slurm_chart, helm, "login.allowRootLogin=true", "login.authorizedKeys[0]=ssh-ed25519 AAAAC3 me@laptop"
+    )
     login = named(objects, "Deployment", "r1-login")
     # By its full path: on a reconfigure sackd restarts itself with execv(argv[0]), and a
     # bare "sackd" is not found (it died, and the login Pod lost its Slurm commands).

@@ -1,0 +1,60 @@
+"""sshd on the login Pods gives nobody more than a shell (issue #38 point 4): no root login
+unless the values say so, no forwarding of ports, agents or X11, and an outside address
+only with the client ranges named."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.chart.conftest import render_chart
+
+
+def sshd_command(helm: Path, chart: Path, *sets: str) -> str:
+    objects = render_chart(helm, chart, *sets)
+    [login] = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "r1-login"]
+    [sshd] = [c for c in login["spec"]["template"]["spec"]["containers"] if c["name"] == "sshd"]
+    return " ".join(sshd["args"])
+
+
+def test_root_cannot_log_in_over_ssh_by_default(helm: Path, slurm_chart: Path) -> None:
+    assert "-o PermitRootLogin=no" in sshd_command(helm, slurm_chart)
+
+
+def test_root_logs_in_with_a_key_only_when_the_values_allow_it(helm: Path, slurm_chart: Path) -> None:
+    command = sshd_command(helm, slurm_chart, "login.allowRootLogin=true")
+    assert "-o PermitRootLogin=prohibit-password" in command
+    assert "-o PasswordAuthentication=no" in command
+
+
+def test_sshd_forwards_nothing(helm: Path, slurm_chart: Path) -> None:
+    command = sshd_command(helm, slurm_chart, "login.allowRootLogin=true")
+    assert "-o DisableForwarding=yes" in command and "-o PermitTunnel=no" in command
+
+
+@pytest.mark.parametrize(
+    ("sets", "says"),
+    [
+        (["login.authorizedKeys[0]=ssh-ed25519 AAAA me"], "set login.allowRootLogin=true to use them"),
+        (["login.service.type=LoadBalancer"], "login.service.loadBalancerSourceRanges"),
+    ],
+)
+def test_values_that_reopen_a_closed_path_fail_naming_the_value(
+    helm: Path, slurm_chart: Path, sets: list[str], says: str
+) -> None:
+    with pytest.raises(subprocess.CalledProcessError) as failed:
+        render_chart(helm, slurm_chart, *sets)
+    assert says in failed.value.stderr
+
+
+def test_a_load_balancer_admits_only_the_ranges_named(helm: Path, slurm_chart: Path) -> None:
+    objects = render_chart(
+        helm,
+        slurm_chart,
+        "login.service.type=LoadBalancer",
+        "login.service.loadBalancerSourceRanges[0]=10.0.0.0/8",
+    )
+    [service] = [o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == "r1-login"]
+    assert service["spec"]["loadBalancerSourceRanges"] == ["10.0.0.0/8"]
