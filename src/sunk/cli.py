@@ -54,6 +54,7 @@ def build_parser() -> argparse.ArgumentParser:
     slurm_secrets.add_argument("--token-secret", required=True, help="Secret for the scheduler's Slurm JWT")
     slurm_secrets.add_argument("--token-user", default="root", help="the Slurm user that token speaks for")
     slurm_secrets.add_argument("--mariadb-secret", help="also a Secret for the accounting database password")
+    slurm_secrets.add_argument("--host-keys-secret", help="also a Secret with the login Pods' SSH host key")
     slurm_secrets.add_argument("--kubeconfig", default=config._env("kubeconfig"))
     partitions = sub.add_parser(
         "check-partitions",
@@ -286,6 +287,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.token_user,
                 args.mariadb_secret,
                 args.kubeconfig,
+                args.host_keys_secret,
             )
         if args.command == "remove-nodesets":
             from sunk.operator import uninstall

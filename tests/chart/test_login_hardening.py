@@ -58,3 +58,23 @@ def test_a_load_balancer_admits_only_the_ranges_named(helm: Path, slurm_chart: P
     )
     [service] = [o for o in objects if o["kind"] == "Service" and o["metadata"]["name"] == "r1-login"]
     assert service["spec"]["loadBalancerSourceRanges"] == ["10.0.0.0/8"]
+
+
+def test_the_hook_job_makes_the_login_host_key_once_for_the_release(helm: Path, slurm_chart: Path) -> None:
+    """Issue #38: each login replica made its own host keys at start."""
+    objects = render_chart(helm, slurm_chart)
+    [job] = [o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] == "r1-secrets"]
+    assert "--host-keys-secret=r1-login-host-keys" in job["spec"]["template"]["spec"]["containers"][0]["args"]
+    [login] = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "r1-login"]
+    [volume] = [v for v in login["spec"]["template"]["spec"]["volumes"] if v["name"] == "host-keys"]
+    assert volume["secret"]["secretName"] == "r1-login-host-keys"
+    assert "ssh-keygen -A" not in sshd_command(helm, slurm_chart)
+
+
+def test_host_keys_the_values_name_replace_the_releases_own(helm: Path, slurm_chart: Path) -> None:
+    objects = render_chart(helm, slurm_chart, "login.hostKeysSecret=site-host-keys")
+    [job] = [o for o in objects if o["kind"] == "Job" and o["metadata"]["name"] == "r1-secrets"]
+    assert not [a for a in job["spec"]["template"]["spec"]["containers"][0]["args"] if "host-keys" in a]
+    [login] = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "r1-login"]
+    [volume] = [v for v in login["spec"]["template"]["spec"]["volumes"] if v["name"] == "host-keys"]
+    assert volume["secret"]["secretName"] == "site-host-keys"

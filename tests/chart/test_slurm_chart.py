@@ -142,6 +142,7 @@ def test_r10_1_the_hook_job_makes_the_keys_token_and_password_once(helm: Path, s
         "--token-secret=r1-scheduler-token",
         "--token-user=root",
         "--mariadb-secret=r1-mariadb",
+        "--host-keys-secret=r1-login-host-keys",
     ]
     role = named(objects, "Role", "r1-secrets")
     assert role["rules"] == [
@@ -149,7 +150,7 @@ def test_r10_1_the_hook_job_makes_the_keys_token_and_password_once(helm: Path, s
         {
             "apiGroups": [""],
             "resources": ["secrets"],
-            "resourceNames": ["r1-auth", "r1-scheduler-token", "r1-mariadb"],
+            "resourceNames": ["r1-auth", "r1-scheduler-token", "r1-mariadb", "r1-login-host-keys"],
             "verbs": ["get"],
         },
     ]

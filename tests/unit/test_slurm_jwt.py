@@ -120,3 +120,21 @@ async def test_r10_1_an_existing_secret_without_its_key_is_reported_not_replaced
             cast(KubeClient, fake), "ns", auth_secret="a", token_secret="t", token_user="root"
         )
     assert fake.created == []
+
+
+async def test_r10_1_the_login_host_key_is_made_once_in_openssh_format() -> None:
+    """Issue #38: each login replica made its own host keys, so users saw the host change."""
+    fake = _Secrets({})
+    kube = cast(KubeClient, fake)
+    made = await ensure_slurm_secrets(
+        kube, "ns", auth_secret="a", token_secret="t", token_user="root", host_keys_secret="h"
+    )
+    assert made[-1] == ("h", True)
+    private = base64.b64decode(fake.data["h"]["ssh_host_ed25519_key"]).decode()
+    public = base64.b64decode(fake.data["h"]["ssh_host_ed25519_key.pub"]).decode()
+    assert private.startswith("-----BEGIN OPENSSH PRIVATE KEY-----") and public.startswith("ssh-ed25519 ")
+    again = await ensure_slurm_secrets(
+        kube, "ns", auth_secret="a", token_secret="t", token_user="root", host_keys_secret="h"
+    )
+    assert again[-1] == ("h", False)
+    assert base64.b64decode(fake.data["h"]["ssh_host_ed25519_key.pub"]).decode() == public

@@ -10,7 +10,9 @@ missing. An existing Secret is never changed, so upgrades and re-installs keep t
   (auth/jwt, 32 bytes);
 - the token Secret: `token`, a JWT for the Pod scheduler, signed with that JWT key (read
   back from the auth Secret, so a token made later still matches an older key);
-- optionally MariaDB's password, for the in-cluster accounting database.
+- optionally MariaDB's password, for the in-cluster accounting database;
+- optionally the login Pods' SSH host key (ed25519, OpenSSH's format), so every login
+  replica, and every restart, shows users the same host identity.
 """
 
 from __future__ import annotations
@@ -18,6 +20,9 @@ from __future__ import annotations
 import base64
 import secrets
 from typing import Any
+
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sunk.kube.client import KubeClient, KubeError
 from sunk.kube.secret import ensure_and_report
@@ -27,6 +32,7 @@ SLURM_KEY = "slurm.key"
 JWT_KEY = "jwt_hs256.key"
 TOKEN = "token"
 PASSWORD = "password"
+HOST_KEY = "ssh_host_ed25519_key"
 TOKEN_LIFETIME_S = 30 * 24 * 3600
 LABELS = {"app.kubernetes.io/name": "slurm", "app.kubernetes.io/managed-by": "sunk"}
 
@@ -43,6 +49,7 @@ async def ensure_slurm_secrets(
     token_secret: str,
     token_user: str,
     mariadb_secret: str | None = None,
+    host_keys_secret: str | None = None,
 ) -> list[tuple[str, bool]]:
     """Each Secret's name and whether this run created it (False: it existed, untouched)."""
     fresh = {SLURM_KEY: _b64(secrets.token_bytes(1024)), JWT_KEY: _b64(secrets.token_bytes(32))}
@@ -55,7 +62,19 @@ async def ensure_slurm_secrets(
         # Hex: safe unquoted in slurmdbd.conf and in any client's option file.
         password = {PASSWORD: _b64(secrets.token_hex(24).encode())}
         made.append((mariadb_secret, (await _ensure(kube, namespace, mariadb_secret, password))[1]))
+    if host_keys_secret:
+        made.append((host_keys_secret, (await _ensure(kube, namespace, host_keys_secret, ssh_host_key()))[1]))
     return made
+
+
+def ssh_host_key() -> dict[str, str]:
+    """A fresh ed25519 host key pair, as the files sshd reads (base64, as Secret data)."""
+    key = Ed25519PrivateKey.generate()
+    private = key.private_bytes(
+        serialization.Encoding.PEM, serialization.PrivateFormat.OpenSSH, serialization.NoEncryption()
+    )
+    public = key.public_key().public_bytes(serialization.Encoding.OpenSSH, serialization.PublicFormat.OpenSSH)
+    return {HOST_KEY: _b64(private), f"{HOST_KEY}.pub": _b64(public + b" login\n")}
 
 
 async def _ensure(
@@ -109,6 +128,7 @@ def run(
     token_user: str,
     mariadb_secret: str | None,
     kubeconfig: str | None,
+    host_keys_secret: str | None = None,
 ) -> int:
     """The command: prints which Secrets it made (never their contents); 1 on failure."""
 
@@ -120,6 +140,7 @@ def run(
             token_secret=token_secret,
             token_user=token_user,
             mariadb_secret=mariadb_secret,
+            host_keys_secret=host_keys_secret,
         )
 
     return ensure_and_report("ensure-slurm-secrets", namespace, kubeconfig, ensure)
