@@ -174,3 +174,29 @@ def test_r10_6_a_key_the_directory_does_not_hold_for_her_is_refused(
         timeout=60,
     )
     assert done.returncode == 255 and "Permission denied" in done.stderr
+
+
+def unreadable_events(kube: AdminKube) -> list[str]:
+    events = kube.get(f"/api/v1/namespaces/{NAMESPACE}/events")["items"]
+    return [
+        e.get("message") or ""
+        for e in events
+        if e.get("reason") == "DirectoryUnreadable"
+        and (e.get("involvedObject") or {}).get("name") == "slurm-people"
+    ]
+
+
+def test_r10_6_with_the_directory_down_alice_still_logs_in_and_submits_and_the_configmap_says_why(
+    platform: Platform, dev_cluster: DevCluster, kube: AdminKube
+) -> None:
+    as_user(dev_cluster, kube, "alice", "true")  # her people reached the login Pod before
+    directory.stop(dev_cluster.layout)
+    try:
+        wait_for(lambda: unreadable_events(kube) or None, timeout=60, what="a DirectoryUnreadable Event")
+        out = as_user(
+            dev_cluster, kube, "alice", "sbatch --parsable --chdir=/tmp --wrap true && id -un", within=60
+        )
+        assert out.split()[-1] == "alice"
+        assert people_written(kube) is not None  # the last people stay as they were
+    finally:
+        directory.serve(dev_cluster.layout)

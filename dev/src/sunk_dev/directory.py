@@ -170,8 +170,17 @@ def start(layout: Layout, hosts: tuple[str, ...] = (HOST,)) -> None:
     loaded = subprocess.run(["slapadd", "-f", str(conf), "-l", str(seed)], capture_output=True, text=True)
     if loaded.returncode:
         raise DevClusterError(f"loading the directory's seed failed: {loaded.stderr.strip()[-300:]}")
-    urls = " ".join(uri(layout, host) + "/" for host in hosts)
-    slapd = procs.spawn("slapd", ["slapd", "-d", "0", "-f", str(conf), "-h", urls], layout.pids, layout.logs)
+    (here / "listen").write_text(" ".join(uri(layout, host) + "/" for host in hosts))
+    serve(layout)
+
+
+def serve(layout: Layout) -> None:
+    """Start slapd on the directory made by `start` (again, after `stop`: as a directory
+    that was down comes back, with everything it held)."""
+    here = directory_dir(layout)
+    urls = (here / "listen").read_text()
+    argv = ["slapd", "-d", "0", "-f", str(here / "slapd.conf"), "-h", urls]
+    slapd = procs.spawn("slapd", argv, layout.pids, layout.logs)
     procs.wait_until(
         lambda: _answers(layout.ports.ldap),
         timeout=20,
@@ -179,6 +188,11 @@ def start(layout: Layout, hosts: tuple[str, ...] = (HOST,)) -> None:
         watch=[slapd],
         log_dir=layout.logs,
     )
+
+
+def stop(layout: Layout) -> None:
+    """Stop slapd, as a directory that goes down would (its data stays for `serve`)."""
+    procs.stop_many([p for p in procs.tracked(layout.pids) if p.name == "slapd"], layout.pids, timeout=10)
 
 
 def _answers(port: int) -> bool:
