@@ -13,11 +13,11 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sunk.kube.resources import is_extended
 from sunk.policy import PolicyError
 from sunk.policy import parse as parse_policy
 from sunk.translate import DEFAULT_PREFIX
 from sunk.translate.job import DEFAULT_DEVICES
-from sunk.translate.resources import is_extended
 
 COMPONENTS = ("scheduler", "hooks")
 

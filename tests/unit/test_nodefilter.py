@@ -6,8 +6,8 @@ from typing import Any
 
 import pytest
 
+from sunk.kube.nodefilter import why_not
 from sunk.scheduler.cluster import ClusterView
-from sunk.translate.nodefilter import why_not
 
 
 def node(*taints: dict[str, str], cordoned: bool = False) -> dict[str, Any]:

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from sunk.kube.quantity import QuantityError, parse_quantity
 from sunk.slurm.v0038 import V0038
 from sunk.translate import (
     Exclusive,
@@ -16,7 +17,6 @@ from sunk.translate import (
     pod_of_job_name,
     translate,
 )
-from sunk.translate.quantity import QuantityError, parse_quantity
 
 P = "sunk.coreweave.com/"
 

@@ -18,9 +18,9 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
+from sunk.kube.quantity import QuantityError, parse_quantity
+from sunk.kube.resources import MIB
 from sunk.operator.nodeset import NodeSet
-from sunk.translate.quantity import QuantityError, parse_quantity
-from sunk.translate.resources import MIB
 
 Json = dict[str, Any]
 PARTITION_FEATURE = "part_{}"  # the chart's slurm.conf: NodeSet=part_<p> Feature=part_<p>

@@ -13,8 +13,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from sunk.translate.quantity import QuantityError, parse_quantity
-from sunk.translate.resources import MIB, Requests, pod_requests
+from sunk.kube.quantity import QuantityError, parse_quantity
+from sunk.kube.resources import MIB, Requests, pod_requests
 
 Json = dict[str, Any]
 

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sunk.kube.nodefilter import node_ready  # any object's Ready condition: here a Pod's
 from sunk.operator import checks, demand
 from sunk.operator import members as m
 from sunk.operator import removal as r
@@ -46,7 +47,6 @@ from sunk.operator.status import (
 )
 from sunk.operator.view import SlurmView
 from sunk.slurm.models import SlurmNode
-from sunk.translate.nodefilter import node_ready  # any object's Ready condition: here a Pod's
 
 Json = dict[str, Any]
 RECHECK_S = 5.0

@@ -10,6 +10,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from sunk.kube.nodefilter import node_ready  # any object's Ready condition: here a Pod's
 from sunk.operator import features
 from sunk.operator import members as m
 from sunk.operator import removal as r
@@ -18,7 +19,6 @@ from sunk.operator.hardware import ShapeError, shape
 from sunk.operator.nodeset import ON_DELETE, NodeSet
 from sunk.operator.selection import Share
 from sunk.operator.view import SlurmView, slurm_state
-from sunk.translate.nodefilter import node_ready  # any object's Ready condition: here a Pod's
 
 Json = dict[str, Any]
 FEATURE_IN_USE = "FeatureInUse"

@@ -21,11 +21,11 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
+from sunk.kube.nodefilter import affinity_allows, node_ready, untolerated_taints
+from sunk.kube.quantity import QuantityError, parse_quantity
+from sunk.kube.resources import Requests, pod_requests
 from sunk.operator.hardware import slurm_node_name
 from sunk.operator.nodeset import NodeSet
-from sunk.translate.nodefilter import affinity_allows, node_ready, untolerated_taints
-from sunk.translate.quantity import QuantityError, parse_quantity
-from sunk.translate.resources import Requests, pod_requests
 
 Json = dict[str, Any]
 NODESET_LABEL = "sunk.coreweave.com/nodeset"

@@ -7,11 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sunk.kube.nodefilter import node_ready  # any object's Ready condition: here a Pod's
 from sunk.operator import members as m
 from sunk.operator.nodeset import NodeSet
 from sunk.operator.selection import Share
 from sunk.operator.view import SlurmView, slurm_state
-from sunk.translate.nodefilter import node_ready  # any object's Ready condition: here a Pod's
 
 Json = dict[str, Any]
 UNKNOWN_TOPOLOGY_LABEL = "UnknownTopologyLabel"

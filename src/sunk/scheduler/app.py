@@ -25,6 +25,7 @@ from sunk.kube.client import KubeClient, KubeError
 from sunk.kube.events import Recorder
 from sunk.kube.informer import Informer
 from sunk.kube.leader import LeaderElector
+from sunk.kube.nodefilter import node_ready
 from sunk.policy import PolicyFile
 from sunk.runtime import shell
 from sunk.runtime.manager import Manager
@@ -41,7 +42,6 @@ from sunk.slurm.models import SlurmJob
 from sunk.slurm.scontrol import memory_oversubscription_warning
 from sunk.slurm.tokens import TokenSource
 from sunk.translate import PodRef, Settings
-from sunk.translate.nodefilter import node_ready
 
 log = logging.getLogger(__name__)
 RESYNC_EVERY_S = 30.0

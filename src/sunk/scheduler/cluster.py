@@ -9,10 +9,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from sunk.kube.nodefilter import affinity_allows, node_ready, why_not
 from sunk.runtime.ports import Cache
 from sunk.slurm.models import SlurmNode
 from sunk.translate import podaffinity
-from sunk.translate.nodefilter import affinity_allows, node_ready, why_not
 
 Json = dict[str, Any]
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from sunk.kube.resources import pod_requests
 from sunk.translate.annotations import DEFAULT_PREFIX, JobOptions, parse_annotations
-from sunk.translate.resources import pod_requests
 
 JOB_NAME_PREFIX = "sunk:"
 # Slurm must get the job's resources back before KillWait ends; the Pod gets this much

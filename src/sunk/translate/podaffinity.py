@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from sunk.translate.nodefilter import expression_matches
+from sunk.kube.nodefilter import expression_matches
 
 Json = dict[str, Any]
 

@@ -1,8 +1,7 @@
-"""Which Nodes may host a Pod, decided before Slurm chooses (R3.2, R9.3, R9.4).
-
-Slurm only ever sees the answer as a list of Slurm nodes to exclude; the rules are
-Kubernetes' own: nodeSelector, required node affinity, NoSchedule/NoExecute taints the Pod
-does not tolerate, and cordoned Nodes.
+"""Which Nodes may host a Pod, by Kubernetes' own rules (R3.2, R9.3, R9.4): nodeSelector,
+required node affinity, NoSchedule/NoExecute taints the Pod does not tolerate, cordoned
+Nodes, and readiness. The scheduler turns the answer into Slurm nodes a job excludes; the
+operator uses it to choose the Nodes that get a NodeSet's members.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ overhead is added on top. Only requests count: they are what Slurm must set asid
 
 Extended resources (GPUs, MIG slices, RDMA devices: any request named `domain/name`
 outside kubernetes.io) are summed the same way, per name; which of them Slurm knows as a
-GRES is the scheduler's device table's business (sunk.translate.job).
+GRES is the scheduler's business (its device table).
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
-from sunk.translate.quantity import QuantityError, parse_quantity
+from sunk.kube.quantity import QuantityError, parse_quantity
 
 MIB = Decimal(2**20)
 
