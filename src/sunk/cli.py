@@ -13,6 +13,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from sunk import config
+from sunk.flags import parse_duration
 from sunk.operator import config as operator_config
 from sunk.translate import DEFAULT_PREFIX, Settings
 
@@ -230,7 +231,7 @@ def run_explain(args: argparse.Namespace) -> int:
     try:
         texts = [sys.stdin.read() if f == "-" else Path(f).read_text() for f in args.filename]
         pods, groups = manifests(texts)
-        kill_wait = int(config.parse_duration(args.slurm_kill_wait))
+        kill_wait = int(parse_duration(args.slurm_kill_wait))
         policy = parse_policy(Path(args.policy).read_text(), args.policy) if args.policy else PERMISSIVE
         devices = config.parse_devices(args.device_gres)
     except (OSError, ValueError, argparse.ArgumentTypeError) as err:

@@ -13,6 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from sunk.flags import parse_bind, parse_duration
 from sunk.kube.resources import is_extended
 from sunk.policy import PolicyError
 from sunk.policy import parse as parse_policy
@@ -20,26 +21,6 @@ from sunk.translate import DEFAULT_PREFIX
 from sunk.translate.job import DEFAULT_DEVICES
 
 COMPONENTS = ("scheduler", "hooks")
-
-
-def parse_duration(text: str) -> float:
-    """Go-style durations as the reference flags use them: "30s", "1m30s", "500ms", "45"."""
-    text = text.strip()
-    if re.fullmatch(r"\d+(\.\d+)?", text):
-        return float(text)
-    parts = re.findall(r"(\d+(?:\.\d+)?)(ms|s|m|h)", text)
-    if not parts or "".join(n + u for n, u in parts) != text:
-        raise argparse.ArgumentTypeError(f'"{text}" is not a duration (examples: "30s", "1m")')
-    scale = {"ms": 0.001, "s": 1, "m": 60, "h": 3600}
-    return sum(float(n) * scale[u] for n, u in parts)
-
-
-def parse_bind(text: str) -> tuple[str, int]:
-    """ ":8000" → ("0.0.0.0", 8000); "127.0.0.1:0" → any free port on loopback."""
-    host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit():
-        raise argparse.ArgumentTypeError(f'"{text}" is not an address (examples: ":8000", "127.0.0.1:8000")')
-    return host or "0.0.0.0", int(port)
 
 
 @dataclass(frozen=True)

@@ -10,6 +10,7 @@ import pytest
 
 from sunk import config
 from sunk.decide.submission import static_cpu_problem
+from sunk.flags import parse_duration
 from sunk.logs import JsonFormatter
 from sunk.slurm.scontrol import memory_oversubscription_warning
 
@@ -123,7 +124,7 @@ def test_r1_2_bad_flags_say_what_to_fix(
 
 @pytest.mark.parametrize(("text", "seconds"), [("30s", 30), ("1m30s", 90), ("500ms", 0.5), ("45", 45)])
 def test_r1_2_kill_wait_takes_go_durations(text: str, seconds: float) -> None:
-    assert config.parse_duration(text) == seconds
+    assert parse_duration(text) == seconds
 
 
 def test_r8_1_json_logs_are_one_object_per_line() -> None:

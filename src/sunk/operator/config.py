@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from sunk.config import parse_bind, parse_duration
+from sunk.flags import parse_bind, parse_duration
 from sunk.ldap.reader import DirectorySettings
 
 
