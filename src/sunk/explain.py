@@ -11,7 +11,8 @@ import yaml
 from sunk.policy import PERMISSIVE, Policy, check
 from sunk.slurm.client import SUPPORTED_VERSIONS, make_dialect
 from sunk.slurm.dialect import group_submission
-from sunk.translate import Exclusive, PlaceholderJob, Settings, gang, gres_text, translate
+from sunk.slurm.request import Exclusive, gres_text
+from sunk.translate import PlaceholderJob, Settings, gang, translate
 from sunk.translate.job import KILL_WAIT_MARGIN_S
 
 _SBATCH_EXCLUSIVE = {
@@ -121,7 +122,7 @@ def explain_group(
         for pod, job in zip(members, jobs, strict=True):
             assert job is not None
             job, _ = check(policy, pod, job, settings.annotation_prefix)
-            parts.append(dialect.submission(job, "<placeholder script>", {"SUNK_POD": str(job.pod)}))
+            parts.append(dialect.submission(job.request, "<placeholder script>", {"SUNK_POD": str(job.pod)}))
         try:
             report["job"] = group_submission(parts).body
         except ValueError as err:
@@ -150,7 +151,7 @@ def explain(
     job = result.job
     if job is not None:
         job, forbidden = check(policy, pod, job, settings.annotation_prefix)
-        errors += forbidden + dialect.unsupported(job)
+        errors += forbidden + dialect.unsupported(job.request)
     report: dict[str, Any] = {
         "valid": not errors,
         "errors": errors,
@@ -158,7 +159,7 @@ def explain(
         "api_version": api_version,
     }
     if job is not None:
-        submission = dialect.submission(job, "<placeholder script>", {"SUNK_POD": str(job.pod)})
+        submission = dialect.submission(job.request, "<placeholder script>", {"SUNK_POD": str(job.pod)})
         report["job"] = submission.body
         report["sbatch"] = sbatch_line(job)
         rules = policy.rules_for(job.pod.namespace)

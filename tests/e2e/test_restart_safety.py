@@ -74,8 +74,8 @@ def test_r8_2_a_job_submitted_just_before_a_crash_is_adopted_not_duplicated(
         "SUNK_KILL_WAIT": "30",
     }
     dialect = make_dialect(slurm.version)
-    env.update(mark_environment(dialect, placeholder))
-    reply = slurm.post_job(dialect.submission(placeholder, placeholder_script(), env).body)
+    env.update(mark_environment(dialect, placeholder.request))
+    reply = slurm.post_job(dialect.submission(placeholder.request, placeholder_script(), env).body)
     orphan_id = reply["job_id"]
     proc.start()
     bound = wait_bound(kube, namespace, "adoptee")

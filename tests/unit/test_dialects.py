@@ -17,7 +17,7 @@ from sunk.slurm.dialect import Submission, group_submission, partition_time_limi
 from sunk.slurm.errors import SlurmJobGone, SlurmRejected, SlurmUnavailable, raise_for
 from sunk.slurm.hostlist import expand
 from sunk.slurm.replies import decode, job_reply_decoder
-from sunk.translate import PodRef, Settings, translate
+from sunk.translate import PodRef, Settings, pod_of_job_name, translate
 
 SAMPLES = Path(__file__).parent / "samples"
 RECORDED = sorted(p for p in SAMPLES.glob("slurm-*/v*") if p.is_dir())
@@ -52,8 +52,8 @@ def test_r4_2_a_running_placeholder_reads_as_started_on_one_node(directory: Path
 def test_r3_4_the_job_names_its_pod_where_only_the_scheduler_could_write(directory: Path) -> None:
     dialect = make_dialect(directory.name)
     job = dialect.parse_job(only_job(directory, "job-running"))
-    assert dialect.pod_of(job, "rec") == POD
-    assert dialect.pod_of(job, "another-scheduler") is None
+    assert pod_of_job_name(dialect.owner_name(job), "rec") == POD
+    assert pod_of_job_name(dialect.owner_name(job), "another-scheduler") is None
 
 
 @pytest.mark.parametrize("directory", [p for p in RECORDED if p.name != "v0.0.38"], ids=str)
@@ -63,9 +63,12 @@ def test_r11_2_a_job_name_alone_or_a_tag_on_another_users_job_is_not_ours(direct
     job = dialect.parse_job(raw)
     assert job.user_id == 1001
     named_only = dialect.parse_job({**raw, "admin_comment": ""})
-    assert named_only.name.startswith("sunk:rec:") and dialect.pod_of(named_only, "rec") is None
+    assert (
+        named_only.name.startswith("sunk:rec:")
+        and pod_of_job_name(dialect.owner_name(named_only), "rec") is None
+    )
     other_user = replace(job, user_id=0)
-    assert dialect.pod_of(other_user, "rec") is None
+    assert pod_of_job_name(dialect.owner_name(other_user), "rec") is None
 
 
 @pytest.mark.parametrize("directory", [p for p in RECORDED if p.name != "v0.0.38"], ids=str)
@@ -176,7 +179,9 @@ def placeholder(**annotations: str) -> Any:
 
 @pytest.mark.parametrize("version", [v for v in SUPPORTED_VERSIONS if v != "v0.0.38"])
 def test_r11_2_user_group_and_identity_are_fields_on_current_slurm(version: str) -> None:
-    submission = make_dialect(version).submission(placeholder(**{"user-id": "1001"}), "#!/bin/sh", {"A": "1"})
+    submission = make_dialect(version).submission(
+        placeholder(**{"user-id": "1001"}).request, "#!/bin/sh", {"A": "1"}
+    )
     job = submission.body["job"]
     assert submission.as_user is None  # no impersonation
     assert (job["user_id"], job["group_id"]) == ("1001", "1001")
@@ -190,13 +195,13 @@ def test_r11_2_user_group_and_identity_are_fields_on_current_slurm(version: str)
     ("word", "shared"), [("none", "none"), ("ok", "oversubscribe"), ("user", "user"), ("mcs", "mcs")]
 )
 def test_r3_exclusive_is_slurms_shared_list_on_current_slurm(word: str, shared: str) -> None:
-    job = make_dialect("v0.0.42").submission(placeholder(exclusive=word), "", {}).body["job"]
+    job = make_dialect("v0.0.42").submission(placeholder(exclusive=word).request, "", {}).body["job"]
     assert job["shared"] == [shared]
 
 
 def test_r3_5_exclusive_topo_is_refused_only_by_v0_0_40_and_22_05() -> None:
     job = placeholder(exclusive="topo")
-    refusing = [v for v in SUPPORTED_VERSIONS if make_dialect(v).unsupported(job)]
+    refusing = [v for v in SUPPORTED_VERSIONS if make_dialect(v).unsupported(job.request)]
     assert refusing == ["v0.0.40", "v0.0.38"]
 
 
@@ -257,7 +262,7 @@ def test_r11_3_an_error_number_sunk_does_not_know_is_retried_not_final() -> None
 @pytest.mark.parametrize("version", [v for v in SUPPORTED_VERSIONS if v != "v0.0.38"])
 def test_r12_3_every_mapped_device_is_a_gres_of_the_job_on_current_slurm(version: str) -> None:
     job = replace(placeholder(), gres=(("gpu", 1), ("gpu:1g.10gb", 2)))
-    body = make_dialect(version).submission(job, "", {}).body["job"]
+    body = make_dialect(version).submission(job.request, "", {}).body["job"]
     assert body["tres_per_node"] == "gres/gpu:1,gres/gpu:1g.10gb:2"
 
 
@@ -270,7 +275,7 @@ def test_r9_1_each_component_of_a_gangs_job_names_its_member_and_leader(director
     jobs = [dialect.parse_job(raw) for raw in sample(directory, "job-group")[1]["jobs"]]
     leader = min(j.job_id for j in jobs)
     assert [(j.group_leader, j.het_job_offset) for j in jobs] == [(leader, 0), (leader, 1)]
-    owners = [dialect.pod_of(j, "rec") for j in jobs]
+    owners = [pod_of_job_name(dialect.owner_name(j), "rec") for j in jobs]
     assert [o.name if o else None for o in owners] == ["train-0", "train-1"]
     assert all(j.running and len(j.nodes) == 1 for j in jobs)
     assert jobs[0].nodes != jobs[1].nodes  # each member gets a node of its own
@@ -286,7 +291,7 @@ def test_r9_1_a_plain_job_is_no_gangs_component() -> None:
 def test_r9_1_a_gang_is_one_submission_with_a_component_per_member(version: str) -> None:
     dialect = make_dialect(version)
     members = [placeholder(), placeholder(exclusive="ok")]
-    parts = [dialect.submission(job, "#!/bin/sh", {"A": str(i)}) for i, job in enumerate(members)]
+    parts = [dialect.submission(job.request, "#!/bin/sh", {"A": str(i)}) for i, job in enumerate(members)]
     body = group_submission(parts).body
     assert body["script"] == "#!/bin/sh" and len(body["jobs"]) == 2
     assert all("script" not in spec for spec in body["jobs"])
@@ -295,7 +300,7 @@ def test_r9_1_a_gang_is_one_submission_with_a_component_per_member(version: str)
 
 def test_r9_1_members_asking_for_different_users_cannot_share_one_job() -> None:
     dialect = make_dialect("v0.0.38")
-    first = dialect.submission(placeholder(), "", {})
+    first = dialect.submission(placeholder().request, "", {})
     with pytest.raises(ValueError, match="one Slurm user"):
         group_submission([first, Submission(first.body, as_user="someone")])
 

@@ -13,8 +13,9 @@ from sunk.decide import kill_wait_drain_reason
 from sunk.kube.client import KubeError
 from sunk.scheduler.reconciler import UNANSWERED_GRACE_S
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer, SlurmUnavailable
+from sunk.slurm.request import owner_tag
 from sunk.testing.scheduler import NAMESPACE, PREFIX, SCHEDULER, Clock, World, pod
-from sunk.translate import PodRef, owner_tag
+from sunk.translate import PodRef, job_name
 
 
 def two_nodes() -> World:
@@ -526,7 +527,7 @@ async def test_r8_2_a_job_id_slurm_now_holds_for_another_pod_is_not_cancelled() 
     key = await bound(world)
     world.remove(key)
     world.slurm.raw_jobs[100]["admin_comment"] = owner_tag(
-        PodRef(NAMESPACE, "other", "uid-other"), SCHEDULER, 0
+        job_name(PodRef(NAMESPACE, "other", "uid-other"), SCHEDULER), 0
     )
     await world.reconcile(key, listing=False)
     assert world.slurm.cancelled() == []

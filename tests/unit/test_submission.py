@@ -7,13 +7,14 @@ from typing import Any
 
 from sunk.decide.submission import Refusal, vet
 from sunk.policy import PERMISSIVE, parse
+from sunk.slurm.request import JobRequest
 from sunk.testing.scheduler import PREFIX, pod
-from sunk.translate import PlaceholderJob, Settings, translate
+from sunk.translate import Settings, translate
 
 SETTINGS = Settings(PREFIX, 30, "sunk")
 
 
-def nothing_unsupported(_job: PlaceholderJob) -> list[str]:
+def nothing_unsupported(_job: JobRequest) -> list[str]:
     return []
 
 

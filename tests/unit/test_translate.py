@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from sunk.kube.quantity import QuantityError, parse_quantity
+from sunk.slurm.request import Exclusive
 from sunk.slurm.v0038 import V0038
 from sunk.translate import (
-    Exclusive,
     PodRef,
     Settings,
     job_name,
@@ -109,7 +109,7 @@ def test_r3_1_gpus_become_a_gres_count() -> None:
     manifest["spec"]["containers"][0]["resources"]["requests"]["nvidia.com/gpu"] = "2"
     job = ok(manifest)
     assert job.gpus == 2
-    assert V0038().submission(job, "#!/bin/sh", {}).body["job"]["gres"] == "gpu:2"
+    assert V0038().submission(job.request, "#!/bin/sh", {}).body["job"]["gres"] == "gpu:2"
 
 
 def test_r3_1_containers_are_summed() -> None:
@@ -240,7 +240,7 @@ def test_r3_every_string_annotation_reaches_the_job() -> None:
             }
         )
     )
-    body = V0038().submission(job, "#!/bin/sh", {}).body["job"]
+    body = V0038().submission(job.request, "#!/bin/sh", {}).body["job"]
     assert body["account"] == "acct1"
     assert body["comment"] == "A Kubernetes job"
     assert body["constraints"] == "a100&zone_a"
@@ -262,7 +262,7 @@ def test_r3_integer_annotations_reach_the_job() -> None:
             }
         )
     )
-    body = V0038().submission(job, "#!/bin/sh", {}).body["job"]
+    body = V0038().submission(job.request, "#!/bin/sh", {}).body["job"]
     assert body["priority"] == "100"
     assert body["time_limit"] == 90  # minutes
     assert (job.options.user_id, job.options.group_id) == (1001, 1002)
@@ -304,12 +304,12 @@ def test_r2_3_integer_annotations_must_be_in_range(key: str, value: str) -> None
 def test_r3_exclusive_values_map_to_slurm_sharing_modes(word: str, expected: Exclusive, rest: str) -> None:
     job = ok(pod({P + "exclusive": word}))
     assert job.options.exclusive is expected
-    assert V0038().submission(job, "#!/bin/sh", {}).body["job"]["exclusive"] == rest
+    assert V0038().submission(job.request, "#!/bin/sh", {}).body["job"]["exclusive"] == rest
 
 
 def test_r3_legacy_exclusive_false_means_slurms_default_sharing() -> None:
     job = ok(pod({P + "exclusive": "false"}))
-    assert "exclusive" not in V0038().submission(job, "#!/bin/sh", {}).body["job"]
+    assert "exclusive" not in V0038().submission(job.request, "#!/bin/sh", {}).body["job"]
 
 
 def test_r2_3_unknown_exclusive_value_is_rejected() -> None:
@@ -318,13 +318,13 @@ def test_r2_3_unknown_exclusive_value_is_rejected() -> None:
 
 def test_r3_5_exclusive_topo_is_refused_by_slurm_22_05() -> None:
     job = ok(pod({P + "exclusive": "topo"}))
-    [problem] = V0038().unsupported(job)
+    [problem] = V0038().unsupported(job.request)
     assert "topo" in problem and "22.05" in problem
 
 
 def test_r3_node_lists_map_to_nodelist_and_exclude_nodes() -> None:
     job = ok(pod({P + "required-nodes": "sn-001", P + "excluded-nodes": "sn-002, sn-003"}))
-    body = V0038().submission(job, "#!/bin/sh", {}).body["job"]
+    body = V0038().submission(job.request, "#!/bin/sh", {}).body["job"]
     assert body["nodelist"] == "sn-001"
     assert body["exclude_nodes"] == "sn-002,sn-003"
 
@@ -366,7 +366,7 @@ def test_r3_4_another_schedulers_jobs_are_not_ours() -> None:
 
 
 def test_placeholder_is_never_requeued_and_asks_for_one_node() -> None:
-    body = V0038().submission(ok(pod()), "#!/bin/sh", {"A": "1"}).body["job"]
+    body = V0038().submission(ok(pod()).request, "#!/bin/sh", {"A": "1"}).body["job"]
     assert body["requeue"] is False
     assert body["nodes"] == [1, 1]
     assert body["environment"] == {"A": "1"}
@@ -400,7 +400,7 @@ def test_r12_3_rdma_is_allowed_without_a_gres() -> None:
 def test_r12_3_mig_slices_map_to_their_gres_type() -> None:
     job = ok(requesting({"nvidia.com/mig-1g.10gb": "2", "nvidia.com/gpu": "1"}), MIG)
     assert job.gres == (("gpu", 1), ("gpu:1g.10gb", 2)) and job.gpus == 3
-    assert V0038().submission(job, "#!/bin/sh", {}).body["job"]["gres"] == "gpu:1,gpu:1g.10gb:2"
+    assert V0038().submission(job.request, "#!/bin/sh", {}).body["job"]["gres"] == "gpu:1,gpu:1g.10gb:2"
 
 
 def test_r12_3_a_limit_only_device_counts_as_its_request() -> None:

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk import policy
+from sunk.slurm.request import JobRequest
 from sunk.translate import PlaceholderJob, Translation, podaffinity
 
 Json = dict[str, Any]
@@ -69,7 +70,7 @@ def vet(
     pod: Json,
     translation: Translation,
     rules: policy.Policy,
-    unsupported: Callable[[PlaceholderJob], list[str]],
+    unsupported: Callable[[JobRequest], list[str]],
     *,
     prefix: str,
     refuse_static_cpu: bool,
@@ -83,7 +84,7 @@ def vet(
     job, forbidden = policy.check(rules, pod, translation.job, prefix)
     if forbidden:
         return Vetting(None, Refusal(FORBIDDEN, tuple(forbidden)))
-    problems = unsupported(job)
+    problems = unsupported(job.request)
     if problems:
         return Vetting(None, Refusal(INVALID, tuple(problems)))
     pinned = static_cpu_problem(pod)

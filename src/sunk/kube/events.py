@@ -8,10 +8,9 @@ import hashlib
 import logging
 import re
 import uuid
-from typing import Any
+from typing import Any, Protocol
 
 from sunk.kube.client import KubeError
-from sunk.runtime.ports import KubePort
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -89,8 +88,16 @@ def event_object(
     }
 
 
+class EventWriter(Protocol):
+    """The two writes a `Recorder` makes: `KubeClient` and the test fakes have both."""
+
+    async def create_event(self, namespace: str, event: Json) -> None: ...
+
+    async def patch_pod_status(self, namespace: str, name: str, status: Json) -> Json: ...
+
+
 class Recorder:
-    def __init__(self, client: KubePort, component: str, instance: str) -> None:
+    def __init__(self, client: EventWriter, component: str, instance: str) -> None:
         self._client = client
         self._component = component
         self._instance = instance

@@ -5,6 +5,7 @@ and enqueue a key; a worker takes the key from the queue and calls the controlle
 `reconcile(key)`, which gathers a snapshot, decides with pure functions and carries the
 decision out; the `Outcome` says when to look at the key again. This package holds the
 parts that do not know what a Pod or a Slurm job is: the work queue, the worker loop,
-supervised background tasks, and the narrow ports through which controllers reach
-Kubernetes and Slurm (`sunk.runtime.ports`), with in-memory fakes in `sunk.testing`.
+supervised background tasks, what a controller waits to see in its cache, and the shape
+of a cache as controllers read it (`sunk.runtime.ports`). The ports through which a
+component writes are its own.
 """

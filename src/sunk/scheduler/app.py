@@ -41,7 +41,7 @@ from sunk.slurm.errors import SlurmError
 from sunk.slurm.models import SlurmJob
 from sunk.slurm.scontrol import memory_oversubscription_warning
 from sunk.slurm.tokens import TokenSource
-from sunk.translate import PodRef, Settings
+from sunk.translate import PodRef, Settings, pod_of_job_name
 
 log = logging.getLogger(__name__)
 RESYNC_EVERY_S = 30.0
@@ -104,7 +104,7 @@ class Scheduler:
             Informer(kube, slurmd_path, label_selector=config.slurmd_selector, name="slurmd")
         )
         self.cluster = ClusterView(self.nodes, self.slurmd, config.slurm_node_label)
-        self.index = JobIndex(lambda job: slurm.pod_of(job, config.scheduler_name))
+        self.index = JobIndex(lambda job: pod_of_job_name(slurm.owner_name(job), config.scheduler_name))
         self.poller = JobPoller(
             slurm,
             self.index,
@@ -114,7 +114,7 @@ class Scheduler:
         )
         self.hook_reads = HookReads(
             slurm.job_group,
-            lambda job: slurm.pod_of(job, config.scheduler_name),
+            lambda job: pod_of_job_name(slurm.owner_name(job), config.scheduler_name),
             self._job_seen,
             READ_FOR_HOOKS_AT_ONCE,
         )
@@ -207,7 +207,7 @@ class Scheduler:
         if found is not None:
             return found[0]
         job = await self.slurm.job(job_id)  # submitted a moment ago, not yet polled
-        return self.slurm.pod_of(job, self.config.scheduler_name) if job else None
+        return pod_of_job_name(self.slurm.owner_name(job), self.config.scheduler_name) if job else None
 
     def acting_now(self) -> bool:
         return self.manager.is_acting

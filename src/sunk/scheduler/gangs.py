@@ -25,13 +25,13 @@ from sunk import decide, metrics
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.runtime.controller import Outcome
-from sunk.runtime.ports import KubePort, SlurmPort
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.pods import PodStore
+from sunk.scheduler.ports import KubePort, SlurmPort
 from sunk.slurm.dialect import JOB_PATH, group_submission
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer
 from sunk.slurm.models import SlurmJob
-from sunk.translate import PlaceholderJob, PodRef, Settings, gang
+from sunk.translate import PlaceholderJob, PodRef, Settings, gang, pod_of_job_name
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -216,7 +216,7 @@ class Gangs:
         # environment (its Pod, the hooks API, its key); Slurm wants one for each.
         parts = [
             self.rec.slurm.submission(
-                job, self.rec.script, self.rec.environment(job) if i == 0 else {"PATH": JOB_PATH}
+                job.request, self.rec.script, self.rec.environment(job) if i == 0 else {"PATH": JOB_PATH}
             )
             for i, job in enumerate(jobs)
         ]
@@ -238,7 +238,7 @@ class Gangs:
             components = {
                 ref.uid: job
                 for job in await self.rec.slurm.job_group(leader)
-                if (ref := self.rec.slurm.pod_of(job, self.rec.settings.scheduler_name))
+                if (ref := pod_of_job_name(self.rec.slurm.owner_name(job), self.rec.settings.scheduler_name))
             }
         except SlurmError:
             components = {}

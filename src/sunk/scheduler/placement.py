@@ -17,9 +17,9 @@ from typing import Any
 
 from sunk import decide
 from sunk.decide import finished
-from sunk.runtime.ports import SlurmPort
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.pods import PodStore
+from sunk.scheduler.ports import SlurmPort
 from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.translate import Settings, podaffinity, translate
 

@@ -24,16 +24,17 @@ from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.runtime.controller import Outcome
 from sunk.runtime.expectations import Expectations
-from sunk.runtime.ports import KubePort, SlurmPort
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.gangs import Gangs
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.placement import Placement
 from sunk.scheduler.pods import PodStore
+from sunk.scheduler.ports import KubePort, SlurmPort
 from sunk.slurm.dialect import JOB_PATH, mark_environment
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer
 from sunk.slurm.models import SlurmJob
-from sunk.translate import PlaceholderJob, PodRef, Settings, gang, gres_text, translate
+from sunk.slurm.request import gres_text
+from sunk.translate import PlaceholderJob, PodRef, Settings, gang, pod_of_job_name, translate
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -293,11 +294,11 @@ class Reconciler:
         was filled by a listing, and a slurmctld that lost its state since may have given
         that ID to another Pod's new job."""
         found = await self.slurm.job(job_id)
-        if found is not None and self.slurm.pod_of(found, self.settings.scheduler_name) == ref:
+        if found is not None and self.pod_of(found) == ref:
             return True
         log.info("not cancelling job %s: Slurm no longer holds it for %s", job_id, ref)
         if found is not None:
-            owner = self.slurm.pod_of(found, self.settings.scheduler_name)
+            owner = self.pod_of(found)
             if owner is not None:
                 self.index.observe(owner, found)  # the ID's new owner: the old key forgets it
         return False
@@ -361,7 +362,7 @@ class Reconciler:
         finally:
             self._asking_slurm -= 1
         self._ending_reported.discard((job_id, ref.uid))
-        if found is not None and self.slurm.pod_of(found, self.settings.scheduler_name) == ref:
+        if found is not None and self.pod_of(found) == ref:
             self.index.observe(ref, found)
             if decide.slurm_ends(pod, found):
                 return await self._job_ending(pod, found)  # says why, deletes, drains if late
@@ -384,7 +385,7 @@ class Reconciler:
         job_id = self._recorded_job_id(pod)
         if job_id is not None:
             found = await self.slurm.job(job_id)
-            if found is not None and self.slurm.pod_of(found, self.settings.scheduler_name) == PodRef.of(pod):
+            if found is not None and self.pod_of(found) == PodRef.of(pod):
                 self.index.observe(PodRef.of(pod), found)
                 return Outcome(requeue_after=1) if found.ending else await self._check_still_there(pod, found)
         note = f"Slurm job {job_id} no longer exists in Slurm; deleting the Pod"
@@ -443,6 +444,10 @@ class Reconciler:
             pod, ev.PLACEHOLDER_ADOPTED, f"Found existing Slurm job {job.job_id} for this Pod"
         )
         return True
+
+    def pod_of(self, job: SlurmJob) -> PodRef | None:
+        """The Pod `job` was submitted for, when this scheduler submitted it."""
+        return pod_of_job_name(self.slurm.owner_name(job), self.settings.scheduler_name)
 
     def avoid_nodes(self, pod: Json) -> tuple[str, ...]:
         raw = self._annotation(pod, "avoid-nodes") or ""
@@ -505,7 +510,7 @@ class Reconciler:
         hooks = self.hooks()
         environment = {
             "PATH": JOB_PATH,
-            **mark_environment(self.slurm.dialect, job),
+            **mark_environment(self.slurm.dialect, job.request),
             "SUNK_POD": str(job.pod),
             "SUNK_POD_UID": job.pod.uid,
             "SUNK_HOOK_URL": hooks.url,
@@ -530,7 +535,7 @@ class Reconciler:
         if self.placement_policy == "pack":
             packing = decide.pack(job, self.cluster.slurm_node_usage)
             job = dataclasses.replace(job, packed_away=packing.left_out)
-        submission = self.slurm.submission(job, self.script, self.environment(job))
+        submission = self.slurm.submission(job.request, self.script, self.environment(job))
         try:
             submitted = await self.slurm.submit(submission)
         except SlurmError as err:

@@ -29,11 +29,11 @@ from sunk.decide.slurm_node import (
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.runtime.controller import DONE, Outcome, after
-from sunk.runtime.ports import KubePort, SlurmPort
 from sunk.runtime.queue import WorkQueue
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.pods import PodStore
+from sunk.scheduler.ports import KubePort, SlurmPort
 from sunk.slurm.errors import SlurmError
 
 log = logging.getLogger(__name__)

@@ -29,10 +29,10 @@ from sunk.slurm.errors import (
 )
 from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.slurm.replies import decode, job_reply_decoder
+from sunk.slurm.request import JobRequest
 from sunk.slurm.scontrol import Scontrol
 from sunk.slurm.tokens import Tokens
 from sunk.slurm.v0038 import V0038
-from sunk.translate import PlaceholderJob, PodRef
 
 # Newest first: the order in which a served version is preferred.
 SUPPORTED_VERSIONS = (*reversed(DATA_PARSER_VERSIONS), V0038.version)
@@ -239,11 +239,11 @@ class SlurmClient:
             f"slurmrestd accepted the submission but returned no job ID: {(text or str(body))[:200]}"
         )
 
-    def submission(self, job: PlaceholderJob, script: str, environment: dict[str, str]) -> Submission:
+    def submission(self, job: JobRequest, script: str, environment: dict[str, str]) -> Submission:
         return self.dialect.submission(job, script, environment)
 
-    def pod_of(self, job: SlurmJob, scheduler: str) -> PodRef | None:
-        return self.dialect.pod_of(job, scheduler)
+    def owner_name(self, job: SlurmJob) -> str:
+        return self.dialect.owner_name(job)
 
     async def jobs(self) -> list[SlurmJob]:
         params = dict(self.dialect.job_read_params)

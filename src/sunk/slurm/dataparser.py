@@ -24,7 +24,7 @@ from sunk.slurm.dialect import (
 )
 from sunk.slurm.hostlist import expand
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.translate import Exclusive, PlaceholderJob, PodRef, gres_text, owner_tag, pod_of_owner_tag
+from sunk.slurm.request import Exclusive, JobRequest, gres_text, name_of_owner_tag, owner_tag
 
 VERSIONS = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
 
@@ -94,16 +94,15 @@ class DataParser:
             raise ValueError(f"{version} is not a data_parser version sunk speaks ({', '.join(VERSIONS)})")
         self.version = version
 
-    def unsupported(self, job: PlaceholderJob) -> list[str]:
-        if job.options.exclusive is Exclusive.TOPO and self.version == "v0.0.40":
+    def unsupported(self, job: JobRequest) -> list[str]:
+        if job.exclusive is Exclusive.TOPO and self.version == "v0.0.40":
             return [
                 "exclusive=topo needs slurmrestd v0.0.41 or newer (Slurm 24.05+); this cluster "
                 "speaks v0.0.40: use none, user, ok or mcs"
             ]
         return []
 
-    def submission(self, job: PlaceholderJob, script: str, environment: dict[str, str]) -> Submission:
-        options = job.options
+    def submission(self, job: JobRequest, script: str, environment: dict[str, str]) -> Submission:
         spec: dict[str, Any] = {
             "script": script,
             "name": job.name,
@@ -112,32 +111,32 @@ class DataParser:
             "cpus_per_task": job.cpus,
             "memory_per_node": {"set": True, "number": job.memory_mib},
             "environment": [f"{key}={value}" for key, value in environment.items()],
-            "current_working_directory": options.current_working_dir or DEFAULT_WORKDIR,
-            "comment": options.comment,
+            "current_working_directory": job.workdir or DEFAULT_WORKDIR,
+            "comment": job.comment,
             # Only an operator's token can set admin_comment: a job carrying our tag was
             # submitted by this scheduler, whatever its name says.
-            "admin_comment": owner_tag(job.pod, job.scheduler, options.user_id),
+            "admin_comment": owner_tag(job.name, job.user_id),
             # A requeued placeholder would come back for a Pod that is gone: never requeue.
             "requeue": False,
             "standard_output": "/dev/null",
             "standard_error": "/dev/null",
-            "user_id": str(options.user_id),
-            "group_id": str(options.group_id),
+            "user_id": str(job.user_id),
+            "group_id": str(job.group_id),
         }
         if job.gres:
             spec["tres_per_node"] = gres_text(job.gres, "gres/")
-        if options.exclusive is not None:
-            spec["shared"] = [_SHARED[options.exclusive]]
+        if job.exclusive is not None:
+            spec["shared"] = [_SHARED[job.exclusive]]
         if job.excluded_nodes:
             spec["excluded_nodes"] = list(job.excluded_nodes)
-        if options.required_nodes:
-            spec["required_nodes"] = list(options.required_nodes)
-        if options.timeout_minutes is not None:
-            spec["time_limit"] = {"set": True, "number": options.timeout_minutes}
-        if options.priority is not None:
-            spec["priority"] = {"set": True, "number": options.priority}
+        if job.required_nodes:
+            spec["required_nodes"] = list(job.required_nodes)
+        if job.time_limit_min is not None:
+            spec["time_limit"] = {"set": True, "number": job.time_limit_min}
+        if job.priority is not None:
+            spec["priority"] = {"set": True, "number": job.priority}
         for field in ("account", "partition", "qos", "reservation", "constraints", "prefer"):
-            value = getattr(options, field)
+            value = getattr(job, field)
             if value:
                 spec[field] = value
         return Submission({"job": spec})
@@ -169,14 +168,14 @@ class DataParser:
             **node_usage(raw),
         )
 
-    def pod_of(self, job: SlurmJob, scheduler: str) -> PodRef | None:
-        """Our job only when the tag names a Pod of `scheduler` and the job runs as the
-        user the tag says: a tag copied onto someone else's job is not enough."""
-        found = pod_of_owner_tag(job.owner_tag, scheduler)
+    def owner_name(self, job: SlurmJob) -> str:
+        """The name in the owner tag, only when the job runs as the user the tag says: a tag
+        copied onto someone else's job is not enough."""
+        found = name_of_owner_tag(job.owner_tag)
         if found is None:
-            return None
-        ref, uid = found
-        return ref if job.user_id == uid else None
+            return ""
+        name, uid = found
+        return name if job.user_id == uid else ""
 
     def drain_body(self, reason: str) -> dict[str, Any]:
         return {"state": ["DRAIN"], "reason": reason}

@@ -1,9 +1,9 @@
 """What differs between slurmrestd versions, behind one interface.
 
 The scheduler talks to Slurm through `SlurmClient`; the client holds one `Dialect`,
-chosen at start-up from the versions slurmrestd serves. A dialect turns a placeholder job
+chosen at start-up from the versions slurmrestd serves. A dialect turns a `JobRequest`
 into a request body and Slurm's answers into `SlurmJob`/`SlurmNode`, and knows where the
-Pod's identity and the started mark live in that version.
+job's trusted name and the started mark live in that version.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from typing import Any, Protocol
 
 from sunk.slurm.hostlist import expand
 from sunk.slurm.models import SlurmJob, SlurmNode, gres_counts
-from sunk.translate import PlaceholderJob, PodRef
+from sunk.slurm.request import JobRequest
 
 # Appended by the placeholder script to the job field the dialect names (R4.2).
 STARTED_MARK = ": started"
@@ -42,18 +42,19 @@ class Dialect(Protocol):
     # Every field of a job that parse_job reads: job answers are decoded down to these.
     job_fields: frozenset[str]
 
-    def unsupported(self, job: PlaceholderJob) -> list[str]:
-        """What the Pod asks for that this version cannot express (R3.5), in words."""
+    def unsupported(self, job: JobRequest) -> list[str]:
+        """What the job asks for that this version cannot express (R3.5), in words."""
         ...
 
-    def submission(self, job: PlaceholderJob, script: str, environment: dict[str, str]) -> Submission: ...
+    def submission(self, job: JobRequest, script: str, environment: dict[str, str]) -> Submission: ...
 
     def parse_job(self, raw: dict[str, Any]) -> SlurmJob: ...
 
     def parse_node(self, raw: dict[str, Any]) -> SlurmNode: ...
 
-    def pod_of(self, job: SlurmJob, scheduler: str) -> PodRef | None:
-        """The Pod `job` stands for, when `scheduler` submitted it; None for anything else."""
+    def owner_name(self, job: SlurmJob) -> str:
+        """The name `job` was submitted under, as far as this version lets sunk trust it (""
+        when it cannot): whose job it is is read from this, never from the job ID."""
         ...
 
     def drain_body(self, reason: str) -> dict[str, Any]: ...
@@ -169,7 +170,7 @@ def group_submission(parts: list[Submission]) -> Submission:
     return Submission({"script": script, "jobs": specs}, as_user=parts[0].as_user)
 
 
-def mark_environment(dialect: Dialect, job: PlaceholderJob) -> dict[str, str]:
+def mark_environment(dialect: Dialect, job: JobRequest) -> dict[str, str]:
     """Tells the placeholder script which field to mark and what it holds already."""
-    base = job.options.comment if dialect.mark_field == "comment" else ""
+    base = job.comment if dialect.mark_field == "comment" else ""
     return {"SUNK_MARK_FIELD": dialect.mark_field, "SUNK_MARK_BASE": base}

@@ -22,7 +22,7 @@ from sunk.slurm.dialect import (
     shared_fields,
 )
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.translate import Exclusive, PlaceholderJob, PodRef, gres_text, pod_of_job_name
+from sunk.slurm.request import Exclusive, JobRequest, gres_text
 
 # v0.0.38 names Slurm's OverSubscribe modes directly.
 _EXCLUSIVE = {
@@ -43,9 +43,9 @@ class V0038:
     def __init__(self, default_user: str = "root") -> None:
         self.default_user = default_user
 
-    def _user_name(self, job: PlaceholderJob) -> tuple[str | None, str | None]:
+    def _user_name(self, job: JobRequest) -> tuple[str | None, str | None]:
         """(user name to submit as, or None for the scheduler's own; problem in words)."""
-        user_id, group_id = job.options.user_id, job.options.group_id
+        user_id, group_id = job.user_id, job.group_id
         if user_id == 0 and group_id == 0:
             return (None if self.default_user == "root" else "root"), None
         try:
@@ -64,9 +64,9 @@ class V0038:
             )
         return entry.pw_name, None
 
-    def unsupported(self, job: PlaceholderJob) -> list[str]:
+    def unsupported(self, job: JobRequest) -> list[str]:
         problems = []
-        if job.options.exclusive is Exclusive.TOPO:
+        if job.exclusive is Exclusive.TOPO:
             problems.append(
                 "exclusive=topo needs Slurm 23.02 or newer; this cluster's slurmrestd speaks "
                 f"{self.version} (Slurm 22.05): use none, user, ok or mcs"
@@ -76,8 +76,7 @@ class V0038:
             problems.append(problem)
         return problems
 
-    def submission(self, job: PlaceholderJob, script: str, environment: dict[str, str]) -> Submission:
-        options = job.options
+    def submission(self, job: JobRequest, script: str, environment: dict[str, str]) -> Submission:
         spec: dict[str, Any] = {
             "name": job.name,
             "nodes": [1, 1],
@@ -85,8 +84,8 @@ class V0038:
             "cpus_per_task": job.cpus,
             "memory_per_node": job.memory_mib,
             "environment": environment,
-            "current_working_directory": options.current_working_dir or DEFAULT_WORKDIR,
-            "comment": options.comment,
+            "current_working_directory": job.workdir or DEFAULT_WORKDIR,
+            "comment": job.comment,
             # A requeued placeholder would come back for a Pod that is gone: never requeue.
             "requeue": False,
             "standard_output": "/dev/null",
@@ -94,18 +93,18 @@ class V0038:
         }
         if job.gres:
             spec["gres"] = gres_text(job.gres)
-        if options.exclusive is not None and options.exclusive in _EXCLUSIVE:
-            spec["exclusive"] = _EXCLUSIVE[options.exclusive]
+        if job.exclusive is not None and job.exclusive in _EXCLUSIVE:
+            spec["exclusive"] = _EXCLUSIVE[job.exclusive]
         if job.excluded_nodes:
             spec["exclude_nodes"] = ",".join(job.excluded_nodes)
-        if options.required_nodes:
-            spec["nodelist"] = ",".join(options.required_nodes)
-        if options.timeout_minutes is not None:
-            spec["time_limit"] = options.timeout_minutes
-        if options.priority is not None:
-            spec["priority"] = str(options.priority)
+        if job.required_nodes:
+            spec["nodelist"] = ",".join(job.required_nodes)
+        if job.time_limit_min is not None:
+            spec["time_limit"] = job.time_limit_min
+        if job.priority is not None:
+            spec["priority"] = str(job.priority)
         for field in ("account", "partition", "qos", "reservation", "constraints", "prefer"):
-            value = getattr(options, field)
+            value = getattr(job, field)
             if value:
                 spec[field] = value
         user, _ = self._user_name(job)
@@ -137,8 +136,9 @@ class V0038:
             **node_usage(raw),
         )
 
-    def pod_of(self, job: SlurmJob, scheduler: str) -> PodRef | None:
-        return pod_of_job_name(job.owner_tag, scheduler)
+    def owner_name(self, job: SlurmJob) -> str:
+        """22.05 has no field only an operator's token may set: the name alone."""
+        return job.owner_tag
 
     def exclusion_update(self, nodes: list[str]) -> dict[str, Any]:
         return {"exclude_nodes": ",".join(nodes)}  # "" clears the list

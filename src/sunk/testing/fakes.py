@@ -1,4 +1,6 @@
-"""Fakes of `sunk.runtime.ports`: a Kubernetes API with an informer's cache, and slurmrestd."""
+"""Fakes of the scheduler's ports (`sunk.scheduler.ports`): a Kubernetes API with an
+informer's cache, and slurmrestd; the cache and the failure schedule serve the operator's
+fakes too."""
 
 from __future__ import annotations
 
@@ -13,7 +15,7 @@ from sunk.slurm.dataparser import DataParser
 from sunk.slurm.dialect import Dialect, Submission
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.translate import PlaceholderJob, PodRef
+from sunk.slurm.request import JobRequest
 
 Json = dict[str, Any]
 
@@ -180,11 +182,11 @@ class FakeSlurm:
         self.failures.fail(call, error, times)
 
     # -- the port -------------------------------------------------------------------------
-    def submission(self, job: PlaceholderJob, script: str, environment: dict[str, str]) -> Submission:
+    def submission(self, job: JobRequest, script: str, environment: dict[str, str]) -> Submission:
         return self.dialect.submission(job, script, environment)
 
-    def pod_of(self, job: SlurmJob, scheduler: str) -> PodRef | None:
-        return self.dialect.pod_of(job, scheduler)
+    def owner_name(self, job: SlurmJob) -> str:
+        return self.dialect.owner_name(job)
 
     async def submit(self, submission: Submission) -> FakeSubmitResult:
         self.failures.check("submit")

@@ -25,7 +25,7 @@ from sunk.scheduler.reconciler import Reconciler
 from sunk.scheduler.slurmnodes import SlurmNodeController, SlurmNodePoller
 from sunk.testing import fakes
 from sunk.testing.fakes import FakeKube, FakeSlurm, MemoryCache
-from sunk.translate import Settings, gang
+from sunk.translate import Settings, gang, pod_of_job_name
 
 Json = dict[str, Any]
 SCHEDULER = "sunk"
@@ -125,7 +125,7 @@ class World:
     def __post_init__(self) -> None:
         self.pods = PodStore({NAMESPACE: self.kube.pods})
         self.cluster = ClusterView(self.nodes, self.slurmd, SLURM_NODE_LABEL)
-        self.index = JobIndex(lambda job: self.slurm.pod_of(job, SCHEDULER))
+        self.index = JobIndex(lambda job: pod_of_job_name(self.slurm.owner_name(job), SCHEDULER))
         self.recorder = Recorder(self.kube, SCHEDULER, "test-replica")
         self.settings = Settings(PREFIX, self.kill_wait_s, SCHEDULER)
         self.pod_controller = Reconciler(

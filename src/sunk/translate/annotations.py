@@ -7,22 +7,13 @@ is Slurm's call and comes back as Slurm's own error.
 
 from __future__ import annotations
 
-import enum
 import re
 from dataclasses import dataclass, field
 
+from sunk.slurm.request import Exclusive
+
 DEFAULT_PREFIX = "sunk.coreweave.com/"
 _MAX_U32 = 2**32 - 1
-
-
-class Exclusive(enum.Enum):
-    """Who may share a node with the job; named as Slurm's OverSubscribe/exclusive modes."""
-
-    NONE = "none"  # nobody: the job gets whole nodes
-    OK = "ok"  # anyone
-    USER = "user"  # jobs of the same user only
-    MCS = "mcs"  # jobs with the same MCS label only
-    TOPO = "topo"  # whole topology segment (newer Slurm only)
 
 
 _EXCLUSIVE_WORDS = {e.value: e for e in Exclusive} | {"true": Exclusive.NONE}

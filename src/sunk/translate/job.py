@@ -1,6 +1,7 @@
 """Pod manifest → placeholder job, with every validation problem reported at once (R2, R3).
 
-Pure: no I/O. The Slurm REST body for a given Slurm version is rendered by sunk.slurm.
+Pure: no I/O. What Slurm is asked for is the job's `request`; the REST body for a given
+Slurm version is rendered from it by sunk.slurm.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sunk.kube.resources import pod_requests
+from sunk.slurm.request import JobRequest
 from sunk.translate.annotations import DEFAULT_PREFIX, JobOptions, parse_annotations
 
 JOB_NAME_PREFIX = "sunk:"
@@ -51,24 +53,6 @@ def pod_of_job_name(name: str, scheduler: str) -> PodRef | None:
     return PodRef(namespace, pod_name, uid)
 
 
-_RUN_AS = " runas="
-
-
-def owner_tag(pod: PodRef, scheduler: str, slurm_uid: int) -> str:
-    """What the scheduler writes into a field only its token may set (admin_comment): the
-    Pod's identity and the Slurm user the job must run as."""
-    return f"{job_name(pod, scheduler)}{_RUN_AS}{slurm_uid}"
-
-
-def pod_of_owner_tag(tag: str, scheduler: str) -> tuple[PodRef, int] | None:
-    """(Pod, Slurm uid) from an owner tag written for `scheduler`, or None."""
-    name, sep, uid = tag.rpartition(_RUN_AS)
-    if not sep or not uid.isdigit():
-        return None
-    ref = pod_of_job_name(name, scheduler)
-    return (ref, int(uid)) if ref else None
-
-
 # Extended resource → the GRES Slurm knows it as ("" = allowed, but Slurm tracks no GRES
 # for it: the RDMA device of the source documents' full-node example).
 DEFAULT_DEVICES: tuple[tuple[str, str], ...] = (("nvidia.com/gpu", "gpu"), ("rdma/ib", ""))
@@ -80,11 +64,6 @@ class Settings:
     kill_wait_s: int = 30
     scheduler_name: str = "sunk"
     devices: tuple[tuple[str, str], ...] = DEFAULT_DEVICES
-
-
-def gres_text(gres: tuple[tuple[str, int], ...], prefix: str = "") -> str:
-    """Slurm's spelling of a GRES request: "gpu:2,gpu:1g.10gb:1" (with "gres/" for TRES)."""
-    return ",".join(f"{prefix}{name}:{count}" for name, count in gres)
 
 
 @dataclass(frozen=True)
@@ -111,6 +90,32 @@ class PlaceholderJob:
     def excluded_nodes(self) -> tuple[str, ...]:
         merged = dict.fromkeys(self.options.excluded_nodes + self.avoid_nodes + self.packed_away)
         return tuple(n for n in merged if n not in self.options.required_nodes)
+
+    @property
+    def request(self) -> JobRequest:
+        """The job as Slurm is asked for it."""
+        options = self.options
+        return JobRequest(
+            name=self.name,
+            cpus=self.cpus,
+            memory_mib=self.memory_mib,
+            user_id=options.user_id,
+            group_id=options.group_id,
+            gres=self.gres,
+            excluded_nodes=self.excluded_nodes,
+            required_nodes=options.required_nodes,
+            exclusive=options.exclusive,
+            comment=options.comment,
+            account=options.account,
+            constraints=options.constraints,
+            partition=options.partition,
+            prefer=options.prefer,
+            qos=options.qos,
+            reservation=options.reservation,
+            priority=options.priority,
+            workdir=options.current_working_dir,
+            time_limit_min=options.timeout_minutes,
+        )
 
     def avoiding(self, nodes: tuple[str, ...]) -> PlaceholderJob:
         return replace(self, avoid_nodes=tuple(sorted(set(self.avoid_nodes) | set(nodes))))
