@@ -12,10 +12,10 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from sunk import config
 from sunk.flags import parse_duration
 from sunk.operator import config as operator_config
-from sunk.translate import DEFAULT_PREFIX, Settings
+from sunk.scheduler import config
+from sunk.scheduler.translate import DEFAULT_PREFIX, Settings
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -223,10 +223,10 @@ def run_ensure_hooks_secret(args: argparse.Namespace) -> int:
 def run_explain(args: argparse.Namespace) -> int:
     import json
 
-    from sunk.explain import explain, explain_group, manifests, render_text
-    from sunk.policy import PERMISSIVE
-    from sunk.policy import parse as parse_policy
-    from sunk.translate import gang
+    from sunk.scheduler.explain import explain, explain_group, manifests, render_text
+    from sunk.scheduler.policy import PERMISSIVE
+    from sunk.scheduler.policy import parse as parse_policy
+    from sunk.scheduler.translate import gang
 
     try:
         texts = [sys.stdin.read() if f == "-" else Path(f).read_text() for f in args.filename]

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from sunk.config import parse_devices
-from sunk.policy import Policy, parse
+from sunk.scheduler.config import parse_devices
+from sunk.scheduler.policy import Policy, parse
 from tests.chart.conftest import CHART, render
 
 

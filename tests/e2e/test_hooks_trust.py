@@ -15,8 +15,8 @@ from typing import Any, ClassVar
 import httpx
 import pytest
 
-from sunk.hooks.auth import pod_key, pod_token
 from sunk.kube.secret import self_signed
+from sunk.scheduler.hooks.auth import pod_key, pod_token
 from sunk.slurm.models import ACTIVE_STATES
 from sunk_dev import DevCluster
 from sunk_dev.kubeapi import AdminKube

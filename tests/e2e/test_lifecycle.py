@@ -9,7 +9,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sunk.hooks.auth import pod_key, signature
+from sunk.scheduler.hooks.auth import pod_key, signature
 from sunk_dev import DevCluster
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.slurmrun import run_cli

@@ -6,11 +6,11 @@ from typing import Any
 
 import pytest
 
-from sunk.hooks import placeholder_script
-from sunk.hooks.auth import pod_key, pod_token
+from sunk.scheduler.hooks import placeholder_script
+from sunk.scheduler.hooks.auth import pod_key, pod_token
+from sunk.scheduler.translate import Settings, translate
 from sunk.slurm.client import make_dialect
 from sunk.slurm.dialect import mark_environment
-from sunk.translate import Settings, translate
 from sunk_dev.kubeapi import AdminKube
 from tests.e2e.test_schedule_flow import P, create, get, job_of, slurm_nodes, wait_bound
 from tests.support import SlurmRest, make_pod, wait_for

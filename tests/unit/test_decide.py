@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from sunk import decide
-from sunk.decide import Claim, Step
+from sunk.scheduler import decide
+from sunk.scheduler.decide import Claim, Step
+from sunk.scheduler.translate import JobOptions, PlaceholderJob, PodRef
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.translate import JobOptions, PlaceholderJob, PodRef
 
 P = "sunk.coreweave.com/"
 NOW = 1_800_000_000.0

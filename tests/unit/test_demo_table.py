@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from sunk.translate.job import check_grace_period
+from sunk.scheduler.translate.job import check_grace_period
 from sunk_dev.demo import table
 
 REFUSAL = check_grace_period({"terminationGracePeriodSeconds": 30}, 30) or ""

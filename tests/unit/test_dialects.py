@@ -11,13 +11,13 @@ from typing import Any
 import orjson
 import pytest
 
+from sunk.scheduler.translate import PodRef, Settings, pod_of_job_name, translate
 from sunk.slurm.client import SUPPORTED_VERSIONS, SlurmVersionError, choose_version, make_dialect
 from sunk.slurm.dataparser import summarize_state
 from sunk.slurm.dialect import Submission, group_submission, partition_time_limits
 from sunk.slurm.errors import SlurmJobGone, SlurmRejected, SlurmUnavailable, raise_for
 from sunk.slurm.hostlist import expand
 from sunk.slurm.replies import decode, job_reply_decoder
-from sunk.translate import PodRef, Settings, pod_of_job_name, translate
 
 SAMPLES = Path(__file__).parent / "samples"
 RECORDED = sorted(p for p in SAMPLES.glob("slurm-*/v*") if p.is_dir())

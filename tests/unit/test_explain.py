@@ -9,8 +9,8 @@ import pytest
 import yaml
 
 from sunk.cli import main
-from sunk.explain import explain_group, manifests
-from sunk.translate import Settings
+from sunk.scheduler.explain import explain_group, manifests
+from sunk.scheduler.translate import Settings
 
 POD = {
     "apiVersion": "v1",

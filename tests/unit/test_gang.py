@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sunk.translate import gang
+from sunk.scheduler.translate import gang
 
 NOW = 1_800_000_000.0
 

@@ -8,11 +8,11 @@ import time
 
 import pytest
 
-from sunk import decide
 from sunk.kube.client import KubeError
+from sunk.scheduler import decide
+from sunk.scheduler.translate import gang
 from sunk.slurm.errors import SlurmNoAnswer, SlurmUnavailable
 from sunk.testing.scheduler import PREFIX, Clock, World, pod
-from sunk.translate import gang
 
 A, B = "ns/a", "ns/b"
 

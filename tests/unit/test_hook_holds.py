@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from sunk.hooks.holds import LOG_EVERY_S, Holds
-from sunk.hooks.server import PodGoneWaiters
 from sunk.metrics import REGISTRY
+from sunk.scheduler.hooks.holds import LOG_EVERY_S, Holds
+from sunk.scheduler.hooks.server import PodGoneWaiters
 from sunk.scheduler.pod_gone import PodGone
 from sunk.scheduler.pods import PodStore
+from sunk.scheduler.translate import PodRef
 from sunk.testing.fakes import MemoryCache
-from sunk.translate import PodRef
 
 PREFIX = "sunk.coreweave.com/"
 POD = PodRef("team-a", "infer-1", "uid-1")
@@ -73,7 +73,7 @@ def test_a_hold_past_half_of_killwait_is_logged_with_its_pod_job_and_why(
 ) -> None:
     clock = Clock()
     holds = Holds(kill_wait_s=30, clock=clock)
-    with caplog.at_level("WARNING", logger="sunk.hooks.holds"):
+    with caplog.at_level("WARNING", logger="sunk.scheduler.hooks.holds"):
         holds.answered(42, str(POD), "terminating", lambda: "it is terminating")
         clock.now += 14
         holds.answered(42, str(POD), "terminating", lambda: "it is terminating")
@@ -94,7 +94,7 @@ def test_a_placeholder_asking_again_after_two_gone_answers_is_logged_as_not_taki
     as its answer comes back. A third call means the script refused both answers."""
     clock = Clock()
     holds = Holds(kill_wait_s=30, clock=clock)
-    with caplog.at_level("WARNING", logger="sunk.hooks.holds"):
+    with caplog.at_level("WARNING", logger="sunk.scheduler.hooks.holds"):
         holds.answered(43, str(POD), "gone", lambda: "")
         clock.now += 0.2
         holds.answered(43, str(POD), "gone", lambda: "")

@@ -8,8 +8,8 @@ from __future__ import annotations
 import asyncio
 
 from sunk.scheduler.jobs import HookReads
+from sunk.scheduler.translate import PodRef
 from sunk.slurm.models import SlurmJob
-from sunk.translate import PodRef
 
 
 def running(job_id: int, state: str = "RUNNING", het_job_id: int = 0) -> SlurmJob:

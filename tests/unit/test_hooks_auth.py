@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from sunk.hooks import placeholder_script
-from sunk.hooks.auth import Verifier, answer_signature, pod_key, pod_token, signature
+from sunk.scheduler.hooks import placeholder_script
+from sunk.scheduler.hooks.auth import Verifier, answer_signature, pod_key, pod_token, signature
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 PATH = "/v1/pods/uid-1/jobs/7/terminating"
@@ -159,7 +159,7 @@ def script_asks(tmp_path: Path, status: int, answer: str | None, then: str = 'ec
     shim.chmod(0o755)
     signer = tmp_path / "signer"
     signer.write_text(
-        f"#!{sys.executable}\nimport sys\nfrom sunk.hooks.auth import answer_signature\n"
+        f"#!{sys.executable}\nimport sys\nfrom sunk.scheduler.hooks.auth import answer_signature\n"
         "print(answer_signature(sys.argv[1], sys.argv[2], sys.argv[3], int(sys.argv[4])), end='')\n"
     )
     signer.chmod(0o755)
@@ -223,11 +223,11 @@ def test_r12_2_a_call_signed_before_the_scheduler_began_acting_is_refused() -> N
 def test_r12_2_a_flood_of_unauthenticated_calls_logs_one_line_per_period(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from sunk.hooks import server
+    from sunk.scheduler.hooks import server
 
     clock = [1000.0]
     refusals = server.RefusalLog(clock=lambda: clock[0])
-    with caplog.at_level("WARNING", logger="sunk.hooks.server"):
+    with caplog.at_level("WARNING", logger="sunk.scheduler.hooks.server"):
         for _ in range(500):
             refusals.note("/v1/pods/x/jobs/1/started from 10.0.0.9: bad signature")
         clock[0] += server.REFUSAL_LOG_EVERY_S

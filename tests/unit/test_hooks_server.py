@@ -9,9 +9,9 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
-from sunk.hooks.auth import Verifier, answer_signature, pod_key, pod_token, signature
-from sunk.hooks.server import HooksServer
-from sunk.translate import PodRef
+from sunk.scheduler.hooks.auth import Verifier, answer_signature, pod_key, pod_token, signature
+from sunk.scheduler.hooks.server import HooksServer
+from sunk.scheduler.translate import PodRef
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 POD = PodRef("default", "web-1", "uid-1")

@@ -1,5 +1,6 @@
-"""The layers stay apart: no import circles between sunk's modules, the runtime knows no
-component, and what users deploy never imports the dev cluster or the demo."""
+"""The layers stay apart: no import circles between sunk's modules, the shared layers
+(runtime, the Kubernetes and Slurm adapters) know no component, neither component imports
+the other, and what users deploy never imports the dev cluster or the demo."""
 
 from __future__ import annotations
 
@@ -152,17 +153,27 @@ def test_sunk_dev_comes_from_the_checkouts_dev_package() -> None:
     assert "usage: sunk dev" in run.stdout
 
 
-def test_the_runtime_knows_no_component() -> None:
-    graph = imports()
-    runtime = [m for m in graph if m.startswith("sunk.runtime")]
-    components = {m for r in runtime for m in reachable(graph, r)}
-    assert sorted(m for m in components if m.startswith(("sunk.scheduler", "sunk.operator"))) == []
+COMPONENTS = ("sunk.scheduler", "sunk.operator")
+# What both components run on; none of it may know either of them.
+SHARED = ("sunk.runtime", "sunk.kube", "sunk.slurm", "sunk.ldap", "sunk.metrics", "sunk.flags", "sunk.logs")
 
 
-def test_the_operator_and_the_scheduler_are_separate_components() -> None:
+def in_package(module: str, packages: tuple[str, ...]) -> bool:
+    return any(module == p or module.startswith(p + ".") for p in packages)
+
+
+@pytest.mark.parametrize("shared", SHARED)
+def test_the_shared_layers_know_no_component(shared: str) -> None:
     graph = imports()
-    operator = reachable(graph, "sunk.operator.app") | {"sunk.operator.app"}
-    scheduler = reachable(graph, "sunk.scheduler.app") | {"sunk.scheduler.app"}
-    foreign = ("sunk.scheduler", "sunk.testing")
-    assert sorted(m for m in operator if m.startswith(foreign)) == []
-    assert sorted(m for m in scheduler if m.startswith("sunk.operator")) == []
+    modules = [m for m in graph if in_package(m, (shared,))]
+    assert modules, f"{shared} names no module"
+    reached = {m for start in modules for m in reachable(graph, start) | {start}}
+    assert sorted(m for m in reached if in_package(m, (*COMPONENTS, "sunk.testing", "sunk.cli"))) == []
+
+
+@pytest.mark.parametrize(("component", "other"), [COMPONENTS, COMPONENTS[::-1]])
+def test_no_module_of_one_component_imports_the_other(component: str, other: str) -> None:
+    graph = imports()
+    modules = [m for m in graph if in_package(m, (component,))]
+    reached = {m for start in modules for m in reachable(graph, start)}
+    assert sorted(m for m in reached if in_package(m, (other, "sunk.testing"))) == []

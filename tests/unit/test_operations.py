@@ -8,10 +8,10 @@ import logging
 
 import pytest
 
-from sunk import config
-from sunk.decide.submission import static_cpu_problem
 from sunk.flags import parse_duration
 from sunk.logs import JsonFormatter
+from sunk.scheduler import config
+from sunk.scheduler.decide.submission import static_cpu_problem
 from sunk.slurm.scontrol import memory_oversubscription_warning
 
 
@@ -137,7 +137,7 @@ def test_r8_2_a_listing_older_than_a_submit_does_not_forget_the_job() -> None:
     import time as clock
 
     from sunk.scheduler.jobs import JobIndex
-    from sunk.translate import PodRef, job_name, pod_of_job_name
+    from sunk.scheduler.translate import PodRef, job_name, pod_of_job_name
 
     index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"))
     ref = PodRef("ns", "p", "uid-1")
@@ -154,8 +154,8 @@ def test_r9_1_a_cancelled_gang_counts_as_cancelled_until_the_next_listing() -> N
     import time as clock
 
     from sunk.scheduler.jobs import JobIndex
+    from sunk.scheduler.translate import PodRef, job_name, pod_of_job_name
     from sunk.slurm.models import SlurmJob
-    from sunk.translate import PodRef, job_name, pod_of_job_name
 
     index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"))
     refs = [PodRef("ns", f"m{i}", f"uid-{i}") for i in range(2)]
@@ -174,8 +174,8 @@ def test_r8_2_jobs_are_found_by_pod_name_across_listings_and_records() -> None:
     import time as clock
 
     from sunk.scheduler.jobs import JobIndex
+    from sunk.scheduler.translate import PodRef, job_name, pod_of_job_name
     from sunk.slurm.models import SlurmJob
-    from sunk.translate import PodRef, job_name, pod_of_job_name
 
     def job(job_id: int, ref: PodRef) -> SlurmJob:
         return SlurmJob(job_id, job_name(ref, "sunk"), "RUNNING", "None", (), "", 0, 0, "batch", None, None)
@@ -197,8 +197,8 @@ def test_r8_2_a_listing_older_than_a_read_does_not_take_a_job_back_to_pending() 
     from dataclasses import replace
 
     from sunk.scheduler.jobs import JobIndex
+    from sunk.scheduler.translate import PodRef, job_name, pod_of_job_name
     from sunk.slurm.models import SlurmJob
-    from sunk.translate import PodRef, job_name, pod_of_job_name
 
     index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"))
     ref = PodRef("ns", "p", "uid-1")
@@ -218,8 +218,8 @@ def test_r8_2_a_reused_job_id_leaves_its_old_pods_key() -> None:
     import time as clock
 
     from sunk.scheduler.jobs import JobIndex
+    from sunk.scheduler.translate import PodRef, job_name, pod_of_job_name
     from sunk.slurm.models import SlurmJob
-    from sunk.translate import PodRef, job_name, pod_of_job_name
 
     def job(ref: PodRef) -> SlurmJob:
         return SlurmJob(40, job_name(ref, "sunk"), "RUNNING", "None", (), "", 0, 0, "batch", None, None)

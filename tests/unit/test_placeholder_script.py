@@ -15,10 +15,10 @@ from pathlib import Path
 
 import pytest
 
-from sunk.hooks import placeholder_script
-from sunk.hooks.auth import Verifier, pod_key, pod_token
-from sunk.hooks.server import HooksServer
-from sunk.translate import PodRef
+from sunk.scheduler.hooks import placeholder_script
+from sunk.scheduler.hooks.auth import Verifier, pod_key, pod_token
+from sunk.scheduler.hooks.server import HooksServer
+from sunk.scheduler.translate import PodRef
 
 SECRET = b"0123456789abcdef0123456789abcdef"
 POD = PodRef("team-a", "infer-1", "uid-1")

@@ -7,8 +7,9 @@ from dataclasses import replace
 
 import pytest
 
-from sunk.decide import DRAIN_MARGIN_S
-from sunk.decide.pod_actions import (
+from sunk.kube import events as ev
+from sunk.scheduler.decide import DRAIN_MARGIN_S
+from sunk.scheduler.decide.pod_actions import (
     CancelJob,
     DeletePod,
     DrainNode,
@@ -17,7 +18,6 @@ from sunk.decide.pod_actions import (
     for_bound_pod,
     for_ending_job,
 )
-from sunk.kube import events as ev
 from tests.unit.test_decide import NOW, job, pod
 
 KILL_WAIT = 30
@@ -133,7 +133,7 @@ def test_deleting_comes_after_saying_why() -> None:
 
 
 def test_the_pure_decisions_name_the_same_reasons_the_events_module_does() -> None:
-    from sunk.decide import submission
+    from sunk.scheduler.decide import submission
 
     assert (submission.INVALID, submission.FORBIDDEN, submission.STATIC_CPU) == (
         ev.INVALID,

@@ -8,14 +8,14 @@ import time
 
 import pytest
 
-from sunk import decide, policy
-from sunk.decide import kill_wait_drain_reason
 from sunk.kube.client import KubeError
+from sunk.scheduler import decide, policy
+from sunk.scheduler.decide import kill_wait_drain_reason
 from sunk.scheduler.reconciler import UNANSWERED_GRACE_S
+from sunk.scheduler.translate import PodRef, job_name
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer, SlurmUnavailable
 from sunk.slurm.request import owner_tag
 from sunk.testing.scheduler import NAMESPACE, PREFIX, SCHEDULER, Clock, World, pod
-from sunk.translate import PodRef, job_name
 
 
 def two_nodes() -> World:

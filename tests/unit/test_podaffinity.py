@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from sunk.translate import podaffinity
+from sunk.scheduler.translate import podaffinity
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"

@@ -8,10 +8,10 @@ from typing import Any
 
 import pytest
 
-from sunk import policy
-from sunk.explain import explain
-from sunk.policy import PERMISSIVE, PolicyError, PolicyFile, parse
-from sunk.translate import Settings, translate
+from sunk.scheduler import policy
+from sunk.scheduler.explain import explain
+from sunk.scheduler.policy import PERMISSIVE, PolicyError, PolicyFile, parse
+from sunk.scheduler.translate import Settings, translate
 
 P = "sunk.coreweave.com/"
 STRICT = """

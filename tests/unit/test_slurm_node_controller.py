@@ -6,11 +6,11 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from sunk.decide import cordon_drain_reason, kill_wait_drain_reason
 from sunk.kube.client import KubeError
+from sunk.scheduler.decide import cordon_drain_reason, kill_wait_drain_reason
+from sunk.scheduler.translate import PodRef
 from sunk.slurm.errors import SlurmUnavailable
 from sunk.testing.scheduler import PREFIX, World, pod
-from sunk.translate import PodRef
 
 
 def drained_by_admin(world: World, slurm_node: str = "sn-1") -> None:

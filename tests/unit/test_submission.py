@@ -5,11 +5,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from sunk.decide.submission import Refusal, vet
-from sunk.policy import PERMISSIVE, parse
+from sunk.scheduler.decide.submission import Refusal, vet
+from sunk.scheduler.policy import PERMISSIVE, parse
+from sunk.scheduler.translate import Settings, translate
 from sunk.slurm.request import JobRequest
 from sunk.testing.scheduler import PREFIX, pod
-from sunk.translate import Settings, translate
 
 SETTINGS = Settings(PREFIX, 30, "sunk")
 

@@ -8,15 +8,15 @@ from typing import Any
 import pytest
 
 from sunk.kube.quantity import QuantityError, parse_quantity
-from sunk.slurm.request import Exclusive
-from sunk.slurm.v0038 import V0038
-from sunk.translate import (
+from sunk.scheduler.translate import (
     PodRef,
     Settings,
     job_name,
     pod_of_job_name,
     translate,
 )
+from sunk.slurm.request import Exclusive
+from sunk.slurm.v0038 import V0038
 
 P = "sunk.coreweave.com/"
 

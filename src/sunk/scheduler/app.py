@@ -15,33 +15,33 @@ from functools import partial
 from typing import Any
 
 from sunk import metrics
-from sunk.config import Config
-from sunk.hooks import placeholder_script
-from sunk.hooks.auth import HookCredentials, Verifier
-from sunk.hooks.holds import Holds
-from sunk.hooks.server import HooksServer, PodGoneWaiters
-from sunk.hooks.tls import HooksTLS, hooks_url
 from sunk.kube.client import KubeClient, KubeError
 from sunk.kube.events import Recorder
 from sunk.kube.informer import Informer
 from sunk.kube.leader import LeaderElector
 from sunk.kube.nodefilter import node_ready
-from sunk.policy import PolicyFile
 from sunk.runtime import shell
 from sunk.runtime.manager import Manager
 from sunk.runtime.queue import WorkQueue
 from sunk.scheduler.cluster import ClusterView
+from sunk.scheduler.config import Config
+from sunk.scheduler.hooks import placeholder_script
+from sunk.scheduler.hooks.auth import HookCredentials, Verifier
+from sunk.scheduler.hooks.holds import Holds
+from sunk.scheduler.hooks.server import HooksServer, PodGoneWaiters
+from sunk.scheduler.hooks.tls import HooksTLS, hooks_url
 from sunk.scheduler.jobs import HookReads, JobIndex, JobPoller
 from sunk.scheduler.pod_gone import PodGone
 from sunk.scheduler.pods import PodStore
+from sunk.scheduler.policy import PolicyFile
 from sunk.scheduler.reconciler import Reconciler
 from sunk.scheduler.slurmnodes import SlurmNodeController, SlurmNodePoller
+from sunk.scheduler.translate import PodRef, Settings, pod_of_job_name
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.errors import SlurmError
 from sunk.slurm.models import SlurmJob
 from sunk.slurm.scontrol import memory_oversubscription_warning
 from sunk.slurm.tokens import TokenSource
-from sunk.translate import PodRef, Settings, pod_of_job_name
 
 log = logging.getLogger(__name__)
 RESYNC_EVERY_S = 30.0

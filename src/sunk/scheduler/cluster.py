@@ -11,8 +11,8 @@ from typing import Any
 
 from sunk.kube.nodefilter import affinity_allows, node_ready, why_not
 from sunk.runtime.ports import Cache
+from sunk.scheduler.translate import podaffinity
 from sunk.slurm.models import SlurmNode
-from sunk.translate import podaffinity
 
 Json = dict[str, Any]
 

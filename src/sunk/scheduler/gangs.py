@@ -7,7 +7,7 @@ this module adds is what concerns the group as a whole, always under the group's
 submitting once enough members are here, binding all members together, and giving the
 members back their freedom (cancelling the job) when the group times out, loses a member
 before it starts, or a placement is rejected. What can be decided from data alone lives in
-sunk.translate.gang and sunk.decide (when a group may be submitted, whether its members
+sunk.scheduler.translate.gang and sunk.scheduler.decide (when a group may be submitted, whether its members
 agree on one Slurm identity, whether it timed out, whether all members may be bound);
 this module gathers, keeps the order of steps under the group's lock, and does the I/O
 through the Pod controller's steps (`MemberSteps`).
@@ -21,17 +21,18 @@ import time
 from collections import defaultdict
 from typing import Any, Protocol
 
-from sunk import decide, metrics
+from sunk import metrics
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.runtime.controller import Outcome
+from sunk.scheduler import decide
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import KubePort, SlurmPort
+from sunk.scheduler.translate import PlaceholderJob, PodRef, Settings, gang, pod_of_job_name
 from sunk.slurm.dialect import JOB_PATH, group_submission
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer
 from sunk.slurm.models import SlurmJob
-from sunk.translate import PlaceholderJob, PodRef, Settings, gang, pod_of_job_name
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]

@@ -13,10 +13,10 @@ import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
 
+from sunk.scheduler.translate import PodRef
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.errors import SlurmError
 from sunk.slurm.models import SlurmJob
-from sunk.translate import PodRef
 
 log = logging.getLogger(__name__)
 

@@ -15,13 +15,13 @@ import time
 from collections import defaultdict
 from typing import Any
 
-from sunk import decide
-from sunk.decide import finished
+from sunk.scheduler import decide
 from sunk.scheduler.cluster import ClusterView
+from sunk.scheduler.decide import finished
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import SlurmPort
+from sunk.scheduler.translate import Settings, podaffinity, translate
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.translate import Settings, podaffinity, translate
 
 Json = dict[str, Any]
 # How old Slurm's view of a node may be when deciding a binding there.

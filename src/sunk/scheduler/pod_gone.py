@@ -8,10 +8,10 @@ from collections.abc import Callable
 from functools import partial
 from typing import Any
 
-from sunk.decide import holds_job
-from sunk.hooks.server import PodGoneWaiters
+from sunk.scheduler.decide import holds_job
+from sunk.scheduler.hooks.server import PodGoneWaiters
 from sunk.scheduler.pods import PodStore
-from sunk.translate import PodRef
+from sunk.scheduler.translate import PodRef
 
 Json = dict[str, Any]
 # (Pod, its job ID) for every member whose Pod must be gone before job `job_id` may end.

@@ -17,24 +17,25 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from sunk import decide, metrics, policy
-from sunk.decide import pod_actions, submission
-from sunk.hooks.auth import HookCredentials
+from sunk import metrics
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.runtime.controller import Outcome
 from sunk.runtime.expectations import Expectations
+from sunk.scheduler import decide, policy
 from sunk.scheduler.cluster import ClusterView
+from sunk.scheduler.decide import pod_actions, submission
 from sunk.scheduler.gangs import Gangs
+from sunk.scheduler.hooks.auth import HookCredentials
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.placement import Placement
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import KubePort, SlurmPort
+from sunk.scheduler.translate import PlaceholderJob, PodRef, Settings, gang, pod_of_job_name, translate
 from sunk.slurm.dialect import JOB_PATH, mark_environment
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer
 from sunk.slurm.models import SlurmJob
 from sunk.slurm.request import gres_text
-from sunk.translate import PlaceholderJob, PodRef, Settings, gang, pod_of_job_name, translate
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -164,7 +165,7 @@ class Reconciler:
 
     # -- the entry point ------------------------------------------------------------------
     async def reconcile(self, key: str) -> Outcome:
-        """Gather what the caches know, ask sunk.decide, carry the answer out."""
+        """Gather what the caches know, ask sunk.scheduler.decide, carry the answer out."""
         namespace, name = key.split("/", 1)
         pod = self.pods.get(key)
         if pod is None:

@@ -1,5 +1,5 @@
 """The Slurm-node controller: one Slurm node at a time, drains that follow cordons and one
-Event per drain (sunk.decide.slurm_node decides; this module gathers and carries out).
+Event per drain (sunk.scheduler.decide.slurm_node decides; this module gathers and carries out).
 
 The poller is its source: it lists Slurm's nodes every few seconds, records the listing in
 the cluster view (which placement reads too) and enqueues every node listed. Nothing here
@@ -15,8 +15,13 @@ from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
-from sunk.decide import out_of_use
-from sunk.decide.slurm_node import (
+from sunk.kube import events as ev
+from sunk.kube.client import KubeError
+from sunk.runtime.controller import DONE, Outcome, after
+from sunk.runtime.queue import WorkQueue
+from sunk.scheduler.cluster import ClusterView
+from sunk.scheduler.decide import out_of_use
+from sunk.scheduler.decide.slurm_node import (
     Drain,
     Explain,
     JobOnNode,
@@ -26,11 +31,6 @@ from sunk.decide.slurm_node import (
     event_key,
     for_slurm_node,
 )
-from sunk.kube import events as ev
-from sunk.kube.client import KubeError
-from sunk.runtime.controller import DONE, Outcome, after
-from sunk.runtime.queue import WorkQueue
-from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import KubePort, SlurmPort

@@ -12,20 +12,20 @@ from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
-from sunk.hooks.auth import HookCredentials
 from sunk.kube.events import Recorder
-from sunk.policy import PolicyFile
 from sunk.runtime.controller import Outcome
 from sunk.runtime.queue import WorkQueue
 from sunk.scheduler import gangs, jobs, placement, reconciler
 from sunk.scheduler.cluster import ClusterView
+from sunk.scheduler.hooks.auth import HookCredentials
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.pods import PodStore
+from sunk.scheduler.policy import PolicyFile
 from sunk.scheduler.reconciler import Reconciler
 from sunk.scheduler.slurmnodes import SlurmNodeController, SlurmNodePoller
+from sunk.scheduler.translate import Settings, gang, pod_of_job_name
 from sunk.testing import fakes
 from sunk.testing.fakes import FakeKube, FakeSlurm, MemoryCache
-from sunk.translate import Settings, gang, pod_of_job_name
 
 Json = dict[str, Any]
 SCHEDULER = "sunk"

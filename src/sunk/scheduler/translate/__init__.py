@@ -1,7 +1,7 @@
 """Pod → placeholder job translation and validation. Pure logic, no I/O."""
 
-from sunk.translate.annotations import DEFAULT_PREFIX, JobOptions
-from sunk.translate.job import (
+from sunk.scheduler.translate.annotations import DEFAULT_PREFIX, JobOptions
+from sunk.scheduler.translate.job import (
     PlaceholderJob,
     PodRef,
     Settings,

@@ -10,8 +10,8 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sunk.kube.resources import pod_requests
+from sunk.scheduler.translate.annotations import DEFAULT_PREFIX, JobOptions, parse_annotations
 from sunk.slurm.request import JobRequest
-from sunk.translate.annotations import DEFAULT_PREFIX, JobOptions, parse_annotations
 
 JOB_NAME_PREFIX = "sunk:"
 # Slurm must get the job's resources back before KillWait ends; the Pod gets this much

@@ -24,8 +24,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
+from sunk.scheduler.translate import PlaceholderJob, PodRef
 from sunk.slurm.models import SlurmJob, SlurmNode, gres_counts
-from sunk.translate import PlaceholderJob, PodRef
 
 Json = dict[str, Any]
 ENDED_PHASES = ("Succeeded", "Failed")

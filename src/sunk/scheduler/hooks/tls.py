@@ -7,7 +7,7 @@ import os
 import socket
 import ssl
 
-from sunk.config import Config
+from sunk.scheduler.config import Config
 
 
 def hooks_url(config: Config, port: int) -> str:

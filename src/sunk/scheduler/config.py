@@ -15,10 +15,10 @@ from pathlib import Path
 
 from sunk.flags import parse_bind, parse_duration
 from sunk.kube.resources import is_extended
-from sunk.policy import PolicyError
-from sunk.policy import parse as parse_policy
-from sunk.translate import DEFAULT_PREFIX
-from sunk.translate.job import DEFAULT_DEVICES
+from sunk.scheduler.policy import PolicyError
+from sunk.scheduler.policy import parse as parse_policy
+from sunk.scheduler.translate import DEFAULT_PREFIX
+from sunk.scheduler.translate.job import DEFAULT_DEVICES
 
 COMPONENTS = ("scheduler", "hooks")
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sunk.decide import cordon_drain_reason, drain_notice, for_cordon, pod_drain_note
+from sunk.scheduler.decide import cordon_drain_reason, drain_notice, for_cordon, pod_drain_note
+from sunk.scheduler.translate import PodRef
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.translate import PodRef
 
 Json = dict[str, Any]
 # A job that ended this long before the drain's reason was set still counts as the drain's:

@@ -34,7 +34,7 @@ from typing import Any
 
 import yaml
 
-from sunk.translate import JobOptions, PlaceholderJob
+from sunk.scheduler.translate import JobOptions, PlaceholderJob
 
 log = logging.getLogger(__name__)
 

@@ -3,7 +3,7 @@
 `vet` takes what the checks need (the translation, the namespace's trust policy, what the
 REST version cannot express) and answers with the job to submit or a final refusal, plus
 the warnings the Pod should carry either way. Which Slurm nodes it may use is decided after
-(`sunk.decide.placement_problem`), from the cluster's state.
+(`sunk.scheduler.decide.placement_problem`), from the cluster's state.
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from sunk import policy
+from sunk.scheduler import policy
+from sunk.scheduler.translate import PlaceholderJob, Translation, podaffinity
 from sunk.slurm.request import JobRequest
-from sunk.translate import PlaceholderJob, Translation, podaffinity
 
 Json = dict[str, Any]
 # Event and condition reasons (kept equal to sunk.kube.events' by a unit test).

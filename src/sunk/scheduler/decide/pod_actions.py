@@ -11,9 +11,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sunk.decide import drain_due, finished, kill_wait_drain_reason
+from sunk.scheduler.decide import drain_due, finished, kill_wait_drain_reason
+from sunk.scheduler.translate import PodRef
 from sunk.slurm.models import SlurmJob
-from sunk.translate import PodRef
 
 Json = dict[str, Any]
 

@@ -8,12 +8,12 @@ from typing import Any
 
 import yaml
 
-from sunk.policy import PERMISSIVE, Policy, check
+from sunk.scheduler.policy import PERMISSIVE, Policy, check
+from sunk.scheduler.translate import PlaceholderJob, Settings, gang, translate
+from sunk.scheduler.translate.job import KILL_WAIT_MARGIN_S
 from sunk.slurm.client import SUPPORTED_VERSIONS, make_dialect
 from sunk.slurm.dialect import group_submission
 from sunk.slurm.request import Exclusive, gres_text
-from sunk.translate import PlaceholderJob, Settings, gang, translate
-from sunk.translate.job import KILL_WAIT_MARGIN_S
 
 _SBATCH_EXCLUSIVE = {
     Exclusive.NONE: "--exclusive",

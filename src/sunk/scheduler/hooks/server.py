@@ -22,9 +22,9 @@ from typing import Protocol
 
 from aiohttp import web
 
-from sunk.hooks.auth import Verifier
-from sunk.hooks.holds import Holds
-from sunk.translate import PodRef
+from sunk.scheduler.hooks.auth import Verifier
+from sunk.scheduler.hooks.holds import Holds
+from sunk.scheduler.translate import PodRef
 
 log = logging.getLogger(__name__)
 # Below the 10 s a placeholder's curl waits: one round usually covers a Pod's deletion.
