@@ -82,7 +82,7 @@ async def test_r2_4_a_refused_pod_is_left_alone_on_later_passes() -> None:
 
 async def test_r12_1_a_pod_the_trust_policy_forbids_is_refused_for_good() -> None:
     world = two_nodes()
-    world.pod_controller.policy.policy = policy.parse("default:\n  accounts: [research]\n")
+    world.pod_controller.submitter.policy.policy = policy.parse("default:\n  accounts: [research]\n")
     key = world.create(pod(annotations={PREFIX + "account": "finance"}))
     await world.reconcile(key)
     assert world.slurm.submitted() == []

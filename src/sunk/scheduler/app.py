@@ -23,6 +23,7 @@ from sunk.kube.nodefilter import node_ready
 from sunk.runtime import shell
 from sunk.runtime.manager import Manager
 from sunk.runtime.queue import WorkQueue
+from sunk.scheduler import controllers
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.config import Config
 from sunk.scheduler.hooks import placeholder_script
@@ -30,13 +31,11 @@ from sunk.scheduler.hooks.auth import HookCredentials, Verifier
 from sunk.scheduler.hooks.holds import Holds
 from sunk.scheduler.hooks.server import HooksServer, PodGoneWaiters
 from sunk.scheduler.hooks.tls import HooksTLS, hooks_url
-from sunk.scheduler.jobs import HookReads, JobIndex, JobPoller
+from sunk.scheduler.jobs import HookReads, JobPoller
 from sunk.scheduler.pod_gone import PodGone
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.policy import PolicyFile
-from sunk.scheduler.reconciler import Reconciler
-from sunk.scheduler.slurmnodes import SlurmNodeController, SlurmNodePoller
-from sunk.scheduler.translate import PodRef, Settings, pod_of_job_name
+from sunk.scheduler.translate import PodRef, pod_of_job_name
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.errors import SlurmError
 from sunk.slurm.models import SlurmJob
@@ -104,7 +103,7 @@ class Scheduler:
             Informer(kube, slurmd_path, label_selector=config.slurmd_selector, name="slurmd")
         )
         self.cluster = ClusterView(self.nodes, self.slurmd, config.slurm_node_label)
-        self.index = JobIndex(lambda job: pod_of_job_name(slurm.owner_name(job), config.scheduler_name))
+        self.index = controllers.job_index(slurm, config)
         self.poller = JobPoller(
             slurm,
             self.index,
@@ -125,38 +124,23 @@ class Scheduler:
         # Events name the replica that acted (the Lease's holder identity).
         recorder = Recorder(kube, config.scheduler_name, self.identity)
         policy = PolicyFile(str(config.policy_file) if config.policy_file else None)
-        self.reconciler = Reconciler(
+        built = controllers.build(
+            config,
             kube=kube,
             slurm=slurm,
             pods=self.pods,
             cluster=self.cluster,
             index=self.index,
             recorder=recorder,
-            settings=Settings(
-                config.annotation_prefix, int(config.slurm_kill_wait_s), config.scheduler_name, config.devices
-            ),
             script=placeholder_script(),
             hooks=lambda: self.hooks,
             policy=policy,
-            placement=config.placement,
-            refuse_static_cpu=config.static_cpu_pods == "refuse",
         )
-        self.node_queue = WorkQueue()
-        self.slurm_nodes = SlurmNodeController(
-            slurm=slurm,
-            kube=kube,
-            cluster=self.cluster,
-            pods=self.pods,
-            index=self.index,
-            recorder=recorder,
-            scheduler=config.scheduler_name,
-            prefix=config.annotation_prefix,
-            drain_cordoned=config.drain_cordoned_nodes,
-            watched=frozenset(namespaces),
-        )
-        self.node_poller = SlurmNodePoller(
-            slurm, self.cluster, self.node_queue, on_gone=self.slurm_nodes.forget
-        )
+        self.reconciler = built.pods
+        self.gangs = built.gangs
+        self.node_queue = built.node_queue
+        self.slurm_nodes = built.slurm_nodes
+        self.node_poller = built.node_poller
         if policy.policy.permissive:
             log.warning(
                 "the trust policy lets Pods run Slurm jobs as root with any account, partition, QoS, "
@@ -245,9 +229,7 @@ class Scheduler:
         """The Pods whose job `job_id` is: its own, and for a gang's job (whose script runs
         for the whole group) every other member's."""
         return [(ref, job_id)] + [
-            (other, job.job_id)
-            for other, job in self.reconciler.gangs.components(job_id)
-            if job.job_id != job_id
+            (other, job.job_id) for other, job in self.gangs.components(job_id) if job.job_id != job_id
         ]
 
     def _job_changed(self, ref: PodRef) -> None:

@@ -10,7 +10,7 @@ before it starts, or a placement is rejected. What can be decided from data alon
 sunk.scheduler.translate.gang and sunk.scheduler.decide (when a group may be submitted, whether its members
 agree on one Slurm identity, whether it timed out, whether all members may be bound);
 this module gathers, keeps the order of steps under the group's lock, and does the I/O
-through the Pod controller's steps (`MemberSteps`).
+through the collaborators the Pod controller is handed too (`Submitter`, `Binder`).
 """
 
 from __future__ import annotations
@@ -19,17 +19,20 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
-from typing import Any, Protocol
+from typing import Any
 
 from sunk import metrics
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.runtime.controller import Outcome
 from sunk.scheduler import decide
+from sunk.scheduler.binding import Binder
 from sunk.scheduler.jobs import JobIndex
+from sunk.scheduler.memory import Memory
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import KubePort, SlurmPort
-from sunk.scheduler.translate import PlaceholderJob, PodRef, Settings, gang, pod_of_job_name
+from sunk.scheduler.submitting import Submitter
+from sunk.scheduler.translate import PlaceholderJob, PodRef, gang
 from sunk.slurm.dialect import JOB_PATH, group_submission
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer
 from sunk.slurm.models import SlurmJob
@@ -44,47 +47,30 @@ UNANSWERED_GRACE_S = 3.0
 GROUP_WAIT_S = 5.0
 
 
-class MemberSteps(Protocol):
-    """The one-Pod steps a group's members go through (the Pod controller's), which the
-    group's own steps call: the gang controller adds to them, never reaches into them."""
-
-    kube: KubePort
-    slurm: SlurmPort
-    pods: PodStore
-    index: JobIndex
-    recorder: ev.Recorder
-    settings: Settings
-    script: str
-    prefix: str
-
-    async def adopt(self, pod: Json) -> bool: ...
-
-    async def submit(self, pod: Json, avoid: tuple[str, ...] | None = None) -> Outcome: ...
-
-    async def prepare(self, pod: Json, avoid: tuple[str, ...]) -> PlaceholderJob | Outcome: ...
-
-    async def refuse(self, pod: Json, reason: str, problems: list[str]) -> Outcome: ...
-
-    async def record_job(self, pod: Json, job_id: int | None, avoid: tuple[str, ...]) -> None: ...
-
-    def avoid_nodes(self, pod: Json) -> tuple[str, ...]: ...
-
-    def environment(self, job: PlaceholderJob) -> dict[str, str]: ...
-
-    def note_unanswered(self, uid: str) -> None: ...
-
-    def unanswered_since(self, uid: str) -> float: ...
-
-    def with_group_mark(self, job: SlurmJob) -> SlurmJob: ...
-
-    async def placement(self, pod: Json, job: SlurmJob) -> tuple[str | None, str, bool]: ...
-
-    async def bind_to(self, pod: Json, job: SlurmJob, node_name: str, note: str = "") -> Outcome: ...
-
-
 class Gangs:
-    def __init__(self, steps: MemberSteps) -> None:
-        self.rec = steps
+    """The PodGroup steps. The Pod controller hands a member's key here when the member
+    belongs to a group; the steps use the same submitter and binder it does."""
+
+    def __init__(
+        self,
+        *,
+        kube: KubePort,
+        slurm: SlurmPort,
+        pods: PodStore,
+        index: JobIndex,
+        recorder: ev.Recorder,
+        memory: Memory,
+        submitter: Submitter,
+        binder: Binder,
+    ) -> None:
+        self.kube = kube
+        self.slurm = slurm
+        self.pods = pods
+        self.index = index
+        self.recorder = recorder
+        self.memory = memory
+        self.submitter = submitter
+        self.binder = binder
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._groups: dict[str, tuple[float, gang.PodGroup | None, str | None]] = {}
         # Group key → monotonic time before which no new job is submitted for it (after a
@@ -108,7 +94,7 @@ class Gangs:
         if cached is not None and now - cached[0] < GROUP_TTL_S:
             return cached[1], cached[2]
         try:
-            found, problem = gang.parse(await self.rec.kube.get(gang.path(namespace, name)))
+            found, problem = gang.parse(await self.kube.get(gang.path(namespace, name)))
         except KubeError as err:
             if not err.not_found:
                 raise
@@ -125,14 +111,14 @@ class Gangs:
 
     def components(self, leader: int) -> list[tuple[PodRef, SlurmJob]]:
         """The components of one heterogeneous job the index knows, by offset."""
-        found = [(ref, job) for ref, job in self.rec.index.items() if job.het_job_id == leader]
+        found = [(ref, job) for ref, job in self.index.items() if job.het_job_id == leader]
         return sorted(found, key=lambda pair: pair[1].het_job_offset)
 
     def others_running(self, ref: PodRef, job: SlurmJob) -> bool:
         """Another member of this job's group is there and has not finished."""
         assert job.group_leader is not None
         for other, _ in self.components(job.group_leader):
-            pod = self.rec.pods.get(f"{other.namespace}/{other.name}")
+            pod = self.pods.get(f"{other.namespace}/{other.name}")
             mine = pod is not None and pod["metadata"].get("uid") == other.uid
             if other.uid != ref.uid and mine and pod is not None and not decide.finished(pod):
                 return True
@@ -142,17 +128,17 @@ class Gangs:
         """(members with no job yet, whether some member has one): the live, unbound,
         not refused Pods of ours that join the group."""
         waiting, placed = [], False
-        for key in self.rec.pods.all_keys():
+        for key in self.pods.all_keys():
             if not key.startswith(namespace + "/"):
                 continue
-            pod = self.rec.pods.get(key)
+            pod = self.pods.get(key)
             if pod is None or gang.group_of(pod) != name or pod["metadata"].get("deletionTimestamp"):
                 continue
             if decide.finished(pod) or decide.finally_refused(pod):
                 continue
             has_job = (pod.get("spec") or {}).get("nodeName") or any(
                 ref.uid == pod["metadata"]["uid"] and job.active
-                for ref, job in self.rec.index.for_key(namespace, pod["metadata"]["name"])
+                for ref, job in self.index.for_key(namespace, pod["metadata"]["name"])
             )
             if has_job:
                 placed = True
@@ -165,8 +151,8 @@ class Gangs:
         members waiting changes with each arrival: one Event each would be a flood)."""
         for pod in pods:
             before = (ev.scheduled_condition(pod) or {}).get("reason")
-            if await self.rec.recorder.condition(pod, False, reason, message) and before != reason:
-                await self.rec.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
+            if await self.recorder.condition(pod, False, reason, message) and before != reason:
+                await self.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
 
     # -- submitting -----------------------------------------------------------------------
     async def find_or_submit(self, pod: Json, name: str) -> Outcome:
@@ -175,7 +161,7 @@ class Gangs:
         namespace = pod["metadata"]["namespace"]
         key = f"{namespace}/{name}"
         async with self._locks[key]:
-            if await self.rec.adopt(pod):
+            if await self.submitter.adopt(pod):
                 return Outcome()
             group, problem = await self.podgroup(namespace, name)
             if group is None:
@@ -188,14 +174,14 @@ class Gangs:
                 placed=placed,
                 retry_in=self._retry_at.get(key, 0.0) - time.monotonic(),
                 unanswered=decide.unanswered_wait(
-                    max((self.rec.unanswered_since(p["metadata"]["uid"]) for p in waiting), default=0.0),
-                    self.rec.index.listed_at,
+                    max((self.memory.unanswered_since(p["metadata"]["uid"]) for p in waiting), default=0.0),
+                    self.index.listed_at,
                     UNANSWERED_GRACE_S,
                 ),
                 wait_s=GROUP_WAIT_S,
             )
             if step.kind == "alone":
-                return await self.rec.submit(pod)
+                return await self.submitter.submit(pod)
             if step.kind == "submit":
                 return await self._submit(group, waiting)
             if step.message:
@@ -205,7 +191,7 @@ class Gangs:
     async def _submit(self, group: gang.PodGroup, members: list[Json]) -> Outcome:
         jobs: list[PlaceholderJob] = []
         for pod in members:
-            prepared = await self.rec.prepare(pod, self.rec.avoid_nodes(pod))
+            prepared = await self.submitter.prepare(pod, self.submitter.avoid_nodes(pod))
             if not isinstance(prepared, PlaceholderJob):
                 return Outcome(requeue_after=GROUP_WAIT_S)  # that member says why; the rest wait
             jobs.append(prepared)
@@ -216,30 +202,32 @@ class Gangs:
         # The batch script runs in the first component only, so only it needs the script's
         # environment (its Pod, the hooks API, its key); Slurm wants one for each.
         parts = [
-            self.rec.slurm.submission(
-                job.request, self.rec.script, self.rec.environment(job) if i == 0 else {"PATH": JOB_PATH}
+            self.slurm.submission(
+                job.request,
+                self.submitter.script,
+                self.submitter.environment(job) if i == 0 else {"PATH": JOB_PATH},
             )
             for i, job in enumerate(jobs)
         ]
         try:
-            submitted = await self.rec.slurm.submit(group_submission(parts))
+            submitted = await self.slurm.submit(group_submission(parts))
         except SlurmError as err:
             if isinstance(err, SlurmNoAnswer):
                 for job in jobs:
-                    self.rec.note_unanswered(job.pod.uid)
+                    self.memory.note_unanswered(job.pod.uid)
             if err.retryable:
                 for pod in members:
-                    await self.rec.recorder.condition(pod, False, ev.SLURM_UNAVAILABLE, str(err))
+                    await self.recorder.condition(pod, False, ev.SLURM_UNAVAILABLE, str(err))
                 raise
             for pod in members:
-                await self.rec.refuse(pod, ev.REJECTED_BY_SLURM, [f"PodGroup {group}: {err}"])
+                await self.submitter.refuse(pod, ev.REJECTED_BY_SLURM, [f"PodGroup {group}: {err}"])
             return Outcome()
         leader = submitted.job_id
         try:
             components = {
                 ref.uid: job
-                for job in await self.rec.slurm.job_group(leader)
-                if (ref := pod_of_job_name(self.rec.slurm.owner_name(job), self.rec.settings.scheduler_name))
+                for job in await self.slurm.job_group(leader)
+                if (ref := self.submitter.pod_of(job))
             }
         except SlurmError:
             components = {}
@@ -247,14 +235,14 @@ class Gangs:
             # The job exists; the next listing shows its components and each member adopts
             # its own. Until then no member is submitted again.
             for job in jobs:
-                self.rec.note_unanswered(job.pod.uid)
+                self.memory.note_unanswered(job.pod.uid)
             return Outcome(requeue_after=1)
         for job in jobs:
-            self.rec.index.observe(job.pod, components[job.pod.uid])
+            self.index.observe(job.pod, components[job.pod.uid])
         for pod, job in zip(members, jobs, strict=True):
             component = components[job.pod.uid]
             try:
-                await self.rec.record_job(pod, component.job_id, self.rec.avoid_nodes(pod))
+                await self.submitter.record_job(pod, component.job_id, self.submitter.avoid_nodes(pod))
             except KubeError as err:
                 if not (err.not_found or err.conflict):
                     raise  # the index holds the components: the retry adopts them
@@ -268,7 +256,7 @@ class Gangs:
         metrics.ATTEMPTS.labels("submitted").inc(len(jobs))
         for pod, job in zip(members, jobs, strict=True):
             component = components[job.pod.uid]
-            await self.rec.recorder.event(
+            await self.recorder.event(
                 pod,
                 ev.PLACEHOLDER_SUBMITTED,
                 f"Submitted Slurm job {component.job_id} ({job.cpus} CPU, {job.memory_mib} MiB), component "
@@ -276,7 +264,7 @@ class Gangs:
             )
         if submitted.warning:
             for pod in members:
-                await self.rec.recorder.event(
+                await self.recorder.event(
                     pod,
                     ev.SLURM_WARNING,
                     f"Slurm accepted job {leader} but says: {submitted.warning}",
@@ -301,7 +289,7 @@ class Gangs:
         again and the next pass comes to the same decision."""
         members = []
         for ref, _ in self.components(leader):
-            pod = self.rec.pods.get(f"{ref.namespace}/{ref.name}")
+            pod = self.pods.get(f"{ref.namespace}/{ref.name}")
             if (
                 pod is None
                 or pod["metadata"].get("uid") != ref.uid
@@ -310,22 +298,24 @@ class Gangs:
                 continue
             if (pod.get("spec") or {}).get("nodeName"):
                 continue  # bound already: its job ending deletes it (never happens before all are)
-            avoided = self.rec.avoid_nodes(pod) + ((avoid[ref.uid],) if avoid and ref.uid in avoid else ())
+            avoided = self.submitter.avoid_nodes(pod) + (
+                (avoid[ref.uid],) if avoid and ref.uid in avoid else ()
+            )
             try:
-                await self.rec.record_job(pod, None, avoided)
+                await self.submitter.record_job(pod, None, avoided)
             except KubeError as err:
                 if not (err.not_found or err.conflict):
                     raise
                 continue
             members.append(pod)
         log.info("cancelling job %s of PodGroup %s: %s", leader, group, message)
-        await self.rec.slurm.cancel(leader)
-        self.rec.index.expect_cancelled(leader)
+        await self.slurm.cancel(leader)
+        self.index.expect_cancelled(leader)
         if group is not None and retry_after:
             self._retry_at[str(group)] = time.monotonic() + retry_after
         for pod in members:
-            await self.rec.recorder.event(pod, reason, message, warning=True)
-            await self.rec.recorder.condition(pod, False, ev.WAITING_FOR_GROUP, message)
+            await self.recorder.event(pod, reason, message, warning=True)
+            await self.recorder.condition(pod, False, ev.WAITING_FOR_GROUP, message)
         return Outcome(requeue_after=retry_after or 1)
 
     async def timed_out(self, pod: Json, job: SlurmJob) -> Outcome:
@@ -336,7 +326,7 @@ class Gangs:
         namespace = pod["metadata"]["namespace"]
         async with self._locks[f"{namespace}/{name}"]:
             group, _ = await self.podgroup(namespace, name)
-            current = self.rec.index.get(leader)
+            current = self.index.get(leader)
             if group is None or current is None or not current[1].pending:
                 return Outcome(requeue_after=1)  # it started meanwhile, or is gone: look again
             return await self.release(
@@ -354,7 +344,7 @@ class Gangs:
         assert leader is not None
         pod = None
         for other, _ in self.components(leader):
-            pod = pod or self.rec.pods.get(f"{other.namespace}/{other.name}")
+            pod = pod or self.pods.get(f"{other.namespace}/{other.name}")
         name = gang.group_of(pod) if pod else None
         group = None
         if name is not None:
@@ -377,13 +367,13 @@ class Gangs:
         namespace = pod["metadata"]["namespace"]
         async with self._locks[f"{namespace}/{name}"]:
             components = self.components(leader)
-            jobs = [self.rec.with_group_mark(c) for _, c in components]
+            jobs = [self.index.with_group_mark(c) for _, c in components]
             waiting = decide.group_bind(jobs)
             if waiting:
                 return Outcome(requeue_after=1)
             members: list[tuple[Json, SlurmJob]] = []
             for (ref, _), component in zip(components, jobs, strict=True):
-                member = self.rec.pods.get(f"{ref.namespace}/{ref.name}")
+                member = self.pods.get(f"{ref.namespace}/{ref.name}")
                 if member is None or member["metadata"].get("uid") != ref.uid:
                     return Outcome(requeue_after=1)  # its claim is settled on its own pass
                 members.append((member, component))
@@ -391,7 +381,7 @@ class Gangs:
             for member, component in members:
                 if (member.get("spec") or {}).get("nodeName"):
                     continue
-                node_name, problem, _ = await self.rec.placement(member, component)
+                node_name, problem, _ = await self.binder.target(member, component)
                 if node_name is None:
                     slurm_node = component.nodes[0]
                     group, _ = await self.podgroup(namespace, str(name))
@@ -405,7 +395,7 @@ class Gangs:
                     )
                 targets.append((member, component, node_name))
         for member, component, node_name in targets:
-            await self.rec.bind_to(
+            await self.binder.bind(
                 member, component, node_name, f"; all members of PodGroup {namespace}/{name} together"
             )
         return Outcome()

@@ -116,6 +116,14 @@ class JobIndex:
     def get(self, job_id: int) -> tuple[PodRef, SlurmJob] | None:
         return self._by_id.get(job_id)
 
+    def with_group_mark(self, job: SlurmJob) -> SlurmJob:
+        """A gang's placeholder script runs in the first component only and marks that one
+        started; the other components count as started when it is."""
+        if job.group_leader is None or job.het_job_offset == 0:
+            return job
+        leader = self._by_id.get(job.group_leader)
+        return replace(job, started=leader is not None and leader[1].started)
+
     def for_key(self, namespace: str, name: str) -> list[tuple[PodRef, SlurmJob]]:
         """Every job named for this Pod name, whichever Pod UID: called on each reconcile."""
         return [self._by_id[job_id] for job_id in self._by_key.get((namespace, name), ())]

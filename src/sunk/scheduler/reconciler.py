@@ -9,33 +9,27 @@ where the last process stopped, without a second job for the same Pod.
 
 from __future__ import annotations
 
-import dataclasses
-import datetime as dt
 import logging
-import os
 import time
-from collections.abc import Callable
 from typing import Any
 
 from sunk import metrics
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.runtime.controller import Outcome
-from sunk.runtime.expectations import Expectations
-from sunk.scheduler import decide, policy
+from sunk.scheduler import decide
+from sunk.scheduler.binding import Binder
 from sunk.scheduler.cluster import ClusterView
-from sunk.scheduler.decide import pod_actions, submission
+from sunk.scheduler.decide import pod_actions
 from sunk.scheduler.gangs import Gangs
-from sunk.scheduler.hooks.auth import HookCredentials
 from sunk.scheduler.jobs import JobIndex
-from sunk.scheduler.placement import Placement
+from sunk.scheduler.memory import Memory
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import KubePort, SlurmPort
-from sunk.scheduler.translate import PlaceholderJob, PodRef, Settings, gang, pod_of_job_name, translate
-from sunk.slurm.dialect import JOB_PATH, mark_environment
-from sunk.slurm.errors import SlurmError, SlurmNoAnswer
+from sunk.scheduler.submitting import Submitter, size
+from sunk.scheduler.translate import PodRef, Settings, gang, translate
+from sunk.slurm.errors import SlurmError
 from sunk.slurm.models import SlurmJob
-from sunk.slurm.request import gres_text
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -63,11 +57,11 @@ class Reconciler:
         index: JobIndex,
         recorder: ev.Recorder,
         settings: Settings,
-        script: str,
-        hooks: Callable[[], HookCredentials],
-        policy: policy.PolicyFile,
+        memory: Memory,
+        submitter: Submitter,
+        binder: Binder,
+        gangs: Gangs,
         placement: str = "slurm",
-        refuse_static_cpu: bool = False,
     ) -> None:
         self.kube = kube
         self.slurm = slurm
@@ -76,66 +70,21 @@ class Reconciler:
         self.index = index
         self.recorder = recorder
         self.settings = settings
-        self.script = script
         self.prefix = settings.annotation_prefix
-        # Where placeholders reach the hooks API: known once it listens, its CA re-read on
-        # renewal, so it is asked for at each submission.
-        self.hooks = hooks
-        self.policy = policy
+        self.memory = memory
+        self.submitter = submitter
+        self.binder = binder
+        self.gangs = gangs
         self.placement_policy = placement  # --placement
-        self.refuse_static_cpu = refuse_static_cpu
-        self.places = Placement(slurm=slurm, cluster=cluster, pods=pods, settings=settings)
-        # Jobs are remembered by (job ID, Pod UID): a slurmctld that lost its state hands
-        # the same job IDs out again, and what was done to the old job says nothing of the new.
-        self._signalled: set[tuple[int, str]] = set()
-        # → when Slurm accepted our cancel. A cancel that failed is not recorded (the next
-        # pass tries again); one Slurm accepted but lost (a slurmctld crash) is sent again if
-        # the job still runs CANCEL_CONFIRM_S later.
-        self._cancelled: dict[tuple[int, str], float] = {}
-        # Pod UID → when a submission for it got no answer: Slurm may hold a job for it that
-        # no listing has shown yet, so it is not submitted again before one has.
-        self._unanswered: dict[str, float] = {}
-        self._drained: set[int] = set()
-        # Pod key → UID of Pods this process asked the API server to delete, until they are
-        # gone: the informer may not show the deletion yet, and a second Event saying the
-        # same thing (or a second DELETE) would only add load when a thousand jobs end.
-        self._deleting: dict[str, str] = {}
-        # (job ID, Pod UID) whose placeholder said on the hooks API that Slurm is ending it:
-        # a claim to check with Slurm before the Pod goes (a stolen key must not end a Pod).
-        self._ending_reported: set[tuple[int, str]] = set()
         self._asking_slurm = 0
-        # Pod UID → the job ID this process last wrote on it, until the cache shows it.
-        self._job_written: Expectations[int | None] = Expectations()
-        self.gangs = Gangs(self)
-
-    def note_unanswered(self, uid: str) -> None:
-        """A submission for Pod `uid` got no answer: Slurm may hold a job for it that no
-        listing has shown yet."""
-        self._unanswered[uid] = time.monotonic()
-
-    def unanswered_since(self, uid: str) -> float:
-        """When a submission for Pod `uid` last got no answer (monotonic), or 0."""
-        return self._unanswered.get(uid, 0.0)
 
     def prune(self, live: set[int]) -> None:
-        """Forget what was remembered about jobs Slurm no longer lists: nothing here is
-        needed after a job is gone, and a process that runs for months must not grow."""
-        self._ending_reported = {k for k in self._ending_reported if k[0] in live}
-        for key in [k for k in self._cancelled if k[0] not in live]:
-            del self._cancelled[key]
-        self._signalled = {k for k in self._signalled if k[0] in live}
-        self._drained &= live
-        for uid in [u for u, at in self._unanswered.items() if time.monotonic() - at > 600]:
-            del self._unanswered[uid]
-        self.places.prune()
-        self._job_written.prune()
+        """After every job listing: forget what concerned jobs Slurm no longer lists."""
+        self.memory.prune(live)
+        self.binder.places.prune()
         self.gangs.prune()
 
     # -- small readers --------------------------------------------------------------------
-    def _annotation(self, pod: Json, key: str) -> str | None:
-        value = ((pod.get("metadata") or {}).get("annotations") or {}).get(self.prefix + key)
-        return str(value) if value is not None else None
-
     def _recorded_job_id(self, pod: Json) -> int | None:
         return decide.recorded_job_id(pod, self.prefix)
 
@@ -144,15 +93,7 @@ class Reconciler:
         found = self.index.get(job_id) if job_id is not None else None
         if found is None or found[0].uid != pod["metadata"]["uid"]:
             return None  # never trust a job ID alone: IDs restart when Slurm's state is wiped
-        return self.with_group_mark(found[1])
-
-    def with_group_mark(self, job: SlurmJob) -> SlurmJob:
-        """A gang's placeholder script runs in the first component only and marks that one
-        started; the other components count as started when it is."""
-        if job.group_leader is None or job.het_job_offset == 0:
-            return job
-        leader = self.index.get(job.group_leader)
-        return dataclasses.replace(job, started=leader is not None and leader[1].started)
+        return self.index.with_group_mark(found[1])
 
     async def _group_timed_out(self, pod: Json, job: SlurmJob | None) -> bool:
         name = gang.group_of(pod)
@@ -169,8 +110,8 @@ class Reconciler:
         namespace, name = key.split("/", 1)
         pod = self.pods.get(key)
         if pod is None:
-            self._deleting.pop(key, None)
-        elif self._job_written.unseen(pod["metadata"]["uid"], self._recorded_job_id(pod)):
+            self.memory.deleting.pop(key, None)
+        elif self.memory.job_written.unseen(pod["metadata"]["uid"], self._recorded_job_id(pod)):
             # The cache still shows the job this process just moved the Pod off (a rejected
             # placement, a released group): judged by that copy, the Pod would look ended
             # and its new job unowned.
@@ -194,7 +135,7 @@ class Reconciler:
             prefix=self.prefix,
             synced=self.index.synced.is_set(),
             now=time.time(),
-            ending_reported=(job_id, pod["metadata"]["uid"]) in self._ending_reported,
+            ending_reported=(job_id, pod["metadata"]["uid"]) in self.memory.ending_reported,
             group_timed_out=await self._group_timed_out(pod, job),
             widen_after=None
             if needed is None
@@ -241,11 +182,11 @@ class Reconciler:
         if self.placement_policy == "pack" or gang.group_of(pod):
             return  # written at submission: how the job was steered, or which group job it is
         translation = translate(pod, self.settings)
-        size = f" ({_size(translation.job)})" if translation.job is not None else ""
+        sized = f" ({size(translation.job)})" if translation.job is not None else ""
         await self.recorder.event(
             pod,
             ev.PLACEHOLDER_SUBMITTED,
-            f"Submitted Slurm job {job.job_id}{size}; not started after {decide.TRANSIENT_S:.0f} s",
+            f"Submitted Slurm job {job.job_id}{sized}; not started after {decide.TRANSIENT_S:.0f} s",
         )
 
     async def _settle_claim(self, ref: PodRef, job: SlurmJob, pod: Json | None) -> bool:
@@ -256,14 +197,14 @@ class Reconciler:
             ref,
             job,
             prefix=self.prefix,
-            cancelled_at=self._cancelled.get((job.job_id, ref.uid)),
-            signalled=(job.job_id, ref.uid) in self._signalled,
+            cancelled_at=self.memory.cancelled.get((job.job_id, ref.uid)),
+            signalled=(job.job_id, ref.uid) in self.memory.signalled,
             now=time.monotonic(),
             others_running=job.group_leader is not None and self.gangs.others_running(ref, job),
         )
         if verdict is decide.Claim.RELEASE_GROUP:
             if await self._still_claims(ref, job.job_id):
-                self._cancelled[(job.job_id, ref.uid)] = time.monotonic()
+                self.memory.cancelled[(job.job_id, ref.uid)] = time.monotonic()
                 await self.gangs.member_left(ref, job)
             return False
         if verdict is decide.Claim.CANCEL:
@@ -271,7 +212,7 @@ class Reconciler:
             # that the Pod is gone and exits, so the job ends without waiting for KillWait.
             again = (
                 " again (Slurm did not act on the first cancel)"
-                if (job.job_id, ref.uid) in self._cancelled
+                if (job.job_id, ref.uid) in self.memory.cancelled
                 else ""
             )
             if not await self._still_claims(ref, job.job_id):
@@ -280,14 +221,14 @@ class Reconciler:
             target = job.group_leader or job.job_id
             log.info("cancelling Slurm job %s of %s%s: its Pod is gone or done", target, ref, again)
             await self.slurm.cancel(target)
-            self._cancelled[(job.job_id, ref.uid)] = time.monotonic()
+            self.memory.cancelled[(job.job_id, ref.uid)] = time.monotonic()
             return not job.ending
         if verdict is decide.Claim.SIGNAL:
             # SIGUSR1, not SIGTERM: the script then knows Slurm is not ending the job, so it
             # holds the node until the Pod is gone with no KillWait deadline and no drain.
             log.info("telling Slurm job %s of %s that its Pod is being deleted", job.job_id, ref)
             await self.slurm.cancel(job.job_id, signal="USR1")
-            self._signalled.add((job.job_id, ref.uid))
+            self.memory.signalled.add((job.job_id, ref.uid))
         return verdict is decide.Claim.RECHECK
 
     async def _still_claims(self, ref: PodRef, job_id: int) -> bool:
@@ -295,11 +236,11 @@ class Reconciler:
         was filled by a listing, and a slurmctld that lost its state since may have given
         that ID to another Pod's new job."""
         found = await self.slurm.job(job_id)
-        if found is not None and self.pod_of(found) == ref:
+        if found is not None and self.submitter.pod_of(found) == ref:
             return True
         log.info("not cancelling job %s: Slurm no longer holds it for %s", job_id, ref)
         if found is not None:
-            owner = self.pod_of(found)
+            owner = self.submitter.pod_of(found)
             if owner is not None:
                 self.index.observe(owner, found)  # the ID's new owner: the old key forgets it
         return False
@@ -313,9 +254,9 @@ class Reconciler:
             pod,
             job,
             leader[1] if leader else None,
-            cancelled_for_pod=(job.job_id, uid) in self._signalled,
+            cancelled_for_pod=(job.job_id, uid) in self.memory.signalled,
             being_deleted=self._being_deleted(pod),
-            drained=job.job_id in self._drained,
+            drained=job.job_id in self.memory.drained,
             kill_wait_s=self.settings.kill_wait_s,
             now=time.time(),
         )
@@ -329,13 +270,13 @@ class Reconciler:
             if isinstance(action, pod_actions.CancelJob):
                 log.info("cancelling Slurm job %s of %s: %s", action.job_id, ref, action.why)
                 await self.slurm.cancel(action.job_id)
-                self._signalled.add((job.job_id, ref.uid))
+                self.memory.signalled.add((job.job_id, ref.uid))
             elif isinstance(action, pod_actions.Explain):
                 await self.recorder.event(pod, action.reason, action.note, warning=True)
             elif isinstance(action, pod_actions.DeletePod):
                 await self._delete(pod)
             elif isinstance(action, pod_actions.DrainNode):
-                self._drained.add(job.job_id)  # the placeholder script drains too: one try here
+                self.memory.drained.add(job.job_id)  # the placeholder script drains too: one try here
                 problem = await self.slurm.drain(action.node, action.reason)
                 if problem:
                     await self.recorder.event(pod, ev.NODE_DRAINED, problem, warning=True)
@@ -345,7 +286,7 @@ class Reconciler:
         """The placeholder script got SIGTERM (Slurm cancels, preempts or times out its job)
         and said so on the hooks API. Only recorded here: the Pod's next pass asks Slurm,
         and the Pod goes once Slurm agrees."""
-        self._ending_reported.add((job_id, ref.uid))
+        self.memory.ending_reported.add((job_id, ref.uid))
 
     async def _confirm_ending(self, pod: Json, job_id: int) -> Outcome:
         """A placeholder said its job is ending: read that job (a few at a time; when a
@@ -362,8 +303,8 @@ class Reconciler:
             return Outcome(requeue_after=1)
         finally:
             self._asking_slurm -= 1
-        self._ending_reported.discard((job_id, ref.uid))
-        if found is not None and self.pod_of(found) == ref:
+        self.memory.ending_reported.discard((job_id, ref.uid))
+        if found is not None and self.submitter.pod_of(found) == ref:
             self.index.observe(ref, found)
             if decide.slurm_ends(pod, found):
                 return await self._job_ending(pod, found)  # says why, deletes, drains if late
@@ -386,7 +327,7 @@ class Reconciler:
         job_id = self._recorded_job_id(pod)
         if job_id is not None:
             found = await self.slurm.job(job_id)
-            if found is not None and self.pod_of(found) == PodRef.of(pod):
+            if found is not None and self.submitter.pod_of(found) == PodRef.of(pod):
                 self.index.observe(PodRef.of(pod), found)
                 return Outcome(requeue_after=1) if found.ending else await self._check_still_there(pod, found)
         note = f"Slurm job {job_id} no longer exists in Slurm; deleting the Pod"
@@ -403,7 +344,7 @@ class Reconciler:
     def _being_deleted(self, pod: Json) -> bool:
         meta = pod["metadata"]
         key = f"{meta['namespace']}/{meta['name']}"
-        return bool(meta.get("deletionTimestamp")) or self._deleting.get(key) == meta.get("uid")
+        return bool(meta.get("deletionTimestamp")) or self.memory.deleting.get(key) == meta.get("uid")
 
     async def _delete(self, pod: Json) -> None:
         meta = pod["metadata"]
@@ -412,7 +353,7 @@ class Reconciler:
         except KubeError as err:
             if not (err.not_found or err.conflict):
                 raise
-        self._deleting[f"{meta['namespace']}/{meta['name']}"] = meta["uid"]
+        self.memory.deleting[f"{meta['namespace']}/{meta['name']}"] = meta["uid"]
 
     # -- an unbound Pod -------------------------------------------------------------------
     async def _find_or_submit(self, pod: Json) -> Outcome:
@@ -420,175 +361,15 @@ class Reconciler:
         annotate), or submit one, unless a submission got no answer and no listing since
         could have shown its job."""
         uid = pod["metadata"]["uid"]
-        if await self.adopt(pod):
-            self._unanswered.pop(uid, None)
+        if await self.submitter.adopt(pod):
+            self.memory.answered(uid)
             return Outcome()
-        if decide.unanswered_wait(self.unanswered_since(uid), self.index.listed_at, UNANSWERED_GRACE_S):
+        if decide.unanswered_wait(
+            self.memory.unanswered_since(uid), self.index.listed_at, UNANSWERED_GRACE_S
+        ):
             return Outcome(requeue_after=1)
-        self._unanswered.pop(uid, None)
-        return await self.submit(pod)
-
-    async def adopt(self, pod: Json) -> bool:
-        """After a restart, a job may exist that the Pod does not name yet: use it."""
-        meta = pod["metadata"]
-        mine = [
-            job
-            for ref, job in self.index.for_key(meta["namespace"], meta["name"])
-            if ref.uid == meta["uid"] and job.active
-        ]
-        if not mine:
-            return False
-        job = max(mine, key=lambda j: j.job_id)
-        await self.record_job(pod, job.job_id, self.avoid_nodes(pod))
-        metrics.ATTEMPTS.labels("adopted").inc()
-        await self.recorder.event(
-            pod, ev.PLACEHOLDER_ADOPTED, f"Found existing Slurm job {job.job_id} for this Pod"
-        )
-        return True
-
-    def pod_of(self, job: SlurmJob) -> PodRef | None:
-        """The Pod `job` was submitted for, when this scheduler submitted it."""
-        return pod_of_job_name(self.slurm.owner_name(job), self.settings.scheduler_name)
-
-    def avoid_nodes(self, pod: Json) -> tuple[str, ...]:
-        raw = self._annotation(pod, "avoid-nodes") or ""
-        return tuple(n for n in raw.split(",") if n)
-
-    async def record_job(self, pod: Json, job_id: int | None, avoid: tuple[str, ...]) -> None:
-        """Write the Pod's job (None: it has none now) and the nodes its jobs must avoid;
-        until the cache shows the new job, the Pod is not judged by the old one."""
-        meta = pod["metadata"]
-        annotations: dict[str, str | None] = {self.prefix + "job-id": str(job_id) if job_id else None}
-        annotations[self.prefix + "avoid-nodes"] = ",".join(avoid) if avoid else None
-        await self.kube.patch_pod(
-            meta["namespace"], meta["name"], meta["uid"], {"metadata": {"annotations": annotations}}
-        )
-        self._job_written.expect(meta["uid"], job_id)
-
-    async def refuse(self, pod: Json, reason: str, problems: list[str]) -> Outcome:
-        """A final answer (R2.4): Event + condition, and the Pod is never tried again."""
-        message = "; ".join(problems)
-        metrics.ATTEMPTS.labels("rejected_by_slurm" if reason == ev.REJECTED_BY_SLURM else "refused").inc()
-        await self.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
-        await self.recorder.condition(pod, False, reason, message)
-        return Outcome()
-
-    async def prepare(self, pod: Json, avoid: tuple[str, ...]) -> PlaceholderJob | Outcome:
-        """The job to submit for `pod`, or what was done instead: refused for good (invalid,
-        forbidden, unsupported) or told why no node can take it now."""
-        vetting = submission.vet(
-            pod,
-            translate(pod, self.settings),
-            self.policy.current(),
-            self.slurm.dialect.unsupported,
-            prefix=self.prefix,
-            refuse_static_cpu=self.refuse_static_cpu,
-        )
-        if vetting.refusal is not None:
-            return await self.refuse(pod, vetting.refusal.reason, list(vetting.refusal.problems))
-        for notice in vetting.notices:
-            await self.recorder.event(pod, notice.reason, notice.note, warning=True)
-        assert vetting.job is not None
-        job = vetting.job
-        excluded = self._excluded_for(pod)
-        message = decide.placement_problem(
-            job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes
-        )
-        if message:
-            if await self.recorder.condition(pod, False, ev.UNSCHEDULABLE, message):
-                await self.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
-            return Outcome(requeue_after=5)
-        return job.avoiding(tuple(excluded) + avoid)
-
-    def _excluded_for(self, pod: Json) -> dict[str, str]:
-        """The Slurm nodes the Pod's own constraints rule out, with why. Only Pods with
-        affinity or spread rules gather the Pods already placed."""
-        return self.places.excluded_for(pod)
-
-    def environment(self, job: PlaceholderJob) -> dict[str, str]:
-        """What the placeholder script of `job` is told (its Pod, the hooks API, its token
-        and key)."""
-        hooks = self.hooks()
-        environment = {
-            "PATH": JOB_PATH,
-            **mark_environment(self.slurm.dialect, job.request),
-            "SUNK_POD": str(job.pod),
-            "SUNK_POD_UID": job.pod.uid,
-            "SUNK_HOOK_URL": hooks.url,
-            "SUNK_HOOK_TOKEN": hooks.token_for(job.pod.uid),
-            "SUNK_HOOK_KEY": hooks.key_for(job.pod.uid),
-            **({"SUNK_HOOK_CA": hooks.ca_pem} if hooks.ca_pem else {}),
-            "SUNK_KILL_WAIT": str(self.settings.kill_wait_s),
-        }
-        if os.environ.get("SLURM_CONF"):
-            environment["SLURM_CONF"] = os.environ["SLURM_CONF"]
-        return environment
-
-    async def submit(self, pod: Json, avoid: tuple[str, ...] | None = None) -> Outcome:
-        avoid = avoid if avoid is not None else self.avoid_nodes(pod)
-        prepared = await self.prepare(pod, avoid)
-        if isinstance(prepared, Outcome):
-            return prepared
-        return await self._submit_prepared(pod, prepared, avoid)
-
-    async def _submit_prepared(self, pod: Json, job: PlaceholderJob, avoid: tuple[str, ...]) -> Outcome:
-        packing = decide.Packing()
-        if self.placement_policy == "pack":
-            packing = decide.pack(job, self.cluster.slurm_node_usage)
-            job = dataclasses.replace(job, packed_away=packing.left_out)
-        submission = self.slurm.submission(job.request, self.script, self.environment(job))
-        try:
-            submitted = await self.slurm.submit(submission)
-        except SlurmError as err:
-            if isinstance(err, SlurmNoAnswer):
-                self.note_unanswered(job.pod.uid)
-            if err.retryable:
-                await self.recorder.condition(pod, False, ev.SLURM_UNAVAILABLE, str(err))
-                raise
-            return await self.refuse(pod, ev.REJECTED_BY_SLURM, [str(err)])
-
-        job_id = submitted.job_id
-        self.index.expect_submitted(job.pod, job_id, job.name, job.options.comment)
-        try:
-            await self.record_job(pod, job_id, avoid)
-        except KubeError as err:
-            if not (err.not_found or err.conflict):
-                # The API server failed, not the Pod: the job stays recorded in the index,
-                # so the retry adopts it instead of submitting again.
-                raise
-            # The Pod went away or was replaced while we submitted: the job has no owner.
-            log.info("Pod %s changed during submit (%s); cancelling job %s", job.pod, err, job_id)
-            await self.slurm.cancel(job_id)
-            return Outcome()
-        metrics.ATTEMPTS.labels("submitted").inc()
-        packed = ""
-        if packing.towards:  # Slurm takes the first that fits: count the job there for now
-            self.cluster.assume(packing.towards[0], job.cpus, job.memory_mib, job.gres)
-        if packing.left_out:
-            metrics.PACKING.labels("packed").inc()
-            more = " …" if len(packing.towards) > 3 else ""
-            packed = (
-                f"; packed towards the partly used {', '.join(packing.towards[:3])}{more}, "
-                f"{len(packing.left_out)} idle node(s) left out (--placement=pack)"
-            )
-        # Neither a condition nor (but with --placement=pack) an Event yet: most jobs start
-        # within a second, and every API write costs every watcher a round. Both come once
-        # the job has waited TRANSIENT_S (_report_waiting); a bound Pod's Scheduled Event
-        # names its job.
-        if self.placement_policy == "pack":
-            await self.recorder.event(
-                pod, ev.PLACEHOLDER_SUBMITTED, f"Submitted Slurm job {job_id} ({_size(job)}){packed}"
-            )
-        if submitted.warning:
-            # Slurm queued the job but said why it may not start soon: the job stays and
-            # waits (its pending reason follows on the condition); the Pod is not refused.
-            await self.recorder.event(
-                pod,
-                ev.SLURM_WARNING,
-                f"Slurm accepted job {job_id} but says: {submitted.warning}",
-                warning=True,
-            )
-        return Outcome()
+        self.memory.answered(uid)
+        return await self.submitter.submit(pod)
 
     # -- widening a pending job's excluded nodes (R9.2, R9.4) ------------------------------
     def _widenable(self, pod: Json, job: SlurmJob | None) -> set[str] | None:
@@ -603,7 +384,7 @@ class Reconciler:
         result = translate(pod, self.settings)
         if result.job is None:
             return None
-        excluded = tuple(self._excluded_for(pod)) + self.avoid_nodes(pod)
+        excluded = tuple(self.submitter.excluded_for(pod)) + self.submitter.avoid_nodes(pod)
         needed = set(result.job.avoiding(excluded).excluded_nodes)
         return needed if set(job.excluded_nodes) - needed else None
 
@@ -632,89 +413,15 @@ class Reconciler:
         return Outcome()
 
     # -- binding (R4.3, R4.4) -------------------------------------------------------------
-    async def placement(self, pod: Json, job: SlurmJob) -> tuple[str | None, str, bool]:
-        return await self.places.choose(pod, job)
-
     async def _bind(self, pod: Json, job: SlurmJob) -> Outcome:
         if job.group_leader is not None and gang.group_of(pod):
             return await self.gangs.bind(pod, job)
-        node_name, problem, avoid_node = await self.placement(pod, job)
+        node_name, problem, avoid_node = await self.binder.target(pod, job)
         if node_name is None:
-            return await self._reject(
+            return await self.submitter.reject_placement(
                 pod, job, job.nodes[0] if job.nodes else None, problem, avoid_node=avoid_node
             )
-        return await self.bind_to(pod, job, node_name)
-
-    async def bind_to(self, pod: Json, job: SlurmJob, node_name: str, note: str = "") -> Outcome:
-        meta = pod["metadata"]
-        try:
-            await self.kube.bind(meta["namespace"], meta["name"], meta["uid"], node_name)
-        except KubeError as err:
-            if err.conflict and await self._already_on(pod, node_name):
-                return Outcome()
-            self.places.forget(meta["uid"])
-            raise
-        self._observe_bound(pod, job)
-        await self.recorder.event(
-            pod,
-            ev.SCHEDULED,
-            f"Successfully assigned {meta['namespace']}/{meta['name']} to {node_name} "
-            f"(Slurm job {job.job_id} on node {job.nodes[0]}{_allocation(job)}{note})",
-        )
-        return Outcome()
-
-    async def _already_on(self, pod: Json, node: str) -> bool:
-        meta = pod["metadata"]
-        current = await self.kube.get(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
-        return bool((current.get("spec") or {}).get("nodeName") == node)
-
-    def _observe_bound(self, pod: Json, job: SlurmJob) -> None:
-        metrics.ATTEMPTS.labels("bound").inc()
-        now = time.time()
-        created = pod["metadata"].get("creationTimestamp")
-        if created:
-            metrics.CREATE_TO_BOUND.observe(
-                now - dt.datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
-            )
-        if job.submit_time:
-            metrics.SUBMIT_TO_STARTED.observe(max(0.0, now - job.submit_time))
-
-    async def _reject(
-        self, pod: Json, job: SlurmJob, slurm_node: str | None, problem: str, *, avoid_node: bool = True
-    ) -> Outcome:
-        """Strict node locking: never bind to a doubtful node or allocation; resubmit (without
-        the node, when the node is the problem)."""
-        metrics.ATTEMPTS.labels("placement_rejected").inc()
-        avoid = self.avoid_nodes(pod) + ((slurm_node,) if slurm_node and avoid_node else ())
-        what = "submitting a new job that avoids it" if avoid_node else "submitting a new job"
-        await self.recorder.event(
-            pod,
-            ev.NODE_REJECTED,
-            f"Slurm started job {job.job_id} on {slurm_node or '?'} but {problem}; {what}",
-            warning=True,
-        )
-        prepared = await self.prepare(pod, avoid)
-        if isinstance(prepared, Outcome):
-            # No other node can take the Pod now (said on the Pod), or it is refused for good:
-            # it stops naming the rejected job before that job is cancelled, so the job's end
-            # is not taken for Slurm ending the Pod's job, and it remembers the node.
-            await self.record_job(pod, None, avoid)
-            outcome = prepared
-        else:
-            outcome = await self._submit_prepared(pod, prepared, avoid)
-        await self.slurm.cancel(job.job_id)
-        return outcome
-
-
-def _size(job: PlaceholderJob) -> str:
-    gpus = f", GRES {gres_text(job.gres)}" if job.gres else ""
-    return f"{job.cpus} CPU, {job.memory_mib} MiB{gpus}"
-
-
-def _allocation(job: SlurmJob) -> str:
-    """What Slurm gave the job, as its TRES, for the Scheduled Event (without the node count)."""
-    tres = ",".join(t for t in job.allocated.split(",") if t and not t.startswith(("node=", "billing=")))
-    return f", allocated {tres}" if tres else ""
+        return await self.binder.bind(pod, job, node_name)
 
 
 def _names_job(condition: Json | None, job_id: int) -> bool:

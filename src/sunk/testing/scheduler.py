@@ -14,16 +14,13 @@ from typing import Any
 
 from sunk.kube.events import Recorder
 from sunk.runtime.controller import Outcome
-from sunk.runtime.queue import WorkQueue
-from sunk.scheduler import gangs, jobs, placement, reconciler
+from sunk.scheduler import binding, controllers, gangs, jobs, memory, placement, reconciler
 from sunk.scheduler.cluster import ClusterView
+from sunk.scheduler.config import Config
 from sunk.scheduler.hooks.auth import HookCredentials
-from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.policy import PolicyFile
-from sunk.scheduler.reconciler import Reconciler
-from sunk.scheduler.slurmnodes import SlurmNodeController, SlurmNodePoller
-from sunk.scheduler.translate import Settings, gang, pod_of_job_name
+from sunk.scheduler.translate import gang
 from sunk.testing import fakes
 from sunk.testing.fakes import FakeKube, FakeSlurm, MemoryCache
 
@@ -91,7 +88,16 @@ class Clock:
     place of their `time` module (`monkeypatch.setattr(module, "time", clock)` for each of
     `Clock.MODULES`), then `advance`."""
 
-    MODULES: tuple[ModuleType, ...] = (reconciler, placement, gangs, jobs, fakes, sys.modules[__name__])
+    MODULES: tuple[ModuleType, ...] = (
+        reconciler,
+        memory,
+        binding,
+        placement,
+        gangs,
+        jobs,
+        fakes,
+        sys.modules[__name__],
+    )
 
     def __init__(self) -> None:
         self.offset = 0.0
@@ -124,39 +130,40 @@ class World:
 
     def __post_init__(self) -> None:
         self.pods = PodStore({NAMESPACE: self.kube.pods})
-        self.cluster = ClusterView(self.nodes, self.slurmd, SLURM_NODE_LABEL)
-        self.index = JobIndex(lambda job: pod_of_job_name(self.slurm.owner_name(job), SCHEDULER))
+        config = self._config()
+        self.cluster = ClusterView(self.nodes, self.slurmd, config.slurm_node_label)
+        self.index = controllers.job_index(self.slurm, config)
         self.recorder = Recorder(self.kube, SCHEDULER, "test-replica")
-        self.settings = Settings(PREFIX, self.kill_wait_s, SCHEDULER)
-        self.pod_controller = Reconciler(
+        self.settings = controllers.settings(config)
+        built = controllers.build(
+            config,
             kube=self.kube,
             slurm=self.slurm,
             pods=self.pods,
             cluster=self.cluster,
             index=self.index,
             recorder=self.recorder,
-            settings=self.settings,
             script="#!/bin/sh\n",
             hooks=lambda: HookCredentials("https://hooks.test", b"s" * 32),
             policy=PolicyFile(None),
+        )
+        self.pod_controller = built.pods
+        self.node_queue = built.node_queue
+        self.node_controller = built.slurm_nodes
+        self.node_poller = built.node_poller
+
+    def _config(self) -> Config:
+        """The scheduler's settings for this world, as its flags would give them."""
+        return Config(
+            scheduler_name=SCHEDULER,
+            slurm_api_base="http://slurmrestd.test",
+            slurm_kill_wait_s=self.kill_wait_s,
+            watch_namespaces=(NAMESPACE,),
+            annotation_prefix=PREFIX,
+            slurm_node_label=SLURM_NODE_LABEL,
             placement=self.placement,
-            refuse_static_cpu=self.refuse_static_cpu,
-        )
-        self.node_queue = WorkQueue()
-        self.node_controller = SlurmNodeController(
-            slurm=self.slurm,
-            kube=self.kube,
-            cluster=self.cluster,
-            pods=self.pods,
-            index=self.index,
-            recorder=self.recorder,
-            scheduler=SCHEDULER,
-            prefix=PREFIX,
-            drain_cordoned=self.drain_cordoned,
-            watched=frozenset({NAMESPACE}),
-        )
-        self.node_poller = SlurmNodePoller(
-            self.slurm, self.cluster, self.node_queue, on_gone=self.node_controller.forget
+            static_cpu_pods="refuse" if self.refuse_static_cpu else "warn",
+            drain_cordoned_nodes=self.drain_cordoned,
         )
 
     # -- the cluster ------------------------------------------------------------------------

@@ -1,0 +1,71 @@
+"""Binding a Pod to the Node that hosts its job's Slurm node (R4.3, R4.4): the one step
+both the Pod controller and the PodGroup steps end with. Which Node, and whether it may be
+used, is `placement.Placement`'s strict check; this writes the binding and its Event."""
+
+from __future__ import annotations
+
+import datetime as dt
+import time
+from typing import Any
+
+from sunk import metrics
+from sunk.kube import events as ev
+from sunk.kube.client import KubeError
+from sunk.runtime.controller import Outcome
+from sunk.scheduler.placement import Placement
+from sunk.scheduler.ports import KubePort
+from sunk.slurm.models import SlurmJob
+
+Json = dict[str, Any]
+
+
+class Binder:
+    def __init__(self, *, kube: KubePort, places: Placement, recorder: ev.Recorder) -> None:
+        self.kube = kube
+        self.places = places
+        self.recorder = recorder
+
+    async def target(self, pod: Json, job: SlurmJob) -> tuple[str | None, str, bool]:
+        """(the Node to bind to or None, the problem, whether to avoid the Slurm node)."""
+        return await self.places.choose(pod, job)
+
+    async def bind(self, pod: Json, job: SlurmJob, node_name: str, note: str = "") -> Outcome:
+        meta = pod["metadata"]
+        try:
+            await self.kube.bind(meta["namespace"], meta["name"], meta["uid"], node_name)
+        except KubeError as err:
+            if err.conflict and await self._already_on(pod, node_name):
+                return Outcome()
+            self.places.forget(meta["uid"])
+            raise
+        _observe_bound(pod, job)
+        await self.recorder.event(
+            pod,
+            ev.SCHEDULED,
+            f"Successfully assigned {meta['namespace']}/{meta['name']} to {node_name} "
+            f"(Slurm job {job.job_id} on node {job.nodes[0]}{_allocation(job)}{note})",
+        )
+        return Outcome()
+
+    async def _already_on(self, pod: Json, node: str) -> bool:
+        meta = pod["metadata"]
+        current = await self.kube.get(f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}")
+        return bool((current.get("spec") or {}).get("nodeName") == node)
+
+
+def _observe_bound(pod: Json, job: SlurmJob) -> None:
+    metrics.ATTEMPTS.labels("bound").inc()
+    now = time.time()
+    created = pod["metadata"].get("creationTimestamp")
+    if created:
+        metrics.CREATE_TO_BOUND.observe(
+            now - dt.datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
+        )
+    if job.submit_time:
+        metrics.SUBMIT_TO_STARTED.observe(max(0.0, now - job.submit_time))
+
+
+def _allocation(job: SlurmJob) -> str:
+    """What Slurm gave the job, as its TRES, for the Scheduled Event (without the node count)."""
+    tres = ",".join(t for t in job.allocated.split(",") if t and not t.startswith(("node=", "billing=")))
+    return f", allocated {tres}" if tres else ""

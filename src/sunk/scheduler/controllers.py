@@ -1,0 +1,121 @@
+"""The scheduler's controllers and their collaborators, built one way: `app.Scheduler`
+builds them on the real clients and informers, `testing.scheduler.World` on fakes, with
+the same settings (`Config`). The Pod controller and the PodGroup steps are each handed the
+submitter and the binder; neither is handed the other's controller."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from sunk.kube.events import Recorder
+from sunk.runtime.queue import WorkQueue
+from sunk.scheduler.binding import Binder
+from sunk.scheduler.cluster import ClusterView
+from sunk.scheduler.config import Config
+from sunk.scheduler.gangs import Gangs
+from sunk.scheduler.hooks.auth import HookCredentials
+from sunk.scheduler.jobs import JobIndex
+from sunk.scheduler.memory import Memory
+from sunk.scheduler.placement import Placement
+from sunk.scheduler.pods import PodStore
+from sunk.scheduler.policy import PolicyFile
+from sunk.scheduler.ports import KubePort, SlurmPort
+from sunk.scheduler.reconciler import Reconciler
+from sunk.scheduler.slurmnodes import SlurmNodeController, SlurmNodePoller
+from sunk.scheduler.submitting import Submitter
+from sunk.scheduler.translate import Settings, pod_of_job_name
+
+
+def settings(config: Config) -> Settings:
+    return Settings(
+        config.annotation_prefix, int(config.slurm_kill_wait_s), config.scheduler_name, config.devices
+    )
+
+
+def job_index(slurm: SlurmPort, config: Config) -> JobIndex:
+    """The index of this scheduler's jobs: a job is one of ours when the name its owner tag
+    vouches for names a Pod of this scheduler."""
+    return JobIndex(lambda job: pod_of_job_name(slurm.owner_name(job), config.scheduler_name))
+
+
+@dataclass
+class Controllers:
+    pods: Reconciler
+    gangs: Gangs
+    slurm_nodes: SlurmNodeController
+    node_queue: WorkQueue
+    node_poller: SlurmNodePoller
+
+
+def build(
+    config: Config,
+    *,
+    kube: KubePort,
+    slurm: SlurmPort,
+    pods: PodStore,
+    cluster: ClusterView,
+    index: JobIndex,
+    recorder: Recorder,
+    script: str,
+    hooks: Callable[[], HookCredentials],
+    policy: PolicyFile,
+) -> Controllers:
+    shared = settings(config)
+    memory = Memory()
+    places = Placement(slurm=slurm, cluster=cluster, pods=pods, settings=shared)
+    submitter = Submitter(
+        kube=kube,
+        slurm=slurm,
+        cluster=cluster,
+        index=index,
+        places=places,
+        recorder=recorder,
+        memory=memory,
+        settings=shared,
+        script=script,
+        hooks=hooks,
+        policy=policy,
+        placement=config.placement,
+        refuse_static_cpu=config.static_cpu_pods == "refuse",
+    )
+    binder = Binder(kube=kube, places=places, recorder=recorder)
+    gangs = Gangs(
+        kube=kube,
+        slurm=slurm,
+        pods=pods,
+        index=index,
+        recorder=recorder,
+        memory=memory,
+        submitter=submitter,
+        binder=binder,
+    )
+    pod_controller = Reconciler(
+        kube=kube,
+        slurm=slurm,
+        pods=pods,
+        cluster=cluster,
+        index=index,
+        recorder=recorder,
+        settings=shared,
+        memory=memory,
+        submitter=submitter,
+        binder=binder,
+        gangs=gangs,
+        placement=config.placement,
+    )
+    slurm_nodes = SlurmNodeController(
+        slurm=slurm,
+        kube=kube,
+        cluster=cluster,
+        pods=pods,
+        index=index,
+        recorder=recorder,
+        scheduler=config.scheduler_name,
+        prefix=config.annotation_prefix,
+        drain_cordoned=config.drain_cordoned_nodes,
+        watched=frozenset(config.watch_namespaces or ("",)),
+    )
+    node_queue = WorkQueue()
+    node_poller = SlurmNodePoller(slurm, cluster, node_queue, on_gone=slurm_nodes.forget)
+    return Controllers(pod_controller, gangs, slurm_nodes, node_queue, node_poller)

@@ -1,0 +1,262 @@
+"""Giving a Pod its placeholder job (R2, R3, R8.2): vet the Pod, submit its job or adopt
+one Slurm already holds for it, and record the job on the Pod. Both the Pod controller and
+the PodGroup steps are handed this; a group submits its members' jobs as one, but vets,
+records and refuses each member as a single Pod."""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+from collections.abc import Callable
+from typing import Any
+
+from sunk import metrics
+from sunk.kube import events as ev
+from sunk.kube.client import KubeError
+from sunk.runtime.controller import Outcome
+from sunk.scheduler import decide, policy
+from sunk.scheduler.cluster import ClusterView
+from sunk.scheduler.decide import submission
+from sunk.scheduler.hooks.auth import HookCredentials
+from sunk.scheduler.jobs import JobIndex
+from sunk.scheduler.memory import Memory
+from sunk.scheduler.placement import Placement
+from sunk.scheduler.ports import KubePort, SlurmPort
+from sunk.scheduler.translate import PlaceholderJob, PodRef, Settings, pod_of_job_name, translate
+from sunk.slurm.dialect import JOB_PATH, mark_environment
+from sunk.slurm.errors import SlurmError, SlurmNoAnswer
+from sunk.slurm.models import SlurmJob
+from sunk.slurm.request import gres_text
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+
+
+class Submitter:
+    def __init__(
+        self,
+        *,
+        kube: KubePort,
+        slurm: SlurmPort,
+        cluster: ClusterView,
+        index: JobIndex,
+        places: Placement,
+        recorder: ev.Recorder,
+        memory: Memory,
+        settings: Settings,
+        script: str,
+        hooks: Callable[[], HookCredentials],
+        policy: policy.PolicyFile,
+        placement: str = "slurm",
+        refuse_static_cpu: bool = False,
+    ) -> None:
+        self.kube = kube
+        self.slurm = slurm
+        self.cluster = cluster
+        self.index = index
+        self.places = places
+        self.recorder = recorder
+        self.memory = memory
+        self.settings = settings
+        self.prefix = settings.annotation_prefix
+        self.script = script
+        # Where placeholders reach the hooks API: known once it listens, its CA re-read on
+        # renewal, so it is asked for at each submission.
+        self.hooks = hooks
+        self.policy = policy
+        self.placement_policy = placement  # --placement
+        self.refuse_static_cpu = refuse_static_cpu
+
+    def pod_of(self, job: SlurmJob) -> PodRef | None:
+        """The Pod `job` was submitted for, when this scheduler submitted it."""
+        return pod_of_job_name(self.slurm.owner_name(job), self.settings.scheduler_name)
+
+    def avoid_nodes(self, pod: Json) -> tuple[str, ...]:
+        raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(self.prefix + "avoid-nodes")
+        return tuple(n for n in str(raw or "").split(",") if n)
+
+    def excluded_for(self, pod: Json) -> dict[str, str]:
+        """The Slurm nodes the Pod's own constraints rule out, with why. Only Pods with
+        affinity or spread rules gather the Pods already placed."""
+        return self.places.excluded_for(pod)
+
+    async def adopt(self, pod: Json) -> bool:
+        """After a restart, a job may exist that the Pod does not name yet: use it."""
+        meta = pod["metadata"]
+        mine = [
+            job
+            for ref, job in self.index.for_key(meta["namespace"], meta["name"])
+            if ref.uid == meta["uid"] and job.active
+        ]
+        if not mine:
+            return False
+        job = max(mine, key=lambda j: j.job_id)
+        await self.record_job(pod, job.job_id, self.avoid_nodes(pod))
+        metrics.ATTEMPTS.labels("adopted").inc()
+        await self.recorder.event(
+            pod, ev.PLACEHOLDER_ADOPTED, f"Found existing Slurm job {job.job_id} for this Pod"
+        )
+        return True
+
+    async def record_job(self, pod: Json, job_id: int | None, avoid: tuple[str, ...]) -> None:
+        """Write the Pod's job (None: it has none now) and the nodes its jobs must avoid;
+        until the cache shows the new job, the Pod is not judged by the old one."""
+        meta = pod["metadata"]
+        annotations: dict[str, str | None] = {self.prefix + "job-id": str(job_id) if job_id else None}
+        annotations[self.prefix + "avoid-nodes"] = ",".join(avoid) if avoid else None
+        await self.kube.patch_pod(
+            meta["namespace"], meta["name"], meta["uid"], {"metadata": {"annotations": annotations}}
+        )
+        self.memory.job_written.expect(meta["uid"], job_id)
+
+    async def refuse(self, pod: Json, reason: str, problems: list[str]) -> Outcome:
+        """A final answer (R2.4): Event + condition, and the Pod is never tried again."""
+        message = "; ".join(problems)
+        metrics.ATTEMPTS.labels("rejected_by_slurm" if reason == ev.REJECTED_BY_SLURM else "refused").inc()
+        await self.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
+        await self.recorder.condition(pod, False, reason, message)
+        return Outcome()
+
+    async def prepare(self, pod: Json, avoid: tuple[str, ...]) -> PlaceholderJob | Outcome:
+        """The job to submit for `pod`, or what was done instead: refused for good (invalid,
+        forbidden, unsupported) or told why no node can take it now."""
+        vetting = submission.vet(
+            pod,
+            translate(pod, self.settings),
+            self.policy.current(),
+            self.slurm.dialect.unsupported,
+            prefix=self.prefix,
+            refuse_static_cpu=self.refuse_static_cpu,
+        )
+        if vetting.refusal is not None:
+            return await self.refuse(pod, vetting.refusal.reason, list(vetting.refusal.problems))
+        for notice in vetting.notices:
+            await self.recorder.event(pod, notice.reason, notice.note, warning=True)
+        assert vetting.job is not None
+        job = vetting.job
+        excluded = self.excluded_for(pod)
+        message = decide.placement_problem(
+            job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes
+        )
+        if message:
+            if await self.recorder.condition(pod, False, ev.UNSCHEDULABLE, message):
+                await self.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
+            return Outcome(requeue_after=5)
+        return job.avoiding(tuple(excluded) + avoid)
+
+    def environment(self, job: PlaceholderJob) -> dict[str, str]:
+        """What the placeholder script of `job` is told (its Pod, the hooks API, its token
+        and key)."""
+        hooks = self.hooks()
+        environment = {
+            "PATH": JOB_PATH,
+            **mark_environment(self.slurm.dialect, job.request),
+            "SUNK_POD": str(job.pod),
+            "SUNK_POD_UID": job.pod.uid,
+            "SUNK_HOOK_URL": hooks.url,
+            "SUNK_HOOK_TOKEN": hooks.token_for(job.pod.uid),
+            "SUNK_HOOK_KEY": hooks.key_for(job.pod.uid),
+            **({"SUNK_HOOK_CA": hooks.ca_pem} if hooks.ca_pem else {}),
+            "SUNK_KILL_WAIT": str(self.settings.kill_wait_s),
+        }
+        if os.environ.get("SLURM_CONF"):
+            environment["SLURM_CONF"] = os.environ["SLURM_CONF"]
+        return environment
+
+    async def submit(self, pod: Json, avoid: tuple[str, ...] | None = None) -> Outcome:
+        avoid = avoid if avoid is not None else self.avoid_nodes(pod)
+        prepared = await self.prepare(pod, avoid)
+        if isinstance(prepared, Outcome):
+            return prepared
+        return await self._submit_prepared(pod, prepared, avoid)
+
+    async def _submit_prepared(self, pod: Json, job: PlaceholderJob, avoid: tuple[str, ...]) -> Outcome:
+        packing = decide.Packing()
+        if self.placement_policy == "pack":
+            packing = decide.pack(job, self.cluster.slurm_node_usage)
+            job = dataclasses.replace(job, packed_away=packing.left_out)
+        submission = self.slurm.submission(job.request, self.script, self.environment(job))
+        try:
+            submitted = await self.slurm.submit(submission)
+        except SlurmError as err:
+            if isinstance(err, SlurmNoAnswer):
+                self.memory.note_unanswered(job.pod.uid)
+            if err.retryable:
+                await self.recorder.condition(pod, False, ev.SLURM_UNAVAILABLE, str(err))
+                raise
+            return await self.refuse(pod, ev.REJECTED_BY_SLURM, [str(err)])
+
+        job_id = submitted.job_id
+        self.index.expect_submitted(job.pod, job_id, job.name, job.options.comment)
+        try:
+            await self.record_job(pod, job_id, avoid)
+        except KubeError as err:
+            if not (err.not_found or err.conflict):
+                # The API server failed, not the Pod: the job stays recorded in the index,
+                # so the retry adopts it instead of submitting again.
+                raise
+            # The Pod went away or was replaced while we submitted: the job has no owner.
+            log.info("Pod %s changed during submit (%s); cancelling job %s", job.pod, err, job_id)
+            await self.slurm.cancel(job_id)
+            return Outcome()
+        metrics.ATTEMPTS.labels("submitted").inc()
+        packed = ""
+        if packing.towards:  # Slurm takes the first that fits: count the job there for now
+            self.cluster.assume(packing.towards[0], job.cpus, job.memory_mib, job.gres)
+        if packing.left_out:
+            metrics.PACKING.labels("packed").inc()
+            more = " …" if len(packing.towards) > 3 else ""
+            packed = (
+                f"; packed towards the partly used {', '.join(packing.towards[:3])}{more}, "
+                f"{len(packing.left_out)} idle node(s) left out (--placement=pack)"
+            )
+        # Neither a condition nor (but with --placement=pack) an Event yet: most jobs start
+        # within a second, and every API write costs every watcher a round. Both come once
+        # the job has waited TRANSIENT_S (the Pod controller's waiting report); a bound
+        # Pod's Scheduled Event names its job.
+        if self.placement_policy == "pack":
+            await self.recorder.event(
+                pod, ev.PLACEHOLDER_SUBMITTED, f"Submitted Slurm job {job_id} ({size(job)}){packed}"
+            )
+        if submitted.warning:
+            # Slurm queued the job but said why it may not start soon: the job stays and
+            # waits (its pending reason follows on the condition); the Pod is not refused.
+            await self.recorder.event(
+                pod,
+                ev.SLURM_WARNING,
+                f"Slurm accepted job {job_id} but says: {submitted.warning}",
+                warning=True,
+            )
+        return Outcome()
+
+    async def reject_placement(
+        self, pod: Json, job: SlurmJob, slurm_node: str | None, problem: str, *, avoid_node: bool = True
+    ) -> Outcome:
+        """Strict node locking: never bind to a doubtful node or allocation; resubmit (without
+        the node, when the node is the problem)."""
+        metrics.ATTEMPTS.labels("placement_rejected").inc()
+        avoid = self.avoid_nodes(pod) + ((slurm_node,) if slurm_node and avoid_node else ())
+        what = "submitting a new job that avoids it" if avoid_node else "submitting a new job"
+        await self.recorder.event(
+            pod,
+            ev.NODE_REJECTED,
+            f"Slurm started job {job.job_id} on {slurm_node or '?'} but {problem}; {what}",
+            warning=True,
+        )
+        prepared = await self.prepare(pod, avoid)
+        if isinstance(prepared, Outcome):
+            # No other node can take the Pod now (said on the Pod), or it is refused for good:
+            # it stops naming the rejected job before that job is cancelled, so the job's end
+            # is not taken for Slurm ending the Pod's job, and it remembers the node.
+            await self.record_job(pod, None, avoid)
+            outcome = prepared
+        else:
+            outcome = await self._submit_prepared(pod, prepared, avoid)
+        await self.slurm.cancel(job.job_id)
+        return outcome
+
+
+def size(job: PlaceholderJob) -> str:
+    gpus = f", GRES {gres_text(job.gres)}" if job.gres else ""
+    return f"{job.cpus} CPU, {job.memory_mib} MiB{gpus}"
