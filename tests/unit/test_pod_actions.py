@@ -9,15 +9,8 @@ import pytest
 
 from sunk.kube import events as ev
 from sunk.scheduler.decide import DRAIN_MARGIN_S
-from sunk.scheduler.decide.pod_actions import (
-    CancelJob,
-    DeletePod,
-    DrainNode,
-    Explain,
-    Plan,
-    for_bound_pod,
-    for_ending_job,
-)
+from sunk.scheduler.decide.actions import CancelJob, DeletePod, Drain, Event
+from sunk.scheduler.decide.pod_actions import Plan, for_bound_pod, for_ending_job
 from tests.unit.test_decide import NOW, job, pod
 
 KILL_WAIT = 30
@@ -51,9 +44,9 @@ def kinds(plan: Plan) -> list[str]:
 
 def test_r5_2_a_cancelled_job_deletes_its_pod_saying_why() -> None:
     plan = ending(job("CANCELLED", end_time=int(NOW), nodes=("sn-1",)))
-    assert kinds(plan) == ["Explain", "DeletePod"]
+    assert kinds(plan) == ["Event", "DeletePod"]
     explain = plan.actions[0]
-    assert isinstance(explain, Explain)
+    assert isinstance(explain, Event)
     assert explain.reason == "CancelledInSlurm"
     assert explain.note == "Slurm job 7 on sn-1 was cancelled in Slurm; deleting the Pod"
 
@@ -69,11 +62,11 @@ def test_r5_2_a_pod_already_being_deleted_is_not_deleted_again() -> None:
 def test_r6_1_a_requeued_job_is_cancelled_so_it_never_comes_back_for_a_gone_pod() -> None:
     plan = ending(job("REQUEUED"))
     assert plan.actions[0] == CancelJob(7, "Slurm requeued it; its Pod goes")
-    assert kinds(plan) == ["CancelJob", "Explain", "DeletePod"]
+    assert kinds(plan) == ["CancelJob", "Event", "DeletePod"]
 
 
 def test_r6_1_a_requeued_job_is_cancelled_only_once() -> None:
-    assert kinds(ending(job("REQUEUED"), cancelled=True)) == ["Explain", "DeletePod"]
+    assert kinds(ending(job("REQUEUED"), cancelled=True)) == ["Event", "DeletePod"]
 
 
 def test_r9_1_a_gang_component_ending_alone_ends_the_whole_job() -> None:
@@ -84,7 +77,7 @@ def test_r9_1_a_gang_component_ending_alone_ends_the_whole_job() -> None:
 
 def test_r9_1_a_leader_already_ending_is_not_cancelled_again() -> None:
     component = job("CANCELLED", het_job_id=5, het_job_offset=1)
-    assert kinds(ending(component, leader=job("CANCELLED", job_id=5))) == ["Explain", "DeletePod"]
+    assert kinds(ending(component, leader=job("CANCELLED", job_id=5))) == ["Event", "DeletePod"]
 
 
 def test_r5_3_a_pod_still_there_before_kill_wait_is_looked_at_again_in_time() -> None:
@@ -94,7 +87,7 @@ def test_r5_3_a_pod_still_there_before_kill_wait_is_looked_at_again_in_time() ->
 
 def test_r5_3_a_pod_still_there_at_kill_wait_drains_the_node_naming_itself() -> None:
     plan = ending(job("COMPLETING", end_time=int(NOW) - KILL_WAIT), deleting=True)
-    assert plan.actions == (DrainNode("sn-1", "sunk: Pod ns/web still running at KillWait (job 7)"),)
+    assert plan.actions == (Drain("sn-1", "sunk: Pod ns/web still running at KillWait (job 7)"),)
 
 
 def test_r5_3_a_node_is_drained_once_per_job() -> None:
@@ -108,9 +101,9 @@ def test_r5_3_an_unbound_pod_never_drains_a_node() -> None:
 
 def test_r8_2_a_bound_pod_whose_job_runs_on_another_nodes_slurm_node_goes() -> None:
     plan = for_bound_pod(pod(node="n1"), job("RUNNING"), {"n2"})
-    assert kinds(plan) == ["Explain", "DeletePod"]
+    assert kinds(plan) == ["Event", "DeletePod"]
     explain = plan.actions[0]
-    assert isinstance(explain, Explain) and explain.reason == ev.JOB_MOVED
+    assert isinstance(explain, Event) and explain.reason == ev.JOB_MOVED
     assert "now runs on sn-1, hosted by n2, not on this Pod's Node n1" in explain.note
 
 

@@ -20,7 +20,7 @@ from sunk.runtime.controller import Outcome
 from sunk.scheduler import decide
 from sunk.scheduler.binding import Binder
 from sunk.scheduler.cluster import ClusterView
-from sunk.scheduler.decide import pod_actions
+from sunk.scheduler.decide import actions, pod_actions
 from sunk.scheduler.gangs import Gangs
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
@@ -267,15 +267,15 @@ class Reconciler:
         a failure (raised to the queue) is tried again on the next pass."""
         ref = PodRef.of(pod)
         for action in plan.actions:
-            if isinstance(action, pod_actions.CancelJob):
+            if isinstance(action, actions.CancelJob):
                 log.info("cancelling Slurm job %s of %s: %s", action.job_id, ref, action.why)
                 await self.slurm.cancel(action.job_id)
                 self.memory.signalled.add((job.job_id, ref.uid))
-            elif isinstance(action, pod_actions.Explain):
-                await self.recorder.event(pod, action.reason, action.note, warning=True)
-            elif isinstance(action, pod_actions.DeletePod):
+            elif isinstance(action, actions.Event):
+                await self.recorder.event(pod, action.reason, action.note, warning=action.warning)
+            elif isinstance(action, actions.DeletePod):
                 await self._delete(pod)
-            elif isinstance(action, pod_actions.DrainNode):
+            elif isinstance(action, actions.Drain):
                 self.memory.drained.add(job.job_id)  # the placeholder script drains too: one try here
                 problem = await self.slurm.drain(action.node, action.reason)
                 if problem:

@@ -21,12 +21,11 @@ from sunk.runtime.controller import DONE, Outcome, after
 from sunk.runtime.queue import WorkQueue
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.decide import out_of_use
+from sunk.scheduler.decide.actions import Drain, Resume
 from sunk.scheduler.decide.slurm_node import (
-    Drain,
-    Explain,
+    DrainEvent,
     JobOnNode,
     Known,
-    Resume,
     SlurmNodeFacts,
     event_key,
     for_slurm_node,
@@ -192,7 +191,7 @@ class SlurmNodeController:
                     log.info("resumed Slurm node %s: Node %s is no longer cordoned", action.node, action.host)
             elif isinstance(action, Known):
                 self._remember(key, action.drain, action.keys)
-            elif isinstance(action, Explain):
+            elif isinstance(action, DrainEvent):
                 if await self._explain(action):
                     self._remember(key, action.drain, frozenset({event_key(action)}))
                 else:
@@ -203,7 +202,7 @@ class SlurmNodeController:
         known, done = self._explained.get(key, (drain, frozenset()))
         self._explained[key] = (drain, (done if known == drain else frozenset()) | events)
 
-    async def _explain(self, action: Explain) -> bool:
+    async def _explain(self, action: DrainEvent) -> bool:
         log.warning("%s", action.note)
         regarding: dict[str, Any] = {"apiVersion": "v1", "kind": action.kind, "name": action.object_name}
         if action.namespace is not None:

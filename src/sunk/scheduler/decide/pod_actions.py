@@ -12,42 +12,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.scheduler.decide import drain_due, finished, kill_wait_drain_reason
+from sunk.scheduler.decide.actions import CancelJob, DeletePod, Drain, Event
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.models import SlurmJob
 
 Json = dict[str, Any]
 
 
-@dataclass(frozen=True)
-class CancelJob:
-    """Cancel `job_id` (and remember it was done for this Pod: never twice)."""
-
-    job_id: int
-    why: str  # for the log
-
-
-@dataclass(frozen=True)
-class Explain:
-    """A Warning Event on the Pod."""
-
-    reason: str
-    note: str
-
-
-@dataclass(frozen=True)
-class DeletePod:
-    """Delete the Pod (its UID as precondition); once asked, never asked again."""
-
-
-@dataclass(frozen=True)
-class DrainNode:
-    """Drain `node`: the Pod outlived KillWait there (once per job)."""
-
-    node: str
-    reason: str
-
-
-PodAction = CancelJob | Explain | DeletePod | DrainNode
+PodAction = CancelJob | Event | DeletePod | Drain
 
 
 @dataclass(frozen=True)
@@ -90,7 +62,8 @@ def for_ending_job(
     if not being_deleted:
         reason, words = job.why_ending(now)
         where = f" on {job.nodes[0]}" if job.nodes else ""
-        actions += [Explain(reason, f"Slurm job {job.job_id}{where} {words}; deleting the Pod"), DeletePod()]
+        note = f"Slurm job {job.job_id}{where} {words}; deleting the Pod"
+        actions += [Event(reason, note, warning=True), DeletePod()]
     bound = bool((pod.get("spec") or {}).get("nodeName"))
     wait = drain_due(job, bound, kill_wait_s, now)
     if wait is not None and wait > 0:
@@ -98,7 +71,7 @@ def for_ending_job(
     if wait is not None and not drained:
         # The Event comes from the Slurm-node controller (decide.drain_notice), which
         # explains every drain, this one and the placeholder script's alike.
-        actions.append(DrainNode(job.nodes[0], kill_wait_drain_reason(PodRef.of(pod), job.job_id)))
+        actions.append(Drain(job.nodes[0], kill_wait_drain_reason(PodRef.of(pod), job.job_id)))
     return Plan(tuple(actions))
 
 
@@ -115,4 +88,4 @@ def for_bound_pod(pod: Json, job: SlurmJob, hosts: set[str]) -> Plan:
         f"Slurm job {job.job_id} now runs on {job.nodes[0]}, hosted by {', '.join(sorted(hosts))}, "
         f"not on this Pod's Node {node_name}; deleting the Pod"
     )
-    return Plan((Explain("PlaceholderJobMoved", note), DeletePod()))
+    return Plan((Event("PlaceholderJobMoved", note, warning=True), DeletePod()))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.scheduler.decide import cordon_drain_reason, drain_notice, for_cordon, pod_drain_note
+from sunk.scheduler.decide.actions import Drain, Resume
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.models import SlurmJob, SlurmNode
 
@@ -24,19 +25,7 @@ DRAIN_SLACK_S = 5
 
 
 @dataclass(frozen=True)
-class Drain:
-    node: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Resume:
-    node: str
-    host: str  # the uncordoned Node, for the log
-
-
-@dataclass(frozen=True)
-class Explain:
+class DrainEvent:
     """Record the Event `name` (unique per drain and object) with `note` on a Pod
     (`namespace` set; `uid` when known) or on a Node (`namespace` None). `drain` names the
     drain it explains; `mark`: then write that name on the Pod (it is in the cache), so a
@@ -61,7 +50,7 @@ class Known:
     keys: frozenset[str]
 
 
-SlurmNodeAction = Drain | Resume | Explain | Known
+SlurmNodeAction = Drain | Resume | DrainEvent | Known
 
 
 @dataclass(frozen=True)
@@ -90,7 +79,7 @@ class SlurmNodeFacts:
     jobs: tuple[JobOnNode, ...] = ()  # gathered only while the node is out of use
 
 
-def event_key(action: Explain) -> str:
+def event_key(action: DrainEvent) -> str:
     return f"{action.namespace or 'default'}/{action.name}"
 
 
@@ -120,16 +109,16 @@ def for_slurm_node(facts: SlurmNodeFacts) -> list[SlurmNodeAction]:
     if notice is None:
         return actions
     done = facts.explained[1] if facts.explained and facts.explained[0] == notice.name else frozenset()
-    explains: list[Explain] = []
+    explains: list[DrainEvent] = []
     known: set[str] = set()
     if notice.pod is not None:
         namespace, name = notice.pod
         if "" in facts.watched or namespace in facts.watched:  # else another scheduler's Pod
-            explains.append(Explain(notice.name, "Pod", name, namespace, notice.note, notice.name))
+            explains.append(DrainEvent(notice.name, "Pod", name, namespace, notice.note, notice.name))
     else:
         if len(facts.hosts) == 1:  # several Nodes, or none: Slurm's own view says it all
             host_name = next(iter(facts.hosts))
-            explains.append(Explain(notice.name, "Node", host_name, None, notice.note, notice.name))
+            explains.append(DrainEvent(notice.name, "Node", host_name, None, notice.note, notice.name))
         for j in affected(node, facts.jobs):
             ref = j.ref
             if not ("" in facts.watched or ref.namespace in facts.watched):
@@ -140,7 +129,7 @@ def for_slurm_node(facts: SlurmNodeFacts) -> list[SlurmNodeAction]:
                 continue
             note = pod_drain_note(node, notice, j.job)
             explains.append(
-                Explain(name, "Pod", ref.name, ref.namespace, note, notice.name, ref.uid, j.present)
+                DrainEvent(name, "Pod", ref.name, ref.namespace, note, notice.name, ref.uid, j.present)
             )
     fresh = {event_key(e): e for e in explains if event_key(e) not in done}  # a Pod with two jobs: one
     remember: list[SlurmNodeAction] = [Known(notice.name, frozenset(known))] if known - done else []
