@@ -138,13 +138,7 @@ class Recorder:
 
     async def condition(self, pod: Json, status: bool, reason: str, message: str) -> bool:
         """Set PodScheduled, skipping the write when nothing would change; True if written."""
-        current = scheduled_condition(pod)
-        if (
-            current
-            and current.get("status") == ("True" if status else "False")
-            and current.get("reason") == reason
-            and current.get("message") == message
-        ):
+        if not condition_changes(pod, status, reason, message):
             return False
         meta = pod["metadata"]
         condition = {
@@ -156,6 +150,17 @@ class Recorder:
         }
         await self._client.patch_pod_status(meta["namespace"], meta["name"], {"conditions": [condition]})
         return True
+
+
+def condition_changes(pod: Json, status: bool, reason: str, message: str) -> bool:
+    """Whether setting PodScheduled so would change what the Pod shows."""
+    current = scheduled_condition(pod)
+    return not (
+        current
+        and current.get("status") == ("True" if status else "False")
+        and current.get("reason") == reason
+        and current.get("message") == message
+    )
 
 
 def scheduled_condition(pod: Json) -> Json | None:

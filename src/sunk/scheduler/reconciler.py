@@ -20,13 +20,13 @@ from sunk.runtime.controller import Outcome
 from sunk.scheduler import decide
 from sunk.scheduler.binding import Binder
 from sunk.scheduler.cluster import ClusterView
-from sunk.scheduler.decide import actions, pod_actions
+from sunk.scheduler.decide import actions, pod_actions, pod_plan
 from sunk.scheduler.gangs import Gangs
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import KubePort, SlurmPort
-from sunk.scheduler.submitting import Submitter, size
+from sunk.scheduler.submitting import Submitter
 from sunk.scheduler.translate import PodRef, Settings, gang, translate
 from sunk.slurm.errors import SlurmError
 from sunk.slurm.models import SlurmJob
@@ -76,6 +76,7 @@ class Reconciler:
         self.binder = binder
         self.gangs = gangs
         self.placement_policy = placement  # --placement
+        self.rules = pod_plan.Rules(settings, pack=placement == "pack")
         self._asking_slurm = 0
 
     def prune(self, live: set[int]) -> None:
@@ -126,67 +127,39 @@ class Reconciler:
         return recheck.merge(await self._next_step(pod))
 
     async def _next_step(self, pod: Json) -> Outcome:
+        facts = await self._gather(pod)
+        plan = pod_plan.plan(facts, self.rules, synced=self.index.synced.is_set(), now=time.time())
+        return await self._execute(pod, facts.job, plan)
+
+    async def _gather(self, pod: Json) -> pod_plan.PodFacts:
+        """What the caches and this process's memory say about a live Pod."""
+        uid = pod["metadata"]["uid"]
         job_id = self._recorded_job_id(pod)
         job = self._current_job(pod)
+        leader = self.index.get(job.group_leader) if job is not None and job.group_leader else None
+        hosts: set[str] = set()
+        if (
+            job is not None
+            and (pod.get("spec") or {}).get("nodeName")
+            and job.running
+            and len(job.nodes) == 1
+        ):
+            # The Slurm node → Node map is built from every slurmd Pod: only for a job that runs.
+            hosts = self.cluster.host_map().get(job.nodes[0], set())
         needed = self._widenable(pod, job)
-        decision = decide.for_pod(
+        return pod_plan.PodFacts(
             pod,
+            job_id,
             job,
-            prefix=self.prefix,
-            synced=self.index.synced.is_set(),
-            now=time.time(),
-            ending_reported=(job_id, pod["metadata"]["uid"]) in self.memory.ending_reported,
+            leader=leader[1] if leader else None,
+            group=gang.group_of(pod),
             group_timed_out=await self._group_timed_out(pod, job),
-            widen_after=None
-            if needed is None
-            else (decide.PACK_PATIENCE_S if self.placement_policy == "pack" else 0.0),
-        )
-        step = decision.step
-        if step is decide.Step.END_POD:
-            assert job is not None
-            return await self._job_ending(pod, job)
-        if step is decide.Step.CONFIRM_ENDING:
-            assert job_id is not None
-            return await self._confirm_ending(pod, job_id)
-        if step is decide.Step.WAIT:
-            return Outcome(requeue_after=decision.after)
-        if step is decide.Step.CHECK_BOUND:
-            assert job is not None
-            return await self._check_still_there(pod, job)
-        if step is decide.Step.CONFIRM_MISSING:
-            return await self._confirm_missing(pod)
-        if step is decide.Step.FIND_OR_SUBMIT:
-            group = gang.group_of(pod)
-            return await (self.gangs.find_or_submit(pod, group) if group else self._find_or_submit(pod))
-        if step is decide.Step.GROUP_TIMED_OUT:
-            assert job is not None
-            return await self.gangs.timed_out(pod, job)
-        if step is decide.Step.BIND:
-            assert job is not None
-            return await self._bind(pod, job)
-        if step is decide.Step.WIDEN:
-            assert job is not None and needed is not None
-            return await self._widen(pod, job, needed)
-        if step in (decide.Step.REPORT_PENDING, decide.Step.REPORT_STARTING):
-            assert job is not None
-            await self._report_waiting(pod, job)
-        return Outcome()
-
-    async def _report_waiting(self, pod: Json, job: SlurmJob) -> None:
-        """Say on the Pod why its job has not started. The first time for this job, the
-        PlaceholderSubmitted Event follows: written only now, for the few Pods that wait,
-        because most are bound within a second and their Scheduled Event names the job."""
-        first = not _names_job(ev.scheduled_condition(pod), job.job_id)
-        if not await self.recorder.condition(pod, False, *_waiting(job)) or not first:
-            return
-        if self.placement_policy == "pack" or gang.group_of(pod):
-            return  # written at submission: how the job was steered, or which group job it is
-        translation = translate(pod, self.settings)
-        sized = f" ({size(translation.job)})" if translation.job is not None else ""
-        await self.recorder.event(
-            pod,
-            ev.PLACEHOLDER_SUBMITTED,
-            f"Submitted Slurm job {job.job_id}{sized}; not started after {decide.TRANSIENT_S:.0f} s",
+            ending_reported=(job_id, uid) in self.memory.ending_reported,
+            cancelled_for_pod=job is not None and (job.job_id, uid) in self.memory.signalled,
+            being_deleted=self._being_deleted(pod),
+            drained=job is not None and job.job_id in self.memory.drained,
+            hosts=frozenset(hosts),
+            needed=frozenset(needed) if needed is not None else None,
         )
 
     async def _settle_claim(self, ref: PodRef, job: SlurmJob, pod: Json | None) -> bool:
@@ -260,14 +233,16 @@ class Reconciler:
             kill_wait_s=self.settings.kill_wait_s,
             now=time.time(),
         )
-        return await self._carry_out(pod, job, plan)
+        return await self._execute(pod, job, plan)
 
-    async def _carry_out(self, pod: Json, job: SlurmJob, plan: pod_actions.Plan) -> Outcome:
-        """Execute a plan's actions in order; each records what it did only once done, so
-        a failure (raised to the queue) is tried again on the next pass."""
+    async def _execute(self, pod: Json, job: SlurmJob | None, plan: actions.Plan) -> Outcome:
+        """Carry a plan's actions out in order; each records what it did only once done, so
+        a failure (raised to the queue) is tried again on the next pass. A step done by a
+        collaborator ends the plan with that collaborator's answer."""
         ref = PodRef.of(pod)
         for action in plan.actions:
             if isinstance(action, actions.CancelJob):
+                assert job is not None
                 log.info("cancelling Slurm job %s of %s: %s", action.job_id, ref, action.why)
                 await self.slurm.cancel(action.job_id)
                 self.memory.signalled.add((job.job_id, ref.uid))
@@ -276,11 +251,36 @@ class Reconciler:
             elif isinstance(action, actions.DeletePod):
                 await self._delete(pod)
             elif isinstance(action, actions.Drain):
+                assert job is not None
                 self.memory.drained.add(job.job_id)  # the placeholder script drains too: one try here
                 problem = await self.slurm.drain(action.node, action.reason)
                 if problem:
                     await self.recorder.event(pod, ev.NODE_DRAINED, problem, warning=True)
+            elif isinstance(action, actions.SetCondition):
+                await self.recorder.condition(pod, False, action.reason, action.message)
+            elif isinstance(action, actions.Widen):
+                if not await self._widen(ref, action):
+                    return Outcome(requeue_after=1)
+            else:
+                return await self._hand_over(pod, job, action)
         return Outcome(requeue_after=plan.after)
+
+    async def _hand_over(self, pod: Json, job: SlurmJob | None, action: actions.Handover) -> Outcome:
+        """The steps that read Slurm or the API server on the way, each done by whom owns it."""
+        if isinstance(action, actions.ConfirmEnding):
+            return await self._confirm_ending(pod, action.job_id)
+        if isinstance(action, actions.ConfirmMissing):
+            return await self._confirm_missing(pod)
+        if isinstance(action, actions.FindOrSubmit):
+            return await self._find_or_submit(pod)
+        if isinstance(action, actions.ForGroup) and action.step is decide.Step.FIND_OR_SUBMIT:
+            return await self.gangs.find_or_submit(pod, action.group)
+        assert job is not None  # binding and a group's timeout are about the Pod's job
+        if isinstance(action, actions.Bind):
+            return await self._bind(pod, job)
+        if action.step is decide.Step.GROUP_TIMED_OUT:
+            return await self.gangs.timed_out(pod, job)
+        return await self.gangs.bind(pod, job)
 
     def report_ending(self, ref: PodRef, job_id: int) -> None:
         """The placeholder script got SIGTERM (Slurm cancels, preempts or times out its job)
@@ -339,7 +339,7 @@ class Reconciler:
         # The Slurm node → Node map is built from every slurmd Pod: only for a job that runs.
         running = job.running and len(job.nodes) == 1
         hosts = self.cluster.host_map().get(job.nodes[0], set()) if running else set()
-        return await self._carry_out(pod, job, pod_actions.for_bound_pod(pod, job, hosts))
+        return await self._execute(pod, job, pod_actions.for_bound_pod(pod, job, hosts))
 
     def _being_deleted(self, pod: Json) -> bool:
         meta = pod["metadata"]
@@ -388,56 +388,26 @@ class Reconciler:
         needed = set(result.job.avoiding(excluded).excluded_nodes)
         return needed if set(job.excluded_nodes) - needed else None
 
-    async def _widen(self, pod: Json, job: SlurmJob, needed: set[str]) -> Outcome:
-        """The job gets back the nodes it no longer needs to leave out."""
+    async def _widen(self, ref: PodRef, action: actions.Widen) -> bool:
+        """The job gets back the nodes it no longer needs to leave out; False when Slurm
+        would not change them."""
         try:
-            await self.slurm.set_excluded_nodes(job.job_id, sorted(needed))
+            await self.slurm.set_excluded_nodes(action.job_id, list(action.nodes))
         except SlurmError as err:
             # Typically the job started meanwhile (only a pending job's nodes can change):
             # the next pass binds it, or tries again.
-            log.info("could not widen Slurm job %s of %s: %s", job.job_id, PodRef.of(pod), err)
-            return Outcome(requeue_after=1)
-        given_back = sorted(set(job.excluded_nodes) - needed)
-        self.index.expect_excluded(job.job_id, tuple(sorted(needed)))
-        more = " …" if len(given_back) > 5 else ""
-        why = "they can host the Pod now"
+            log.info("could not widen Slurm job %s of %s: %s", action.job_id, ref, err)
+            return False
+        self.index.expect_excluded(action.job_id, action.nodes)
         if self.placement_policy == "pack":
             metrics.PACKING.labels("widened").inc()
-            why += f" (it waited {decide.PACK_PATIENCE_S:.0f} s for a partly used node, --placement=pack)"
-        await self.recorder.event(
-            pod,
-            ev.PLACEMENT_WIDENED,
-            f"Slurm job {job.job_id} may now use {len(given_back)} node(s) it had left out "
-            f"({', '.join(given_back[:5])}{more}): {why}",
-        )
-        return Outcome()
+        return True
 
     # -- binding (R4.3, R4.4) -------------------------------------------------------------
     async def _bind(self, pod: Json, job: SlurmJob) -> Outcome:
-        if job.group_leader is not None and gang.group_of(pod):
-            return await self.gangs.bind(pod, job)
         node_name, problem, avoid_node = await self.binder.target(pod, job)
         if node_name is None:
             return await self.submitter.reject_placement(
                 pod, job, job.nodes[0] if job.nodes else None, problem, avoid_node=avoid_node
             )
         return await self.binder.bind(pod, job, node_name)
-
-
-def _names_job(condition: Json | None, job_id: int) -> bool:
-    """Whether a PodScheduled condition already speaks of this job (_waiting's messages)."""
-    return bool(condition) and str((condition or {}).get("message", "")).startswith(f"Slurm job {job_id} ")
-
-
-def _waiting(job: SlurmJob) -> tuple[str, str]:
-    """(condition reason, message) for a Pod whose job waits in Slurm or to start (R4.5)."""
-    if job.pending:
-        return (
-            ev.PENDING_IN_SLURM,
-            f"Slurm job {job.job_id} is pending ({job.reason}) in partition {job.partition}",
-        )
-    where = ",".join(job.nodes) or "?"
-    return (
-        ev.WAITING_FOR_START,
-        f"Slurm job {job.job_id} is {job.state} on {where}; waiting for its placeholder script to start",
-    )

@@ -18,6 +18,7 @@ from sunk.runtime.controller import Outcome
 from sunk.scheduler import decide, policy
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.decide import submission
+from sunk.scheduler.decide.pod_plan import size
 from sunk.scheduler.hooks.auth import HookCredentials
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
@@ -27,7 +28,6 @@ from sunk.scheduler.translate import PlaceholderJob, PodRef, Settings, pod_of_jo
 from sunk.slurm.dialect import JOB_PATH, mark_environment
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer
 from sunk.slurm.models import SlurmJob
-from sunk.slurm.request import gres_text
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
@@ -255,8 +255,3 @@ class Submitter:
             outcome = await self._submit_prepared(pod, prepared, avoid)
         await self.slurm.cancel(job.job_id)
         return outcome
-
-
-def size(job: PlaceholderJob) -> str:
-    gpus = f", GRES {gres_text(job.gres)}" if job.gres else ""
-    return f"{job.cpus} CPU, {job.memory_mib} MiB{gpus}"

@@ -8,26 +8,14 @@ typed actions the executor carries out in order (R5.2, R5.3, R8.2).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 from sunk.scheduler.decide import drain_due, finished, kill_wait_drain_reason
-from sunk.scheduler.decide.actions import CancelJob, DeletePod, Drain, Event
+from sunk.scheduler.decide.actions import CancelJob, DeletePod, Drain, Event, Plan, PodAction
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.models import SlurmJob
 
 Json = dict[str, Any]
-
-
-PodAction = CancelJob | Event | DeletePod | Drain
-
-
-@dataclass(frozen=True)
-class Plan:
-    """Actions in the order they must happen, and when to look at the Pod again."""
-
-    actions: tuple[PodAction, ...] = ()
-    after: float | None = None
 
 
 def for_ending_job(

@@ -1,0 +1,168 @@
+"""The Pod controller's planner: from the facts one pass gathered about a Pod, the typed
+actions of its next step, in order, decided without I/O (R4, R5, R8.2, R9).
+
+`decide.for_pod` names the step; this turns it into what to do. Steps that are a few
+writes (a job Slurm ends, a bound Pod whose job moved, a waiting report, a widening) come
+out as those writes (`decide.actions`, `SetCondition`, `Widen`); steps that read Slurm or
+the API server on the way (submitting, binding, confirming what a hook call claimed, the
+PodGroup steps) come out as one action each, which the controller hands to the
+collaborator that does them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from sunk.kube import events as ev
+from sunk.scheduler import decide
+from sunk.scheduler.decide import pod_actions
+from sunk.scheduler.decide.actions import (
+    Bind,
+    ConfirmEnding,
+    ConfirmMissing,
+    Event,
+    FindOrSubmit,
+    ForGroup,
+    Plan,
+    SetCondition,
+    Widen,
+)
+from sunk.scheduler.translate import PlaceholderJob, Settings, translate
+from sunk.slurm.models import SlurmJob
+from sunk.slurm.request import gres_text
+
+Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class PodFacts:
+    """What one pass gathered about a live Pod from the caches and this process's memory."""
+
+    pod: Json
+    job_id: int | None  # the job its annotation names
+    job: SlurmJob | None  # that job, if the index holds it for the Pod's UID
+    leader: SlurmJob | None = None  # the first component of that job's group, if any
+    group: str | None = None  # the PodGroup it belongs to
+    group_timed_out: bool = False
+    ending_reported: bool = False  # its job's script said on the hooks API that Slurm ends it
+    cancelled_for_pod: bool = False  # this process cancelled (or signalled) the job for the Pod
+    being_deleted: bool = False  # deletion asked, by anyone or this process
+    drained: bool = False  # this process drained the job's node already
+    hosts: frozenset[str] = frozenset()  # bound, job running: the Nodes hosting its node
+    needed: frozenset[str] | None = None  # a pending job leaves out more than this: widen
+
+
+@dataclass(frozen=True)
+class Rules:
+    """The scheduler's settings the planner reads."""
+
+    settings: Settings
+    pack: bool  # --placement=pack
+
+
+def plan(facts: PodFacts, rules: Rules, *, synced: bool, now: float) -> Plan:
+    pod, job = facts.pod, facts.job
+    decision = decide.for_pod(
+        pod,
+        job,
+        prefix=rules.settings.annotation_prefix,
+        synced=synced,
+        now=now,
+        ending_reported=facts.ending_reported,
+        group_timed_out=facts.group_timed_out,
+        widen_after=None if facts.needed is None else (decide.PACK_PATIENCE_S if rules.pack else 0.0),
+    )
+    step = decision.step
+    if step is decide.Step.WAIT:
+        return Plan(after=decision.after)
+    if step is decide.Step.CONFIRM_MISSING:
+        return Plan((ConfirmMissing(),))
+    if step is decide.Step.FIND_OR_SUBMIT:
+        return Plan((ForGroup(facts.group, step),) if facts.group else (FindOrSubmit(),))
+    if step is decide.Step.NOTHING:
+        return Plan()
+    if step is decide.Step.CONFIRM_ENDING:
+        assert facts.job_id is not None
+        return Plan((ConfirmEnding(facts.job_id),))
+    assert job is not None  # every other step is about the Pod's job
+    if step is decide.Step.END_POD:
+        return pod_actions.for_ending_job(
+            pod,
+            job,
+            facts.leader,
+            cancelled_for_pod=facts.cancelled_for_pod,
+            being_deleted=facts.being_deleted,
+            drained=facts.drained,
+            kill_wait_s=rules.settings.kill_wait_s,
+            now=now,
+        )
+    if step is decide.Step.CHECK_BOUND:
+        return pod_actions.for_bound_pod(pod, job, set(facts.hosts))
+    if step is decide.Step.GROUP_TIMED_OUT:
+        assert facts.group is not None
+        return Plan((ForGroup(facts.group, step),))
+    if step is decide.Step.BIND:
+        group = facts.group if job.group_leader is not None else None
+        return Plan((ForGroup(group, step),) if group else (Bind(),))
+    if step is decide.Step.WIDEN:
+        assert facts.needed is not None
+        return Plan(widening(job, facts.needed, pack=rules.pack))
+    return Plan(waiting(pod, job, facts.group, rules))
+
+
+def widening(job: SlurmJob, needed: frozenset[str], *, pack: bool) -> tuple[Widen | Event, ...]:
+    """The job gets back the nodes it no longer needs to leave out, and the Pod says which."""
+    given_back = tuple(sorted(set(job.excluded_nodes) - needed))
+    more = " …" if len(given_back) > 5 else ""
+    why = "they can host the Pod now"
+    if pack:
+        why += f" (it waited {decide.PACK_PATIENCE_S:.0f} s for a partly used node, --placement=pack)"
+    note = (
+        f"Slurm job {job.job_id} may now use {len(given_back)} node(s) it had left out "
+        f"({', '.join(given_back[:5])}{more}): {why}"
+    )
+    return (Widen(job.job_id, tuple(sorted(needed)), given_back), Event(ev.PLACEMENT_WIDENED, note))
+
+
+def waiting(pod: Json, job: SlurmJob, group: str | None, rules: Rules) -> tuple[SetCondition | Event, ...]:
+    """Say on the Pod why its job has not started, when that changed. The first time for
+    this job, the PlaceholderSubmitted Event follows: written only now, for the few Pods
+    that wait, because most are bound within a second and their Scheduled Event names the
+    job. Under --placement=pack and for a PodGroup's member it was written at submission
+    (how the job was steered, or which group job it is)."""
+    reason, message = waiting_condition(job)
+    if not ev.condition_changes(pod, False, reason, message):
+        return ()
+    first = not _names_job(ev.scheduled_condition(pod), job.job_id)
+    if not first or rules.pack or group:
+        return (SetCondition(reason, message),)
+    translation = translate(pod, rules.settings)
+    sized = f" ({size(translation.job)})" if translation.job is not None else ""
+    note = f"Submitted Slurm job {job.job_id}{sized}; not started after {decide.TRANSIENT_S:.0f} s"
+    return (SetCondition(reason, message), Event(ev.PLACEHOLDER_SUBMITTED, note))
+
+
+def _names_job(condition: Json | None, job_id: int) -> bool:
+    """Whether a PodScheduled condition already speaks of this job (waiting's messages)."""
+    return bool(condition) and str((condition or {}).get("message", "")).startswith(f"Slurm job {job_id} ")
+
+
+def waiting_condition(job: SlurmJob) -> tuple[str, str]:
+    """(condition reason, message) for a Pod whose job waits in Slurm or to start (R4.5)."""
+    if job.pending:
+        return (
+            ev.PENDING_IN_SLURM,
+            f"Slurm job {job.job_id} is pending ({job.reason}) in partition {job.partition}",
+        )
+    where = ",".join(job.nodes) or "?"
+    return (
+        ev.WAITING_FOR_START,
+        f"Slurm job {job.job_id} is {job.state} on {where}; waiting for its placeholder script to start",
+    )
+
+
+def size(job: PlaceholderJob) -> str:
+    """A job's size in words, for the Events that name it."""
+    gpus = f", GRES {gres_text(job.gres)}" if job.gres else ""
+    return f"{job.cpus} CPU, {job.memory_mib} MiB{gpus}"
