@@ -5,6 +5,11 @@ refuse an invalid Pod, submit (or adopt) its job, report why it waits, bind it, 
 up a job whose Pod is gone. Every fact it relies on lives in Kubernetes (annotations,
 conditions) or in Slurm (job names carry the Pod UID), so a restart at any moment resumes
 where the last process stopped, without a second job for the same Pod.
+
+A pass gathers what the caches and this process's memory say of the Pod (`PodFacts`),
+`decide.pod_plan` returns the step's typed actions, and `_execute` carries them out in
+order; submitting, binding and the PodGroup steps are collaborators it is handed, the
+same ones the PodGroup steps are handed.
 """
 
 from __future__ import annotations
