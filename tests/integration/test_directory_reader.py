@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from sunk.ldap.reader import Directory, DirectoryError, DirectorySettings, read
+from sunk.ldap.models import Directory, DirectoryError, DirectorySettings
+from sunk.ldap.reader import read
 from sunk.operator.people import render
 from sunk_dev import directory, prereqs, procs
 from sunk_dev.layout import Layout

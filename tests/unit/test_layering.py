@@ -138,6 +138,10 @@ def test_sunk_scheduler_and_operator_start_without_loading_the_dev_package(
     loaded = run.stdout.split()
     assert app in loaded  # it got as far as the component itself
     assert [m for m in loaded if m.startswith("sunk_dev")] == []
+    if app == "sunk.scheduler.app":
+        # The operator's directory client is not the scheduler's: its flags are parsed by
+        # the same command line, but reading them must not load the LDAP library.
+        assert [m for m in loaded if m.startswith(("ldap3", "sunk.ldap.reader", "sunk.operator.app"))] == []
 
 
 def test_sunk_dev_comes_from_the_checkouts_dev_package() -> None:

@@ -8,7 +8,7 @@ import argparse
 
 import pytest
 
-from sunk.ldap.reader import Directory, Group, User
+from sunk.ldap.models import Directory, Group, User
 from sunk.operator.config import OperatorConfig, add_arguments, from_args
 from sunk.operator.people import render
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from sunk.kube.client import KubeError
-from sunk.ldap.reader import Directory, DirectoryError, Group, User
+from sunk.ldap.models import Directory, DirectoryError, Group, User
 from sunk.operator.people_sync import READ_FAILED, REFUSED, PeopleSync
 
 Json = dict[str, Any]

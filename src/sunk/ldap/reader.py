@@ -9,56 +9,11 @@ so the sunk image needs no LDAP C library or compiler (see docs/architecture.md)
 from __future__ import annotations
 
 import ssl
-from dataclasses import dataclass
-from pathlib import Path
 
 import ldap3
 from ldap3.core import exceptions as ldap_errors
 
-
-class DirectoryError(Exception):
-    """The directory could not be read; the message says what to check."""
-
-
-@dataclass(frozen=True)
-class DirectorySettings:
-    uri: str  # ldap://host:389, ldaps://host:636
-    bind_dn: str
-    password_file: Path  # from a Secret; never on a command line
-    user_base: str
-    group_base: str
-    user_filter: str = "(objectClass=posixAccount)"
-    group_filter: str = "(objectClass=posixGroup)"
-    ssh_key_attribute: str = "sshPublicKey"
-    ca_file: Path | None = None  # the CA that signed the directory's certificate
-    start_tls: bool = False
-    timeout_s: int = 10
-
-
-@dataclass(frozen=True)
-class User:
-    name: str
-    uid: int
-    gid: int
-    home: str
-    shell: str
-    gecos: str = ""
-    ssh_keys: tuple[str, ...] = ()
-    dn: str = ""
-
-
-@dataclass(frozen=True)
-class Group:
-    name: str
-    gid: int
-    members: tuple[str, ...]  # user names
-
-
-@dataclass(frozen=True)
-class Directory:
-    users: tuple[User, ...]
-    groups: tuple[Group, ...]
-    skipped: tuple[str, ...] = ()  # entries that lack what a POSIX account needs, one line each
+from sunk.ldap.models import Directory, DirectoryError, DirectorySettings, Group, User
 
 
 def read(settings: DirectorySettings) -> Directory:

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from sunk.flags import parse_bind, parse_duration
-from sunk.ldap.reader import DirectorySettings
+from sunk.ldap.models import DirectorySettings
 
 
 @dataclass(frozen=True)

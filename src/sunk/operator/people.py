@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from sunk.ldap.reader import Directory
+from sunk.ldap.models import Directory
 
 # Accounts of sunk's images (images/slurm-base): a directory entry with one of these
 # names, or a UID/GID below FIRST_ID, is refused.

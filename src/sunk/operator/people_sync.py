@@ -21,7 +21,7 @@ from typing import Any, Protocol
 from prometheus_client import Counter, Gauge
 
 from sunk.kube.client import KubeError
-from sunk.ldap.reader import Directory, DirectoryError
+from sunk.ldap.models import Directory, DirectoryError
 from sunk.operator.people import People, render
 
 log = logging.getLogger(__name__)
