@@ -50,10 +50,26 @@ pads() {
 hmac() {
   local inner="" i
   [ -n "${IPAD:-}" ] || pads
-  SIG=$(printf '%b%s' "$IPAD" "$1" | sha256sum)
+  digest '%b%s' "$IPAD" "$1"
   for (( i = 0; i < 64; i += 2 )); do inner+="\\x${SIG:i:2}"; done
-  SIG=$(printf '%b%b' "$OPAD" "$inner" | sha256sum)
-  SIG=${SIG%% *}
+  digest '%b%b' "$OPAD" "$inner"
+}
+
+# digest FORMAT ARGS...: sets SIG to the SHA-256 (hex) of what `printf FORMAT ARGS...`
+# writes. Slurm signals every process of the job, so its SIGTERM (or the scheduler's
+# SIGUSR1) also reaches the hashing subshell and sha256sum, and killed them: the digest
+# came out empty and a genuine answer read as forged (issue #39, in about 1 run in 200).
+# The hashing ignores both signals (sha256sum inherits that); one landing before the
+# subshell can say so still kills it, so a digest that is not 64 hex digits is made again
+# (a few times at most: a wrong one only makes the answer read as forged, and the call is
+# retried).
+digest() {
+  local tries=0
+  SIG=""
+  until [[ $SIG =~ ^[0-9a-f]{64} ]] || (( ++tries > 5 )); do
+    SIG=$(trap '' TERM USR1; printf "$@" | sha256sum)
+  done
+  SIG=${SIG:0:64}
 }
 
 # call EVENT MAX_SECONDS: sets CALL to the curl arguments of a POST to the hooks API (curl
