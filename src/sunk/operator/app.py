@@ -116,7 +116,13 @@ class Operator:
         # Every Pod, ended ones too: a member the kubelet rejected must be seen to be replaced.
         self.pods = self.manager.watch(Informer(kube, "/api/v1/pods", name="pods"))
         self.poller = SlurmPoller(slurm, config.poll_s, self._enqueue_all)
-        settings = m.Settings(config.release, config.conf_server, config.auth_secret, config.topology_labels)
+        settings = m.Settings(
+            config.release,
+            config.conf_server,
+            config.auth_secret,
+            config.topology_labels,
+            confinement=config.confinement,
+        )
         self.controller = NodeSetController(
             kube,
             slurm,

@@ -31,6 +31,7 @@ class OperatorConfig:
     topology: str = ""
     topology_labels: tuple[str, ...] = ()
     slurm_configmap: str = ""
+    confinement: bool = False
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -60,6 +61,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("kubeconfig", "kubeconfig file (default: in-cluster, then ~/.kube/config)")
     flag("topology", "tree or block: write topology.conf from Node labels (default: none)", "")
     flag("topology-labels", "comma-separated Node labels, leaf level first (block: one)", "")
+    flag("confinement", "cgroup: slurmd Pods confine jobs in cgroups (the chart's default); off: not", "off")
     flag("slurm-configmap", "the ConfigMap of slurm.conf, where topology.conf is written", "")
 
 
@@ -82,6 +84,8 @@ def topology_settings(plugin: str, labels: str, configmap: str) -> tuple[str, tu
 def from_args(args: argparse.Namespace) -> OperatorConfig:
     if str(args.leader_elect).lower() not in ("true", "false"):
         raise ValueError("--leader-elect must be true or false")
+    if args.confinement not in ("cgroup", "off"):
+        raise ValueError(f"--confinement must be cgroup or off, not {args.confinement!r}")
     topology, topology_labels = topology_settings(
         args.topology or "", args.topology_labels or "", args.slurm_configmap or ""
     )
@@ -105,4 +109,5 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         topology=topology,
         topology_labels=topology_labels,
         slurm_configmap=args.slurm_configmap or "",
+        confinement=args.confinement == "cgroup",
     )

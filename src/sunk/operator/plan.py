@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sunk.operator import demand, features
+from sunk.operator import confinement, demand, features
 from sunk.operator import members as m
 from sunk.operator import removal as r
 from sunk.operator.actions import (
@@ -98,6 +98,7 @@ class _Notes:
     removals: list[Json] = field(default_factory=list)
     rollout: str = ""  # why the roll-out waits, or "" when nothing is out of date
     unlabelled: list[str] = field(default_factory=list)  # members' Nodes missing a topology label
+    unconfined: list[str] = field(default_factory=list)  # members whose Node refused confinement
 
 
 def slurm_state(record: SlurmNode | None) -> str:
@@ -198,6 +199,17 @@ def plan(
     leaving = _leaving(nodeset, share, members, nodes, slurm, now, notes)
     _check_gres(members, slurm, notes)
     _check_topology_labels(nodeset.name, members, nodes, settings, notes)
+    if settings.confinement:
+        notes.unconfined = confinement.refusals(members)
+        notes.actions += [
+            Event(
+                confinement.CONFINEMENT_UNAVAILABLE,
+                line,
+                warning=True,
+                once_as=f"{nodeset.name}.confinement.{line}",
+            )
+            for line in notes.unconfined
+        ]
     _remove(nodeset.name, nodeset.drain, leaving, slurm, now, notes)
     _resume_kept(nodeset.name, members, leaving, records, notes)
     _label_busy(members, slurm, notes)
@@ -759,6 +771,14 @@ def _status(
                 not unlabelled,
                 UNKNOWN_TOPOLOGY_LABEL if unlabelled else "LabelsPresent",
                 "; ".join(unlabelled) or "every member's Node carries the topology labels",
+            )
+        if settings.confinement:
+            unconfined = notes.unconfined if notes else []
+            condition(
+                confinement.CONFINED,
+                not unconfined,
+                confinement.CONFINEMENT_UNAVAILABLE if unconfined else "CgroupsWritable",
+                "; ".join(unconfined) or "every member's slurmd may confine its jobs",
             )
         condition(
             "Ready",
