@@ -79,15 +79,16 @@ def confine(container: Json) -> None:
     container["args"] = ["sh", "-c", PREFLIGHT, "preflight", *container["args"]]
 
 
-def refusals(members: list[Json]) -> list[str]:
-    """One line per member whose container said confinement cannot work on its Node."""
+def refusals(members: list[Json]) -> list[tuple[str, str]]:
+    """(member, line) for each member whose container said confinement cannot work on its Node."""
     lines = []
     for pod in members:
         for status in (pod.get("status") or {}).get("containerStatuses") or []:
             said = _message(status)
             if said is not None:
                 node = (pod.get("spec") or {}).get("nodeName", "?")
-                lines.append(f"Node {node} (member {pod['metadata']['name']}): {said}")
+                name = pod["metadata"]["name"]
+                lines.append((name, f"Node {node} (member {name}): {' '.join(said.split())}"))
     return lines
 
 

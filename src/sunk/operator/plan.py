@@ -200,15 +200,16 @@ def plan(
     _check_gres(members, slurm, notes)
     _check_topology_labels(nodeset.name, members, nodes, settings, notes)
     if settings.confinement:
-        notes.unconfined = confinement.refusals(members)
+        refused = confinement.refusals(members)
+        notes.unconfined = [line for _, line in refused]
         notes.actions += [
             Event(
                 confinement.CONFINEMENT_UNAVAILABLE,
                 line,
                 warning=True,
-                once_as=f"{nodeset.name}.confinement.{line}",
+                once_as=f"{nodeset.name}.unconfined.{member}",
             )
-            for line in notes.unconfined
+            for member, line in refused
         ]
     _remove(nodeset.name, nodeset.drain, leaving, slurm, now, notes)
     _resume_kept(nodeset.name, members, leaving, records, notes)
