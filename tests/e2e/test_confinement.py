@@ -201,6 +201,7 @@ def test_issue36_a_node_that_cannot_confine_jobs_is_named_and_serves_none(
     Confined condition and a ConfinementUnavailable Event name real-3, and no Slurm node of
     that NodeSet ever registers."""
     drop = {"containers": [{"name": "slurmd", "securityContext": {"capabilities": {"drop": ["SYS_ADMIN"]}}}]}
+    path = f"/apis/sunk.coreweave.com/v1alpha1/namespaces/{NAMESPACE}/nodesets/locked"
     started = time.monotonic()
     platform.apply_nodeset(
         kube, nodeset("locked", ["main"], nodeSelector={HOSTNAME: "real-3"}, template={"spec": drop})
@@ -211,17 +212,25 @@ def test_issue36_a_node_that_cannot_confine_jobs_is_named_and_serves_none(
         found = next((c for c in status.get("conditions") or [] if c["type"] == CONFINED), None)
         return found if found and found["status"] == "False" else None
 
-    condition = wait_for(refused, timeout=120, what="the Confined condition of NodeSet locked to turn False")
-    FIGURES["refused Node: NodeSet applied -> condition (s)"] = time.monotonic() - started
-    assert condition["reason"] == CONFINEMENT_UNAVAILABLE
-    assert condition["message"].startswith("Node real-3 "), condition
-    assert "read-only" in condition["message"] and "CAP_SYS_ADMIN" in condition["message"], condition
-    events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")["items"]
-    assert any(
-        e["reason"] == CONFINEMENT_UNAVAILABLE
-        and e["regarding"]["name"] == "locked"
-        and "real-3" in e["note"]
-        for e in events
-    )
-    assert "locked" not in logged_in(platform, "sinfo -h -N -o %N")
-    kube.delete(f"/apis/sunk.coreweave.com/v1alpha1/namespaces/{NAMESPACE}/nodesets/locked")
+    def warned() -> bool:
+        events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")["items"]
+        return any(
+            e["reason"] == CONFINEMENT_UNAVAILABLE
+            and e["regarding"]["name"] == "locked"
+            and "real-3" in e["note"]
+            for e in events
+        )
+
+    try:
+        condition = wait_for(
+            refused, timeout=120, what="the Confined condition of NodeSet locked to turn False"
+        )
+        FIGURES["refused Node: NodeSet applied -> condition (s)"] = time.monotonic() - started
+        assert condition["reason"] == CONFINEMENT_UNAVAILABLE
+        assert condition["message"].startswith("Node real-3 "), condition
+        assert "read-only" in condition["message"] and "CAP_SYS_ADMIN" in condition["message"], condition
+        wait_for(lambda: warned() or None, timeout=30, what="a ConfinementUnavailable Event naming real-3")
+        assert "locked" not in logged_in(platform, "sinfo -h -N -o %N")
+    finally:
+        kube.delete(path)
+        wait_for(lambda: kube.find(path) is None or None, timeout=120, what="NodeSet locked gone")
