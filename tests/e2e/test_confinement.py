@@ -59,9 +59,12 @@ def sacct(platform: Platform, job: str) -> dict[str, dict[str, str]]:
     fields = "JobID,State,TotalCPU,MaxRSS,Elapsed"
 
     def ended() -> dict[str, dict[str, str]] | None:
-        lines = logged_in(platform, f"sacct -n -P -j {job} -o {fields}").split()
+        lines = logged_in(platform, f"sacct -n -P -j {job} -o {fields}").splitlines()
+        names = fields.split(",")
         rows = {
-            line.split("|")[0]: dict(zip(fields.split(","), line.split("|"), strict=True)) for line in lines
+            line.split("|")[0]: dict(zip(names, line.split("|"), strict=True))
+            for line in lines
+            if line.count("|") == len(names) - 1  # kubectl's own warnings are not sacct's
         }
         done = rows.get(job, {}).get("State") not in (None, "", "PENDING", "RUNNING", "COMPLETING")
         return rows if done else None
@@ -200,7 +203,10 @@ def test_issue36_a_node_that_cannot_confine_jobs_is_named_and_serves_none(
     container lacks CAP_SYS_ADMIN here, so the cgroup mounts stay read-only; the NodeSet's
     Confined condition and a ConfinementUnavailable Event name real-3, and no Slurm node of
     that NodeSet ever registers."""
-    drop = {"containers": [{"name": "slurmd", "securityContext": {"capabilities": {"drop": ["SYS_ADMIN"]}}}]}
+    drop = {
+        "containers": [{"name": "slurmd", "securityContext": {"capabilities": {"drop": ["SYS_ADMIN"]}}}],
+        "terminationGracePeriodSeconds": 10,  # a member's default hour would hold the deletion
+    }
     path = f"/apis/sunk.coreweave.com/v1alpha1/namespaces/{NAMESPACE}/nodesets/locked"
     started = time.monotonic()
     platform.apply_nodeset(
