@@ -8,6 +8,8 @@ import subprocess
 from pathlib import Path
 
 from sunk.operator import confinement as c
+from sunk.operator import removal as r
+from sunk.operator.nodeset import DrainPolicy
 from sunk.testing.operator import SETTINGS, OperatorWorld
 
 
@@ -101,3 +103,27 @@ def test_issue36_the_preflight_stops_with_its_reason_when_cgroups_cannot_be_made
         ["sh", "-c", script, "preflight", "echo", "slurmd started"], capture_output=True, text=True, env=env
     )
     assert started.returncode == 0 and started.stdout == "slurmd started\n"  # writable: slurmd runs
+
+
+def test_issue36_a_refused_member_goes_at_once_when_it_must_leave() -> None:
+    """Catches a refused member (phase Running through its crash loop, never in Slurm) kept
+    for ever "until Slurm lists it", so its NodeSet's deletion and the uninstall never end."""
+    pod = {
+        "metadata": {"name": "a-001-011", "uid": "u1"},
+        "status": {
+            "phase": "Running",
+            "containerStatuses": [
+                {
+                    "name": "slurmd",
+                    "state": {"waiting": {"reason": "CrashLoopBackOff"}},
+                    "lastState": {"terminated": {"exitCode": 3, "message": "confinement unavailable: no"}},
+                }
+            ],
+        },
+    }
+    leaving = r.Leaving(pod, "a-001-011", "node-1", r.DELETED)
+    step = r.step("a", leaving, None, (), DrainPolicy(), 0, listed_after_write=True)
+    assert [type(a).__name__ for a in step.actions] == ["DeletePod"], step
+    pod["status"]["containerStatuses"] = []  # a member still starting: kept until it registers
+    kept = r.step("a", leaving, None, (), DrainPolicy(), 0, listed_after_write=True)
+    assert kept.actions == [] and "kept until it does" in kept.message
