@@ -15,10 +15,10 @@ demo: bootstrap
 VERSION_SUITE = tests/integration/test_slurm_client.py tests/e2e/test_schedule_flow.py \
 	tests/e2e/test_lifecycle.py tests/e2e/test_workloads.py tests/e2e/test_gangs.py tests/e2e/test_packing.py
 # On real kubelet Nodes: Slurm in Pods from plain manifests, what the chart needs of the dev
-# cluster (kube-scheduler, volumes, the sunk and MariaDB images), the Slurm chart itself,
-# then a short operator fault run (20 faults; no job may be killed).
+# cluster (kube-scheduler, volumes, the sunk and MariaDB images), the Slurm chart itself, jobs
+# confined in cgroups inside slurmd Pods, then a short operator fault run (20 faults; no job may be killed).
 REAL_SUITE = tests/e2e/test_real_nodes.py tests/e2e/test_dev_platform_support.py tests/e2e/test_platform.py \
-	tests/faults/test_operator_chaos.py
+	tests/e2e/test_confinement.py tests/faults/test_operator_chaos.py
 test: bootstrap lint
 	.venv/bin/pytest
 	SUNK_TEST_CLUSTER=accounting .venv/bin/pytest tests/e2e/test_accounting.py

@@ -264,6 +264,7 @@ def test_r10_1_every_image_comes_from_the_values(helm: Path, slurm_chart: Path) 
     expected = {f"reg.example/{n}:t-{n}" for n in names} | {
         "reg.example/mariadb:t-db",
         "reg.example/sunk:t-s",
+        "reg.example/slurmd:t-slurmd",  # the upgrade check's parser (slurmd -G reads cgroup.conf)
     }
     assert used == expected
     operator = container(named(objects, "Deployment", "r1-operator"), "operator")
@@ -430,6 +431,7 @@ def test_r10_2_the_operator_gets_the_contracts_arguments(helm: Path, slurm_chart
         "--auth-secret=r1-auth",
         "--scheduler-token-secret=r1-scheduler-token",
         "--slurmd-image=slurmd:24.11",
+        "--confinement=cgroup",
         "--leader-elect=false",
         "--lease-name=r1-operator",
         "--metrics-port=8080",

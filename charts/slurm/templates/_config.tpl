@@ -7,6 +7,10 @@ applied.
 {{- define "slurm.configData" -}}
 {{- $f := include "slurm.fullname" . }}
 {{- $s := .Values.slurm }}
+{{- $c := $s.confinement }}
+{{- if not (has $c.cgroupVersion (list "auto" "v1" "v2")) }}
+{{- fail (printf "slurm.confinement.cgroupVersion is %q: use auto, v1 or v2" $c.cgroupVersion) }}
+{{- end }}
 {{- /* Every line the chart sets, by key; slurm.extraConf may add keys but not replace these. */}}
 {{- $conf := dict
   "ClusterName" (include "slurm.clusterName" .)
@@ -26,9 +30,9 @@ applied.
   "SlurmdPidFile" "/run/slurm/slurmd.pid"
   "SlurmctldDebug" $s.debugLevel
   "SlurmdDebug" $s.debugLevel
-  "ProctrackType" $s.proctrackType
-  "TaskPlugin" $s.taskPlugin
-  "JobAcctGatherType" $s.jobAcctGatherType
+  "ProctrackType" ($s.proctrackType | default (ternary "proctrack/cgroup" "proctrack/linuxproc" $c.enabled))
+  "TaskPlugin" ($s.taskPlugin | default (ternary "task/cgroup,task/affinity" "task/none" $c.enabled))
+  "JobAcctGatherType" ($s.jobAcctGatherType | default (ternary "jobacct_gather/cgroup" "jobacct_gather/none" $c.enabled))
   "MpiDefault" "none"
   "SelectType" "select/cons_tres"
   "SelectTypeParameters" "CR_Core_Memory"
@@ -43,6 +47,11 @@ applied.
 {{- $_ := set $conf "AccountingStorageHost" (printf "%s-accounting.%s.svc.%s" $f .Release.Namespace .Values.clusterDomain) }}
 {{- $_ := set $conf "AccountingStoragePort" "6819" }}
 {{- $_ := set $conf "AccountingStorageTRES" "gres/gpu" }}
+{{- end }}
+{{- if and $c.enabled $c.privateTmp }}
+{{- /* Slurm refuses job_container/tmpfs without the extern step Contain makes. */}}
+{{- $_ := set $conf "JobContainerType" "job_container/tmpfs" }}
+{{- $_ := set $conf "PrologFlags" "Contain" }}
 {{- end }}
 {{- if $s.topology.plugin }}
 {{- $_ := set $conf "TopologyPlugin" (printf "topology/%s" $s.topology.plugin) }}
@@ -77,7 +86,13 @@ slurm.conf: |
   PartitionName={{ .name }} Nodes=part_{{ .name }} State=UP{{ if .default }} Default=YES{{ end }}{{ range $key, $value := .options }} {{ $key }}={{ $value }}{{ end }}
   {{- end }}
 cgroup.conf: |
-  {{- $s.cgroupConf | trim | nindent 2 }}
+  {{- $s.cgroupConf | default (include "slurm.cgroupConf" .) | trim | nindent 2 }}
+{{- if and $c.enabled $c.privateTmp }}
+job_container.conf: |
+  # Each job's /tmp and /dev/shm, made under slurmd's spool and removed when the job ends.
+  AutoBasePath=true
+  BasePath=/var/spool/slurmd/job-tmp
+{{- end }}
 gres.conf: |
   {{- $s.gresConf | trim | nindent 2 }}
 {{- range $kind := list "prolog" "epilog" }}
@@ -85,5 +100,31 @@ gres.conf: |
 {{ $kind }}-{{ $name }}: |
   {{- $script | trim | nindent 2 }}
 {{- end }}
+{{- end }}
+{{- end -}}
+
+
+{{/*
+cgroup.conf from slurm.confinement: every constraint on, no swap beyond the memory asked for.
+slurmd runs without systemd in its container, so it makes its cgroups itself (IgnoreSystemd)
+and, on cgroup v2, enables the controllers it needs (EnableControllers).
+*/}}
+{{- define "slurm.cgroupConf" -}}
+{{- $c := .Values.slurm.confinement }}
+{{- if not $c.enabled }}
+CgroupPlugin=disabled
+{{- else }}
+# Made by the slurm chart from slurm.confinement.
+CgroupPlugin={{ get (dict "auto" "autodetect" "v1" "cgroup/v1" "v2" "cgroup/v2") $c.cgroupVersion }}
+{{- if ne $c.cgroupVersion "v1" }}
+IgnoreSystemd=yes
+EnableControllers=yes
+{{- end }}
+ConstrainCores=yes
+ConstrainRAMSpace=yes
+AllowedRAMSpace=100
+ConstrainSwapSpace=yes
+AllowedSwapSpace=0
+ConstrainDevices=yes
 {{- end }}
 {{- end -}}

@@ -121,6 +121,7 @@ class Operator:
             config.auth_secret,
             config.topology_labels,
             config.people_configmap if config.directory is not None else "",
+            confinement=config.confinement,
         )
         self.controller = NodeSetController(
             kube,

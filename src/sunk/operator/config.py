@@ -35,6 +35,7 @@ class OperatorConfig:
     directory: DirectorySettings | None = None  # people come from this directory when set
     people_configmap: str = ""  # where they are written (login and slurmd Pods mount it)
     directory_interval_s: float = 300.0
+    confinement: bool = False
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -64,6 +65,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("kubeconfig", "kubeconfig file (default: in-cluster, then ~/.kube/config)")
     flag("topology", "tree or block: write topology.conf from Node labels (default: none)", "")
     flag("topology-labels", "comma-separated Node labels, leaf level first (block: one)", "")
+    flag("confinement", "cgroup: slurmd Pods confine jobs in cgroups (the chart's default); off: not", "off")
     flag("slurm-configmap", "the ConfigMap of slurm.conf, where topology.conf is written", "")
     flag("directory-uri", "the LDAP directory people come from (ldap://, ldaps://); none: no people", "")
     flag("directory-bind-dn", "the identity the operator reads the directory as", "")
@@ -124,6 +126,8 @@ def directory_settings(args: argparse.Namespace) -> DirectorySettings | None:
 def from_args(args: argparse.Namespace) -> OperatorConfig:
     if str(args.leader_elect).lower() not in ("true", "false"):
         raise ValueError("--leader-elect must be true or false")
+    if args.confinement not in ("cgroup", "off"):
+        raise ValueError(f"--confinement must be cgroup or off, not {args.confinement!r}")
     topology, topology_labels = topology_settings(
         args.topology or "", args.topology_labels or "", args.slurm_configmap or ""
     )
@@ -150,4 +154,5 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         directory=directory_settings(args),
         people_configmap=args.people_configmap or f"{args.release}-people",
         directory_interval_s=parse_duration(args.directory_interval),
+        confinement=args.confinement == "cgroup",
     )

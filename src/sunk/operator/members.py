@@ -14,6 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from sunk.operator import confinement
 from sunk.operator.hardware import Shape
 from sunk.operator.nodeset import API_VERSION, KIND, NodeSet
 from sunk.operator.selection import NODESET_LABEL
@@ -58,6 +59,7 @@ class Settings:
     auth_secret: str  # the Secret holding slurm.key (auth/slurm)
     topology_labels: tuple[str, ...] = ()  # Node labels topology.conf is written from (if any)
     people_configmap: str = ""  # the directory's people (sunk.operator.people_sync), if any
+    confinement: bool = False  # slurmd confines jobs in cgroups (the chart's slurm.confinement)
 
 
 def selector(settings: Settings, nodeset: str) -> dict[str, str]:
@@ -107,6 +109,8 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
     ]
     if not any(c.get("name") == CONTAINER for c in containers):
         containers.insert(0, slurmd)
+    if settings.confinement:
+        confinement.confine(containers[_index(containers)])
     mounts = containers[_index(containers)].setdefault("volumeMounts", [])
     mounts[:] = [m for m in mounts if m.get("name") != "slurm-key"]
     mounts.append({"name": "slurm-key", "mountPath": KEY_PATH, "subPath": "slurm.key", "readOnly": True})

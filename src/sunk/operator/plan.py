@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sunk.kube.nodefilter import node_ready  # any object's Ready condition: here a Pod's
-from sunk.operator import checks, demand
+from sunk.operator import checks, confinement, demand
 from sunk.operator import members as m
 from sunk.operator import removal as r
 from sunk.operator.actions import (
@@ -78,9 +78,16 @@ class _Notes:
     removals: list[Json] = field(default_factory=list)
     rollout: str = ""  # why the roll-out waits, or "" when nothing is out of date
     unlabelled: list[str] = field(default_factory=list)  # members' Nodes missing a topology label
+    unconfined: list[str] = field(default_factory=list)  # members whose Node refused confinement
 
     def findings(self) -> Findings:
-        return Findings(tuple(self.waiting), tuple(self.removals), self.rollout, tuple(self.unlabelled))
+        return Findings(
+            tuple(self.waiting),
+            tuple(self.removals),
+            self.rollout,
+            tuple(self.unlabelled),
+            tuple(self.unconfined),
+        )
 
 
 def plan(
@@ -172,6 +179,18 @@ def plan(
     for line, event in checks.unlabelled_nodes(nodeset.name, members, nodes, settings):
         notes.unlabelled.append(line)
         notes.actions.append(event)
+    if settings.confinement:
+        refused = confinement.refusals(members)
+        notes.unconfined = [line for _, line in refused]
+        notes.actions += [
+            Event(
+                confinement.CONFINEMENT_UNAVAILABLE,
+                line,
+                warning=True,
+                once_as=f"{nodeset.name}.unconfined.{member}",
+            )
+            for member, line in refused
+        ]
     _remove(nodeset.name, nodeset.drain, leaving, slurm, now, notes)
     _resume_kept(nodeset.name, members, leaving, records, notes)
     _label_busy(members, slurm, notes)

@@ -24,6 +24,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from sunk.operator import confinement
 from sunk.operator.actions import Action, CancelJob, DeletePod, Drain, Event
 from sunk.operator.nodeset import CANCEL_JOBS, DrainPolicy
 from sunk.slurm.models import SlurmJob, SlurmNode
@@ -135,7 +136,10 @@ def step(
     name = leaving.slurm_name
     if meta.get("deletionTimestamp"):
         return Step(phase="Deleting", message=f"member {name} is terminating")
+    # A member whose container refused to confine jobs never started slurmd (its phase
+    # stays Running through the crash loop): no record will ever come.
     running = (leaving.pod.get("status") or {}).get("phase") == "Running"
+    running = running and not confinement.refusals([leaving.pod])
     if record is None:
         if running:
             return Step(

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.kube.nodefilter import node_ready  # any object's Ready condition: here a Pod's
+from sunk.operator import confinement
 from sunk.operator import members as m
 from sunk.operator.nodeset import NodeSet
 from sunk.operator.selection import Share
@@ -25,6 +26,7 @@ class Findings:
     removals: tuple[Json, ...] = ()
     rollout: str = ""  # why the roll-out waits, or "" when nothing is out of date
     unlabelled: tuple[str, ...] = ()  # members' Nodes missing a topology label
+    unconfined: tuple[str, ...] = ()  # members whose Node refused confinement
 
 
 def nodeset_status(
@@ -118,6 +120,14 @@ def nodeset_status(
                 not unlabelled,
                 UNKNOWN_TOPOLOGY_LABEL if unlabelled else "LabelsPresent",
                 "; ".join(unlabelled) or "every member's Node carries the topology labels",
+            )
+        if settings.confinement:
+            unconfined = found.unconfined if found else ()
+            condition(
+                confinement.CONFINED,
+                not unconfined,
+                confinement.CONFINEMENT_UNAVAILABLE if unconfined else "CgroupsWritable",
+                "; ".join(unconfined) or "every member's slurmd may confine its jobs",
             )
         condition(
             "Ready",

@@ -1,0 +1,161 @@
+"""Issue #36: job confinement in the Slurm chart's rendered configuration (cgroup v1, v2 and
+autodetect, off, GPUs' devices, private /tmp), and the upgrade check's cgroup.conf parse."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chart.test_slurm_chart import conf_value, container, fails, named, render
+
+Obj = dict[str, Any]
+PLUGINS = ("ProctrackType", "TaskPlugin", "JobAcctGatherType", "JobContainerType", "PrologFlags")
+
+
+def config(objects: list[Obj]) -> dict[str, str]:
+    data: dict[str, str] = named(objects, "ConfigMap", "r1-slurm-config")["data"]
+    return data
+
+
+def cgroup_conf(objects: list[Obj]) -> dict[str, str]:
+    lines = [line for line in config(objects)["cgroup.conf"].splitlines() if line and line[0] != "#"]
+    return dict(line.split("=", 1) for line in lines)
+
+
+CONSTRAINTS = {
+    "ConstrainCores": "yes",
+    "ConstrainRAMSpace": "yes",
+    "AllowedRAMSpace": "100",
+    "ConstrainSwapSpace": "yes",
+    "AllowedSwapSpace": "0",
+    "ConstrainDevices": "yes",
+}
+
+
+def test_issue36_confinement_is_on_by_default(helm: Path, slurm_chart: Path) -> None:
+    """Catches a chart that still ships CgroupPlugin=disabled and task/none, where a job
+    asking for one CPU may use every CPU and all the memory of its node."""
+    objects = render(slurm_chart, helm)
+    assert {k: conf_value(objects, k) for k in PLUGINS} == {
+        "ProctrackType": "proctrack/cgroup",
+        "TaskPlugin": "task/cgroup,task/affinity",
+        "JobAcctGatherType": "jobacct_gather/cgroup",
+        "JobContainerType": None,  # private /tmp is asked for on its own (privateTmp)
+        "PrologFlags": None,
+    }
+    assert cgroup_conf(objects) == {
+        "CgroupPlugin": "autodetect",
+        "IgnoreSystemd": "yes",
+        "EnableControllers": "yes",
+        **CONSTRAINTS,
+    }
+    assert "job_container.conf" not in config(objects)
+    operator = container(named(objects, "Deployment", "r1-operator"), "operator")
+    assert "--confinement=cgroup" in operator["args"]
+
+
+@pytest.mark.parametrize(
+    ("version", "expected"),
+    [
+        ("v1", {"CgroupPlugin": "cgroup/v1", **CONSTRAINTS}),
+        (
+            "v2",
+            {"CgroupPlugin": "cgroup/v2", "IgnoreSystemd": "yes", "EnableControllers": "yes", **CONSTRAINTS},
+        ),
+    ],
+)
+def test_issue36_cgroup_conf_for_v1_and_v2(
+    helm: Path, slurm_chart: Path, version: str, expected: dict[str, str]
+) -> None:
+    """Catches a cgroup.conf that v2 cannot use in a container (without IgnoreSystemd slurmd
+    looks for systemd over dbus and stops; without EnableControllers a job's cgroup gets no
+    cpuset or memory controller), or one that gives v1 options it has no use for."""
+    objects = render(slurm_chart, helm, f"slurm.confinement.cgroupVersion={version}")
+    assert cgroup_conf(objects) == expected
+    assert conf_value(objects, "ProctrackType") == "proctrack/cgroup"
+
+
+def test_issue36_gpus_are_confined_to_the_ones_slurm_allocated(helm: Path, slurm_chart: Path) -> None:
+    """Catches a configuration where a job granted one GPU sees every GPU of its node:
+    ConstrainDevices in cgroup.conf, GPUs found by the nvidia plugin and counted as GRES."""
+    objects = render(slurm_chart, helm)
+    assert cgroup_conf(objects)["ConstrainDevices"] == "yes"
+    assert config(objects)["gres.conf"].strip() == "AutoDetect=nvidia"
+    assert conf_value(objects, "GresTypes") == "gpu"
+    assert conf_value(objects, "TaskPlugin") == "task/cgroup,task/affinity"
+
+
+def test_issue36_an_operator_may_turn_confinement_off(helm: Path, slurm_chart: Path) -> None:
+    """Catches an off switch that leaves a cgroup plugin or the tmpfs container behind (slurmd
+    would then fail in a container that cannot give cgroups) or keeps the operator adding
+    CAP_SYS_ADMIN to slurmd."""
+    objects = render(slurm_chart, helm, "slurm.confinement.enabled=false")
+    assert {k: conf_value(objects, k) for k in PLUGINS} == {
+        "ProctrackType": "proctrack/linuxproc",
+        "TaskPlugin": "task/none",
+        "JobAcctGatherType": "jobacct_gather/none",
+        "JobContainerType": None,
+        "PrologFlags": None,
+    }
+    assert cgroup_conf(objects) == {"CgroupPlugin": "disabled"}
+    assert "job_container.conf" not in config(objects)
+    operator = container(named(objects, "Deployment", "r1-operator"), "operator")
+    assert "--confinement=off" in operator["args"]
+
+
+def test_issue36_private_tmp_gives_each_job_its_own_tmp_and_shm(helm: Path, slurm_chart: Path) -> None:
+    """Catches job_container/tmpfs without PrologFlags=Contain (slurmd refuses to start) or
+    without its job_container.conf (shipped to configless slurmd with the rest)."""
+    objects = render(slurm_chart, helm, "slurm.confinement.privateTmp=true")
+    assert conf_value(objects, "JobContainerType") == "job_container/tmpfs"
+    assert conf_value(objects, "PrologFlags") == "Contain"
+    assert "AutoBasePath=true" in config(objects)["job_container.conf"]
+    off = render(slurm_chart, helm, "slurm.confinement.privateTmp=true", "slurm.confinement.enabled=false")
+    assert conf_value(off, "JobContainerType") is None
+
+
+def test_issue36_a_cgroup_conf_of_ones_own_replaces_the_written_one(helm: Path, slurm_chart: Path) -> None:
+    objects = render(slurm_chart, helm, values={"slurm": {"cgroupConf": "CgroupPlugin=cgroup/v1\n"}})
+    assert cgroup_conf(objects) == {"CgroupPlugin": "cgroup/v1"}
+
+
+def test_issue36_an_unknown_cgroup_version_is_refused(helm: Path, slurm_chart: Path) -> None:
+    said = fails(slurm_chart, helm, values={"slurm": {"confinement": {"cgroupVersion": "v3"}}})
+    assert "use auto, v1 or v2" in said
+
+
+# What Slurm 24.11's `slurmd -G` says about a misspelt cgroup.conf key (seen in a slurmd Pod).
+CGROUP_REFUSAL = """slurmd: error: _parse_next_key: Parsing error at unrecognized key: ConstrainCoress
+slurmd: fatal: Could not open/read/parse cgroup.conf file /proposed/cgroup.conf
+"""
+# ...and about a cgroup.conf it accepted, once it goes on without slurm.key.
+LATER_FATAL = "slurmd: fatal: auth/slurm: cannot stat '/proposed/slurm.key': No such file or directory\n"
+
+
+def test_issue36_the_upgrade_check_refuses_a_cgroup_conf_slurm_rejects(
+    helm: Path, slurm_chart: Path, tmp_path: Path
+) -> None:
+    """Catches an upgrade check that reads only slurm.conf (scontrol never parses cgroup.conf,
+    so a misspelt cgroupConf key would pass and every slurmd stop at its next start), and one
+    that mistakes slurmd's later, unrelated stop for a refusal."""
+    job = named(render(slurm_chart, helm), "Job", "r1-partition-check")
+    parse = container(job, "parse")
+    assert parse["image"] == "slurmd:24.11"  # the image that has slurmd
+    script = parse["args"][-1]
+    (tmp_path / "scontrol").write_text("#!/bin/sh\nexit 0\n")
+    env = {"PATH": f"{tmp_path}:/usr/bin:/bin", "SLURM_CONF": str(tmp_path / "slurm.conf")}
+    for said, refused in ((CGROUP_REFUSAL, True), (LATER_FATAL, False)):
+        (tmp_path / "slurmd").write_text(f"#!/bin/sh\ncat >&2 <<'SAID'\n{said}SAID\nexit 1\n")
+        for tool in ("scontrol", "slurmd"):
+            (tmp_path / tool).chmod(0o755)
+        done = subprocess.run(["bash", "-c", script], capture_output=True, text=True, env=env)
+        assert (done.returncode == 1) is refused, done.stderr
+        if refused:
+            assert (
+                CGROUP_REFUSAL in done.stderr and "cgroup.conf (slurm.cgroupConf) is refused" in done.stderr
+            )
+        else:
+            assert "accepts the new slurm.conf and cgroup.conf" in done.stdout

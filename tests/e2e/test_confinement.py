@@ -1,0 +1,242 @@
+"""Issue #36 end to end: Slurm jobs confined in cgroups inside slurmd Pods on real Nodes
+(the chart's default), accounting of what they used, CPU binding,
+sunk's Pod scheduler beside a confined job, and a Node that cannot confine jobs reported.
+
+Runs on the dev cluster with real Nodes (`SUNK_TEST_CLUSTER=real`, which `make test` runs):
+one install, NodeSet `compute` on real-1 and real-2, and on real-3 a NodeSet whose slurmd
+container is refused the one capability confinement needs. The tests run in file order.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from sunk.operator.confinement import CONFINED, CONFINEMENT_UNAVAILABLE
+from sunk_dev import DevCluster
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.platform import Platform, nodeset
+from tests.e2e.slurm_in_pods import containers_running, delete_namespace
+from tests.support import make_pod, wait_for
+
+pytestmark = pytest.mark.real_nodes
+NAMESPACE = "conf"
+FIGURES: dict[str, float] = {}
+HOSTNAME = "kubernetes.io/hostname"
+# Four busy loops and a 1.1 GiB allocation, in a job granted one CPU and 256 MiB.
+GREEDY = (
+    'echo "job $SLURM_JOB_ID"; grep Cpus_allowed_list /proc/self/status; '
+    "for i in 1 2 3 4; do (while :; do :; done) & done; sleep 3; "
+    'grep Cpus_allowed_list /proc/$!/status; head -c 1100M /dev/zero | tail >/dev/null; echo "tail: $?"'
+)
+
+
+def login(platform: Platform, command: str) -> tuple[int, str]:
+    result = platform.login(command, timeout=180)
+    return result.returncode, result.stdout + result.stderr
+
+
+def logged_in(platform: Platform, command: str) -> str:
+    rc, said = login(platform, command)
+    assert rc == 0, f"{command}: {said}"
+    return said
+
+
+def member_on(kube: AdminKube, node: str) -> str:
+    pods = kube.get(
+        f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector="sunk.coreweave.com/nodeset=compute"
+    )["items"]
+    [name] = [p["metadata"]["name"] for p in pods if p["spec"].get("nodeName") == node]
+    return name
+
+
+def sacct(platform: Platform, job: str) -> dict[str, dict[str, str]]:
+    """Step ID -> its sacct fields, once the job has ended."""
+    fields = "JobID,State,TotalCPU,MaxRSS,Elapsed"
+
+    def ended() -> dict[str, dict[str, str]] | None:
+        lines = logged_in(platform, f"sacct -n -P -j {job} -o {fields}").splitlines()
+        names = fields.split(",")
+        rows = {
+            line.split("|")[0]: dict(zip(names, line.split("|"), strict=True))
+            for line in lines
+            if line.count("|") == len(names) - 1  # kubectl's own warnings are not sacct's
+        }
+        done = rows.get(job, {}).get("State") not in (None, "", "PENDING", "RUNNING", "COMPLETING")
+        return rows if done else None
+
+    return wait_for(ended, timeout=120, what=f"job {job} to end in sacct")
+
+
+def seconds(slurm_time: str) -> float:
+    """Slurm's [DD-][HH:]MM:SS[.mmm] as seconds."""
+    days, _, clock = slurm_time.rpartition("-")
+    total = 0.0
+    for part in clock.split(":"):
+        total = total * 60 + float(part)
+    return total + 86400 * int(days or 0)
+
+
+@pytest.fixture(scope="module")
+def platform(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[Platform]:
+    plat = Platform(dev_cluster, namespace=NAMESPACE, release="slurm")
+    FIGURES["helm install (s)"] = plat.install()
+    not_real_3 = {"key": HOSTNAME, "operator": "NotIn", "values": ["real-3"]}
+    plat.apply_nodeset(
+        kube,
+        nodeset(
+            "compute",
+            ["main"],
+            affinity={
+                "nodeAffinity": {
+                    "requiredDuringSchedulingIgnoredDuringExecution": {
+                        "nodeSelectorTerms": [{"matchExpressions": [not_real_3]}]
+                    }
+                }
+            },
+        ),
+    )
+    wait_for(
+        lambda: logged_in(plat, "sinfo -h -t idle -o %D").strip() == "2" or None,
+        timeout=180,
+        what="the two confining members idle",
+    )
+    yield plat
+    print("\nconfinement figures:", {k: round(v, 1) for k, v in FIGURES.items()})
+    plat.uninstall()
+    delete_namespace(kube, NAMESPACE, timeout=180)
+
+
+def test_issue36_a_greedy_job_is_held_to_its_cpu_and_memory_and_accounted(
+    platform: Platform, kube: AdminKube
+) -> None:
+    """Catches jobs that run unconfined (four busy loops spread over both CPUs, the 1.1 GiB
+    allocation succeeds), an OOM that Slurm does not record as OUT_OF_MEMORY, a node left
+    drained after it, and accounting that samples nothing (no TotalCPU or MaxRSS)."""
+    member = member_on(kube, "real-1")
+    started = time.monotonic()
+    rc, said = login(platform, f"srun -w {member} -c1 --mem=256M sh -c '{GREEDY}'")
+    FIGURES["greedy job, srun to its end (s)"] = time.monotonic() - started
+    assert rc != 0, said
+    allowed = re.findall(r"Cpus_allowed_list:\s*(\S+)", said)
+    assert len(allowed) == 2 and all(re.fullmatch(r"\d+", cpus) for cpus in allowed), said
+    assert "tail: 137" in said and "Out Of Memory" in said, said  # the allocation was killed
+    [job] = re.findall(r"^job (\d+)$", said, re.M)
+    steps = sacct(platform, job)
+    assert steps[job]["State"] == "OUT_OF_MEMORY", steps
+    step = steps[f"{job}.0"]
+    used, elapsed = seconds(step["TotalCPU"]), seconds(step["Elapsed"])
+    assert used > 1.0, step  # the busy loops' CPU time was sampled
+    assert used <= 1.2 * elapsed + 1, step  # ...and never more than one CPU's worth
+    max_rss_kib = int(step["MaxRSS"].rstrip("K"))
+    assert 150 * 1024 < max_rss_kib <= 270 * 1024, step  # it grew to its 256 MiB, not past
+    # Once the job's cleanup is done the node is idle again; a drain (Slurm drains a node
+    # whose job's processes would not die) never would be.
+    wait_for(
+        lambda: logged_in(platform, f"sinfo -h -n {member} -o '%t|%E'").strip() == "idle|none" or None,
+        timeout=60,
+        what=f"{member} idle and not drained after the OOM",
+    )
+
+
+def test_issue36_cpu_bind_cores_places_each_task_on_the_cores_it_reports(
+    platform: Platform, kube: AdminKube
+) -> None:
+    """Catches task/affinity missing or lying: the mask srun reports for a task must be the
+    CPUs the kernel lets that task run on, and two tasks get different cores."""
+    member = member_on(kube, "real-1")
+    said = logged_in(
+        platform,
+        f"srun -w {member} -n2 -c1 --mem=64M --cpu-bind=cores,verbose "
+        "sh -c 'echo task $SLURM_PROCID $(grep Cpus_allowed_list /proc/self/status)'",
+    )
+    masks = {
+        int(t): int(m, 16) for t, m in re.findall(r"task\s+(\d+)\s+\d+ \[\d+\]: mask 0x([0-9a-f]+) set", said)
+    }
+    actual = {int(t): int(c) for t, c in re.findall(r"task (\d+) Cpus_allowed_list: (\d+)$", said, re.M)}
+    assert sorted(masks) == sorted(actual) == [0, 1], said
+    assert {t: 1 << cpu for t, cpu in actual.items()} == masks, said
+    assert actual[0] != actual[1], said
+
+
+def test_issue36_a_pod_placed_by_sunk_binds_and_runs_beside_a_confined_job(
+    platform: Platform, kube: AdminKube
+) -> None:
+    """Catches confinement getting in the way of sunk's placeholder jobs (a placeholder that
+    cannot start in its cgroup leaves the Pod unbound) or giving the Pod the job's CPU."""
+    member = member_on(kube, "real-1")
+    job = logged_in(platform, f"sbatch --parsable -w {member} -c1 --mem=64 --wrap 'sleep 600'").strip()
+    try:
+        pod = make_pod(
+            "beside", f"{NAMESPACE}-slurm", cpu="100m", memory="32Mi", nodeSelector={HOSTNAME: "real-1"}
+        )
+        pod["spec"]["containers"][0].update(
+            image=platform.images["slurmd"].ref, imagePullPolicy="Never", command=["sleep", "infinity"]
+        )
+        started = time.monotonic()
+        kube.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+
+        def running() -> dict[str, Any] | None:
+            found = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods/beside")
+            return found if containers_running(found) else None
+
+        placed = wait_for(running, timeout=120, what="the Pod placed by sunk to run")
+        FIGURES["Pod beside a confined job: create -> running (s)"] = time.monotonic() - started
+        assert placed["spec"]["nodeName"] == "real-1"
+        queue = logged_in(platform, f"squeue -h -t R -w {member} -o '%i %C'").split("\n")
+        assert f"{job} 1" in queue and len([q for q in queue if q.strip()]) == 2, queue
+        cpus = logged_in(platform, f"scontrol show node {member} | grep -o 'CPUAlloc=[0-9]*'").strip()
+        assert cpus == "CPUAlloc=2", cpus  # the job's CPU and the placeholder's: never the same one
+    finally:
+        kube.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/beside")
+        logged_in(platform, f"scancel {job}")
+
+
+def test_issue36_a_node_that_cannot_confine_jobs_is_named_and_serves_none(
+    platform: Platform, kube: AdminKube
+) -> None:
+    """Catches a member that falls back in silence to running jobs unconfined: its slurmd
+    container lacks CAP_SYS_ADMIN here, so the cgroup mounts stay read-only; the NodeSet's
+    Confined condition and a ConfinementUnavailable Event name real-3, and no Slurm node of
+    that NodeSet ever registers."""
+    drop = {
+        "containers": [{"name": "slurmd", "securityContext": {"capabilities": {"drop": ["SYS_ADMIN"]}}}],
+        "terminationGracePeriodSeconds": 10,  # a member's default hour would hold the deletion
+    }
+    path = f"/apis/sunk.coreweave.com/v1alpha1/namespaces/{NAMESPACE}/nodesets/locked"
+    started = time.monotonic()
+    platform.apply_nodeset(
+        kube, nodeset("locked", ["main"], nodeSelector={HOSTNAME: "real-3"}, template={"spec": drop})
+    )
+
+    def refused() -> dict[str, Any] | None:
+        status = platform.nodeset(kube, "locked").get("status") or {}
+        found = next((c for c in status.get("conditions") or [] if c["type"] == CONFINED), None)
+        return found if found and found["status"] == "False" else None
+
+    def warned() -> bool:
+        events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")["items"]
+        return any(
+            e["reason"] == CONFINEMENT_UNAVAILABLE
+            and e["regarding"]["name"] == "locked"
+            and "real-3" in e["note"]
+            for e in events
+        )
+
+    try:
+        condition = wait_for(
+            refused, timeout=120, what="the Confined condition of NodeSet locked to turn False"
+        )
+        FIGURES["refused Node: NodeSet applied -> condition (s)"] = time.monotonic() - started
+        assert condition["reason"] == CONFINEMENT_UNAVAILABLE
+        assert condition["message"].startswith("Node real-3 "), condition
+        assert "read-only" in condition["message"] and "CAP_SYS_ADMIN" in condition["message"], condition
+        wait_for(lambda: warned() or None, timeout=30, what="a ConfinementUnavailable Event naming real-3")
+        assert "locked" not in logged_in(platform, "sinfo -h -N -o %N")
+    finally:
+        kube.delete(path)
+        wait_for(lambda: kube.find(path) is None or None, timeout=120, what="NodeSet locked gone")
