@@ -213,12 +213,4 @@ class Operator:
 
 async def run(config: OperatorConfig) -> None:
     tokens = MintedTokens(config.slurm_jwt_key_file, config.slurm_user)
-    await shell.serve(
-        config.kubeconfig,
-        metrics_bind=config.metrics_bind,
-        health_bind=config.health_bind,
-        connect=lambda: shell.connect_slurm(
-            config.slurm_api_base, tokens, user=config.slurm_user, forced=config.slurm_api_version
-        ),
-        build=lambda kube, slurm: Operator(config, kube, slurm),
-    )
+    await shell.serve(config, tokens, lambda kube, slurm: Operator(config, kube, slurm))

@@ -15,7 +15,7 @@ import os
 import secrets
 import signal
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Protocol
 
 from sunk.kube.client import KubeClient
@@ -25,6 +25,23 @@ from sunk.slurm.errors import SlurmError
 from sunk.slurm.tokens import Tokens
 
 log = logging.getLogger(__name__)
+
+
+class ShellSettings(Protocol):
+    """What the shell reads of a component's settings (both components' configs have it)."""
+
+    @property
+    def kubeconfig(self) -> str | None: ...
+    @property
+    def metrics_bind(self) -> tuple[str, int]: ...
+    @property
+    def health_bind(self) -> tuple[str, int]: ...
+    @property
+    def slurm_api_base(self) -> str: ...
+    @property
+    def slurm_user(self) -> str: ...
+    @property
+    def slurm_api_version(self) -> str | None: ...
 
 
 class Served(Protocol):
@@ -67,16 +84,11 @@ async def connect_slurm(base_url: str, tokens: Tokens, *, user: str, forced: str
 
 
 async def serve(
-    kubeconfig: str | None,
-    *,
-    metrics_bind: tuple[str, int],
-    health_bind: tuple[str, int],
-    connect: Callable[[], Awaitable[SlurmClient]],
-    build: Callable[[KubeClient, SlurmClient], Served],
+    settings: ShellSettings, tokens: Tokens, build: Callable[[KubeClient, SlurmClient], Served]
 ) -> None:
     """Run one component until SIGTERM. Probes answer before Slurm does: a slurmrestd slow
     to come up leaves the process not ready, never restarted by its liveness probe."""
-    kube = await KubeClient.connect(kubeconfig)
+    kube = await KubeClient.connect(settings.kubeconfig)
     main = asyncio.current_task()
     assert main is not None
     # SIGTERM (a roll-out, a drain of the Node) stops acting and hands the Lease over
@@ -89,10 +101,15 @@ async def serve(
             return "waiting for slurmrestd to say which REST versions it serves"
         return component.not_ready()
 
-    runners = [await serve_metrics(*metrics_bind), await serve_probes(*health_bind, not_ready)]
+    runners = [
+        await serve_metrics(*settings.metrics_bind),
+        await serve_probes(*settings.health_bind, not_ready),
+    ]
     slurm = None
     try:
-        slurm = await connect()
+        slurm = await connect_slurm(
+            settings.slurm_api_base, tokens, user=settings.slurm_user, forced=settings.slurm_api_version
+        )
         component = build(kube, slurm)
         await component.run()
     except asyncio.CancelledError:

@@ -390,12 +390,4 @@ def _key(pod: dict[str, object]) -> str:
 
 async def run(config: Config) -> None:
     tokens = TokenSource(config.slurm_token, config.slurm_token_file)
-    await shell.serve(
-        config.kubeconfig,
-        metrics_bind=config.metrics_bind,
-        health_bind=config.health_bind,
-        connect=lambda: shell.connect_slurm(
-            config.slurm_api_base, tokens, user=config.slurm_user, forced=config.slurm_api_version
-        ),
-        build=lambda kube, slurm: Scheduler(config, kube, slurm),
-    )
+    await shell.serve(config, tokens, lambda kube, slurm: Scheduler(config, kube, slurm))
