@@ -64,7 +64,7 @@ def test_r10_6_groups_carry_their_members(snapshot: Directory) -> None:
 
 def test_r10_6_the_snapshot_renders_to_name_service_lines(snapshot: Directory) -> None:
     people = render(snapshot)
-    assert "alice:x:20001:30000:Alice:/home/alice:/bin/bash\n" in people.passwd
+    assert "alice:*:20001:30000:Alice:/home/alice:/bin/bash\n" in people.passwd
     assert "ml:x:30001:alice\n" in people.group
     assert people.refused == ()
 

@@ -21,7 +21,7 @@ def user(name: str, uid: int, **kw: object) -> User:
 
 def test_r10_6_a_person_becomes_a_passwd_line_and_an_authorized_keys_file() -> None:
     people = render(Directory((user("alice", 20001, gecos="Alice", ssh_keys=("ssh-ed25519 AAA a",)),), ()))
-    assert people.passwd == "alice:x:20001:30000:Alice:/home/alice:/bin/bash\n"
+    assert people.passwd == "alice:*:20001:30000:Alice:/home/alice:/bin/bash\n"
     assert people.keys == {"alice": "ssh-ed25519 AAA a\n"}
     assert people.files()["keys.alice"] == "ssh-ed25519 AAA a\n"
 
@@ -45,7 +45,7 @@ def test_r10_6_a_group_lists_only_members_who_are_people_of_the_directory() -> N
 def test_r10_6_an_entry_taking_over_a_system_account_is_refused_by_name(entry: User, why: str) -> None:
     people = render(Directory((entry, user("alice", 20001)), ()))
     assert [line for line in people.refused if line.startswith(why)] != []
-    assert people.passwd == "alice:x:20001:30000::/home/alice:/bin/bash\n"
+    assert people.passwd == "alice:*:20001:30000::/home/alice:/bin/bash\n"
 
 
 def test_r10_6_a_second_person_with_a_taken_uid_is_refused() -> None:

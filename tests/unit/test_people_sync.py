@@ -66,7 +66,7 @@ async def test_r10_6_the_first_sync_makes_the_people_configmap() -> None:
     sync, kube, _ = sync_for(ChangingDirectory((alice(),)))
     assert await sync.sync_once()
     data = kube.objects[PATH]["data"]
-    assert data["passwd"] == "alice:x:20001:30000:Alice:/home/alice:/bin/bash\n"
+    assert data["passwd"] == "alice:*:20001:30000:Alice:/home/alice:/bin/bash\n"
     assert data["group"] == "ml:x:30001:alice\n"
     assert data["keys.alice"] == "ssh-ed25519 AAA alice\n"
 

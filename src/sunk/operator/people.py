@@ -48,7 +48,9 @@ def render(directory: Directory) -> People:
             refused.append(f"user {user.name}: {why}")
             continue
         taken_uids[user.uid] = user.name
-        passwd.append(f"{user.name}:x:{user.uid}:{user.gid}:{user.gecos}:{user.home}:{user.shell}")
+        # "*": no password here and no shadow entry to look for (with "x", PAM's account
+        # check looks one up, finds none and refuses the login); people log in with keys.
+        passwd.append(f"{user.name}:*:{user.uid}:{user.gid}:{user.gecos}:{user.home}:{user.shell}")
         if user.ssh_keys:
             keys[user.name] = "".join(f"{key.strip()}\n" for key in user.ssh_keys)
     known = set(taken_uids.values())
