@@ -28,7 +28,10 @@ async def test_issue36_a_confining_member_gets_sys_admin_and_the_preflight_not_p
     [pod] = world.members().values()
     [slurmd] = pod["spec"]["containers"]
     security = slurmd["securityContext"]
-    assert security == {"capabilities": {"add": ["SYS_ADMIN"]}, "appArmorProfile": {"type": "Unconfined"}}
+    assert security == {
+        "capabilities": {"add": ["SYS_ADMIN", "SYS_NICE"]},
+        "appArmorProfile": {"type": "Unconfined"},
+    }
     assert slurmd["args"][:4] == ["sh", "-c", c.PREFLIGHT, "preflight"]
     assert slurmd["args"][4:9] == ["slurmd", "-D", "-Z", "-N", "a-001-011"]
 

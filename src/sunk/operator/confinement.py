@@ -6,8 +6,11 @@ runtime points at the container's own cgroup; v2: below the container's cgroup n
 root) and gives each job a private /tmp and /dev/shm in a mount namespace of its own.
 
 What that takes of the container, measured on the dev cluster's kubelets (containerd 1.6,
-runc, cgroup v1): the runtime's default capabilities plus CAP_SYS_ADMIN, and nothing else.
-CAP_SYS_ADMIN is needed three times over: to make the read-only cgroup mounts the runtime
+runc, cgroup v1): the runtime's default capabilities plus CAP_SYS_ADMIN and CAP_SYS_NICE,
+and nothing else. CAP_SYS_NICE: task/affinity binds a job's tasks to their CPUs once they
+run as the job's user, and binding another user's process needs it (without it every job
+of a user other than root failed to start: "task_g_set_affinity: Operation not
+permitted"). CAP_SYS_ADMIN is needed three times over: to make the read-only cgroup mounts the runtime
 gives every unprivileged container writable again (a remount), to write the v1 devices
 controller's allow and deny lists (v2: to load its eBPF device filter), and for
 job_container/tmpfs's mount namespaces. A privileged container is not needed: it would
@@ -27,7 +30,7 @@ Json = dict[str, Any]
 MESSAGE_PREFIX = "confinement unavailable: "
 CONFINED = "Confined"
 CONFINEMENT_UNAVAILABLE = "ConfinementUnavailable"
-CAPABILITY = "SYS_ADMIN"
+CAPABILITIES = ("SYS_ADMIN", "SYS_NICE")
 
 # Run by the member's container before slurmd (`sh -c PREFLIGHT preflight slurmd ...`).
 PREFLIGHT = r"""cg=/sys/fs/cgroup
@@ -72,8 +75,9 @@ def confine(container: Json) -> None:
     if not security.get("privileged"):
         capabilities = security.setdefault("capabilities", {})
         added = capabilities.setdefault("add", [])
-        if CAPABILITY not in added and f"CAP_{CAPABILITY}" not in added:
-            added.append(CAPABILITY)
+        for capability in CAPABILITIES:
+            if capability not in added and f"CAP_{capability}" not in added:
+                added.append(capability)
         # Runtimes' default AppArmor profile forbids mount even with CAP_SYS_ADMIN.
         security.setdefault("appArmorProfile", {"type": "Unconfined"})
     container["args"] = ["sh", "-c", PREFLIGHT, "preflight", *container["args"]]
