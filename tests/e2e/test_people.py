@@ -82,16 +82,18 @@ def login_address(kube: AdminKube) -> str | None:
     return ready[0]["status"]["podIP"] if ready else None
 
 
-def ssh(cluster: DevCluster, kube: AdminKube, user: str, command: str) -> subprocess.CompletedProcess[str]:
+def ssh(
+    cluster: DevCluster, kube: AdminKube, user: str, command: str, *, key_of: str | None = None
+) -> subprocess.CompletedProcess[str]:
     """`command` in a login shell of `user` on the login Pod, logged in over SSH with the
-    private half of the key the directory holds for them."""
+    private half of the key the directory holds for them (or for `key_of`)."""
     address = login_address(kube)
     assert address is not None, "no login Pod has an address"
     return subprocess.run(
         [
             "ssh",
             "-i",
-            str(directory.private_key(cluster.layout, user)),
+            str(directory.private_key(cluster.layout, key_of or user)),
             "-o",
             "BatchMode=yes",
             "-o",
@@ -160,25 +162,7 @@ def test_r10_6_a_key_the_directory_does_not_hold_for_her_is_refused(
     platform: Platform, dev_cluster: DevCluster, kube: AdminKube
 ) -> None:
     """bob's key does not open alice's account (the keys are per person, not shared)."""
-    address = login_address(kube)
-    done = subprocess.run(
-        [
-            "ssh",
-            "-i",
-            str(directory.private_key(dev_cluster.layout, "bob")),
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            f"alice@{address}",
-            "true",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = ssh(dev_cluster, kube, "alice", "true", key_of="bob")
     assert done.returncode == 255 and "Permission denied" in done.stderr
 
 

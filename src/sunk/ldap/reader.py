@@ -26,7 +26,7 @@ def read(settings: DirectorySettings) -> Directory:
         ) from None
     try:
         with _connect(settings, password) as conn:
-            users = _search(conn, settings.user_base, settings.user_filter, _USER_ATTRIBUTES(settings))
+            users = _search(conn, settings.user_base, settings.user_filter, _user_attributes(settings))
             groups = _search(conn, settings.group_base, settings.group_filter, _GROUP_ATTRIBUTES)
     except (ldap_errors.LDAPBindError, ldap_errors.LDAPInvalidCredentialsResult):
         raise DirectoryError(
@@ -40,7 +40,7 @@ def read(settings: DirectorySettings) -> Directory:
     return _snapshot(users, groups, settings.ssh_key_attribute)
 
 
-def _USER_ATTRIBUTES(settings: DirectorySettings) -> list[str]:
+def _user_attributes(settings: DirectorySettings) -> list[str]:
     return [
         "uid",
         "uidNumber",

@@ -65,6 +65,7 @@ class PeopleSync:
         self.configmap = configmap
         self.interval_s = interval_s
         self.path = f"/api/v1/namespaces/{namespace}/configmaps/{configmap}"
+        self.told: set[str] = set()  # named Events this process recorded: not sent again
 
     async def sync_once(self) -> bool:
         """One read and, if it differs, one write. True when the ConfigMap was written."""
@@ -125,7 +126,10 @@ class PeopleSync:
         if reason != UPDATED:
             digest = hashlib.sha256(f"{reason}\0{note}".encode()).hexdigest()[:16]
             name = f"{self.configmap}.{reason.lower()}.{digest}"
-        await self.recorder.event_on(regarding, reason, note, warning=warning, name=name)
+            if name in self.told:
+                return  # a refusal seen again every interval costs the API server nothing
+        if await self.recorder.event_on(regarding, reason, note, warning=warning, name=name) and name:
+            self.told.add(name)
 
     async def run(self) -> None:
         while True:
