@@ -50,8 +50,13 @@ def render_chart(
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 
+# The scheduler chart refuses to render without the tenants' namespaces it places Pods of.
+TENANTS = "scheduler.scope.namespaces=tenants"
+
+
 def render(helm: Path, *sets: str, namespace: str = "team", release: str = "r1") -> list[dict[str, Any]]:
-    return render_chart(helm, CHART, *sets, namespace=namespace, release=release)
+    """The scheduler chart placing Pods of namespace `tenants`, unless `sets` say otherwise."""
+    return render_chart(helm, CHART, TENANTS, *sets, namespace=namespace, release=release)
 
 
 @pytest.fixture(scope="session")

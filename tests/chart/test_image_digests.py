@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from tests.chart.conftest import CHART, render_chart
+from tests.chart.conftest import CHART, TENANTS, render_chart
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -39,7 +39,7 @@ def test_without_a_digest_images_keep_their_tags(helm: Path, slurm_chart: Path) 
 
 
 def test_the_schedulers_image_takes_a_digest(helm: Path) -> None:
-    objects = render_chart(helm, CHART, f"scheduler.image.digest={DIGEST}")
+    objects = render_chart(helm, CHART, TENANTS, f"scheduler.image.digest={DIGEST}")
     assert {image.split("@")[1] for image in images(objects)} == {DIGEST}
 
 

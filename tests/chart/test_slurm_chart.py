@@ -24,6 +24,9 @@ PARTITIONS = {
         ]
     }
 }
+# The scheduler sub-chart switched on, placing Pods of a tenants' namespace.
+ON = ("scheduler.enabled=true", "scheduler.scheduler.scope.namespaces=tenants")
+SCHEDULER_ON: Obj = {"enabled": True, "scheduler": {"scope": {"namespaces": "tenants"}}}
 NODESETS = {
     "nodeSets": [
         {"name": "cpus", "partitions": ["cpu"], "replicas": 2},
@@ -91,7 +94,7 @@ def fails(chart: Path, helm: Path, *sets: str, values: Obj | None = None) -> str
 
 
 def test_r10_1_helm_lint_is_clean(helm: Path, slurm_chart: Path) -> None:
-    for sets in ([], ["--set", "scheduler.enabled=true"]):
+    for sets in ([], ["--set", ",".join(ON)]):
         result = subprocess.run([str(helm), "lint", str(slurm_chart), *sets], capture_output=True, text=True)
         assert result.returncode == 0, result.stdout + result.stderr
         assert "[WARNING]" not in result.stdout and "[ERROR]" not in result.stdout, result.stdout
@@ -99,13 +102,13 @@ def test_r10_1_helm_lint_is_clean(helm: Path, slurm_chart: Path) -> None:
 
 def test_r10_1_two_renders_are_byte_identical(helm: Path, slurm_chart: Path) -> None:
     """GitOps renders on every sync: nothing random, no dates, no generated names."""
-    values = {**PARTITIONS, **NODESETS, "scheduler": {"enabled": True}}
+    values = {**PARTITIONS, **NODESETS, "scheduler": SCHEDULER_ON}
     first = render_text(helm, slurm_chart, values=values)
     assert first == render_text(helm, slurm_chart, values=values)
 
 
 def test_r10_1_no_secret_is_rendered_keys_come_from_the_hook_job(helm: Path, slurm_chart: Path) -> None:
-    objects = render(slurm_chart, helm, "scheduler.enabled=true")
+    objects = render(slurm_chart, helm, *ON)
     assert of_kind(objects, "Secret") == []
     assert not [o for o in objects if "data" in o and o["kind"] != "ConfigMap"]
 
@@ -114,7 +117,7 @@ def test_r10_1_every_hook_object_is_deleted_once_it_succeeded(helm: Path, slurm_
     """Issue #32: `helm uninstall` does not delete hook objects, so the secrets Jobs (ours and
     the scheduler's) and their Pods stayed behind. Each hook goes once it succeeded; a failed
     one stays for a look and is replaced by the next run."""
-    values = {**PARTITIONS, **NODESETS, "scheduler": {"enabled": True}}
+    values = {**PARTITIONS, **NODESETS, "scheduler": SCHEDULER_ON}
     hooks = [o for o in render(slurm_chart, helm, values=values) if "helm.sh/hook" in _annotations(o)]
     names = {(o["kind"], o["metadata"]["name"]) for o in hooks}
     assert {("Job", "r1-secrets"), ("Job", "r1-sunk-scheduler-hooks-secret")} <= names
@@ -246,7 +249,7 @@ def test_r10_1_keys_are_readable_by_each_daemons_user_only(helm: Path, slurm_cha
 
 def test_r10_1_no_host_path_anywhere(helm: Path, slurm_chart: Path) -> None:
     """It runs on a real cluster unchanged: nothing of the Node's filesystem is used."""
-    text = render_text(helm, slurm_chart, values={**PARTITIONS, **NODESETS, "scheduler": {"enabled": True}})
+    text = render_text(helm, slurm_chart, values={**PARTITIONS, **NODESETS, "scheduler": SCHEDULER_ON})
     assert "hostPath" not in text and "hostNetwork" not in text
 
 
@@ -255,10 +258,8 @@ def test_r10_1_every_image_comes_from_the_values(helm: Path, slurm_chart: Path) 
     values: Obj = {n: {"image": {"repository": f"reg.example/{n}", "tag": f"t-{n}"}} for n in names}
     values["accounting"]["mariadb"] = {"image": {"repository": "reg.example/mariadb", "tag": "t-db"}}
     values["slurmd"] = {"image": {"repository": "reg.example/slurmd", "tag": "t-slurmd"}}
-    values["scheduler"] = {
-        "enabled": True,
-        "scheduler": {"image": {"repository": "reg.example/sunk", "tag": "t-s"}},
-    }
+    values["scheduler"] = copy.deepcopy(SCHEDULER_ON)
+    values["scheduler"]["scheduler"]["image"] = {"repository": "reg.example/sunk", "tag": "t-s"}
     objects = render(slurm_chart, helm, values=values)
     used = {c["image"] for c in containers(objects)}
     expected = {f"reg.example/{n}:t-{n}" for n in names} | {
@@ -272,7 +273,7 @@ def test_r10_1_every_image_comes_from_the_values(helm: Path, slurm_chart: Path) 
 
 
 def test_r10_1_containers_keep_tini_as_pid_1(helm: Path, slurm_chart: Path) -> None:
-    objects = render(slurm_chart, helm, "scheduler.enabled=true")
+    objects = render(slurm_chart, helm, *ON)
     assert not [c["name"] for c in containers(objects) if "command" in c]
 
 
@@ -381,7 +382,7 @@ def test_r10_1_the_scheduler_is_absent_by_default(helm: Path, slurm_chart: Path)
 
 
 def test_r10_1_scheduler_enabled_points_it_at_this_slurm(helm: Path, slurm_chart: Path) -> None:
-    objects = render(slurm_chart, helm, "scheduler.enabled=true")
+    objects = render(slurm_chart, helm, *ON)
     deployment = named(objects, "Deployment", "r1-sunk-scheduler")
     scheduler = container(deployment, "scheduler")
     flags = dict(a.split("=", 1) for a in scheduler["args"] if a.startswith("--"))
@@ -395,15 +396,14 @@ def test_r10_1_scheduler_enabled_points_it_at_this_slurm(helm: Path, slurm_chart
 
 
 def test_r10_1_the_schedulers_kill_wait_must_equal_slurms(helm: Path, slurm_chart: Path) -> None:
-    assert "set it to 45s" in fails(slurm_chart, helm, "scheduler.enabled=true", "slurm.killWait=45")
-    objects = render(
-        slurm_chart, helm, "scheduler.enabled=true", "slurm.killWait=45", "scheduler.scheduler.killWait=45s"
-    )
+    assert "set it to 45s" in fails(slurm_chart, helm, *ON, "slurm.killWait=45")
+    objects = render(slurm_chart, helm, *ON, "slurm.killWait=45", "scheduler.scheduler.killWait=45s")
     assert conf_value(objects, "KillWait") == "45"
 
 
 def test_r10_1_the_schedulers_hook_job_runs_where_the_scheduler_runs(helm: Path, slurm_chart: Path) -> None:
-    values = {"scheduler": {"enabled": True, "scheduler": {"nodeSelector": {"pool": "control"}}}}
+    values = copy.deepcopy({"scheduler": SCHEDULER_ON})
+    values["scheduler"]["scheduler"]["nodeSelector"] = {"pool": "control"}
     job = named(render(slurm_chart, helm, values=values), "Job", "r1-sunk-scheduler-hooks-secret")
     assert pod_spec(job)["nodeSelector"] == {"pool": "control"}
 

@@ -39,6 +39,8 @@ RULES = {
     "slurmd:pods:list,watch": "valid Pod bound",  # no Slurm node → Node map
     "leader:leases:create": "valid Pod bound",  # cannot make its Lease: never the leader
     "leader:leases:get,update": "valid Pod bound",  # cannot read or renew it (named: no other Lease)
+    # The scheduler's own Pod lives in the release's namespace, which it never watches.
+    "leader:pods:patch": "leader label on the scheduler's Pod",
 }
 
 
@@ -58,12 +60,23 @@ def collection(obj: dict[str, Any]) -> str:
 
 
 @pytest.fixture
-def chart_rbac(helm: Path, namespace: str, kube: AdminKube) -> Iterator[list[dict[str, Any]]]:
+def keys(kube: AdminKube, namespace: str) -> Iterator[str]:
+    """The release's namespace (the scheduler's account, Lease and own Pod): apart from the
+    tenants' namespace its Pods are placed in, as the chart requires."""
+    name = f"{namespace}-k"
+    kube.create_namespace(name)
+    yield name
+    kube.delete(f"/api/v1/namespaces/{name}")
+
+
+@pytest.fixture
+def chart_rbac(helm: Path, namespace: str, keys: str, kube: AdminKube) -> Iterator[list[dict[str, Any]]]:
     objects = render(
         helm,
         "scheduler.scope.type=namespace",
+        f"scheduler.scope.namespaces={namespace}",
         f"scheduler.slurmd.namespace={topology.SLURMD_NAMESPACE}",
-        namespace=namespace,
+        namespace=keys,
         release="rbac",
     )
     rbac = [
@@ -110,30 +123,35 @@ def kubeconfig_of(dev_cluster: DevCluster, kube: AdminKube, namespace: str, acco
 
 
 def scheduler_as_serviceaccount(
-    dev_cluster: DevCluster, kube: AdminKube, namespace: str, tmp_path: Path
+    dev_cluster: DevCluster, kube: AdminKube, namespace: str, keys: str, tmp_path: Path
 ) -> SchedulerProcess:
-    kubeconfig = kubeconfig_of(
-        dev_cluster, kube, namespace, "rbac-sunk-scheduler", tmp_path / "sa.kubeconfig"
-    )
+    kubeconfig = kubeconfig_of(dev_cluster, kube, keys, "rbac-sunk-scheduler", tmp_path / "sa.kubeconfig")
     # A stand-in for the scheduler's own Pod, which the leader labels.
-    create(kube, namespace, make_pod("scheduler-self", "nobody"))
+    create(kube, keys, make_pod("scheduler-self", "nobody"))
     return SchedulerProcess(
         dev_cluster,
         f"rbac-{namespace}",
         f"--kubeconfig={kubeconfig}",
         f"--watch-namespace={namespace}",
         f"--slurmd-namespace={topology.SLURMD_NAMESPACE}",
+        f"--ignore-namespace={keys}",
         "--leader-elect=true",
-        f"--leader-election-namespace={namespace}",
+        f"--leader-election-namespace={keys}",
         # The chart names the Lease after its scheduler name (<namespace>-<release>), and
         # its rule allows that Lease only.
-        f"--leader-election-id={namespace}-rbac",
-        env={"POD_NAME": "scheduler-self", "POD_NAMESPACE": namespace},
+        f"--leader-election-id={keys}-rbac",
+        env={"POD_NAME": "scheduler-self", "POD_NAMESPACE": keys},
     )
 
 
 def scheduler_does_its_job(
-    kube: AdminKube, slurm: SlurmRest, dev_cluster: DevCluster, namespace: str, name: str, within: float
+    kube: AdminKube,
+    slurm: SlurmRest,
+    dev_cluster: DevCluster,
+    namespace: str,
+    keys: str,
+    name: str,
+    within: float,
 ) -> str | None:
     """None if every step works; otherwise the first step that did not."""
     create(kube, namespace, make_pod("valid", name))
@@ -154,7 +172,7 @@ def scheduler_does_its_job(
             condition(get(kube, namespace, "invalid") or {}).get("reason") == "InvalidForSlurm"
         ),
         "leader label on the scheduler's Pod": lambda: (
-            (get(kube, namespace, "scheduler-self") or {})["metadata"]
+            (get(kube, keys, "scheduler-self") or {})["metadata"]
             .get("labels", {})
             .get("sunk.coreweave.com/leader")
             == "true"
@@ -186,13 +204,14 @@ def test_r1_1_the_scheduler_works_with_exactly_the_charts_rbac(
     slurm: SlurmRest,
     dev_cluster: DevCluster,
     namespace: str,
+    keys: str,
     chart_rbac: list[dict[str, Any]],
     tmp_path: Path,
 ) -> None:
     apply(kube, chart_rbac)
-    proc = scheduler_as_serviceaccount(dev_cluster, kube, namespace, tmp_path).start(wait=False)
+    proc = scheduler_as_serviceaccount(dev_cluster, kube, namespace, keys, tmp_path).start(wait=False)
     try:
-        assert scheduler_does_its_job(kube, slurm, dev_cluster, namespace, proc.name, within=30) is None
+        assert scheduler_does_its_job(kube, slurm, dev_cluster, namespace, keys, proc.name, within=30) is None
     finally:
         proc.stop()
 
@@ -203,6 +222,7 @@ def test_r1_1_each_rbac_rule_is_needed(
     slurm: SlurmRest,
     dev_cluster: DevCluster,
     namespace: str,
+    keys: str,
     chart_rbac: list[dict[str, Any]],
     tmp_path: Path,
     missing: str,
@@ -212,9 +232,9 @@ def test_r1_1_each_rbac_rule_is_needed(
         if obj["kind"] in ("Role", "ClusterRole"):
             obj["rules"] = [rule for rule in obj["rules"] if rule_id(obj, rule) != missing]
     apply(kube, reduced)
-    proc = scheduler_as_serviceaccount(dev_cluster, kube, namespace, tmp_path).start(wait=False)
+    proc = scheduler_as_serviceaccount(dev_cluster, kube, namespace, keys, tmp_path).start(wait=False)
     try:
-        broken = scheduler_does_its_job(kube, slurm, dev_cluster, namespace, proc.name, within=12)
+        broken = scheduler_does_its_job(kube, slurm, dev_cluster, namespace, keys, proc.name, within=12)
     finally:
         proc.stop()
         # The Pods go first; then a healthy scheduler of the same name, on the same hooks

@@ -178,10 +178,10 @@ def test_issue36_a_pod_placed_by_sunk_binds_and_runs_beside_a_confined_job(
             image=platform.images["slurmd"].ref, imagePullPolicy="Never", command=["sleep", "infinity"]
         )
         started = time.monotonic()
-        kube.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+        kube.create(f"/api/v1/namespaces/{platform.tenants}/pods", pod)
 
         def running() -> dict[str, Any] | None:
-            found = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods/beside")
+            found = kube.get(f"/api/v1/namespaces/{platform.tenants}/pods/beside")
             return found if containers_running(found) else None
 
         placed = wait_for(running, timeout=120, what="the Pod placed by sunk to run")
@@ -192,7 +192,7 @@ def test_issue36_a_pod_placed_by_sunk_binds_and_runs_beside_a_confined_job(
         cpus = logged_in(platform, f"scontrol show node {member} | grep -o 'CPUAlloc=[0-9]*'").strip()
         assert cpus == "CPUAlloc=2", cpus  # the job's CPU and the placeholder's: never the same one
     finally:
-        kube.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/beside")
+        kube.delete(f"/api/v1/namespaces/{platform.tenants}/pods/beside")
         logged_in(platform, f"scancel {job}")
 
 

@@ -54,8 +54,8 @@ def table_columns(text: str) -> dict[str, list[str]]:
     return {header[a:b].strip(): [row[a:b].strip() for row in rows] for a, b in bounds}
 
 
-def pod_if_running(kube: AdminKube, name: str) -> dict[str, Any] | None:
-    pod = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}")
+def pod_if_running(kube: AdminKube, namespace: str, name: str) -> dict[str, Any] | None:
+    pod = kube.get(f"/api/v1/namespaces/{namespace}/pods/{name}")
     return pod if containers_running(pod) else None
 
 
@@ -177,9 +177,11 @@ def test_r10_7_a_pod_placed_by_sunk_runs_on_a_real_node_beside_a_slurm_job(
             image=platform.images["slurmd"].ref, imagePullPolicy="Never", command=["sleep", "infinity"]
         )
         started = time.monotonic()
-        kube.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+        kube.create(f"/api/v1/namespaces/{platform.tenants}/pods", pod)
         running = wait_for(
-            lambda: pod_if_running(kube, "beside"), timeout=120, what="the Pod placed by sunk to run"
+            lambda: pod_if_running(kube, platform.tenants, "beside"),
+            timeout=120,
+            what="the Pod placed by sunk to run",
         )
         FIGURES["Pod through sunk: create -> running on a real Node (s)"] = time.monotonic() - started
         assert running["spec"]["nodeName"] == "real-1"
@@ -187,7 +189,7 @@ def test_r10_7_a_pod_placed_by_sunk_runs_on_a_real_node_beside_a_slurm_job(
         assert f"{job} {member}" in queue
         assert len([line for line in queue.splitlines() if line.endswith(member)]) == 2, queue
     finally:
-        kube.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/beside")
+        kube.delete(f"/api/v1/namespaces/{platform.tenants}/pods/beside")
         logged_in(platform, f"scancel {job}")
         wait_for(
             lambda: logged_in(platform, "squeue -h").strip() == "" or None,

@@ -11,6 +11,7 @@ import pytest
 from sunk.flags import parse_duration
 from sunk.logs import JsonFormatter
 from sunk.scheduler import config
+from sunk.scheduler.app import pod_field_selector
 from sunk.scheduler.decide.submission import static_cpu_problem
 from sunk.slurm.scontrol import memory_oversubscription_warning
 
@@ -63,6 +64,27 @@ def test_r1_2_flags_have_the_reference_defaults(monkeypatch: pytest.MonkeyPatch)
     assert cfg.metrics_bind == ("0.0.0.0", 8080)
     assert cfg.health_bind == ("0.0.0.0", 8081)
     assert cfg.watch_namespaces == ()
+
+
+BASE = (
+    "--scheduler-name=s",
+    "--slurm-api-base=http://x",
+    "--slurm-auth-token=t",
+    "--hooks-insecure-http=true",
+)
+
+
+def test_issue38_pods_of_ignored_namespaces_are_left_out_of_the_watch() -> None:
+    """Catches --ignore-namespace being read but not reaching the Pod informer's selector."""
+    cfg = parse(*BASE, "--ignore-namespace=slurm, keys")
+    assert cfg.ignore_namespaces == ("slurm", "keys")
+    selector = pod_field_selector(cfg)
+    assert selector == "spec.schedulerName=s,metadata.namespace!=slurm,metadata.namespace!=keys"
+
+
+def test_issue38_a_namespace_both_watched_and_ignored_is_refused() -> None:
+    with pytest.raises(ValueError, match="both name slurm"):
+        parse(*BASE, "--watch-namespace=apps,slurm", "--ignore-namespace=slurm")
 
 
 def test_r1_2_the_token_never_appears_in_the_config_repr() -> None:

@@ -6,16 +6,33 @@
 {{- default (printf "%s-%s" .Release.Namespace .Release.Name) .Values.scheduler.name -}}
 {{- end -}}
 
-{{/* The namespaces whose Pods the scheduler handles; empty list = every namespace. */}}
+{{/* The namespaces whose Pods the scheduler handles; empty list = every namespace (but the
+key namespaces, see sunk.keyNamespaces). Tenants who may create Pods in the release's namespace
+could mount its keys (slurm.key, the JWT key, the scheduler's token), so namespace scope must
+name the tenants' namespaces and never the release's or slurmd's. */}}
 {{- define "sunk.watchNamespaces" -}}
 {{- if eq .Values.scheduler.scope.type "cluster" -}}
 {{- else -}}
 {{- $list := list -}}
-{{- range (splitList "," (default .Release.Namespace .Values.scheduler.scope.namespaces)) -}}
+{{- range (splitList "," .Values.scheduler.scope.namespaces) -}}
 {{- if trim . }}{{- $list = append $list (trim .) -}}{{- end -}}
+{{- end -}}
+{{- if not $list -}}
+{{- fail "scheduler.scope.namespaces is required: the comma-separated namespaces whose Pods the scheduler places (tenants' namespaces, never the release's own, which holds the keys; in the slurm chart: scheduler.scheduler.scope.namespaces)" -}}
+{{- end -}}
+{{- range (splitList "," (include "sunk.keyNamespaces" .)) -}}
+{{- if has . $list -}}
+{{- fail (printf "scheduler.scope.namespaces must not include %s: it holds the cluster's keys, and whoever may create Pods there can mount them (give tenants namespaces of their own)" .) -}}
+{{- end -}}
 {{- end -}}
 {{- join "," $list -}}
 {{- end -}}
+{{- end -}}
+
+{{/* The namespaces holding keys (the release's, slurmd's): never the scheduler's to place
+Pods in, whatever the scope. */}}
+{{- define "sunk.keyNamespaces" -}}
+{{- join "," (uniq (list .Release.Namespace (include "sunk.slurmdNamespace" .))) -}}
 {{- end -}}
 
 {{/* Values that name a parent chart's objects may hold templates ({{ .Release.Name }}). */}}

@@ -67,8 +67,9 @@ def _image(built: Built) -> Json:
     return {"repository": repository, "tag": tag, "pullPolicy": "Never"}
 
 
-def dev_values(images: dict[str, Built], *, scheduler: bool = True) -> Json:
-    """Values for the dev cluster: only what differs from a real cluster's."""
+def dev_values(images: dict[str, Built], *, scheduler: bool = True, tenants: str = "apps") -> Json:
+    """Values for the dev cluster: only what differs from a real cluster's. The scheduler
+    places Pods of `tenants`, a namespace apart from the release's (which holds the keys)."""
     small = {"requests": {"cpu": "20m", "memory": "64Mi"}}
     slurmd = _image(images["slurmd"])
     return {
@@ -128,6 +129,11 @@ class Platform:
         self.images = read_manifest(self.cluster.layout.images_file)
 
     @property
+    def tenants(self) -> str:
+        """The namespace whose Pods the chart's scheduler places (never the release's own)."""
+        return f"{self.namespace}-apps"
+
+    @property
     def values_file(self) -> Path:
         return self.cluster.layout.root / f"platform-{self.namespace}-{self.release}.yaml"
 
@@ -150,7 +156,13 @@ class Platform:
         """`helm upgrade --install` with the dev values (plus `values`), waiting until every
         Deployment and StatefulSet is ready; returns the seconds it took."""
         build_chart_dependencies(self.helm)
-        merged = _merge(dev_values(self.images, scheduler=scheduler), values or {})
+        if scheduler:  # the chart's Role for the scheduler goes into it: it must exist first
+            kube = AdminKube(self.cluster.layout)
+            try:
+                kube.create_namespace(self.tenants)
+            finally:
+                kube.close()
+        merged = _merge(dev_values(self.images, scheduler=scheduler, tenants=self.tenants), values or {})
         self.values_file.write_text(yaml.safe_dump(merged))
         started = time.monotonic()
         self.upgrade(wait=True)
@@ -180,9 +192,15 @@ class Platform:
         return self.helm_run(*argv, check=check)
 
     def uninstall(self) -> None:
+        """The release goes, and the tenants' namespace install made (with its Pods)."""
         self.helm_run(
             "uninstall", self.release, "--namespace", self.namespace, "--wait", "--timeout", "3m", check=False
         )
+        kube = AdminKube(self.cluster.layout)
+        try:
+            kube.delete(f"/api/v1/namespaces/{self.tenants}")
+        finally:
+            kube.close()
 
     def apply_nodeset(self, kube: AdminKube, obj: Json) -> None:
         path = NODESETS.format(ns=self.namespace)

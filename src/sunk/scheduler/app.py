@@ -51,6 +51,15 @@ TLS_RELOAD_EVERY_S = 60.0
 READ_FOR_HOOKS_AT_ONCE = 8
 
 
+def pod_field_selector(config: Config) -> str:
+    """The Pods that are ours: they name this scheduler. Those of ignored namespaces (the
+    keys' namespaces) are left out by the API server, so nothing here ever sees them."""
+    return ",".join(
+        [f"spec.schedulerName={config.scheduler_name}"]
+        + [f"metadata.namespace!={ns}" for ns in config.ignore_namespaces]
+    )
+
+
 class Scheduler:
     def __init__(self, config: Config, kube: KubeClient, slurm: SlurmClient) -> None:
         self.config = config
@@ -80,7 +89,7 @@ class Scheduler:
             if config.leader_elect
             else None
         )
-        selector = f"spec.schedulerName={config.scheduler_name}"
+        selector = pod_field_selector(config)
         namespaces = config.watch_namespaces or ("",)
         self.pod_informers = {
             ns: self.manager.watch(

@@ -33,6 +33,7 @@ class Config:
     slurm_api_version: str | None = None
     slurm_kill_wait_s: float = 30
     watch_namespaces: tuple[str, ...] = ()
+    ignore_namespaces: tuple[str, ...] = ()
     annotation_prefix: str = DEFAULT_PREFIX
     hooks_bind: tuple[str, int] = ("0.0.0.0", 8000)
     metrics_bind: tuple[str, int] = ("0.0.0.0", 8080)
@@ -67,6 +68,10 @@ def _env(name: str, default: str | None = None) -> str | None:
     return os.environ.get("SUNK_" + name.upper().replace("-", "_"), default)
 
 
+def _names(text: str) -> tuple[str, ...]:
+    return tuple(n.strip() for n in text.split(",") if n.strip())
+
+
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     def flag(name: str, help: str, default: str | None = None, **kw: object) -> None:
         parser.add_argument(f"--{name}", default=_env(name, default), help=help, **kw)  # type: ignore[arg-type]
@@ -82,6 +87,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     flag("slurm-kill-wait", "Slurm's KillWait; Pod grace periods must stay 5s below it", "30s")
     flag("watch-namespace", "comma-separated namespaces to watch (empty: all)", "")
+    flag(
+        "ignore-namespace",
+        "comma-separated namespaces whose Pods are never placed, even when watching all: those "
+        "holding the cluster's keys (the chart gives its own and slurmd's)",
+        "",
+    )
     flag("annotation-prefix", "prefix of the Pod annotations read", DEFAULT_PREFIX)
     flag("hooks-api-bind-address", "address of the hooks API", ":8000")
     flag("hooks-api-url", "URL placeholder jobs use to reach the hooks API (default: from the bind address)")
@@ -191,6 +202,11 @@ def from_arguments(args: argparse.Namespace) -> Config:
             raise ValueError(f"--policy: cannot read {args.policy}: {err.strerror}") from None
         except PolicyError as err:
             raise ValueError(f"--policy: {err}") from None
+    watched = _names(args.watch_namespace)
+    ignored = _names(args.ignore_namespace)
+    both = sorted(set(watched) & set(ignored))
+    if both:
+        raise ValueError(f"--watch-namespace and --ignore-namespace both name {', '.join(both)}")
     devices = parse_devices(args.device_gres)
     if str(args.drain_cordoned_nodes).lower() not in ("true", "false"):
         raise ValueError("--drain-cordoned-nodes must be true or false")
@@ -219,7 +235,8 @@ def from_arguments(args: argparse.Namespace) -> Config:
         slurm_user=args.slurm_user,
         slurm_api_version=args.slurm_api_version or None,
         slurm_kill_wait_s=kill_wait,
-        watch_namespaces=tuple(n.strip() for n in args.watch_namespace.split(",") if n.strip()),
+        watch_namespaces=watched,
+        ignore_namespaces=ignored,
         annotation_prefix=args.annotation_prefix,
         hooks_bind=binds[0],
         metrics_bind=binds[1],
