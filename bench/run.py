@@ -40,6 +40,7 @@ from sunk_dev.layout import cache_dir
 from sunk_dev.prereqs import ensure_go_tools
 from sunk_dev.slurmcluster import rest_version
 from sunk_dev.slurmrun import cli_env, run_cli, runtime
+from sunk_dev.trust import permissive_policy
 
 SCHEDULER = "sunk-bench"
 POD_CPU = "1"
@@ -166,6 +167,7 @@ def start_scheduler(
             f"--metrics-bind-address=127.0.0.1:{metrics_port}",
             "--health-probe-bind-address=127.0.0.1:29081",
             "--log-level=warning",
+            f"--policy={permissive_policy(cluster.layout)}",  # the benchmark's Pods name no identity
             *extra,
         ],
         env=env,

@@ -17,6 +17,7 @@ import httpx
 from sunk_dev import DevCluster, Layout
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.slurmcluster import rest_version
+from sunk_dev.trust import permissive_policy
 
 T = TypeVar("T")
 
@@ -188,6 +189,8 @@ class SchedulerProcess:
         self.hooks_port = hooks_port or free_port()
         self.metrics_port = free_port()
         self.probes_port = free_port()
+        # Tests place Pods as any Slurm user unless they give a --policy of their own.
+        self.policy = permissive_policy(cluster.layout)
 
     def start(self, *, wait: bool = True) -> SchedulerProcess:
         env = {**os.environ, **self.cluster.env(), **self.extra_env}
@@ -205,6 +208,7 @@ class SchedulerProcess:
             ),
             f"--metrics-bind-address=127.0.0.1:{self.metrics_port}",
             f"--health-probe-bind-address=127.0.0.1:{self.probes_port}",
+            *(() if any(a.startswith("--policy") for a in self.args) else (f"--policy={self.policy}",)),
             *self.args,
         ]
         offset = self.log.stat().st_size if self.log.exists() else 0

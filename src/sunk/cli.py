@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "--policy",
         default=config._env("policy"),
-        help="the scheduler's trust policy file, to judge the Pod as the scheduler would",
+        help="the scheduler's trust policy file, to judge the Pod as the scheduler would (without it "
+        "only the translation is judged; a scheduler without one refuses every Pod)",
     )
     return parser
 

@@ -145,11 +145,12 @@ def policy_of(objects: list[dict[str, Any]]) -> Policy:
     return parse(config["data"]["policy.yaml"], "chart")
 
 
-def test_r12_1_the_charts_default_policy_is_the_reference_behaviour_and_reaches_the_scheduler(
-    helm: Path,
-) -> None:
+def test_issue38_the_charts_default_policy_grants_nothing_and_reaches_the_scheduler(helm: Path) -> None:
+    """Catches the old default (root, anything allowed) coming back."""
     objects = render(helm)
-    assert policy_of(objects).permissive
+    policy = policy_of(objects)
+    assert policy.unbounded() == [] and not policy.acknowledged
+    assert policy.rules_for("tenants").default_uid is None and policy.rules_for("tenants").accounts == ()
     assert flag(objects, "policy") == "/etc/sunk/policy/policy.yaml"
     [deployment] = of_kind(objects, "Deployment")
     mounts = deployment["spec"]["template"]["spec"]["containers"][0]["volumeMounts"]
@@ -164,7 +165,7 @@ def test_r12_1_a_namespace_policy_set_in_the_values_is_what_the_scheduler_reads(
     )
     rules = policy_of(objects).rules_for("inference")
     assert rules.uids == (1001,) and rules.default_uid == 1001
-    assert policy_of(objects).rules_for("other").default_uid == 0
+    assert policy_of(objects).rules_for("other").default_uid is None
 
 
 def test_r12_3_the_device_table_reaches_the_scheduler(helm: Path) -> None:

@@ -1,6 +1,7 @@
-"""The trust policy on the real dev cluster (issue #12): a namespace bounded to one Slurm user
-and a priority range; what it may not do is refused with an Event and no job, and a change
-to the policy file takes effect without a restart."""
+"""The trust policy on the real dev cluster (issues #12, #38): a namespace bounded to one
+Slurm user and a priority range; what it may not do is refused with an Event naming the rule
+and no job, a namespace the policy grants nothing (or a scheduler with no policy) gets
+nothing, and a change to the policy file takes effect without a restart."""
 
 from __future__ import annotations
 
@@ -22,9 +23,7 @@ UID = topology.JOB_UID
 
 def bounded(namespace: str, max_priority: int) -> str:
     return f"""
-default:
-  uids: ["*"]
-  defaultUid: 0
+default: {{}}
 namespaces:
   {namespace}:
     uids: [{UID}]
@@ -72,6 +71,9 @@ def refused(kube: AdminKube, slurm: SlurmRest, namespace: str, name: str) -> str
         pytest.param({"partition": "high"}, 'may not use partition "high"', id="a_preempting_partition"),
         pytest.param({"qos": "high"}, 'may not use qos "high"', id="a_high_priority_qos"),
         pytest.param({"priority": "100000"}, "may not set priority 100000", id="a_high_priority"),
+        pytest.param({"required-nodes": "node-001"}, "may not set required-nodes", id="issue38_chosen_nodes"),
+        pytest.param({"exclusive": "user"}, "may not set exclusive", id="issue38_whole_nodes"),
+        pytest.param({"timeout": "100000"}, "may not set timeout", id="issue38_a_long_time_limit"),
     ],
 )
 def test_r12_1_a_pod_asking_more_than_its_namespace_allows_is_refused_and_no_job_is_submitted(
@@ -112,3 +114,32 @@ def test_r12_1_a_changed_policy_applies_to_the_next_pod_without_a_restart(
     job = job_of(wait_bound(kube, namespace, "late"), slurm)
     assert job["priority"] == 5000
     assert bounded_scheduler.alive()
+
+
+@pytest.mark.parametrize(
+    ("policy", "rule"),
+    [
+        pytest.param("namespaces: {someone-else: {defaultUid: 1001}}", "default.defaultUid", id="unlisted"),
+        pytest.param(None, "default.defaultUid", id="no_policy_at_all"),
+    ],
+)
+def test_issue38_a_namespace_granted_nothing_gets_no_job_and_an_event_naming_the_rule(
+    kube: AdminKube,
+    slurm: SlurmRest,
+    namespace: str,
+    own_scheduler: Callable[..., SchedulerProcess],
+    tmp_path: Path,
+    policy: str | None,
+    rule: str,
+) -> None:
+    """Catches the old defaults: a namespace the policy does not list, or a scheduler given
+    no policy, ran its Pods' jobs as root with any account."""
+    if policy is None:
+        scheduler = own_scheduler("--policy=")  # said empty: no file at all
+    else:
+        path = tmp_path / "policy.yaml"
+        path.write_text(policy)
+        scheduler = own_scheduler(f"--policy={path}")
+    create(kube, namespace, make_pod("plain", scheduler.name))
+    note = refused(kube, slurm, namespace, "plain")
+    assert f"namespace {namespace} must name a user-id: {rule} is not set" in note

@@ -10,11 +10,12 @@ import pytest
 
 from sunk.scheduler import policy
 from sunk.scheduler.explain import explain
-from sunk.scheduler.policy import PERMISSIVE, PolicyError, PolicyFile, parse
+from sunk.scheduler.policy import PERMISSIVE, STEERING, PolicyError, PolicyFile, parse
 from sunk.scheduler.translate import Settings, translate
 
 P = "sunk.coreweave.com/"
 STRICT = """
+acknowledgeUnbounded: true  # namespace legacy keeps the reference behaviour
 default:
   uids: [1001]
   defaultUid: 1001
@@ -61,7 +62,12 @@ CASES = [
     pytest.param(
         pod(user_id="0"), ["may not run jobs as uid 0"], None, id="r12_1_root_is_refused_where_not_allowed"
     ),
-    pytest.param(pod(user_id="1001", group_id="0"), [], (1001, 0), id="r12_1_gids_unbounded_unless_listed"),
+    pytest.param(
+        pod(user_id="1001", group_id="0"),
+        ["may not run jobs as gid 0"],
+        None,
+        id="issue38_gids_are_refused_unless_listed",
+    ),
     pytest.param(
         pod(account="finance"),
         ['may not use account "finance"'],
@@ -136,17 +142,85 @@ def test_r12_1_a_refusal_names_the_rule_and_what_it_allows() -> None:
     ]
 
 
-def test_r12_1_without_a_file_the_reference_behaviour_holds_and_is_flagged() -> None:
-    job = translate(pod(qos="high", account="any", priority="4000000000"), Settings()).job
+def test_issue38_the_permissive_policy_allows_what_the_reference_did_and_is_flagged() -> None:
+    manifest = pod(qos="high", account="any", priority="4000000000", required_nodes="n1", timeout="9")
+    job = translate(manifest, Settings()).job
     assert job is not None
-    judged_job, problems = policy.check(PERMISSIVE, pod(), job, P)
+    judged_job, problems = policy.check(PERMISSIVE, manifest, job, P)
     assert problems == [] and judged_job.options.user_id == 0
-    assert (
-        PERMISSIVE.permissive
-        and not parse(
-            STRICT.replace('uids: ["*"]', "uids: [5]").replace("defaultUid: 0", "defaultUid: 5")
-        ).permissive
-    )
+    assert PERMISSIVE.permissive and PERMISSIVE.acknowledged
+
+
+def test_issue38_without_a_policy_file_every_pod_is_refused_naming_the_rule() -> None:
+    """Catches the built-in default granting anything (it was root and every account)."""
+    manifest = pod()
+    job = translate(manifest, Settings()).job
+    assert job is not None
+    _, problems = policy.check(PolicyFile(None).current(), manifest, job, P)
+    assert problems == ["namespace inference must name a user-id: default.defaultUid is not set"]
+
+
+def test_issue38_keys_a_policy_leaves_out_grant_nothing() -> None:
+    """Catches left-out keys meaning "*" (they did): a namespace given only an identity
+    gets no account, partition, QoS, reservation or priority."""
+    text = "namespaces: {web: {defaultUid: 1001}}"
+    manifest = pod("web", account="a", partition="p", qos="q", reservation="r", priority="1")
+    job = translate(manifest, Settings()).job
+    assert job is not None
+    _, problems = policy.check(parse(text), manifest, job, P)
+    assert [p.split(" (")[1] for p in problems] == [
+        "namespaces.web.accounts allows none)",
+        "namespaces.web.partitions allows none)",
+        "namespaces.web.qos allows none)",
+        "namespaces.web.reservations allows none)",
+        "namespaces.web.priority is not set)",
+    ]
+
+
+def test_issue38_the_default_identity_may_also_be_named() -> None:
+    _, problems = judged(pod("web", user_id="1001"), "namespaces: {web: {defaultUid: 1001}}")
+    assert problems == []
+
+
+STEERS = {
+    "required-nodes": "node-001",
+    "excluded-nodes": "node-002",
+    "exclusive": "user",
+    "constraints": "h100",
+    "prefer": "h100",
+    "timeout": "60",
+    "current-working-dir": "/tmp",
+}
+
+
+@pytest.mark.parametrize("key", STEERING)
+def test_issue38_an_annotation_steering_placement_or_time_needs_a_grant(key: str) -> None:
+    """Catches the policy leaving out the annotations that pick whole nodes or drop the
+    time limit: a Pod could hold chosen nodes for ever."""
+    manifest = pod("web", **{key.replace("-", "_"): STEERS[key]})
+    _, refused = judged(manifest, "namespaces: {web: {defaultUid: 1001}}")
+    assert refused == [f"namespace web may not set {key} (namespaces.web.annotations allows none)"]
+    _, granted = judged(manifest, f"namespaces: {{web: {{defaultUid: 1001, annotations: [{key}]}}}}")
+    assert granted == []
+
+
+UNBOUNDED = [
+    pytest.param('default: {uids: ["*"], defaultUid: 5}', "default.uids", id="any_uid"),
+    pytest.param("namespaces: {a: {uids: [0], defaultUid: 5}}", "namespaces.a.uids", id="root_listed"),
+    pytest.param("namespaces: {a: {defaultUid: 0}}", "namespaces.a.defaultUid", id="root_by_default"),
+    pytest.param("namespaces: {a: {defaultUid: 5, defaultGid: 0}}", "namespaces.a.defaultGid", id="gid_0"),
+    pytest.param('namespaces: {a: {defaultUid: 5, qos: ["*"]}}', "namespaces.a.qos", id="any_qos"),
+    pytest.param('namespaces: {a: {annotations: ["*"]}}', "namespaces.a.annotations", id="any_annotation"),
+]
+
+
+@pytest.mark.parametrize(("text", "key"), UNBOUNDED)
+def test_issue38_root_or_a_wildcard_needs_the_acknowledgement(text: str, key: str) -> None:
+    """Catches a policy that reopens root or "anything" without saying so."""
+    with pytest.raises(PolicyError) as caught:
+        parse(text)
+    assert key in str(caught.value) and "acknowledgeUnbounded: true" in str(caught.value)
+    assert parse("acknowledgeUnbounded: true\n" + text).unbounded() == [key]
 
 
 BAD = [
@@ -157,10 +231,9 @@ BAD = [
     ),
     pytest.param("defaults: {}", "unknown top-level key(s) defaults", id="a_misspelt_section"),
     pytest.param(
-        "default: {uids: [1001]}",
-        "default identity 0:0 is not among",
-        id="the_default_identity_must_be_allowed",
+        "default: {annotations: [timeout, nodes]}", "nodes not among", id="an_unknown_steering_annotation"
     ),
+    pytest.param("acknowledgeUnbounded: yes please", "true or false", id="an_acknowledgement_is_a_yes"),
     pytest.param("default: {priority: {min: 5, max: 1}}", "min is above max", id="an_empty_priority_range"),
     pytest.param("default: [", "not valid YAML", id="broken_yaml"),
 ]

@@ -91,3 +91,34 @@ app.kubernetes.io/instance: {{ .Release.Name }}
 {{- end -}}
 {{- $ref -}}
 {{- end -}}
+
+{{/* The trust policy's keys that grant root (0) or anything ("*"): what needs
+scheduler.policy.acknowledgeUnbounded. The scheduler refuses such a file without it too. */}}
+{{- define "sunk.policyUnbounded" -}}
+{{- $p := .Values.scheduler.policy -}}
+{{- $all := dict "default" (default dict $p.default) -}}
+{{- range $name, $rules := (default dict $p.namespaces) -}}
+{{- $_ := set $all (printf "namespaces.%s" $name) (default dict $rules) -}}
+{{- end -}}
+{{- $found := list -}}
+{{- range $where, $rules := $all -}}
+{{- range $key := list "uids" "gids" -}}
+{{- range (default list (get $rules $key)) -}}
+{{- if has (toString .) (list "0" "*") -}}
+{{- $found = append $found (printf "scheduler.policy.%s.%s" $where $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- range $key := list "defaultUid" "defaultGid" -}}
+{{- if and (hasKey $rules $key) (eq (toString (get $rules $key)) "0") -}}
+{{- $found = append $found (printf "scheduler.policy.%s.%s" $where $key) -}}
+{{- end -}}
+{{- end -}}
+{{- range $key := list "accounts" "partitions" "qos" "reservations" "annotations" -}}
+{{- if has "*" (default list (get $rules $key)) -}}
+{{- $found = append $found (printf "scheduler.policy.%s.%s" $where $key) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- join ", " (uniq $found) -}}
+{{- end -}}

@@ -19,6 +19,7 @@ from sunk_dev import ClusterSpec, DevCluster, procs, report
 from sunk_dev import topology as topo
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.slurmrun import run_cli
+from sunk_dev.trust import permissive_policy
 
 SCHEDULER = "sunk"
 DEMO_LABEL = "sunk.dev/demo"
@@ -94,6 +95,8 @@ def _start_scheduler(cluster: DevCluster) -> None:
             "--hooks-insecure-http=true",  # a local dev cluster: no certificate to manage
             "--metrics-bind-address=127.0.0.1:28080",
             "--health-probe-bind-address=127.0.0.1:28081",
+            # The demo's Pods run as root and name any account, as the reference system's do.
+            f"--policy={permissive_policy(layout)}",
         ],
         layout.pids,
         layout.logs,

@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from sunk.scheduler.policy import PERMISSIVE_YAML
 from sunk_dev import procs
 from sunk_dev.cluster import DevCluster
 from sunk_dev.errors import DevClusterError
@@ -93,6 +94,9 @@ def dev_values(images: dict[str, Built], *, scheduler: bool = True, tenants: str
             "enabled": scheduler,
             "scheduler": {
                 "image": _image(images["sunk"]),
+                "scope": {"namespaces": tenants},
+                # The tests' Pods run as root, as the reference system's do: said out loud.
+                "policy": yaml.safe_load(PERMISSIVE_YAML),
                 "replicas": 1,
                 "nodeSelector": REAL,
                 "resources": small,

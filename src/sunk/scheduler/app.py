@@ -150,12 +150,17 @@ class Scheduler:
         self.node_queue = built.node_queue
         self.slurm_nodes = built.slurm_nodes
         self.node_poller = built.node_poller
-        if policy.policy.permissive:
+        if config.policy_file is None:
             log.warning(
-                "the trust policy lets Pods run Slurm jobs as root with any account, partition, QoS, "
-                "reservation and priority (%s); give --policy a file that bounds each namespace "
-                "(docs/security.md)",
-                f"policy {config.policy_file}" if config.policy_file else "no --policy given",
+                "no --policy given: nothing is granted, so every Pod is refused; give --policy a file "
+                "that grants each namespace its Slurm identity and account (docs/security.md)"
+            )
+        elif policy.policy.permissive:
+            log.warning(
+                "the trust policy grants root or anything at all (%s), acknowledged in %s; give each "
+                "namespace only what it needs (docs/security.md)",
+                ", ".join(policy.policy.unbounded()),
+                config.policy_file,
             )
         for informer in self.pod_informers.values():
             informer.add_handler(self._pod_event)

@@ -150,8 +150,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     flag(
         "policy",
-        "YAML file saying which Slurm identities, accounts, partitions, QoS, reservations and "
-        "priorities Pods of each namespace may use; re-read when it changes (default: anything, as root)",
+        "YAML file saying which Slurm identities, accounts, partitions, QoS, reservations, "
+        "priorities, nodes and time limits Pods of each namespace may use; re-read when it changes "
+        "(default: none, so nothing is granted and every Pod is refused)",
     )
 
 

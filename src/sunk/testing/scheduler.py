@@ -19,7 +19,7 @@ from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.config import Config
 from sunk.scheduler.hooks.auth import HookCredentials
 from sunk.scheduler.pods import PodStore
-from sunk.scheduler.policy import PolicyFile
+from sunk.scheduler.policy import PERMISSIVE, PolicyFile
 from sunk.scheduler.translate import gang
 from sunk.testing import fakes
 from sunk.testing.fakes import FakeKube, FakeSlurm, MemoryCache
@@ -145,7 +145,7 @@ class World:
             recorder=self.recorder,
             script="#!/bin/sh\n",
             hooks=lambda: HookCredentials("https://hooks.test", b"s" * 32),
-            policy=PolicyFile(None),
+            policy=PolicyFile(None, PERMISSIVE),  # the tests' Pods name any identity
         )
         self.pod_controller = built.pods
         self.node_queue = built.node_queue
