@@ -67,6 +67,17 @@ def platform(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[Platform]:
     plat.install(directory_values(dev_cluster), scheduler=False)
     plat.apply_nodeset(kube, nodeset("compute", ["main"], replicas=1))
     wait_for(lambda: people_written(kube), timeout=60, what="the operator writing the directory's people")
+    # Accounting enforces associations (issue #38): people run jobs only in an account they
+    # belong to, which an administrator gives them, as on any Slurm with accounting.
+    for command in (
+        "sacctmgr -i add account people Description=directory Organization=dev",
+        "sacctmgr -i add user alice,bob,carol DefaultAccount=people",
+    ):
+        wait_for(
+            lambda command=command: plat.login(command).returncode == 0 or None,
+            timeout=60,
+            what=f"`{command}` on the login Pod",
+        )
     yield plat
     plat.uninstall()
     delete_namespace(kube, NAMESPACE, timeout=180)

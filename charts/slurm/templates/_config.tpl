@@ -47,6 +47,9 @@ applied.
 {{- $_ := set $conf "AccountingStorageHost" (printf "%s-accounting.%s.svc.%s" $f .Release.Namespace .Values.clusterDomain) }}
 {{- $_ := set $conf "AccountingStoragePort" "6819" }}
 {{- $_ := set $conf "AccountingStorageTRES" "gres/gpu" }}
+{{- with .Values.accounting.enforce }}
+{{- $_ := set $conf "AccountingStorageEnforce" (join "," .) }}
+{{- end }}
 {{- end }}
 {{- if and $c.enabled $c.privateTmp }}
 {{- /* Slurm refuses job_container/tmpfs without the extern step Contain makes. */}}

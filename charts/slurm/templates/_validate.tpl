@@ -67,6 +67,17 @@ change. Included once, from the Slurm configuration's template.
 {{- if and .Values.accounting.enabled .Values.accounting.database.host (not .Values.accounting.database.passwordSecret.name) -}}
 {{- fail "accounting.database.host names an external database: set accounting.database.passwordSecret.name to the Secret holding its password" -}}
 {{- end -}}
+{{- if .Values.accounting.enabled -}}
+{{- $missing := list -}}
+{{- range (list "associations" "limits" "qos" "safe") -}}
+{{- if not (has . (default list $.Values.accounting.enforce)) -}}
+{{- $missing = append $missing . -}}
+{{- end -}}
+{{- end -}}
+{{- if and $missing (not .Values.accounting.acknowledgeWeakerEnforce) -}}
+{{- fail (printf "accounting.enforce leaves out %s: Slurm would then take any account string and skip QoS and association limits; set accounting.acknowledgeWeakerEnforce=true to mean it" (join ", " $missing)) -}}
+{{- end -}}
+{{- end -}}
 {{- if .Values.scheduler.enabled -}}
 {{- $want := printf "%ds" (int $s.killWait) -}}
 {{- if ne $want (toString .Values.scheduler.scheduler.killWait) -}}
