@@ -4,7 +4,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.chart.test_slurm_chart import conf_value, fails, render
+from tests.chart.test_slurm_chart import (
+    NODESETS,
+    PARTITIONS,
+    SCHEDULER_ON,
+    _annotations,
+    conf_value,
+    fails,
+    render,
+)
 
 FULL = "associations,limits,qos,safe"
 
@@ -36,3 +44,30 @@ def test_issue38_weaker_enforcement_with_the_acknowledgement_is_what_slurm_gets(
         slurm_chart, helm, "accounting.enforce={associations,qos}", "accounting.acknowledgeWeakerEnforce=true"
     )
     assert conf_value(objects, "AccountingStorageEnforce") == "associations,qos"
+
+
+def test_issue38_every_hook_jobs_account_and_rights_go_once_it_succeeded(
+    helm: Path, slurm_chart: Path
+) -> None:
+    """Catches a hook Job's ServiceAccount, Role or RoleBinding rendered as a plain object:
+    it would outlive the Job, keeping `get` on the key Secrets for whoever holds a token of
+    that account (issue #38, point 9)."""
+    values = {**PARTITIONS, **NODESETS, "scheduler": SCHEDULER_ON}
+    objects = render(slurm_chart, helm, values=values)
+    accounts = {
+        o["spec"]["template"]["spec"].get("serviceAccountName")
+        for o in objects
+        if o["kind"] == "Job" and "helm.sh/hook" in _annotations(o)
+    } - {None}  # a Job with no account of its own (the partition check) has no rights to keep
+    assert {"r1-secrets", "r1-sunk-scheduler-hooks-secret"} <= accounts
+    rights = [
+        o
+        for o in objects
+        if (o["kind"] == "ServiceAccount" and o["metadata"]["name"] in accounts)
+        or (o["kind"] == "RoleBinding" and {s["name"] for s in o["subjects"]} & accounts)
+        or (o["kind"] == "Role" and o["metadata"]["name"] in accounts)
+    ]
+    assert len(rights) == 3 * len(accounts)  # each: its account, Role and RoleBinding
+    for obj in rights:
+        policy = str(_annotations(obj).get("helm.sh/hook-delete-policy", "")).split(",")
+        assert "helm.sh/hook" in _annotations(obj) and "hook-succeeded" in policy, obj["metadata"]["name"]
