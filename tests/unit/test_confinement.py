@@ -130,3 +130,24 @@ def test_issue36_a_refused_member_goes_at_once_when_it_must_leave() -> None:
     pod["status"]["containerStatuses"] = []  # a member still starting: kept until it registers
     kept = r.step("a", leaving, None, (), DrainPolicy(), 0, listed_after_write=True)
     assert kept.actions == [] and "kept until it does" in kept.message
+
+
+async def test_issue38_a_confined_member_runs_under_the_runtimes_default_seccomp_profile() -> None:
+    """Catches a member made without a seccomp profile. RuntimeDefault still lets a container
+    holding CAP_SYS_ADMIN mount and unshare, which confinement needs."""
+    world = confined_world()
+    await world.reconcile("a")
+    [pod] = world.members().values()
+    assert pod["spec"]["securityContext"] == {"seccompProfile": {"type": "RuntimeDefault"}}
+    assert pod["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] == ["SYS_ADMIN", "SYS_NICE"]
+
+
+async def test_issue38_a_templates_own_pod_security_context_is_kept() -> None:
+    """A NodeSet that chose a profile (a Localhost one, say) or other Pod settings keeps them."""
+    world = OperatorWorld()
+    world.add_node("node-1", "10.64.1.11")
+    chosen = {"fsGroup": 5, "seccompProfile": {"type": "Localhost", "localhostProfile": "slurmd.json"}}
+    world.add_nodeset("a", template={"spec": {"securityContext": dict(chosen)}})
+    await world.reconcile("a")
+    [pod] = world.members().values()
+    assert pod["spec"]["securityContext"] == chosen

@@ -163,7 +163,8 @@ class Platform:
         if scheduler:  # the chart's Role for the scheduler goes into it: it must exist first
             kube = AdminKube(self.cluster.layout)
             try:
-                kube.create_namespace(self.tenants)
+                # Tenants' Pods under the Pod Security level docs/security.md asks of them.
+                kube.create_namespace(self.tenants, {"pod-security.kubernetes.io/enforce": "baseline"})
             finally:
                 kube.close()
         merged = _merge(dev_values(self.images, scheduler=scheduler, tenants=self.tenants), values or {})

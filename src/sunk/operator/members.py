@@ -142,6 +142,9 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
             "tolerations": [*nodeset.tolerations, *(spec.get("tolerations") or [])] or None,
         }
     )
+    # The runtime's default seccomp profile, unless the template chose one: with
+    # CAP_SYS_ADMIN it still lets slurmd mount and unshare for confinement (issue #38).
+    spec.setdefault("securityContext", {}).setdefault("seccompProfile", {"type": "RuntimeDefault"})
     spec.setdefault("terminationGracePeriodSeconds", GRACE_S)
     spec.setdefault("enableServiceLinks", False)
     spec.setdefault("automountServiceAccountToken", False)
