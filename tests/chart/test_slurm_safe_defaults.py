@@ -10,7 +10,9 @@ from tests.chart.test_slurm_chart import (
     SCHEDULER_ON,
     _annotations,
     conf_value,
+    container,
     fails,
+    named,
     render,
 )
 
@@ -71,3 +73,17 @@ def test_issue38_every_hook_jobs_account_and_rights_go_once_it_succeeded(
     for obj in rights:
         policy = str(_annotations(obj).get("helm.sh/hook-delete-policy", "")).split(",")
         assert "helm.sh/hook" in _annotations(obj) and "hook-succeeded" in policy, obj["metadata"]["name"]
+
+
+def test_issue38_the_operator_refuses_host_access_in_templates_unless_the_values_allow_it(
+    helm: Path, slurm_chart: Path
+) -> None:
+    """Catches the chart not passing the flag: the operator's own default is false too, so
+    this guards the value reaching it when set."""
+
+    def flag(*sets: str) -> list[str]:
+        operator = container(named(render(slurm_chart, helm, *sets), "Deployment", "r1-operator"), "operator")
+        return [a for a in operator["args"] if a.startswith("--allow-host-access=")]
+
+    assert flag() == ["--allow-host-access=false"]
+    assert flag("operator.allowHostAccess=true") == ["--allow-host-access=true"]

@@ -122,6 +122,7 @@ class Operator:
             config.topology_labels,
             config.people_configmap if config.directory is not None else "",
             confinement=config.confinement,
+            allow_host_access=config.allow_host_access,
         )
         self.controller = NodeSetController(
             kube,

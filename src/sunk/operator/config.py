@@ -36,6 +36,7 @@ class OperatorConfig:
     people_configmap: str = ""  # where they are written (login and slurmd Pods mount it)
     directory_interval_s: float = 300.0
     confinement: bool = False
+    allow_host_access: bool = False
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -66,6 +67,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("topology", "tree or block: write topology.conf from Node labels (default: none)", "")
     flag("topology-labels", "comma-separated Node labels, leaf level first (block: one)", "")
     flag("confinement", "cgroup: slurmd Pods confine jobs in cgroups (the chart's default); off: not", "off")
+    flag(
+        "allow-host-access",
+        "true: NodeSet templates may ask for privileged containers, hostPath volumes, host "
+        "namespaces or added capabilities (refused otherwise: they would give root on the Nodes)",
+        "false",
+    )
     flag("slurm-configmap", "the ConfigMap of slurm.conf, where topology.conf is written", "")
     flag("directory-uri", "the LDAP directory people come from (ldap://, ldaps://); none: no people", "")
     flag("directory-bind-dn", "the identity the operator reads the directory as", "")
@@ -128,6 +135,8 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         raise ValueError("--leader-elect must be true or false")
     if args.confinement not in ("cgroup", "off"):
         raise ValueError(f"--confinement must be cgroup or off, not {args.confinement!r}")
+    if str(args.allow_host_access).lower() not in ("true", "false"):
+        raise ValueError(f"--allow-host-access must be true or false, not {args.allow_host_access!r}")
     topology, topology_labels = topology_settings(
         args.topology or "", args.topology_labels or "", args.slurm_configmap or ""
     )
@@ -155,4 +164,5 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         people_configmap=args.people_configmap or f"{args.release}-people",
         directory_interval_s=parse_duration(args.directory_interval),
         confinement=args.confinement == "cgroup",
+        allow_host_access=str(args.allow_host_access).lower() == "true",
     )

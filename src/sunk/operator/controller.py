@@ -166,7 +166,7 @@ class NodeSetController:
             return DONE  # its Pods go with it (owner references); see docs/platform.md
         namespace = obj["metadata"]["namespace"]
         parsed = {
-            k: parse(o, self.default_image)
+            k: parse(o, self.default_image, allow_host_access=self.settings.allow_host_access)
             for k, o in self.nodesets.store.items()
             if (o.get("metadata") or {}).get("namespace") == namespace
         }

@@ -60,6 +60,7 @@ class Settings:
     topology_labels: tuple[str, ...] = ()  # Node labels topology.conf is written from (if any)
     people_configmap: str = ""  # the directory's people (sunk.operator.people_sync), if any
     confinement: bool = False  # slurmd confines jobs in cgroups (the chart's slurm.confinement)
+    allow_host_access: bool = False  # templates may ask for privileged, hostPath... (host_access)
 
 
 def selector(settings: Settings, nodeset: str) -> dict[str, str]:

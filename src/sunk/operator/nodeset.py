@@ -15,6 +15,7 @@ from typing import Any
 
 from sunk.kube.quantity import QuantityError, parse_quantity
 from sunk.kube.resources import MIB, Requests, pod_requests
+from sunk.operator import host_access
 
 Json = dict[str, Any]
 
@@ -158,7 +159,9 @@ class Invalid:
     problems: tuple[str, ...]
 
 
-def parse(obj: Json, default_image: str) -> NodeSet | Invalid:
+def parse(obj: Json, default_image: str, *, allow_host_access: bool = False) -> NodeSet | Invalid:
+    """The NodeSet, or every problem with it. A template reaching into its Nodes
+    (`sunk.operator.host_access`) is one, unless the administrator allowed that."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
     problems: list[str] = []
@@ -193,6 +196,8 @@ def parse(obj: Json, default_image: str) -> NodeSet | Invalid:
     for index, container in enumerate(((template.get("spec") or {}).get("containers")) or []):
         if not isinstance(container, dict) or not container.get("name"):
             problems.append(f"spec.template.spec.containers[{index}]: a container needs a name")
+    if not allow_host_access:
+        problems += host_access.problems(template)
 
     update = _update_strategy(spec, problems)
     demand = _demand(spec, problems)
