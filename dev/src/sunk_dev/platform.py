@@ -297,7 +297,8 @@ def demo(cluster: DevCluster, say: Callable[[str], None] = print) -> None:
             + str(cluster.layout.kubeconfig)
             + f"; kubectl -n {plat.namespace} get pods,nodesets"
             f"\n      kubectl -n {plat.namespace} exec -it deploy/{plat.release}-login -c sshd -- bash -l"
-            f"\n      Pods naming schedulerName {plat.namespace}-{plat.release} are placed through Slurm"
+            f"\n      Pods in namespace {plat.tenants} naming schedulerName {plat.namespace}-{plat.release} "
+            "are placed through Slurm"
         )
     finally:
         kube.close()
