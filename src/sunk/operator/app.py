@@ -122,6 +122,7 @@ class Operator:
             config.topology_labels,
             config.people_configmap if config.directory is not None else "",
             confinement=config.confinement,
+            shared_volumes=config.shared_volumes,
         )
         self.controller = NodeSetController(
             kube,

@@ -9,6 +9,8 @@ from pathlib import Path
 
 from sunk.flags import parse_bind, parse_duration
 from sunk.ldap.models import DirectorySettings
+from sunk.operator import shared_volumes
+from sunk.operator.shared_volumes import SharedVolume
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,7 @@ class OperatorConfig:
     people_configmap: str = ""  # where they are written (login and slurmd Pods mount it)
     directory_interval_s: float = 300.0
     confinement: bool = False
+    shared_volumes: tuple[SharedVolume, ...] = ()  # mounted in every slurmd Pod
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -79,6 +82,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("directory-start-tls", "true: upgrade ldap:// to TLS before binding", "false")
     flag("directory-interval", "how often the directory is read", "5m")
     flag("people-configmap", "the ConfigMap people are written to (default: <release>-people)", "")
+    flag(
+        "shared-volumes",
+        "CLAIM:PATH[:ro],...: claims every slurmd Pod mounts (the chart's sharedVolumes)",
+        "",
+    )
 
 
 def topology_settings(plugin: str, labels: str, configmap: str) -> tuple[str, tuple[str, ...]]:
@@ -155,4 +163,5 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         people_configmap=args.people_configmap or f"{args.release}-people",
         directory_interval_s=parse_duration(args.directory_interval),
         confinement=args.confinement == "cgroup",
+        shared_volumes=shared_volumes.parse(args.shared_volumes or ""),
     )
