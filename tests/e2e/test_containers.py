@@ -53,6 +53,7 @@ def platform(dev_cluster: DevCluster, kube: AdminKube, job_image: str) -> Iterat
         "insecureRegistries": [registry.running_address(dev_cluster.layout)],
         "allowedMounts": ["/var/tmp"],
     }
+    values["sharedVolumes"] = [{"name": "data", "mountPath": "/shared", "size": "1Gi"}]
     plat.install(values, scheduler=False)
     plat.apply_nodeset(kube, nodeset("compute", ["main"], replicas=MEMBERS))
     wait_for(
@@ -103,6 +104,25 @@ def test_r10_7_a_step_runs_in_the_image_as_its_user_on_every_node_of_the_job(
     rc, said = alice(dev_cluster, kube, f"srun -N{MEMBERS} --chdir=/tmp --container={job_image} true")
     FIGURES["container step, 3 nodes, warm caches (s)"] = time.monotonic() - started
     assert rc == 0, said
+
+
+def test_r10_7_a_file_a_container_step_writes_on_one_node_is_read_on_another_and_on_login(
+    platform: Platform, dev_cluster: DevCluster, kube: AdminKube, job_image: str
+) -> None:
+    """Catches a shared volume missing from the slurmd Pods or from container steps, or
+    files that lose their owner on the way."""
+    names = platform.login("sinfo -h -N -o %N").stdout.split()
+    [first, _, last] = sorted({name for name in names if name.startswith("compute-")})
+    step = "sh -c 'mkdir -p /shared/alice && hostname > /shared/alice/ckpt'"
+    rc, said = alice(dev_cluster, kube, f"srun -w {first} --chdir=/tmp --container={job_image} {step}")
+    assert rc == 0, said
+    rc, said = alice(
+        dev_cluster,
+        kube,
+        f"srun -w {last} --chdir=/tmp stat -c '%u %n' /shared/alice/ckpt; cat /shared/alice/ckpt",
+    )
+    assert rc == 0, said
+    assert "20001 /shared/alice/ckpt" in said and said.strip().endswith(first), said
 
 
 def test_r10_7_an_image_the_registry_does_not_have_fails_the_step_with_the_registrys_words(

@@ -346,3 +346,13 @@ def test_r10_7_skopeos_log_line_is_reduced_to_its_message(tmp_path: Path) -> Non
     assert str(refused.value) == (
         "cannot fetch reg:5000/sunk/job:1: initializing source: reading manifest 1: manifest unknown"
     )
+
+
+def test_r10_7_slurms_pmix_directory_is_bound_so_mpi_in_the_image_finds_its_server(tmp_path: Path) -> None:
+    """Catches `srun --mpi=pmix --container=...` failing to start: the MPI library in the
+    image looks for the PMIx server's socket under PMIX_SERVER_TMPDIR."""
+    pmix = tmp_path / "pmix.7.0"
+    pmix.mkdir()
+    assert runner.mpi_mounts({"PMIX_SERVER_TMPDIR": f"{pmix}/"}) == [spec.Mount(str(pmix), str(pmix))]
+    assert runner.mpi_mounts({"PMIX_SERVER_TMPDIR": str(tmp_path / "gone")}) == []
+    assert runner.mpi_mounts({}) == []

@@ -83,6 +83,22 @@ def default_mounts(home: str, allowed: Sequence[str]) -> list[spec.Mount]:
     return mounts
 
 
+# Directories Slurm's MPI plugins name in the task's environment: the PMIx server's socket
+# and files live there, and an MPI library in the image must reach them at the same path.
+MPI_DIRECTORIES = ("PMIX_SERVER_TMPDIR",)
+
+
+def mpi_mounts(job_env: Mapping[str, str]) -> list[spec.Mount]:
+    """Slurm's PMIx directory of this step, bound at its own path, so `srun --mpi=pmix`
+    works from inside the image as it does on the node."""
+    found = []
+    for name in MPI_DIRECTORIES:
+        path = os.path.normpath(job_env.get(name) or "/")
+        if path != "/" and os.path.isdir(path):
+            found.append(spec.Mount(path, path))
+    return found
+
+
 def working_directory(job_env: Mapping[str, str], mounts: Sequence[spec.Mount]) -> str | None:
     """Where the task starts: the directory srun was run from, when the container sees it."""
     wanted = job_env.get("PWD") or job_env.get("SLURM_SUBMIT_DIR")
@@ -177,6 +193,7 @@ def _run(args: argparse.Namespace, command: list[str]) -> int:
     home = job_env.get("HOME") or pwd.getpwuid(uid).pw_dir
     mounts = default_mounts(home, args.allow_mount)
     mounts += requested_mounts(job_env.get(MOUNTS_VARIABLE, ""), args.allow_mount)
+    mounts += mpi_mounts(job_env)
     workdir = args.spool / "sunk-container"
     workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
     _own_environment(workdir)
