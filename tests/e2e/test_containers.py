@@ -160,3 +160,38 @@ def test_r10_7_a_mount_outside_what_the_cluster_allows_is_refused(
     rc, said = alice(dev_cluster, kube, allowed)
     assert rc == 0 and "/scratch" in said, said
     wait_for(lambda: nodes_idle(platform), timeout=60, what="every node idle, none drained")
+
+
+def test_r10_7_a_nodes_containerd_pulls_the_job_image_from_the_clusters_registry(
+    platform: Platform, kube: AdminKube, job_image: str
+) -> None:
+    """Catches real Nodes that only run imported images: a Pod (an inference server, say)
+    must get its image from the registry as in a user's cluster."""
+    pod = {
+        "metadata": {"name": "from-registry"},
+        "spec": {
+            "restartPolicy": "Never",
+            "nodeSelector": {"sunk.dev/real-node": "true"},
+            "containers": [
+                {
+                    "name": "main",
+                    "image": job_image,
+                    "imagePullPolicy": "Always",
+                    "command": ["cat", "/etc/sunk-job-image"],
+                    "resources": {"requests": {"cpu": "10m", "memory": "16Mi"}},
+                }
+            ],
+        },
+    }
+    kube.create(f"/api/v1/namespaces/{NAMESPACE}/pods", pod)
+    path = f"/api/v1/namespaces/{NAMESPACE}/pods/from-registry"
+    phase = wait_for(
+        lambda: (
+            kube.get(path)["status"].get("phase") in ("Succeeded", "Failed")
+            and kube.get(path)["status"]["phase"]
+        ),
+        timeout=180,
+        what="the Pod pulling its image from the registry to finish",
+    )
+    logs = platform.kubectl("logs", "from-registry").stdout
+    assert phase == "Succeeded" and "sunk job image" in logs, (phase, logs, kube.get(path)["status"])
