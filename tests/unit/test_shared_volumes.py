@@ -103,12 +103,6 @@ async def test_r10_7_a_template_mount_at_a_shared_path_is_replaced_not_doubled()
 async def test_r10_7_members_made_before_a_shared_volume_was_added_are_rolled_out() -> None:
     before = world()
     await before.settle("gpu")
-    after = OperatorWorld(
-        nodes=before.nodes,
-        pods=before.pods,
-        nodesets=before.nodesets,
-        slurm=before.slurm,
-        settings=replace(before.settings, shared_volumes=(DATA,)),
-    )
+    after = before.restarted_with(replace(before.settings, shared_volumes=(DATA,)))
     await after.reconcile("gpu")
     assert after.condition("gpu", "UpToDate")["reason"] == "RollingOut"
