@@ -77,6 +77,16 @@ def nodes_idle(platform: Platform) -> str | None:
     return said if said == f"{MEMBERS}|idle|none" else None
 
 
+def wait_all_idle(platform: Platform) -> None:
+    """Every member idle and none drained. A failed step's node may stay COMPLETING for a
+    while (Slurm's UnkillableStepTimeout is a minute); a drain never passes."""
+    try:
+        wait_for(lambda: nodes_idle(platform), timeout=150, what="every node idle, none drained")
+    except AssertionError as err:
+        state = platform.login("sinfo -N -o '%N %t %E'; squeue -t all").stdout
+        raise AssertionError(f"{err}; Slurm says:\n{state}") from None
+
+
 def test_r10_7_a_step_runs_in_the_image_as_its_user_on_every_node_of_the_job(
     platform: Platform, dev_cluster: DevCluster, kube: AdminKube, job_image: str
 ) -> None:
@@ -135,7 +145,7 @@ def test_r10_7_an_image_the_registry_does_not_have_fails_the_step_with_the_regis
     assert rc != 0, said
     assert f"sunk: cannot fetch {missing}" in said, said
     assert "manifest unknown" in said, said  # the registry's own words
-    wait_for(lambda: nodes_idle(platform), timeout=60, what="every node idle, none drained")
+    wait_all_idle(platform)
 
 
 def test_r10_7_a_reference_that_does_not_parse_is_refused_before_anything_runs(
@@ -144,7 +154,7 @@ def test_r10_7_a_reference_that_does_not_parse_is_refused_before_anything_runs(
     rc, said = alice(dev_cluster, kube, "srun -N1 --chdir=/tmp --container=Not/An:Image:ref true")
     assert rc != 0, said
     assert "is not a" in said and "sunk:" in said, said
-    wait_for(lambda: nodes_idle(platform), timeout=60, what="every node idle, none drained")
+    wait_all_idle(platform)
 
 
 def test_r10_7_a_mount_outside_what_the_cluster_allows_is_refused(
@@ -154,12 +164,12 @@ def test_r10_7_a_mount_outside_what_the_cluster_allows_is_refused(
     command = f"SUNK_CONTAINER_MOUNTS=/etc/munge:/keys srun -N1 --chdir=/tmp --container={job_image} ls /keys"
     rc, said = alice(dev_cluster, kube, command)
     assert rc != 0, said
-    assert "/etc/munge is outside what this cluster lets containers mount: /var/tmp" in said, said
+    assert "/etc/munge is outside what this cluster lets containers mount: /shared, /var/tmp" in said, said
     mounts = "SUNK_CONTAINER_MOUNTS=/var/tmp:/scratch"
     allowed = f"{mounts} srun -N1 --chdir=/tmp --container={job_image} ls -d /scratch"
     rc, said = alice(dev_cluster, kube, allowed)
     assert rc == 0 and "/scratch" in said, said
-    wait_for(lambda: nodes_idle(platform), timeout=60, what="every node idle, none drained")
+    wait_all_idle(platform)
 
 
 def test_r10_7_a_nodes_containerd_pulls_the_job_image_from_the_clusters_registry(
