@@ -574,6 +574,17 @@ def _ts(value: str | None) -> float | None:
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
 
 
+def _not_readopted_because(event: Json) -> str:
+    """Why the scheduler deleted a Pod whose job Slurm no longer had instead of re-adopting
+    it, from its PlaceholderJobEnded note, in a few words fit for a tally (no node names or
+    job IDs, so that like reasons count together)."""
+    note = str(event.get("note") or "")
+    found = re.search(r"cannot be re-adopted(?: on \S+)?: (.*); deleting the Pod", note)
+    if found:
+        return re.sub(r"\bsn-\S+|\d+", "N", found[1])
+    return "no evidence it was lost, not ended (not seen running by this scheduler process lately)"
+
+
 def _job_word(job: Json) -> str:
     states = "+".join(job.get("states") or [job.get("job_state", "?")])
     where = f" on {job['nodes']}" if job.get("nodes") else ""
@@ -1005,6 +1016,8 @@ class ChaosRun:
                 )
         # 3. A Pod the harness did not delete went only with its job ended, and an Event.
         self.check_disappearances()
+        readopted = [e for e in self.events() if e.get("reason") == "PlaceholderReadopted"]
+        self.count("Slurm lost the job, Pod re-adopted", len(readopted))
         # 4. Bound Pods sit on the Node hosting their job's Slurm node, and the job runs.
         for uid, pod in live.items():
             node = (pod.get("spec") or {}).get("nodeName")
@@ -1097,6 +1110,8 @@ class ChaosRun:
             scheduled = any(e.get("reason") == "Scheduled" for e in events)
             cause = self.cause(track, went_at, why[0] if why else None, scheduled=scheduled)
             self.count(f"scheduler deletions: {cause[0] if cause else 'no cause found'}")
+            if why and "no longer exists in Slurm" in str(why[0].get("note")):
+                self.count(f"Slurm lost the job, Pod deleted: {_not_readopted_because(why[0])}")
             if not why:
                 seen = ", ".join(sorted({str(e.get("reason")) for e in events})) or "none"
                 self.violation(
