@@ -403,7 +403,9 @@ class Daemons:
             time.sleep(0.2)
         return time.monotonic() - started
 
-    def kill_and_restart(self, name: str, down_s: float) -> str:
+    def kill_and_restart(self, name: str, down_s: float, while_down: Callable[[], None] | None = None) -> str:
+        """SIGKILL daemon `name`, keep it down `down_s`, start it again as it was started.
+        `while_down` runs once it is gone (e.g. to change its state files)."""
         proc = self.tracked(name)
         self.launches[name] = launch = read_launch(self.layout, proc)
         self._signal(proc, signal.SIGKILL)
@@ -416,6 +418,8 @@ class Daemons:
             while (proc.alive() or _listening(port)) and time.monotonic() < deadline:
                 time.sleep(0.02)
             time.sleep(down_s)
+            if while_down is not None:
+                while_down()
         finally:
             new, back, tries = self.start_again(name, launch)
         again = f" (started {tries} times: the earlier ones exited at once)" if tries > 1 else ""
