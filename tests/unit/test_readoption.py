@@ -5,6 +5,8 @@ in-memory Kubernetes and Slurm; each test names the bug it catches."""
 
 from __future__ import annotations
 
+import pytest
+
 from sunk.kube.client import KubeError
 from sunk.scheduler import readopting
 from sunk.scheduler.jobs import MIN_JOB_AGE_S
@@ -92,9 +94,12 @@ async def test_r8_2_when_every_new_job_gets_a_lost_jobs_id_the_pod_goes_saying_w
     assert all(world.slurm.raw_jobs[i]["job_state"] == ["CANCELLED"] for i in tries)
 
 
-async def test_r8_2_a_lost_job_whose_node_another_job_took_ends_the_pod_naming_why() -> None:
+async def test_r8_2_a_lost_job_whose_node_another_job_took_ends_the_pod_naming_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
     """Catches: a Pod kept on a node whose resources Slurm handed to another job meanwhile,
     or its new job left waiting for them."""
+    monkeypatch.setattr(readopting, "START_WITHIN_S", 0.3)
     world = two_nodes()
     await bound(world)
     world.slurm.restart_without(100, next_id=200)
@@ -105,6 +110,20 @@ async def test_r8_2_a_lost_job_whose_node_another_job_took_ends_the_pod_naming_w
     assert "cannot be re-adopted on sn-1" in note and "at once (Resources)" in note
     assert (200, None) in world.slurm.cancelled()
     assert world.kube.notes("PlaceholderReadopted") == []
+
+
+async def test_r8_2_a_lost_job_waits_until_its_node_has_registered_again_after_the_restart() -> None:
+    """Catches: a Pod deleted because its new job could not start on a node slurmctld,
+    just restarted, still lists UNKNOWN (its slurmd registers a few seconds later)."""
+    world = two_nodes()
+    await bound(world)
+    world.slurm.restart_without(100, next_id=200)
+    world.slurm.raw_nodes["sn-1"]["state"] = ["UNKNOWN"]
+    outcome = await world.reconcile(KEY)
+    assert (deleted(world), world.slurm.submitted(), outcome.requeue_after) == (False, [100], 1.0)
+    world.slurm.raw_nodes["sn-1"]["state"] = ["IDLE"]
+    await world.reconcile(KEY)
+    assert world.job_id(KEY) == 200 and not deleted(world)
 
 
 async def test_r8_2_a_lost_job_whose_node_is_drained_ends_the_pod_without_a_new_job() -> None:

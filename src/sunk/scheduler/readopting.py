@@ -38,16 +38,14 @@ from sunk.slurm.models import SlurmJob
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
-# Slurm starts a released job pinned to a node with room within a second or two; one not
-# running by then cannot have the node's resources "at once", and the Pod goes.
-START_WITHIN_S = 5.0
+# Slurm starts a released job pinned to a node with room within a second or two (a few
+# more just after slurmctld restarted, while its nodes register again); one not running by
+# then cannot have the node's resources "at once", and the Pod goes.
+START_WITHIN_S = 10.0
 POLL_S = 0.2
 # New jobs given the ID of a lost job before the Pod goes: IDs are handed out in order, so
 # each try moves past one such ID.
 TRIES = 3
-# Why a released job may still wait without the node being refused: Slurm has not looked
-# at it yet, or is about to.
-NOT_YET_LOOKED_AT = frozenset({"None", "Priority", "JobHeldUser", "JobHeldAdmin"})
 
 
 class Readopter:
@@ -140,9 +138,7 @@ class Readopter:
             job = await self.slurm.job(job_id)
             if job is not None and job.running and job.nodes == (node,):
                 return job, ""
-            if job is None or not job.pending or job.reason not in NOT_YET_LOOKED_AT:
-                break
-            if time.monotonic() >= deadline:
+            if job is None or not job.pending or time.monotonic() >= deadline:
                 break
             await asyncio.sleep(POLL_S)
         if job is None:

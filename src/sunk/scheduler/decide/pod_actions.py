@@ -100,6 +100,10 @@ def for_missing_job(
     doubt ends the Pod as before. `node`: that Slurm node as Slurm shows it now; `hosts`:
     the Nodes hosting it; `group`: the Pod's PodGroup, if any; `now`: wall clock."""
     gone = f"Slurm job {job_id} no longer exists in Slurm"
+    if last is not None and node is not None and not_registered(node):
+        # slurmctld has just restarted and the node has not reported back yet (a few
+        # seconds): nothing can start there, for this Pod or anyone else, until it has.
+        return Plan(after=1.0)
     why_not = _why_not_readopted(pod, last, node, hosts, group, now)
     if why_not is not None:
         return Plan((Event(ev.JOB_ENDED, f"{gone}{why_not}; deleting the Pod", warning=True), DeletePod()))
@@ -136,6 +140,12 @@ def _why_not_readopted(
     if left is not None and left <= 0:
         return lost + f"its time limit of {last.time_limit_min} min is reached"
     return None
+
+
+def not_registered(node: SlurmNode) -> bool:
+    """slurmctld does not know yet what the node runs: just restarted, it lists every node
+    UNKNOWN (or not responding) until that node's slurmd registers again."""
+    return node.state.upper() == "UNKNOWN" or "NOT_RESPONDING" in node.flags
 
 
 def _time_left_min(job: SlurmJob, now: float) -> int | None:
