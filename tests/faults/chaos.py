@@ -1202,7 +1202,8 @@ class ChaosRun:
         restarted = [
             f
             for f in self.report.faults
-            if f.kind == "kill-slurmctld" and went_at - 15 <= f.started <= went_at
+            # went_at may come from a timestamp of one-second resolution, cut down
+            if f.kind == "kill-slurmctld" and went_at - 15 <= f.started <= went_at + CLOCK_SLACK_S
         ]
         if (track.bound_at is not None or scheduled) and restarted:
             for job in mine:

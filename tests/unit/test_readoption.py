@@ -76,20 +76,30 @@ async def test_r8_2_a_new_job_given_the_lost_jobs_id_is_cancelled_held_and_submi
     assert world.slurm.raw_jobs[101]["job_state"] == ["RUNNING"]
 
 
-async def test_r8_2_when_every_new_job_gets_a_lost_jobs_id_the_pod_goes_saying_why() -> None:
+async def test_r8_2_a_new_job_given_an_id_no_listing_saw_run_is_not_let_run_either() -> None:
+    """Catches: a check of the new ID against the jobs seen vanishing only. A fault run
+    found a job lost before any listing saw it run; the re-adopted job got its ID and Slurm
+    drained the node ("Duplicate jobid"). Any ID handed out before is one handed out again."""
+    world = two_nodes()
+    await bound(world)
+    world.slurm.next_id = 105  # jobs 101-104 were submitted, started and lost unseen
+    await world.reconcile(world.create(pod("other")))  # job 105: the highest ID seen
+    world.slurm.restart_without(100, 105, next_id=102)
+    await world.reconcile(KEY)
+    assert world.slurm.submitted()[-5:] == [102, 103, 104, 105, 106]
+    assert all((i, None) in world.slurm.cancelled() for i in (102, 103, 104, 105))
+    assert world.job_id(KEY) == 106 and not deleted(world)
+
+
+async def test_r8_2_when_every_new_job_gets_an_id_handed_out_before_the_pod_goes_saying_why() -> None:
     """Catches: a loop of submissions, or a job left behind, when the IDs keep colliding."""
     world = two_nodes()
-    for name in ("a", "b", "c"):  # three other Pods' jobs 100-102, lost too
-        await world.reconcile(world.create(pod(name)))
-    await world.reconcile(world.create(pod()))
-    for job_id, node in ((100, "sn-2"), (101, "sn-2"), (102, "sn-2"), (103, "sn-1")):
-        world.slurm.start(job_id, node)
-    await world.reconcile(KEY)
-    world.slurm.restart_without(100, 101, 102, 103)
+    await bound(world)
+    world.slurm.restart_without(100, next_id=100 - readopting.TRIES)  # far older state
     await world.reconcile(KEY)
     assert deleted(world)
-    assert "ID of a lost job" in world.kube.notes("PlaceholderJobEnded")[0]
-    assert len(world.slurm.submitted()) == 4 + readopting.TRIES
+    assert "an ID it had handed out before" in world.kube.notes("PlaceholderJobEnded")[0]
+    assert len(world.slurm.submitted()) == 1 + readopting.TRIES
     tries = world.slurm.submitted()[-readopting.TRIES :]
     assert all(world.slurm.raw_jobs[i]["job_state"] == ["CANCELLED"] for i in tries)
 

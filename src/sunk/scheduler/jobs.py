@@ -48,11 +48,12 @@ class JobIndex:
         self.listed_at = 0.0
         # Jobs of ours that vanished from a listing while running, by ID, for MIN_JOB_AGE_S.
         self.lost: dict[int, LostJob] = {}
-        # Every job (anyone's) that vanished from a listing while running → when: a lost
-        # job's processes may still run on its node under that ID, so a new job given it
-        # again there could not start.
-        self.vanished: dict[int, float] = {}
         self._running: set[int] = set()
+        # The highest job ID (anyone's) listed, read or submitted so far. slurmctld hands
+        # IDs out in order, so a new job given one no higher was given it again: a
+        # slurmctld restarted from older state re-issues the IDs of the jobs it lost, and
+        # their processes may still run under them.
+        self.highest_id = 0
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -89,7 +90,7 @@ class JobIndex:
     def _note_vanished(
         self, jobs: list[SlurmJob], fresh: dict[int, tuple[PodRef, SlurmJob]], listed_at: float
     ) -> None:
-        """Remember the jobs that were running in the last listing and are in no state at
+        """Remember our jobs that were running in the last listing and are in no state at
         all in this one, or whose ID now names another job (a restarted slurmctld handed it
         out again): Slurm keeps an ended job listed for MinJobAge, so these were lost."""
         listed = {job.job_id for job in jobs}
@@ -99,12 +100,11 @@ class JobIndex:
             again = job_id in listed and found is not None and fresh.get(job_id, (None,))[0] != found[0]
             if job_id in listed and not again:
                 continue
-            self.vanished[job_id] = now
             if found is not None and found[1].running and self._recorded_at.get(job_id, 0.0) < listed_at:
                 self.lost[job_id] = LostJob(found[0], found[1], self.listed_at)
         self._running = {job.job_id for job in jobs if job.running}
+        self.highest_id = max(self.highest_id, *listed) if listed else self.highest_id
         self.lost = {i: lost for i, lost in self.lost.items() if now - lost.seen_at < MIN_JOB_AGE_S}
-        self.vanished = {i: at for i, at in self.vanished.items() if now - at < MIN_JOB_AGE_S}
 
     # What this process learned or did since the last listing. Each wins over a listing
     # requested before it, and is replaced by the first listing requested after it.
@@ -154,6 +154,7 @@ class JobIndex:
         self._by_id[job.job_id] = (ref, job)
         self._by_key.setdefault((ref.namespace, ref.name), set()).add(job.job_id)
         self._recorded_at[job.job_id] = time.monotonic()
+        self.highest_id = max(self.highest_id, job.job_id)
 
     def lost_job(self, job_id: int, uid: str) -> SlurmJob | None:
         """Job `job_id` of Pod `uid` as last seen, when a listing showed it running less

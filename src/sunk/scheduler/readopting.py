@@ -11,8 +11,11 @@ limit.
 The trap: a slurmctld restarted from older state hands out job IDs again, and the lost
 job's processes may still run on that node under the very ID the new job gets. slurmd then
 refuses to launch it ("Duplicate jobid") and Slurm drains the node. So the new job is
-submitted held, its ID checked against every job seen vanishing while it ran, and only
-then released; one with such an ID is cancelled (it never ran) and another submitted.
+submitted held and released only if its ID is higher than any this process has seen (IDs
+are handed out in order, so a lower one is handed out again); one that is not is
+cancelled (it never ran) and another submitted. Checking only the IDs of jobs seen
+vanishing while they ran is not enough: a fault run found a job lost before any listing
+saw it run, whose ID the re-adopted job got, and Slurm drained the node.
 """
 
 from __future__ import annotations
@@ -43,9 +46,9 @@ Json = dict[str, Any]
 # then cannot have the node's resources "at once", and the Pod goes.
 START_WITHIN_S = 10.0
 POLL_S = 0.2
-# New jobs given the ID of a lost job before the Pod goes: IDs are handed out in order, so
-# each try moves past one such ID.
-TRIES = 3
+# New jobs given an ID handed out before, before the Pod goes: each try moves one ID on,
+# and a slurmctld loses only the jobs of its last seconds, so the IDs to move past are few.
+TRIES = 10
 
 
 class Readopter:
@@ -103,14 +106,15 @@ class Readopter:
                     if err.retryable:
                         raise
                     return f"Slurm refused a new job there ({err})"
+                fresh = job_id > self.index.highest_id
                 self.index.expect_submitted(ref, job_id, placeholder.name, request.comment)
-                if job_id != action.old_job and job_id not in self.index.vanished:
+                if fresh:
                     break
-                log.info("job %s for %s has the ID of a lost job; cancelling it, held", job_id, ref)
+                log.info("job %s for %s has an ID handed out before; cancelling it, held", job_id, ref)
                 await self._cancel(ref, job_id)
                 job_id = 0
             else:
-                return f"Slurm gave {TRIES} new jobs in a row the ID of a lost job"
+                return f"Slurm gave {TRIES} new jobs in a row an ID it had handed out before (of a lost job)"
             await self.slurm.release_job(job_id)
             job, why = await self._started(job_id, action.node)
             if job is None:
