@@ -10,11 +10,12 @@ import pytest
 from sunk.kube.client import KubeError
 from sunk.scheduler import readopting
 from sunk.scheduler.jobs import MIN_JOB_AGE_S
-from sunk.scheduler.translate import gang
+from sunk.scheduler.translate import PodRef, gang
 from sunk.slurm.models import ACTIVE_STATES
 from sunk.testing.scheduler import Clock, World, pod
 
 KEY = "ns/web"
+WEB = PodRef("ns", "web", "uid-web")
 
 
 def two_nodes() -> World:
@@ -60,6 +61,23 @@ async def test_r8_2_a_job_slurmctld_lost_in_a_restart_is_readopted_on_the_pods_n
     assert "job 100" in note and "job 200" in note and "sn-1" in note
     await world.reconcile(KEY)  # the next pass keeps the Pod and its new job
     assert (deleted(world), active_jobs(world), world.slurm.drains()) == (False, [200], [])
+
+
+async def test_r8_2_a_job_bound_on_its_started_read_and_lost_before_any_listing_is_readopted() -> None:
+    """Catches: evidence taken from listings only. Most Pods are bound on the read of their
+    job that the placeholder's `started` call brings, and slurmctld loses the jobs of its
+    last seconds: the first fault run deleted such Pods for want of evidence."""
+    world = two_nodes()
+    await world.reconcile(world.create(pod()))  # job 100, listed PENDING
+    world.slurm.start(100, "sn-1")
+    found = await world.slurm.job(100)
+    assert found is not None
+    world.index.observe(WEB, found)  # the hook call's read
+    await world.reconcile(KEY, listing=False)
+    assert world.pod(KEY)["spec"]["nodeName"] == "n1"
+    world.slurm.restart_without(100, next_id=200)
+    await world.reconcile(KEY)
+    assert world.job_id(KEY) == 200 and not deleted(world)
 
 
 async def test_r8_2_a_new_job_given_the_lost_jobs_id_is_cancelled_held_and_submitted_again() -> None:

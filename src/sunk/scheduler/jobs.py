@@ -27,7 +27,7 @@ MIN_JOB_AGE_S = 300.0
 
 @dataclass(frozen=True)
 class LostJob:
-    """A job of ours that a listing no longer showed while the one before showed it
+    """A job of ours that a listing no longer showed while this process last knew it
     running: `job` as last seen, `seen_at` (monotonic) no later than when it was."""
 
     ref: PodRef
@@ -46,9 +46,9 @@ class JobIndex:
         self.synced = asyncio.Event()
         # When the newest full listing taken in was requested (monotonic clock).
         self.listed_at = 0.0
-        # Jobs of ours that vanished from a listing while running, by ID, for MIN_JOB_AGE_S.
+        # Jobs of ours that vanished from a listing while last known running, by ID, for
+        # MIN_JOB_AGE_S.
         self.lost: dict[int, LostJob] = {}
-        self._running: set[int] = set()
         # The highest job ID (anyone's) listed, read or submitted so far. slurmctld hands
         # IDs out in order, so a new job given one no higher was given it again: a
         # slurmctld restarted from older state re-issues the IDs of the jobs it lost, and
@@ -65,7 +65,7 @@ class JobIndex:
         or a fresher read (a job seen RUNNING must not go back to PENDING, which would make
         a bound Pod look requeued)."""
         fresh = {job.job_id: (ref, job) for job in jobs if (ref := self._owner(job))}
-        self._note_vanished(jobs, fresh, listed_at)
+        self._note_lost({job.job_id for job in jobs}, fresh, listed_at)
         for job_id, recorded in list(self._recorded_at.items()):
             if recorded >= listed_at and job_id in self._by_id:
                 fresh[job_id] = self._by_id[job_id]
@@ -87,22 +87,22 @@ class JobIndex:
             self._by_key.setdefault((ref.namespace, ref.name), set()).add(job_id)
         return touched
 
-    def _note_vanished(
-        self, jobs: list[SlurmJob], fresh: dict[int, tuple[PodRef, SlurmJob]], listed_at: float
+    def _note_lost(
+        self, listed: set[int], fresh: dict[int, tuple[PodRef, SlurmJob]], listed_at: float
     ) -> None:
-        """Remember our jobs that were running in the last listing and are in no state at
-        all in this one, or whose ID now names another job (a restarted slurmctld handed it
-        out again): Slurm keeps an ended job listed for MinJobAge, so these were lost."""
-        listed = {job.job_id for job in jobs}
+        """Remember our jobs last known running (from the last listing, or a read since:
+        most Pods are bound on the read their placeholder's `started` call brings) that
+        this listing shows in no state at all, or under another Pod (a restarted slurmctld
+        handed the ID out again): Slurm keeps an ended job listed for MinJobAge, so these
+        were lost, not ended."""
         now = time.monotonic()
-        for job_id in self._running:
-            found = self._by_id.get(job_id)
-            again = job_id in listed and found is not None and fresh.get(job_id, (None,))[0] != found[0]
-            if job_id in listed and not again:
+        for job_id, (ref, job) in self._by_id.items():
+            recorded = self._recorded_at.get(job_id)
+            if not job.running or (recorded is not None and recorded >= listed_at):
+                continue  # not running, or read after this listing was asked for
+            if job_id in listed and fresh.get(job_id, (None,))[0] == ref:
                 continue
-            if found is not None and found[1].running and self._recorded_at.get(job_id, 0.0) < listed_at:
-                self.lost[job_id] = LostJob(found[0], found[1], self.listed_at)
-        self._running = {job.job_id for job in jobs if job.running}
+            self.lost[job_id] = LostJob(ref, job, recorded if recorded is not None else self.listed_at)
         self.highest_id = max(self.highest_id, *listed) if listed else self.highest_id
         self.lost = {i: lost for i, lost in self.lost.items() if now - lost.seen_at < MIN_JOB_AGE_S}
 
