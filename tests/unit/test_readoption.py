@@ -11,7 +11,9 @@ from sunk.kube.client import KubeError
 from sunk.scheduler import readopting
 from sunk.scheduler.jobs import MIN_JOB_AGE_S
 from sunk.scheduler.translate import PodRef, gang
+from sunk.slurm.dialect import Submission
 from sunk.slurm.models import ACTIVE_STATES
+from sunk.testing.fakes import FakeSubmitResult
 from sunk.testing.scheduler import Clock, World, pod
 
 KEY = "ns/web"
@@ -107,6 +109,27 @@ async def test_r8_2_a_new_job_given_an_id_no_listing_saw_run_is_not_let_run_eith
     assert world.slurm.submitted()[-5:] == [102, 103, 104, 105, 106]
     assert all((i, None) in world.slurm.cancelled() for i in (102, 103, 104, 105))
     assert world.job_id(KEY) == 106 and not deleted(world)
+
+
+async def test_r8_2_jobs_other_workers_submit_meanwhile_do_not_make_the_new_id_look_reused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Catches: the new ID compared with the highest seen after its own submission. Right
+    after a slurmctld restart other Pods are submitted at the same time and get higher IDs;
+    each try then looked reused and the Pod was deleted after ten."""
+    world = two_nodes()
+    await bound(world)
+    world.slurm.restart_without(100, next_id=200)
+    submit = world.slurm.submit
+
+    async def while_another_worker_submits(held: Submission) -> FakeSubmitResult:
+        answer = await submit(held)
+        world.index.expect_submitted(PodRef("ns", "other", "uid-other"), answer.job_id + 1, "other", "")
+        return answer
+
+    monkeypatch.setattr(world.slurm, "submit", while_another_worker_submits)
+    await world.reconcile(KEY)
+    assert world.job_id(KEY) == 200 and world.slurm.submitted() == [100, 200]
 
 
 async def test_r8_2_when_every_new_job_gets_an_id_handed_out_before_the_pod_goes_saying_why() -> None:

@@ -100,13 +100,16 @@ class Readopter:
         job_id = 0
         try:
             for _ in range(TRIES):
+                # Seen before this submission is sent: jobs other workers submit meanwhile
+                # get higher IDs than this one and say nothing of it.
+                highest = self.index.highest_id
                 try:
                     job_id = (await self.slurm.submit(held)).job_id
                 except SlurmError as err:
                     if err.retryable:
                         raise
                     return f"Slurm refused a new job there ({err})"
-                fresh = job_id > self.index.highest_id
+                fresh = job_id > highest
                 self.index.expect_submitted(ref, job_id, placeholder.name, request.comment)
                 if fresh:
                     break
