@@ -135,7 +135,8 @@ class ImageCache:
             os.utime(bundle)
             refs[image.name] = {"digest": digest, "tag": tag, "resolved": self.clock()}
             self._write_refs(refs)
-            self._evict(keep=digest)
+            if fetched:  # only a new image can have made the cache too big
+                self._evict(keep=digest)
             return Ready(digest, bundle, fetched=fetched)
 
     def _skopeo_copy(self, image: ImageRef, tag: str) -> subprocess.CompletedProcess[str]:
@@ -186,10 +187,13 @@ class ImageCache:
         unpacked = [e for e in images.iterdir() if e.is_dir() and "." not in e.name and e.name != keep]
         candidates = sorted(unpacked, key=lambda entry: entry.stat().st_mtime)
         removed: list[str] = []
-        while candidates and _size(self.home) > self.max_bytes:
+        total = _size(self.home)  # walked once: an unpacked image is tens of thousands of files
+        while candidates and total > self.max_bytes:
             victim = candidates.pop(0)
+            freed = _size(victim)
             if self._remove_if_idle(victim):
                 removed.append(victim.name)
+                total -= freed
         if removed:
             refs = self._refs()
             for name, entry in list(refs.items()):

@@ -62,9 +62,7 @@ def parse(text: str) -> ImageRef | LocalRoot:
         if "\x00" in value or "/../" in f"{value}/":
             raise BadReference(f"--container={text!r}: a directory path may not contain '..'")
         return LocalRoot(value.rstrip("/") or "/")
-    for prefix in ("docker://",):
-        if value.startswith(prefix):
-            value = value[len(prefix) :]
+    value = value.removeprefix("docker://")
     if "://" in value:
         scheme = value.split("://", 1)[0]
         raise BadReference(
