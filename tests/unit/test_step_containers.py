@@ -356,3 +356,10 @@ def test_r10_7_slurms_pmix_directory_is_bound_so_mpi_in_the_image_finds_its_serv
     assert runner.mpi_mounts({"PMIX_SERVER_TMPDIR": f"{pmix}/"}) == [spec.Mount(str(pmix), str(pmix))]
     assert runner.mpi_mounts({"PMIX_SERVER_TMPDIR": str(tmp_path / "gone")}) == []
     assert runner.mpi_mounts({}) == []
+
+
+def test_r10_7_a_double_dash_inside_the_command_is_the_commands_own() -> None:
+    """Catches every `--` being dropped from the step's command (`srun --container=... git
+    checkout -- file` would run `git checkout file`)."""
+    assert runner.step_command(["--", "git", "checkout", "--", "file"]) == ["git", "checkout", "--", "file"]
+    assert runner.step_command(["true"]) == ["true"]

@@ -160,9 +160,15 @@ def _parser() -> argparse.ArgumentParser:
     return parser
 
 
+def step_command(argv: Sequence[str]) -> list[str]:
+    """The step's command: what follows the `--` that ends the runtime's own options (a
+    `--` inside the command is the command's)."""
+    return list(argv[1:]) if argv[:1] == ["--"] else list(argv)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    command = [a for a in args.argv if a != "--"] if args.argv[:1] == ["--"] else list(args.argv)
+    command = step_command(args.argv)
     try:
         return _run(args, command)
     except (StepError, CacheError, BadReference) as exc:
