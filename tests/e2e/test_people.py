@@ -8,36 +8,19 @@ directory on the Nodes' bridge.
 
 from __future__ import annotations
 
-import socket
-import subprocess
 from collections.abc import Iterator
-from typing import Any
 
 import pytest
 
-from sunk_dev import DevCluster, directory, hostnet
+from sunk_dev import DevCluster, directory
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.platform import Platform, nodeset
+from tests.e2e.people_login import as_user, directory_values, prepare_namespace, ssh
 from tests.e2e.slurm_in_pods import delete_namespace
 from tests.support import wait_for
 
 pytestmark = pytest.mark.real_nodes
 NAMESPACE = "people"
-
-
-def directory_values(cluster: DevCluster) -> dict[str, Any]:
-    gateway = hostnet.network_of(cluster.layout).gateway
-    return {
-        "slurm": {"partitions": [{"name": "main", "default": True}]},
-        "directory": {
-            "uri": directory.uri(cluster.layout, gateway),
-            "bindDN": directory.READER,
-            "bindPasswordSecret": {"name": "ldap-reader", "key": "password"},
-            "userBase": directory.PEOPLE,
-            "groupBase": directory.GROUPS,
-            "interval": "10s",
-        },
-    }
 
 
 def people_written(kube: AdminKube) -> dict[str, str] | None:
@@ -48,22 +31,8 @@ def people_written(kube: AdminKube) -> dict[str, str] | None:
 
 @pytest.fixture(scope="module")
 def platform(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[Platform]:
-    layout = dev_cluster.layout
-    gateway = hostnet.network_of(layout).gateway
-    try:
-        socket.create_connection((gateway, layout.ports.ldap), timeout=2).close()
-    except OSError:
-        pytest.fail(
-            "the dev cluster's directory does not answer on the Nodes' bridge: a cluster started "
-            "before real Nodes got one; restart it (`sunk dev down && sunk dev up --real-nodes 3`)"
-        )
+    prepare_namespace(dev_cluster, kube, NAMESPACE)
     plat = Platform(dev_cluster, namespace=NAMESPACE, release="slurm")
-    kube.create_namespace(NAMESPACE)
-    password = directory.reader_password_file(layout).read_text()
-    kube.create(
-        f"/api/v1/namespaces/{NAMESPACE}/secrets",
-        {"metadata": {"name": "ldap-reader"}, "stringData": {"password": password}},
-    )
     plat.install(directory_values(dev_cluster), scheduler=False)
     plat.apply_nodeset(kube, nodeset("compute", ["main"], replicas=1))
     wait_for(lambda: people_written(kube), timeout=60, what="the operator writing the directory's people")
@@ -83,68 +52,10 @@ def platform(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[Platform]:
     delete_namespace(kube, NAMESPACE, timeout=180)
 
 
-def login_address(kube: AdminKube) -> str | None:
-    pods = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector="app.kubernetes.io/name=login")[
-        "items"
-    ]
-    ready = [
-        p for p in pods if (p.get("status") or {}).get("podIP") and not p["metadata"].get("deletionTimestamp")
-    ]
-    return ready[0]["status"]["podIP"] if ready else None
-
-
-def ssh(
-    cluster: DevCluster, kube: AdminKube, user: str, command: str, *, key_of: str | None = None
-) -> subprocess.CompletedProcess[str]:
-    """`command` in a login shell of `user` on the login Pod, logged in over SSH with the
-    private half of the key the directory holds for them (or for `key_of`)."""
-    address = login_address(kube)
-    assert address is not None, "no login Pod has an address"
-    return subprocess.run(
-        [
-            "ssh",
-            "-i",
-            str(directory.private_key(cluster.layout, key_of or user)),
-            "-o",
-            "BatchMode=yes",
-            "-o",
-            "StrictHostKeyChecking=no",
-            "-o",
-            "UserKnownHostsFile=/dev/null",
-            "-o",
-            "LogLevel=ERROR",
-            "-o",
-            "ConnectTimeout=5",
-            f"{user}@{address}",
-            command,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-
-
-def as_user(cluster: DevCluster, kube: AdminKube, user: str, command: str, *, within: float = 180) -> str:
-    """The output of `command` run by `user` once it succeeds (the people reach the login
-    Pod when the kubelet next syncs its ConfigMap, up to a minute or two)."""
-
-    said: list[str] = []
-
-    def attempt() -> tuple[str] | None:
-        done = ssh(cluster, kube, user, command)
-        said[:] = [f"exit {done.returncode}: {done.stderr.strip()[-300:]}"]
-        return (done.stdout,) if done.returncode == 0 else None  # a tuple: "" is an answer too
-
-    try:
-        return wait_for(attempt, timeout=within, what=f"{user} running {command!r} over SSH", every=3)[0]
-    except AssertionError as err:
-        raise AssertionError(f"{err}; the last try said {said}") from None
-
-
 def test_r10_6_alice_logs_in_with_her_directory_key_as_herself(
     platform: Platform, dev_cluster: DevCluster, kube: AdminKube
 ) -> None:
-    out = as_user(dev_cluster, kube, "alice", "id; echo home=$HOME; stat -c %u $HOME")
+    out = as_user(dev_cluster, kube, NAMESPACE, "alice", "id; echo home=$HOME; stat -c %u $HOME")
     assert "uid=20001(alice) gid=30000(people) groups=30000(people),30001(ml)" in out
     assert "home=/home/alice" in out
     assert out.strip().endswith("20001")  # her home was made at first login, and is hers
@@ -153,27 +64,29 @@ def test_r10_6_alice_logs_in_with_her_directory_key_as_herself(
 def test_r10_6_a_job_of_alice_runs_as_her_with_her_groups_on_a_slurmd_pod(
     platform: Platform, dev_cluster: DevCluster, kube: AdminKube
 ) -> None:
-    out = as_user(dev_cluster, kube, "alice", "srun -N1 --chdir=/tmp id", within=240)
+    out = as_user(dev_cluster, kube, NAMESPACE, "alice", "srun -N1 --chdir=/tmp id", within=240)
     assert "uid=20001(alice) gid=30000(people) groups=30000(people),30001(ml)" in out
 
 
 def test_r10_6_bob_cannot_cancel_alices_job(
     platform: Platform, dev_cluster: DevCluster, kube: AdminKube
 ) -> None:
-    job = as_user(dev_cluster, kube, "alice", "sbatch --parsable --chdir=/tmp --wrap 'sleep 300'").strip()
+    job = as_user(
+        dev_cluster, kube, NAMESPACE, "alice", "sbatch --parsable --chdir=/tmp --wrap 'sleep 300'"
+    ).strip()
     try:
-        refused = ssh(dev_cluster, kube, "bob", f"scancel {job}")
+        refused = ssh(dev_cluster, kube, NAMESPACE, "bob", f"scancel {job}")
         assert refused.returncode != 0
         assert "Access/permission denied" in refused.stderr + refused.stdout
     finally:
-        ssh(dev_cluster, kube, "alice", f"scancel {job}")  # best effort: the job may have ended
+        ssh(dev_cluster, kube, NAMESPACE, "alice", f"scancel {job}")  # best effort: the job may have ended
 
 
 def test_r10_6_a_key_the_directory_does_not_hold_for_her_is_refused(
     platform: Platform, dev_cluster: DevCluster, kube: AdminKube
 ) -> None:
     """bob's key does not open alice's account (the keys are per person, not shared)."""
-    done = ssh(dev_cluster, kube, "alice", "true", key_of="bob")
+    done = ssh(dev_cluster, kube, NAMESPACE, "alice", "true", key_of="bob")
     assert done.returncode == 255 and "Permission denied" in done.stderr
 
 
@@ -190,12 +103,17 @@ def unreadable_events(kube: AdminKube) -> list[str]:
 def test_r10_6_with_the_directory_down_alice_still_logs_in_and_submits_and_the_configmap_says_why(
     platform: Platform, dev_cluster: DevCluster, kube: AdminKube
 ) -> None:
-    as_user(dev_cluster, kube, "alice", "true")  # her people reached the login Pod before
+    as_user(dev_cluster, kube, NAMESPACE, "alice", "true")  # her people reached the login Pod before
     directory.stop(dev_cluster.layout)
     try:
         wait_for(lambda: unreadable_events(kube) or None, timeout=60, what="a DirectoryUnreadable Event")
         out = as_user(
-            dev_cluster, kube, "alice", "sbatch --parsable --chdir=/tmp --wrap true && id -un", within=60
+            dev_cluster,
+            kube,
+            NAMESPACE,
+            "alice",
+            "sbatch --parsable --chdir=/tmp --wrap true && id -un",
+            within=60,
         )
         assert out.split()[-1] == "alice"
         assert people_written(kube) is not None  # the last people stay as they were

@@ -403,7 +403,9 @@ class Daemons:
             time.sleep(0.2)
         return time.monotonic() - started
 
-    def kill_and_restart(self, name: str, down_s: float) -> str:
+    def kill_and_restart(self, name: str, down_s: float, while_down: Callable[[], None] | None = None) -> str:
+        """SIGKILL daemon `name`, keep it down `down_s`, start it again as it was started.
+        `while_down` runs once it is gone (e.g. to change its state files)."""
         proc = self.tracked(name)
         self.launches[name] = launch = read_launch(self.layout, proc)
         self._signal(proc, signal.SIGKILL)
@@ -416,6 +418,8 @@ class Daemons:
             while (proc.alive() or _listening(port)) and time.monotonic() < deadline:
                 time.sleep(0.02)
             time.sleep(down_s)
+            if while_down is not None:
+                while_down()
         finally:
             new, back, tries = self.start_again(name, launch)
         again = f" (started {tries} times: the earlier ones exited at once)" if tries > 1 else ""
@@ -572,6 +576,17 @@ def _ts(value: str | None) -> float | None:
     if not value:
         return None
     return dt.datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+
+
+def _not_readopted_because(event: Json) -> str:
+    """Why the scheduler deleted a Pod whose job Slurm no longer had instead of re-adopting
+    it, from its PlaceholderJobEnded note, in a few words fit for a tally (no node names or
+    job IDs, so that like reasons count together)."""
+    note = str(event.get("note") or "")
+    found = re.search(r"cannot be re-adopted(?: on \S+)?: (.*); deleting the Pod", note)
+    if found:
+        return re.sub(r"\bsn-\S+|\d+", "N", found[1])
+    return "no evidence it was lost, not ended (not seen running by this scheduler process lately)"
 
 
 def _job_word(job: Json) -> str:
@@ -1005,6 +1020,8 @@ class ChaosRun:
                 )
         # 3. A Pod the harness did not delete went only with its job ended, and an Event.
         self.check_disappearances()
+        readopted = [e for e in self.events() if e.get("reason") == "PlaceholderReadopted"]
+        self.count("Slurm lost the job, Pod re-adopted", len(readopted))
         # 4. Bound Pods sit on the Node hosting their job's Slurm node, and the job runs.
         for uid, pod in live.items():
             node = (pod.get("spec") or {}).get("nodeName")
@@ -1097,6 +1114,8 @@ class ChaosRun:
             scheduled = any(e.get("reason") == "Scheduled" for e in events)
             cause = self.cause(track, went_at, why[0] if why else None, scheduled=scheduled)
             self.count(f"scheduler deletions: {cause[0] if cause else 'no cause found'}")
+            if why and "no longer exists in Slurm" in str(why[0].get("note")):
+                self.count(f"Slurm lost the job, Pod deleted: {_not_readopted_because(why[0])}")
             if not why:
                 seen = ", ".join(sorted({str(e.get("reason")) for e in events})) or "none"
                 self.violation(
@@ -1183,7 +1202,8 @@ class ChaosRun:
         restarted = [
             f
             for f in self.report.faults
-            if f.kind == "kill-slurmctld" and went_at - 15 <= f.started <= went_at
+            # went_at may come from a timestamp of one-second resolution, cut down
+            if f.kind == "kill-slurmctld" and went_at - 15 <= f.started <= went_at + CLOCK_SLACK_S
         ]
         if (track.bound_at is not None or scheduled) and restarted:
             for job in mine:

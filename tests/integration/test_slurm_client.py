@@ -9,8 +9,9 @@ from typing import Any, TypeVar
 import pytest
 
 from sunk.slurm.client import SUPPORTED_VERSIONS, SlurmClient, SlurmVersionError, make_dialect
-from sunk.slurm.dialect import Submission
+from sunk.slurm.dialect import JOB_PATH, Submission
 from sunk.slurm.errors import SlurmAuthError, SlurmRejected, SlurmUnavailable
+from sunk.slurm.request import JobRequest
 from sunk.slurm.tokens import TokenSource
 from sunk_dev import DevCluster
 from sunk_dev.slurmcluster import rest_version
@@ -79,6 +80,34 @@ def test_submit_read_and_cancel_a_job(dev_cluster: DevCluster, slurm: SlurmRest)
     assert submitted.warning is None
     assert job is not None and job.name == "client-test"
     assert after is not None and after.state in ("CANCELLED", "COMPLETING")
+
+
+def test_r8_2_a_job_submitted_held_waits_until_released_then_runs(dev_cluster: DevCluster) -> None:
+    """A re-adopted Pod's new job is submitted held, and released once its ID is checked
+    (issue #34): the hold must keep it from starting, and the release must start it."""
+    node = run_cli(dev_cluster.layout, "sinfo", "-h", "-N", "-o", "%N").split()[0]
+    request = JobRequest(name="held-test", cpus=1, memory_mib=64, required_nodes=(node,), hold=True)
+
+    async def scenario() -> tuple[Any, Any]:
+        client = await connected(dev_cluster)
+        try:
+            submitted = await client.submit(client.submission(request, SCRIPT, {"PATH": JOB_PATH}))
+            await asyncio.sleep(1.5)  # Slurm had time to start it, were it not held
+            held = await client.job(submitted.job_id)
+            await client.release_job(submitted.job_id)
+            deadline = asyncio.get_running_loop().time() + 15
+            released = await client.job(submitted.job_id)
+            while released is not None and released.pending and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.2)
+                released = await client.job(submitted.job_id)
+            await client.cancel(submitted.job_id)
+            return held, released
+        finally:
+            await client.aclose()
+
+    held, released = run(scenario())
+    assert held is not None and held.pending and held.reason.startswith("JobHeld"), held
+    assert released is not None and released.running and released.nodes == (node,), released
 
 
 def test_r11_3_an_unknown_partition_is_final_with_slurms_words(

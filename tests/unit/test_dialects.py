@@ -191,6 +191,16 @@ def test_r11_2_user_group_and_identity_are_fields_on_current_slurm(version: str)
     assert job["requeue"] is False and "extra" not in job
 
 
+@pytest.mark.parametrize("version", SUPPORTED_VERSIONS)
+def test_r8_2_a_held_request_is_submitted_held_and_a_plain_one_not(version: str) -> None:
+    """A re-adopted Pod's new job is submitted held (issue #34): a dialect that dropped the
+    flag would let it launch before its ID is checked against the lost jobs."""
+    request = placeholder().request
+    dialect = make_dialect(version)
+    assert "hold" not in dialect.submission(request, "", {}).body["job"]
+    assert dialect.submission(replace(request, hold=True), "", {}).body["job"]["hold"] is True
+
+
 @pytest.mark.parametrize(
     ("word", "shared"), [("none", "none"), ("ok", "oversubscribe"), ("user", "user"), ("mcs", "mcs")]
 )

@@ -120,6 +120,16 @@ def test_a_source_change_rebuilds_the_sunk_image_only(tree: Path) -> None:
     assert {name for name in images.IMAGES if after[name] != before[name]} == {"sunk"}
 
 
+def test_a_change_to_the_step_container_runtime_rebuilds_slurmd_and_sunk_only(tree: Path) -> None:
+    """Catches slurmd images that keep an old src/sunk/containers (its build context
+    copies it in), and a change there that rebuilds images that do not hold it."""
+    before = images.image_keys(tree, "trixie")
+    runner = tree.parent / "src" / "sunk" / "containers" / "runner.py"
+    runner.write_text(runner.read_text() + "# an edit\n")
+    after = images.image_keys(tree, "trixie")
+    assert {name for name in images.IMAGES if after[name] != before[name]} == {"slurmd", "sunk"}
+
+
 @pytest.mark.parametrize("extra", ["pyproject.toml", "src/sunk/new_module.py"])
 def test_the_package_files_are_part_of_the_sunk_key(tree: Path, extra: str) -> None:
     """Catches a key blind to pyproject.toml (dependencies) or to a module added to src/."""
@@ -162,8 +172,8 @@ def test_the_staged_sunk_context_holds_the_package_and_no_caches(
         assert not [f for f in files if "__pycache__" in f or f.endswith(".pyc")]
         assert images.context_digest(context) == images.context_digest(images.context_files(tree, "sunk"))
     assert not context.exists()
-    with images.staged_context(tree, "slurmd") as context:
-        assert context == tree / "slurmd"  # an image whose directory is its whole context
+    with images.staged_context(tree, "login") as context:
+        assert context == tree / "login"  # an image whose directory is its whole context
 
 
 def test_a_missing_package_file_is_named(tree: Path) -> None:

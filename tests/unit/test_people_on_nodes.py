@@ -36,12 +36,6 @@ async def test_r10_6_without_a_directory_members_mount_no_people() -> None:
 async def test_r10_6_members_made_before_the_directory_was_set_are_rolled_out() -> None:
     before = world()
     await before.settle("gpu")
-    after = OperatorWorld(
-        nodes=before.nodes,
-        pods=before.pods,
-        nodesets=before.nodesets,
-        slurm=before.slurm,
-        settings=replace(before.settings, people_configmap="slurm-people"),
-    )
+    after = before.restarted_with(replace(before.settings, people_configmap="slurm-people"))
     await after.reconcile("gpu")
     assert after.condition("gpu", "UpToDate")["reason"] == "RollingOut"

@@ -446,12 +446,16 @@ async def test_r8_2_a_bound_pod_whose_job_a_listing_misses_stays_while_slurm_sti
 
 
 async def test_r8_2_a_bound_pod_whose_job_slurm_no_longer_has_is_deleted() -> None:
+    """With no evidence that Slurm lost the job rather than ended it (this process never
+    saw it running: a restarted scheduler), the Pod goes; test_readoption has the rest."""
     world = two_nodes()
     key = await bound(world)
     del world.slurm.raw_jobs[100]
+    world = world.restarted()
     await world.reconcile(key)
     assert deleted(world, key)
-    assert "Slurm job 100 no longer exists in Slurm" in world.kube.notes("PlaceholderJobEnded")[0]
+    assert "Slurm job 100 no longer exists in Slurm; deleting" in world.kube.notes("PlaceholderJobEnded")[0]
+    assert world.slurm.submitted() == [100]
 
 
 async def test_r8_2_a_bound_pod_whose_job_now_runs_on_another_nodes_slurm_node_is_deleted() -> None:

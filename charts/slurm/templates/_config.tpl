@@ -96,6 +96,8 @@ job_container.conf: |
   AutoBasePath=true
   BasePath=/var/spool/slurmd/job-tmp
 {{- end }}
+oci.conf: |
+  {{- include "slurm.ociConf" . | trim | nindent 2 }}
 gres.conf: |
   {{- $s.gresConf | trim | nindent 2 }}
 {{- range $kind := list "prolog" "epilog" }}
@@ -129,5 +131,41 @@ AllowedRAMSpace=100
 ConstrainSwapSpace=yes
 AllowedSwapSpace=0
 ConstrainDevices=yes
+{{- end }}
+{{- end -}}
+
+
+{{/*
+oci.conf from slurm.containers. Slurm hands the --container string, the step's environment
+(a file) and its command to sunk-step-container in the slurmd image, which fetches and runs
+the image (IgnoreFileConfigJson: no bundle is read from disk first). With containers off,
+the same hook refuses the step: without any oci.conf, Slurm would run it outside the image.
+*/}}
+{{- define "slurm.ociConf" -}}
+{{- $c := .Values.slurm.containers }}
+{{- $runtime := "/usr/local/bin/sunk-step-container" }}
+# Made by the slurm chart from slurm.containers.
+IgnoreFileConfigJson=true
+CreateEnvFile=null
+{{- if $c.enabled }}
+{{- $flags := list (printf "--cache-max-gib %v" $c.cacheMaxGiB) }}
+{{- range (include "slurm.sharedVolumes" $ | fromJsonArray) }}
+{{- $flags = append $flags (printf "--allow-mount %s" .path) }}
+{{- end }}
+{{- range $c.allowedMounts }}
+{{- if not (regexMatch "^/[A-Za-z0-9._/-]*$" .) }}
+{{- fail (printf "slurm.containers.allowedMounts: %q must be an absolute path of letters, digits and . _ - /" .) }}
+{{- end }}
+{{- $flags = append $flags (printf "--allow-mount %s" .) }}
+{{- end }}
+{{- range $c.insecureRegistries }}
+{{- if not (regexMatch "^[A-Za-z0-9.-]+(:[0-9]+)?$" .) }}
+{{- fail (printf "slurm.containers.insecureRegistries: %q must be host or host:port" .) }}
+{{- end }}
+{{- $flags = append $flags (printf "--insecure-registry %s" .) }}
+{{- end }}
+RunTimeRun="if [ -x {{ $runtime }} ]; then exec {{ $runtime }} {{ join " " $flags }} run --container '%r' --env-file %e --spool %m --name sunk-%j.%s.%t-%n -- %@; else echo 'sunk: this node cannot run containers: its slurmd image has no {{ $runtime }}' >&2; exit 125; fi"
+{{- else }}
+RunTimeRun="echo 'sunk: containers in job steps are off on this cluster (slurm.containers.enabled=false)' >&2; exit 125"
 {{- end }}
 {{- end -}}

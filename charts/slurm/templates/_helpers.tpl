@@ -113,3 +113,27 @@ helm.sh/hook-delete-policy: {{ index . 2 }}
 {{- define "slurm.makesDatabaseSecret" -}}
 {{- if and (include "slurm.inClusterDatabase" .) (not .Values.accounting.database.passwordSecret.name) }}true{{ end -}}
 {{- end -}}
+
+{{/*
+The shared volumes, checked, as a list of dicts with claim, path and readOnly. A bad entry
+fails the install naming it.
+*/}}
+{{- define "slurm.sharedVolumes" -}}
+{{- $f := include "slurm.fullname" . }}
+{{- $out := list }}
+{{- $paths := dict }}
+{{- range $i, $v := .Values.sharedVolumes }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" (toString $v.name)) }}
+{{- fail (printf "sharedVolumes[%d].name %q must be a lower-case DNS label" $i (toString $v.name)) }}
+{{- end }}
+{{- if or (not (regexMatch "^/[A-Za-z0-9._/-]*$" (toString $v.mountPath))) (eq (toString $v.mountPath) "/") (contains "/../" (printf "%s/" $v.mountPath)) }}
+{{- fail (printf "sharedVolumes[%d].mountPath %q must be an absolute directory (letters, digits, . _ - /), not /" $i (toString $v.mountPath)) }}
+{{- end }}
+{{- if hasKey $paths (toString $v.mountPath) }}
+{{- fail (printf "sharedVolumes: two volumes are mounted at %s" $v.mountPath) }}
+{{- end }}
+{{- $_ := set $paths (toString $v.mountPath) true }}
+{{- $out = append $out (dict "name" $v.name "claim" ($v.claimName | default (printf "%s-%s" $f $v.name)) "path" $v.mountPath "readOnly" (default false $v.readOnly) "make" (not $v.claimName) "size" ($v.size | default "10Gi") "storageClassName" ($v.storageClassName | default "")) }}
+{{- end }}
+{{- toJson $out }}
+{{- end -}}

@@ -17,6 +17,7 @@ from sunk_dev import (
     prereqs,
     procs,
     realcluster,
+    registry,
     slurmcluster,
     slurmroot,
     slurmrun,
@@ -37,6 +38,7 @@ STOP_ORDER = (
     "mariadbd",
     "munged",
     "slapd",
+    "registry",
     "kwok",
     "kube-scheduler",
     "volume-provisioner",
@@ -180,6 +182,8 @@ class DevCluster:
                 # On real Nodes, Pods reach it at the host's address on their bridge.
                 bridge = (hostnet.network_of(layout).gateway,) if spec.real_nodes else ()
                 directory.start(layout, (HOST, *bridge))
+            if spec.real_nodes:
+                registry.start(layout, hostnet.network_of(layout).gateway)
             kubecluster.start(layout, tools)
             slurmcluster.start(
                 slurmcluster.SlurmSpec(

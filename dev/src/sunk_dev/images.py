@@ -65,7 +65,8 @@ UNVERSIONED: dict[str, str] = {"sunk": "trixie", "mariadb": "trixie"}
 # Files of the repository (relative to its root) that an image's build context holds next
 # to its own directory, at the same relative paths: the `sunk` image installs the package.
 EXTRA_CONTEXT: dict[str, tuple[str, ...]] = {
-    "sunk": ("pyproject.toml", "README.md", "requirements.lock", "src")
+    "sunk": ("pyproject.toml", "README.md", "requirements.lock", "src"),
+    "slurmd": ("src/sunk/containers",),
 }
 # Images whose Dockerfile runs pip: their build gets this machine's CA bundle as the build
 # secret `pip-cert` (mounted for those steps only, never stored in the image), so that pip

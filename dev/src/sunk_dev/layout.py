@@ -32,6 +32,7 @@ class Ports:
     slurmrestd: int = 26820
     mariadb: int = 23306
     ldap: int = 23890  # the dev directory's slapd (`--directory`)
+    registry: int = 23500  # the OCI registry (with real Nodes, on the bridge's address)
     slurmd_base: int = 27000
     kubelet_base: int = 28250
 

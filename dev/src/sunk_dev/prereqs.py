@@ -46,7 +46,14 @@ PLATFORM_TOOLS = ("helm",)  # installs the Slurm chart on real Nodes
 # The dev directory: OpenLDAP's server and tools, and ssh-keygen for its people's keys.
 DIRECTORY_PACKAGES = ("slapd", "ldap-utils", "openssh-client")
 DIRECTORY_COMMANDS = ("slapd", "slapadd", "slappasswd", "ssh-keygen")
-REAL_NODE_PACKAGES = ("containerd", "runc", "containernetworking-plugins", "nftables", "buildah")
+REAL_NODE_PACKAGES = (
+    "containerd",
+    "runc",
+    "containernetworking-plugins",
+    "nftables",
+    "buildah",
+    "docker-registry",
+)
 
 
 def repo_root() -> Path | None:
@@ -158,7 +165,9 @@ def ensure_real_node_packages(log: Path) -> None:
 
     Installing containerd would start Debian's own containerd service; a policy-rc.d that
     refuses service starts is in place while apt runs (and removed again if we added it)."""
-    missing = hostnet.missing_packages() + ([] if shutil.which("buildah") else ["buildah"])
+    missing = hostnet.missing_packages() + [
+        cmd for cmd in ("buildah", "docker-registry") if not shutil.which(cmd)
+    ]
     if not missing:
         return
     if shutil.which("apt-get") is None or os.geteuid() != 0:

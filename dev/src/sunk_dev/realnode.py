@@ -92,6 +92,7 @@ class RealNode:
         (node / "resolv.conf").write_text("# Pods with dnsPolicy Default get no outside resolver here\n")
         (node / "cni" / "net.d" / "10-sunk-bridge.conflist").write_text(json.dumps(self._cni(), indent=1))
         (node / "containerd.toml").write_text(self._containerd(sandbox_image))
+        self._write_registry_hosts()
         (node / "kubelet.yaml").write_text(yaml.safe_dump(self._kubelet()))
 
     def _cni(self) -> dict[str, object]:
@@ -125,6 +126,16 @@ class RealNode:
                 }
             ],
         }
+
+    def _write_registry_hosts(self) -> None:
+        """The dev registry, for containerd's image pulls: plain HTTP at the bridge's gateway
+        (containerd's hosts.toml, one directory per registry host:port)."""
+        where = f"{hostnet.network_of(self.layout).gateway}:{self.layout.ports.registry}"
+        hosts = self.dir / "registry-hosts" / where
+        hosts.mkdir(parents=True, exist_ok=True)
+        (hosts / "hosts.toml").write_text(
+            f'server = "http://{where}"\n\n[host."http://{where}"]\n  capabilities = ["pull", "resolve"]\n'
+        )
 
     def _containerd(self, sandbox_image: str) -> str:
         node = self.dir
@@ -163,6 +174,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
         Root = "{node / "runc"}"
+  [plugins."io.containerd.grpc.v1.cri".registry]
+    config_path = "{node / "registry-hosts"}"
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "{hostnet.CNI_DIR}"
     conf_dir = "{node / "cni" / "net.d"}"

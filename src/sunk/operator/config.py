@@ -9,6 +9,8 @@ from pathlib import Path
 
 from sunk.flags import parse_bind, parse_duration
 from sunk.ldap.models import DirectorySettings
+from sunk.operator import shared_volumes
+from sunk.operator.shared_volumes import SharedVolume
 
 
 @dataclass(frozen=True)
@@ -37,6 +39,7 @@ class OperatorConfig:
     directory_interval_s: float = 300.0
     confinement: bool = False
     allow_host_access: bool = False
+    shared_volumes: tuple[SharedVolume, ...] = ()  # mounted in every slurmd Pod
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -86,6 +89,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("directory-start-tls", "true: upgrade ldap:// to TLS before binding", "false")
     flag("directory-interval", "how often the directory is read", "5m")
     flag("people-configmap", "the ConfigMap people are written to (default: <release>-people)", "")
+    flag(
+        "shared-volumes",
+        "CLAIM:PATH[:ro],...: claims every slurmd Pod mounts (the chart's sharedVolumes)",
+        "",
+    )
 
 
 def topology_settings(plugin: str, labels: str, configmap: str) -> tuple[str, tuple[str, ...]]:
@@ -165,4 +173,5 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         directory_interval_s=parse_duration(args.directory_interval),
         confinement=args.confinement == "cgroup",
         allow_host_access=str(args.allow_host_access).lower() == "true",
+        shared_volumes=shared_volumes.parse(args.shared_volumes or ""),
     )

@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sunk.operator import confinement
+from sunk.operator import confinement, shared_volumes
 from sunk.operator.hardware import Shape
 from sunk.operator.nodeset import API_VERSION, KIND, NodeSet
 from sunk.operator.selection import NODESET_LABEL
@@ -61,6 +61,7 @@ class Settings:
     people_configmap: str = ""  # the directory's people (sunk.operator.people_sync), if any
     confinement: bool = False  # slurmd confines jobs in cgroups (the chart's slurm.confinement)
     allow_host_access: bool = False  # templates may ask for privileged, hostPath... (host_access)
+    shared_volumes: tuple[shared_volumes.SharedVolume, ...] = ()  # the chart's sharedVolumes
 
 
 def selector(settings: Settings, nodeset: str) -> dict[str, str]:
@@ -132,6 +133,9 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
         mounts[:] = [m for m in mounts if m.get("name") != PEOPLE_VOLUME]
         mounts.append({"name": PEOPLE_VOLUME, "mountPath": PEOPLE_PATH, "readOnly": True})
         volumes.append({"name": PEOPLE_VOLUME, "configMap": {"name": settings.people_configmap}})
+    spec["volumes"] = volumes
+    shared_volumes.mount(spec, containers[_index(containers)], settings.shared_volumes)
+    volumes = spec["volumes"]
     spec.update(
         {
             "nodeName": node,
@@ -180,7 +184,8 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
 
 def template_hash(nodeset: NodeSet, settings: Settings) -> str:
     """A digest of what every member of the NodeSet shares (image, resources, template,
-    partitions and features, and whether the directory's people are mounted): members made
+    partitions and features, whether the directory's people are mounted and the shared
+    volumes): members made
     from an older spec, or before a directory was set, have a different one."""
     shared = {
         "image": nodeset.image,
@@ -192,6 +197,8 @@ def template_hash(nodeset: NodeSet, settings: Settings) -> str:
     }
     if settings.people_configmap:  # absent otherwise, so that existing members keep their hash
         shared["people"] = settings.people_configmap
+    if settings.shared_volumes:  # likewise
+        shared["shared_volumes"] = [[v.claim, v.path, v.read_only] for v in settings.shared_volumes]
     return hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:12]
 
 

@@ -21,6 +21,7 @@ from sunk.scheduler.placement import Placement
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.policy import PolicyFile
 from sunk.scheduler.ports import KubePort, SlurmPort
+from sunk.scheduler.readopting import Readopter
 from sunk.scheduler.reconciler import Reconciler
 from sunk.scheduler.slurmnodes import SlurmNodeController, SlurmNodePoller
 from sunk.scheduler.submitting import Submitter
@@ -102,6 +103,15 @@ def build(
         submitter=submitter,
         binder=binder,
         gangs=gangs,
+        readopter=Readopter(
+            slurm=slurm,
+            index=index,
+            recorder=recorder,
+            memory=memory,
+            settings=shared,
+            submitter=submitter,
+            policy=policy,
+        ),
         placement=config.placement,
     )
     slurm_nodes = SlurmNodeController(

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import time
 from collections.abc import Awaitable, Callable
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.client import SlurmClient
@@ -19,6 +19,20 @@ from sunk.slurm.errors import SlurmError
 from sunk.slurm.models import SlurmJob
 
 log = logging.getLogger(__name__)
+# How long a job Slurm ended stays listed with its end state (Slurm's MinJobAge, 300 s by
+# default). A job seen running less than this long ago that Slurm now has no record of
+# was not ended but lost (slurmctld restarted without it).
+MIN_JOB_AGE_S = 300.0
+
+
+@dataclass(frozen=True)
+class LostJob:
+    """A job of ours that a listing no longer showed while this process last knew it
+    running: `job` as last seen, `seen_at` (monotonic) no later than when it was."""
+
+    ref: PodRef
+    job: SlurmJob
+    seen_at: float
 
 
 class JobIndex:
@@ -32,6 +46,14 @@ class JobIndex:
         self.synced = asyncio.Event()
         # When the newest full listing taken in was requested (monotonic clock).
         self.listed_at = 0.0
+        # Jobs of ours that vanished from a listing while last known running, by ID, for
+        # MIN_JOB_AGE_S.
+        self.lost: dict[int, LostJob] = {}
+        # The highest job ID (anyone's) listed, read or submitted so far. slurmctld hands
+        # IDs out in order, so a new job given one no higher was given it again: a
+        # slurmctld restarted from older state re-issues the IDs of the jobs it lost, and
+        # their processes may still run under them.
+        self.highest_id = 0
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -43,6 +65,7 @@ class JobIndex:
         or a fresher read (a job seen RUNNING must not go back to PENDING, which would make
         a bound Pod look requeued)."""
         fresh = {job.job_id: (ref, job) for job in jobs if (ref := self._owner(job))}
+        self._note_lost({job.job_id for job in jobs}, fresh, listed_at)
         for job_id, recorded in list(self._recorded_at.items()):
             if recorded >= listed_at and job_id in self._by_id:
                 fresh[job_id] = self._by_id[job_id]
@@ -63,6 +86,25 @@ class JobIndex:
         for job_id, (ref, _) in fresh.items():
             self._by_key.setdefault((ref.namespace, ref.name), set()).add(job_id)
         return touched
+
+    def _note_lost(
+        self, listed: set[int], fresh: dict[int, tuple[PodRef, SlurmJob]], listed_at: float
+    ) -> None:
+        """Remember our jobs last known running (from the last listing, or a read since:
+        most Pods are bound on the read their placeholder's `started` call brings) that
+        this listing shows in no state at all, or under another Pod (a restarted slurmctld
+        handed the ID out again): Slurm keeps an ended job listed for MinJobAge, so these
+        were lost, not ended."""
+        now = time.monotonic()
+        for job_id, (ref, job) in self._by_id.items():
+            recorded = self._recorded_at.get(job_id)
+            if not job.running or (recorded is not None and recorded >= listed_at):
+                continue  # not running, or read after this listing was asked for
+            if job_id in listed and fresh.get(job_id, (None,))[0] == ref:
+                continue
+            self.lost[job_id] = LostJob(ref, job, recorded if recorded is not None else self.listed_at)
+        self.highest_id = max(self.highest_id, *listed) if listed else self.highest_id
+        self.lost = {i: lost for i, lost in self.lost.items() if now - lost.seen_at < MIN_JOB_AGE_S}
 
     # What this process learned or did since the last listing. Each wins over a listing
     # requested before it, and is replaced by the first listing requested after it.
@@ -112,6 +154,15 @@ class JobIndex:
         self._by_id[job.job_id] = (ref, job)
         self._by_key.setdefault((ref.namespace, ref.name), set()).add(job.job_id)
         self._recorded_at[job.job_id] = time.monotonic()
+        self.highest_id = max(self.highest_id, job.job_id)
+
+    def lost_job(self, job_id: int, uid: str) -> SlurmJob | None:
+        """Job `job_id` of Pod `uid` as last seen, when a listing showed it running less
+        than MIN_JOB_AGE_S ago and a later one not at all: Slurm lost it, it did not end it."""
+        lost = self.lost.get(job_id)
+        if lost is None or lost.ref.uid != uid or time.monotonic() - lost.seen_at >= MIN_JOB_AGE_S:
+            return None
+        return lost.job
 
     def get(self, job_id: int) -> tuple[PodRef, SlurmJob] | None:
         return self._by_id.get(job_id)

@@ -31,6 +31,7 @@ from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import KubePort, SlurmPort
+from sunk.scheduler.readopting import Readopter
 from sunk.scheduler.submitting import Submitter
 from sunk.scheduler.translate import PodRef, Settings, gang, translate
 from sunk.slurm.errors import SlurmError
@@ -66,6 +67,7 @@ class Reconciler:
         submitter: Submitter,
         binder: Binder,
         gangs: Gangs,
+        readopter: Readopter,
         placement: str = "slurm",
     ) -> None:
         self.kube = kube
@@ -80,6 +82,7 @@ class Reconciler:
         self.submitter = submitter
         self.binder = binder
         self.gangs = gangs
+        self.readopter = readopter
         self.placement_policy = placement  # --placement
         self.rules = pod_plan.Rules(settings, pack=placement == "pack")
         self._asking_slurm = 0
@@ -276,6 +279,11 @@ class Reconciler:
             return await self._confirm_ending(pod, action.job_id)
         if isinstance(action, actions.ConfirmMissing):
             return await self._confirm_missing(pod)
+        if isinstance(action, actions.Readopt):
+            why = await self.readopter.readopt(pod, action)
+            if why is None:
+                return Outcome()
+            return await self._execute(pod, job, pod_actions.readoption_failed(action, why))
         if isinstance(action, actions.FindOrSubmit):
             return await self._find_or_submit(pod)
         if isinstance(action, actions.ForGroup) and action.step is decide.Step.FIND_OR_SUBMIT:
@@ -330,15 +338,25 @@ class Reconciler:
         answer, a fail-over, a token for another user): only Slurm saying so about this
         very job does."""
         job_id = self._recorded_job_id(pod)
+        ref = PodRef.of(pod)
         if job_id is not None:
             found = await self.slurm.job(job_id)
-            if found is not None and self.submitter.pod_of(found) == PodRef.of(pod):
-                self.index.observe(PodRef.of(pod), found)
+            if found is not None and self.submitter.pod_of(found) == ref:
+                self.index.observe(ref, found)
                 return Outcome(requeue_after=1) if found.ending else await self._check_still_there(pod, found)
-        note = f"Slurm job {job_id} no longer exists in Slurm; deleting the Pod"
-        await self.recorder.event(pod, ev.JOB_ENDED, note, warning=True)
-        await self._delete(pod)
-        return Outcome()
+        # Slurm has no record of it: lost (the evidence is this process's own listings) or ended.
+        last = self.index.lost_job(job_id, ref.uid) if job_id is not None else None
+        node = await self.slurm.node(last.nodes[0]) if last is not None and len(last.nodes) == 1 else None
+        plan = pod_actions.for_missing_job(
+            pod,
+            job_id,
+            last,
+            node=node,
+            hosts=self.cluster.host_map().get(node.name, set()) if node is not None else set(),
+            group=gang.group_of(pod),
+            now=time.time(),
+        )
+        return await self._execute(pod, None, plan)
 
     async def _check_still_there(self, pod: Json, job: SlurmJob) -> Outcome:
         # The Slurm node → Node map is built from every slurmd Pod: only for a job that runs.

@@ -295,6 +295,12 @@ class SlurmClient:
             endpoint="/job/{id}",
         )
 
+    async def release_job(self, job_id: int) -> None:
+        """Let a job submitted held (`JobRequest.hold`) start."""
+        await self._call(
+            "POST", f"/job/{job_id}", f"release job {job_id}", json={"hold": False}, endpoint="/job/{id}"
+        )
+
     async def nodes(self) -> list[SlurmNode]:
         reply = await self._call("GET", "/nodes", "list nodes")
         return [self.dialect.parse_node(n) for n in reply.get("nodes") or []]

@@ -135,6 +135,8 @@ class DataParser:
             spec["time_limit"] = {"set": True, "number": job.time_limit_min}
         if job.priority is not None:
             spec["priority"] = {"set": True, "number": job.priority}
+        if job.hold:
+            spec["hold"] = True
         for field in ("account", "partition", "qos", "reservation", "constraints", "prefer"):
             value = getattr(job, field)
             if value:

@@ -45,6 +45,8 @@ class JobRequest:
     priority: int | None = None
     workdir: str | None = None
     time_limit_min: int | None = None
+    # Submitted held: Slurm gives it an ID but starts nothing until it is released.
+    hold: bool = False
 
 
 def gres_text(gres: tuple[tuple[str, int], ...], prefix: str = "") -> str:

@@ -103,6 +103,8 @@ class V0038:
             spec["time_limit"] = job.time_limit_min
         if job.priority is not None:
             spec["priority"] = str(job.priority)
+        if job.hold:
+            spec["hold"] = True
         for field in ("account", "partition", "qos", "reservation", "constraints", "prefer"):
             value = getattr(job, field)
             if value:

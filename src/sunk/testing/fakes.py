@@ -177,6 +177,8 @@ class FakeSlurm:
     lost_cancels: int = 0
     # How many of the next submits Slurm carries out but whose answer is lost (SlurmNoAnswer).
     lost_answers: int = 0
+    # Slurm nodes another job holds: a released job pinned to one waits for Resources.
+    taken: set[str] = field(default_factory=set)
 
     def fail(self, call: str, error: SlurmError, times: int = 1) -> None:
         self.failures.fail(call, error, times)
@@ -207,8 +209,12 @@ class FakeSlurm:
                 "state_reason": "None",
                 "submit_time": {"set": True, "number": int(time.time())},
                 "excluded_nodes": ",".join(spec.get("excluded_nodes") or []),
+                "required_nodes": ",".join(spec.get("required_nodes") or []),
+                "time_limit": spec.get("time_limit", {"set": False}),
                 "extra": "",
             }
+            if spec.get("hold"):
+                raw["state_reason"] = "JobHeldUser"
             if len(specs) > 1:
                 raw["het_job_id"] = leader
                 raw["het_job_offset"] = offset
@@ -251,6 +257,20 @@ class FakeSlurm:
         self.failures.check("set_excluded_nodes")
         self.calls.append(("set_excluded_nodes", job_id, tuple(nodes)))
         self.raw_jobs[job_id]["excluded_nodes"] = ",".join(nodes)
+
+    async def release_job(self, job_id: int) -> None:
+        """A held job may start: one pinned to a node with room starts there at once (its
+        script has not marked it yet), else it waits for Resources."""
+        self.failures.check("release_job")
+        self.calls.append(("release_job", job_id))
+        raw = self.raw_jobs[job_id]
+        node = raw.get("required_nodes", "")
+        usable = node in self.raw_nodes and "DRAIN" not in self.raw_nodes[node]["state"]
+        if node and usable and node not in self.taken:
+            self.start(job_id, node, started=False)
+            raw["state_reason"] = "None"
+        else:
+            raw["state_reason"] = "Resources"
 
     async def nodes(self) -> list[SlurmNode]:
         self.failures.check("nodes")
@@ -327,6 +347,13 @@ class FakeSlurm:
     def wait(self, job_id: int, reason: str) -> None:
         """The job stays pending, Slurm says why."""
         self.raw_jobs[job_id]["state_reason"] = reason
+
+    def restart_without(self, *job_ids: int, next_id: int | None = None) -> None:
+        """slurmctld restarted from state saved before `job_ids` ran: it has no record of
+        them, and hands out job IDs again from `next_id` (default: the lowest lost one)."""
+        for job_id in job_ids:
+            del self.raw_jobs[job_id]
+        self.next_id = next_id if next_id is not None else min(job_ids)
 
     def submitted(self) -> list[int]:
         return [call[1] for call in self.calls if call[0] == "submit"]

@@ -287,6 +287,12 @@ class OperatorWorld:
         self.kube = FakeOperatorKube(self.pods, self.nodesets)
         self.controller = self.new_controller()
 
+    def restarted_with(self, settings: m.Settings) -> OperatorWorld:
+        """The same cluster and Slurm, with an operator restarted under other flags."""
+        return OperatorWorld(
+            nodes=self.nodes, pods=self.pods, nodesets=self.nodesets, slurm=self.slurm, settings=settings
+        )
+
     def new_controller(self) -> NodeSetController:
         """A fresh controller on the same world (an operator restart)."""
         return NodeSetController(

@@ -14,7 +14,7 @@ from typing import Any
 
 from sunk.kube.events import Recorder
 from sunk.runtime.controller import Outcome
-from sunk.scheduler import binding, controllers, gangs, jobs, memory, placement, reconciler
+from sunk.scheduler import binding, controllers, gangs, jobs, memory, placement, readopting, reconciler
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.config import Config
 from sunk.scheduler.hooks.auth import HookCredentials
@@ -90,6 +90,7 @@ class Clock:
 
     MODULES: tuple[ModuleType, ...] = (
         reconciler,
+        readopting,
         memory,
         binding,
         placement,

@@ -79,6 +79,17 @@ class ConfirmMissing:
 
 
 @dataclass(frozen=True)
+class Readopt:
+    """Slurm lost the bound Pod's running job `old_job` (no end, no record): submit a new
+    one pinned to `node`, where the Pod runs, for `time_limit_min` (what was left), held
+    until its ID is known to be free there; the Pod then names it."""
+
+    old_job: int
+    node: str
+    time_limit_min: int | None
+
+
+@dataclass(frozen=True)
 class FindOrSubmit:
     """No job yet: adopt one Slurm holds for the Pod, or submit one."""
 
@@ -98,7 +109,7 @@ class ForGroup:
 
 
 PodAction = CancelJob | Event | DeletePod | Drain | SetCondition | Widen
-Handover = ConfirmEnding | ConfirmMissing | FindOrSubmit | Bind | ForGroup
+Handover = ConfirmEnding | ConfirmMissing | Readopt | FindOrSubmit | Bind | ForGroup
 
 
 @dataclass(frozen=True)

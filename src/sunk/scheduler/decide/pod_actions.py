@@ -4,16 +4,19 @@ typed actions the executor carries out in order (R5.2, R5.3, R8.2).
 - `for_ending_job`: Slurm ends (or gave up) the Pod's job: cancel what must not come
   back, say why, delete the Pod, drain the node if the Pod outlives KillWait.
 - `for_bound_pod`: a bound Pod's job now runs on a Slurm node another Node hosts.
+- `for_missing_job`: Slurm has no record of a bound Pod's job: re-adopt it or end the Pod.
 """
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
-from sunk.scheduler.decide import drain_due, finished, kill_wait_drain_reason
-from sunk.scheduler.decide.actions import CancelJob, DeletePod, Drain, Event, Plan, PodAction
+from sunk.kube import events as ev
+from sunk.scheduler.decide import drain_due, finished, kill_wait_drain_reason, slurm_node_problem
+from sunk.scheduler.decide.actions import CancelJob, DeletePod, Drain, Event, Plan, PodAction, Readopt
 from sunk.scheduler.translate import PodRef
-from sunk.slurm.models import SlurmJob
+from sunk.slurm.models import SlurmJob, SlurmNode
 
 Json = dict[str, Any]
 
@@ -77,3 +80,76 @@ def for_bound_pod(pod: Json, job: SlurmJob, hosts: set[str]) -> Plan:
         f"not on this Pod's Node {node_name}; deleting the Pod"
     )
     return Plan((Event("PlaceholderJobMoved", note, warning=True), DeletePod()))
+
+
+def for_missing_job(
+    pod: Json,
+    job_id: int | None,
+    last: SlurmJob | None,
+    *,
+    node: SlurmNode | None,
+    hosts: set[str],
+    group: str | None,
+    now: float,
+) -> Plan:
+    """A bound Pod whose job `job_id` Slurm has no record of. `last` is that job as this
+    process last saw it, given only when the evidence says Slurm lost it rather than ended
+    it: a listing showed it running less than MinJobAge ago (an ended job stays listed that
+    long with its end state). The Pod still runs and the resources Slurm forgot are free
+    again, so a new job takes them back on the same node (R8.2, issue #34); anything in
+    doubt ends the Pod as before. `node`: that Slurm node as Slurm shows it now; `hosts`:
+    the Nodes hosting it; `group`: the Pod's PodGroup, if any; `now`: wall clock."""
+    gone = f"Slurm job {job_id} no longer exists in Slurm"
+    if last is not None and node is not None and not_registered(node):
+        # slurmctld has just restarted and the node has not reported back yet (a few
+        # seconds): nothing can start there, for this Pod or anyone else, until it has.
+        return Plan(after=1.0)
+    why_not = _why_not_readopted(pod, last, node, hosts, group, now)
+    if why_not is not None:
+        return Plan((Event(ev.JOB_ENDED, f"{gone}{why_not}; deleting the Pod", warning=True), DeletePod()))
+    assert last is not None
+    return Plan((Readopt(last.job_id, last.nodes[0], _time_left_min(last, now)),))
+
+
+def readoption_failed(action: Readopt, why: str) -> Plan:
+    """Slurm could not give the lost job's resources back at once (`why`): the Pod goes,
+    as it did before re-adoption, saying why."""
+    note = (
+        f"Slurm job {action.old_job} no longer exists in Slurm (Slurm lost it, e.g. slurmctld restarted "
+        f"without its state), and it cannot be re-adopted on {action.node}: {why}; deleting the Pod"
+    )
+    return Plan((Event(ev.JOB_ENDED, note, warning=True), DeletePod()))
+
+
+def _why_not_readopted(
+    pod: Json, last: SlurmJob | None, node: SlurmNode | None, hosts: set[str], group: str | None, now: float
+) -> str | None:
+    """Why the job cannot be taken back (in words that follow "no longer exists in Slurm"),
+    or None when it can."""
+    if last is None or len(last.nodes) != 1:
+        return ""  # no sign that Slurm lost it rather than ended it: the Pod goes, as always
+    lost = " (Slurm lost it, e.g. slurmctld restarted without its state), and it cannot be re-adopted: "
+    if group is not None:
+        return lost + "a PodGroup's job is re-adopted only as a whole group, which sunk does not do"
+    problem = slurm_node_problem(last.nodes[0], node)
+    if problem is not None:
+        return lost + problem
+    if (pod.get("spec") or {}).get("nodeName") not in hosts:
+        return lost + f"Slurm node {last.nodes[0]} is no longer hosted by this Pod's Node"
+    left = _time_left_min(last, now)
+    if left is not None and left <= 0:
+        return lost + f"its time limit of {last.time_limit_min} min is reached"
+    return None
+
+
+def not_registered(node: SlurmNode) -> bool:
+    """slurmctld does not know yet what the node runs: just restarted, it lists every node
+    UNKNOWN (or not responding) until that node's slurmd registers again."""
+    return node.state.upper() == "UNKNOWN" or "NOT_RESPONDING" in node.flags
+
+
+def _time_left_min(job: SlurmJob, now: float) -> int | None:
+    """What is left of the job's time limit, in whole minutes rounded up (None: no limit)."""
+    if job.time_limit_min is None or not job.start_time:
+        return job.time_limit_min
+    return math.ceil((job.start_time + job.time_limit_min * 60 - now) / 60)

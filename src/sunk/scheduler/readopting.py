@@ -1,0 +1,172 @@
+"""Taking a running Pod's resources back after Slurm lost its job (R8.2, issue #34).
+
+A slurmctld killed before it saved its state comes back without the jobs it started in its
+last seconds. Their Pods still run, and Slurm now counts their resources as free: deleting
+the Pods (as sunk did) turned every slurmctld crash into an outage of the Pods it had just
+started. `decide.pod_actions.for_missing_job` decides from this process's own evidence
+whether a job was lost rather than ended; this carries out its `Readopt`: one new job for
+the same Pod, pinned to the Slurm node the Pod runs on, with what was left of its time
+limit.
+
+The trap: a slurmctld restarted from older state hands out job IDs again, and the lost
+job's processes may still run on that node under the very ID the new job gets. slurmd then
+refuses to launch it ("Duplicate jobid") and Slurm drains the node. So the new job is
+submitted held and released only if its ID is higher than any this process has seen (IDs
+are handed out in order, so a lower one is handed out again); one that is not is
+cancelled (it never ran) and another submitted. Checking only the IDs of jobs seen
+vanishing while they ran is not enough: a fault run found a job lost before any listing
+saw it run, whose ID the re-adopted job got, and Slurm drained the node.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+import time
+from typing import Any
+
+from sunk import metrics
+from sunk.kube import events as ev
+from sunk.kube.client import KubeError
+from sunk.scheduler.decide import actions, submission
+from sunk.scheduler.jobs import JobIndex
+from sunk.scheduler.memory import Memory
+from sunk.scheduler.policy import PolicyFile
+from sunk.scheduler.ports import SlurmPort
+from sunk.scheduler.submitting import Submitter
+from sunk.scheduler.translate import PodRef, Settings, translate
+from sunk.slurm.errors import SlurmError
+from sunk.slurm.models import SlurmJob
+
+log = logging.getLogger(__name__)
+Json = dict[str, Any]
+# Slurm starts a released job pinned to a node with room within a second or two (a few
+# more just after slurmctld restarted, while its nodes register again); one not running by
+# then cannot have the node's resources "at once", and the Pod goes.
+START_WITHIN_S = 10.0
+POLL_S = 0.2
+# New jobs given an ID handed out before, before the Pod goes: each try moves one ID on,
+# and a slurmctld loses only the jobs of its last seconds, so the IDs to move past are few.
+TRIES = 10
+
+
+class Readopter:
+    def __init__(
+        self,
+        *,
+        slurm: SlurmPort,
+        index: JobIndex,
+        recorder: ev.Recorder,
+        memory: Memory,
+        settings: Settings,
+        submitter: Submitter,
+        policy: PolicyFile,
+    ) -> None:
+        self.slurm = slurm
+        self.index = index
+        self.recorder = recorder
+        self.memory = memory
+        self.settings = settings
+        self.submitter = submitter
+        self.policy = policy
+
+    async def readopt(self, pod: Json, action: actions.Readopt) -> str | None:
+        """None once the Pod names a new running job on `action.node` (or is gone, its job
+        cancelled), else why Slurm could not give the node's resources back, in words that
+        follow "cannot be re-adopted: ". A Slurm error that may pass is raised (the pass is
+        tried again); every job submitted here and not handed to the Pod is cancelled."""
+        ref = PodRef.of(pod)
+        vetting = submission.vet(
+            pod,
+            translate(pod, self.settings),
+            self.policy.current(),
+            self.slurm.dialect.unsupported,
+            prefix=self.settings.annotation_prefix,
+            refuse_static_cpu=False,  # a running Pod is never refused for what it was let in with
+        )
+        if vetting.job is None:
+            problems = vetting.refusal.problems if vetting.refusal else ()
+            return "the Pod would no longer be accepted (" + "; ".join(problems) + ")"
+        placeholder = vetting.job
+        request = dataclasses.replace(
+            placeholder.request,
+            required_nodes=(action.node,),
+            excluded_nodes=(),
+            time_limit_min=action.time_limit_min,
+            hold=True,
+        )
+        held = self.slurm.submission(request, self.submitter.script, self.submitter.environment(placeholder))
+        job_id = 0
+        try:
+            for _ in range(TRIES):
+                # Seen before this submission is sent: jobs other workers submit meanwhile
+                # get higher IDs than this one and say nothing of it.
+                highest = self.index.highest_id
+                try:
+                    job_id = (await self.slurm.submit(held)).job_id
+                except SlurmError as err:
+                    if err.retryable:
+                        raise
+                    return f"Slurm refused a new job there ({err})"
+                fresh = job_id > highest
+                self.index.expect_submitted(ref, job_id, placeholder.name, request.comment)
+                if fresh:
+                    break
+                log.info("job %s for %s has an ID handed out before; cancelling it, held", job_id, ref)
+                await self._cancel(ref, job_id)
+                job_id = 0
+            else:
+                return f"Slurm gave {TRIES} new jobs in a row an ID it had handed out before (of a lost job)"
+            await self.slurm.release_job(job_id)
+            job, why = await self._started(job_id, action.node)
+            if job is None:
+                return why
+            if not await self._record(pod, job):
+                return None  # the Pod is gone: nothing to re-adopt for, and its job is cancelled
+            job_id = 0
+        finally:
+            if job_id:
+                await self._cancel(ref, job_id)
+        metrics.ATTEMPTS.labels("readopted").inc()
+        left = f", {action.time_limit_min} min left of its time limit" if action.time_limit_min else ""
+        note = (
+            f"Slurm lost job {action.old_job} (slurmctld restarted without it) while this Pod ran; "
+            f"job {job.job_id} holds its resources on {action.node} again{left}"
+        )
+        await self.recorder.event(pod, ev.PLACEHOLDER_READOPTED, note)
+        return None
+
+    async def _started(self, job_id: int, node: str) -> tuple[SlurmJob | None, str]:
+        """The released job once it runs on `node`, or (None, why not)."""
+        deadline = time.monotonic() + START_WITHIN_S
+        job: SlurmJob | None = None
+        while True:
+            job = await self.slurm.job(job_id)
+            if job is not None and job.running and job.nodes == (node,):
+                return job, ""
+            if job is None or not job.pending or time.monotonic() >= deadline:
+                break
+            await asyncio.sleep(POLL_S)
+        if job is None:
+            return None, f"Slurm lost the new job {job_id} too"
+        if job.pending:
+            return None, f"Slurm did not start a new job on {node} at once ({job.reason})"
+        return None, f"Slurm's new job {job_id} is {job.state} on {','.join(job.nodes) or '?'}"
+
+    async def _record(self, pod: Json, job: SlurmJob) -> bool:
+        """The Pod names its new job; False when the Pod went meanwhile (the job is then
+        cancelled by the caller)."""
+        try:
+            await self.submitter.record_job(pod, job.job_id, self.submitter.avoid_nodes(pod))
+        except KubeError as err:
+            if err.not_found or err.conflict:
+                log.info("Pod %s went while its job was re-adopted (%s)", PodRef.of(pod), err)
+                return False
+            raise
+        self.index.observe(PodRef.of(pod), job)
+        return True
+
+    async def _cancel(self, ref: PodRef, job_id: int) -> None:
+        await self.slurm.cancel(job_id)
+        self.memory.cancelled[(job_id, ref.uid)] = time.monotonic()

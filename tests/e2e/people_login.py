@@ -1,0 +1,111 @@
+"""Logging in as the dev directory's people (alice, bob, carol) on a Slurm chart installed
+with `directory_values`: the helpers the real-Node suites share."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+from typing import Any
+
+import pytest
+
+from sunk_dev import DevCluster, directory, hostnet
+from sunk_dev.kubeapi import AdminKube
+from tests.support import wait_for
+
+
+def directory_values(cluster: DevCluster) -> dict[str, Any]:
+    """Values that point the chart at the dev cluster's directory (its reader's password in
+    the Secret `ldap-reader`, made by `prepare_namespace`)."""
+    gateway = hostnet.network_of(cluster.layout).gateway
+    return {
+        "slurm": {"partitions": [{"name": "main", "default": True}]},
+        "directory": {
+            "uri": directory.uri(cluster.layout, gateway),
+            "bindDN": directory.READER,
+            "bindPasswordSecret": {"name": "ldap-reader", "key": "password"},
+            "userBase": directory.PEOPLE,
+            "groupBase": directory.GROUPS,
+            "interval": "10s",
+        },
+    }
+
+
+def prepare_namespace(cluster: DevCluster, kube: AdminKube, namespace: str) -> None:
+    """The namespace with the reader's Secret in it, once the directory is known to answer
+    on the Nodes' bridge."""
+    layout = cluster.layout
+    gateway = hostnet.network_of(layout).gateway
+    try:
+        socket.create_connection((gateway, layout.ports.ldap), timeout=2).close()
+    except OSError:
+        pytest.fail(
+            "the dev cluster's directory does not answer on the Nodes' bridge: a cluster started "
+            "before real Nodes got one; restart it (`sunk dev down && sunk dev up --real-nodes 3`)"
+        )
+    kube.create_namespace(namespace)
+    password = directory.reader_password_file(layout).read_text()
+    kube.create(
+        f"/api/v1/namespaces/{namespace}/secrets",
+        {"metadata": {"name": "ldap-reader"}, "stringData": {"password": password}},
+    )
+
+
+def login_address(kube: AdminKube, namespace: str) -> str | None:
+    pods = kube.get(f"/api/v1/namespaces/{namespace}/pods", labelSelector="app.kubernetes.io/name=login")[
+        "items"
+    ]
+    ready = [
+        p for p in pods if (p.get("status") or {}).get("podIP") and not p["metadata"].get("deletionTimestamp")
+    ]
+    return ready[0]["status"]["podIP"] if ready else None
+
+
+def ssh(
+    cluster: DevCluster,
+    kube: AdminKube,
+    namespace: str,
+    user: str,
+    command: str,
+    *,
+    key_of: str | None = None,
+    timeout: float = 120,
+) -> subprocess.CompletedProcess[str]:
+    """`command` in a login shell of `user` on the login Pod, logged in over SSH with the
+    private half of the key the directory holds for them (or for `key_of`)."""
+    address = login_address(kube, namespace)
+    assert address is not None, "no login Pod has an address"
+    options = ["BatchMode=yes", "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null"]
+    options += ["LogLevel=ERROR", "ConnectTimeout=5"]
+    return subprocess.run(
+        [
+            "ssh",
+            "-i",
+            str(directory.private_key(cluster.layout, key_of or user)),
+            *(arg for option in options for arg in ("-o", option)),
+            f"{user}@{address}",
+            command,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
+def as_user(
+    cluster: DevCluster, kube: AdminKube, namespace: str, user: str, command: str, *, within: float = 180
+) -> str:
+    """The output of `command` run by `user` once it succeeds (the people reach the login
+    Pod when the kubelet next syncs its ConfigMap, up to a minute or two)."""
+
+    said: list[str] = []
+
+    def attempt() -> tuple[str] | None:
+        done = ssh(cluster, kube, namespace, user, command)
+        said[:] = [f"exit {done.returncode}: {done.stderr.strip()[-300:]}"]
+        return (done.stdout,) if done.returncode == 0 else None  # a tuple: "" is an answer too
+
+    try:
+        return wait_for(attempt, timeout=within, what=f"{user} running {command!r} over SSH", every=3)[0]
+    except AssertionError as err:
+        raise AssertionError(f"{err}; the last try said {said}") from None

@@ -1,0 +1,272 @@
+"""A running Pod outlives Slurm's own state loss (R8.2, issue #34): a bound Pod whose job
+slurmctld lost in a restart gets a new job on its own node instead of being deleted, and
+every case in doubt still ends the Pod, saying why. Through the Pod controller on
+in-memory Kubernetes and Slurm; each test names the bug it catches."""
+
+from __future__ import annotations
+
+import pytest
+
+from sunk.kube.client import KubeError
+from sunk.scheduler import readopting
+from sunk.scheduler.jobs import MIN_JOB_AGE_S
+from sunk.scheduler.translate import PodRef, gang
+from sunk.slurm.dialect import Submission
+from sunk.slurm.models import ACTIVE_STATES
+from sunk.testing.fakes import FakeSubmitResult
+from sunk.testing.scheduler import Clock, World, pod
+
+KEY = "ns/web"
+WEB = PodRef("ns", "web", "uid-web")
+
+
+def two_nodes() -> World:
+    world = World()
+    world.add_node("n1", slurm_node="sn-1")
+    world.add_node("n2", slurm_node="sn-2")
+    return world
+
+
+async def bound(world: World, key: str = KEY) -> None:
+    """The Pod's job 100 runs on sn-1 and a listing has seen it so; the Pod is on n1."""
+    await world.reconcile(world.create(pod()))
+    world.slurm.start(100, "sn-1")
+    await world.reconcile(key)
+    assert world.pod(key)["spec"]["nodeName"] == "n1"
+
+
+def submissions(world: World) -> list[dict]:
+    return [call[2].body["job"] for call in world.slurm.calls if call[0] == "submit"]
+
+
+def deleted(world: World) -> bool:
+    return ("delete_pod", KEY) in world.kube.calls
+
+
+def active_jobs(world: World) -> list[int]:
+    return [i for i, raw in world.slurm.raw_jobs.items() if raw["job_state"][0] in ACTIVE_STATES]
+
+
+async def test_r8_2_a_job_slurmctld_lost_in_a_restart_is_readopted_on_the_pods_node() -> None:
+    """Catches: a running Pod deleted because slurmctld came back without its job."""
+    world = two_nodes()
+    await bound(world)
+    world.slurm.restart_without(100, next_id=200)
+    await world.reconcile(KEY)
+    assert not deleted(world)
+    assert world.job_id(KEY) == 200
+    new = submissions(world)[-1]
+    assert (new["required_nodes"], new["hold"]) == (["sn-1"], True)
+    assert ("release_job", 200) in world.slurm.calls
+    assert world.slurm.raw_jobs[200]["job_state"] == ["RUNNING"]
+    note = world.kube.notes("PlaceholderReadopted")[0]
+    assert "job 100" in note and "job 200" in note and "sn-1" in note
+    await world.reconcile(KEY)  # the next pass keeps the Pod and its new job
+    assert (deleted(world), active_jobs(world), world.slurm.drains()) == (False, [200], [])
+
+
+async def test_r8_2_a_job_bound_on_its_started_read_and_lost_before_any_listing_is_readopted() -> None:
+    """Catches: evidence taken from listings only. Most Pods are bound on the read of their
+    job that the placeholder's `started` call brings, and slurmctld loses the jobs of its
+    last seconds: the first fault run deleted such Pods for want of evidence."""
+    world = two_nodes()
+    await world.reconcile(world.create(pod()))  # job 100, listed PENDING
+    world.slurm.start(100, "sn-1")
+    found = await world.slurm.job(100)
+    assert found is not None
+    world.index.observe(WEB, found)  # the hook call's read
+    await world.reconcile(KEY, listing=False)
+    assert world.pod(KEY)["spec"]["nodeName"] == "n1"
+    world.slurm.restart_without(100, next_id=200)
+    await world.reconcile(KEY)
+    assert world.job_id(KEY) == 200 and not deleted(world)
+
+
+async def test_r8_2_a_new_job_given_the_lost_jobs_id_is_cancelled_held_and_submitted_again() -> None:
+    """Catches: the new job launched under the ID of the lost job whose processes still run
+    on the node (slurmd refuses it, "Duplicate jobid", and Slurm drains the node)."""
+    world = two_nodes()
+    await bound(world)
+    world.slurm.restart_without(100)  # IDs are handed out again from 100
+    await world.reconcile(KEY)
+    assert world.slurm.submitted()[-2:] == [100, 101]
+    assert (100, None) in world.slurm.cancelled()
+    assert ("release_job", 100) not in world.slurm.calls  # never let run
+    assert world.job_id(KEY) == 101 and not deleted(world)
+    assert world.slurm.raw_jobs[101]["job_state"] == ["RUNNING"]
+
+
+async def test_r8_2_a_new_job_given_an_id_no_listing_saw_run_is_not_let_run_either() -> None:
+    """Catches: a check of the new ID against the jobs seen vanishing only. A fault run
+    found a job lost before any listing saw it run; the re-adopted job got its ID and Slurm
+    drained the node ("Duplicate jobid"). Any ID handed out before is one handed out again."""
+    world = two_nodes()
+    await bound(world)
+    world.slurm.next_id = 105  # jobs 101-104 were submitted, started and lost unseen
+    await world.reconcile(world.create(pod("other")))  # job 105: the highest ID seen
+    world.slurm.restart_without(100, 105, next_id=102)
+    await world.reconcile(KEY)
+    assert world.slurm.submitted()[-5:] == [102, 103, 104, 105, 106]
+    assert all((i, None) in world.slurm.cancelled() for i in (102, 103, 104, 105))
+    assert world.job_id(KEY) == 106 and not deleted(world)
+
+
+async def test_r8_2_jobs_other_workers_submit_meanwhile_do_not_make_the_new_id_look_reused(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Catches: the new ID compared with the highest seen after its own submission. Right
+    after a slurmctld restart other Pods are submitted at the same time and get higher IDs;
+    each try then looked reused and the Pod was deleted after ten."""
+    world = two_nodes()
+    await bound(world)
+    world.slurm.restart_without(100, next_id=200)
+    submit = world.slurm.submit
+
+    async def while_another_worker_submits(held: Submission) -> FakeSubmitResult:
+        answer = await submit(held)
+        world.index.expect_submitted(PodRef("ns", "other", "uid-other"), answer.job_id + 1, "other", "")
+        return answer
+
+    monkeypatch.setattr(world.slurm, "submit", while_another_worker_submits)
+    await world.reconcile(KEY)
+    assert world.job_id(KEY) == 200 and world.slurm.submitted() == [100, 200]
+
+
+async def test_r8_2_when_every_new_job_gets_an_id_handed_out_before_the_pod_goes_saying_why() -> None:
+    """Catches: a loop of submissions, or a job left behind, when the IDs keep colliding."""
+    world = two_nodes()
+    await bound(world)
+    world.slurm.restart_without(100, next_id=100 - readopting.TRIES)  # far older state
+    await world.reconcile(KEY)
+    assert deleted(world)
+    assert "an ID it had handed out before" in world.kube.notes("PlaceholderJobEnded")[0]
+    assert len(world.slurm.submitted()) == 1 + readopting.TRIES
+    tries = world.slurm.submitted()[-readopting.TRIES :]
+    assert all(world.slurm.raw_jobs[i]["job_state"] == ["CANCELLED"] for i in tries)
+
+
+async def test_r8_2_a_lost_job_whose_node_another_job_took_ends_the_pod_naming_why(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Catches: a Pod kept on a node whose resources Slurm handed to another job meanwhile,
+    or its new job left waiting for them."""
+    monkeypatch.setattr(readopting, "START_WITHIN_S", 0.3)
+    world = two_nodes()
+    await bound(world)
+    world.slurm.restart_without(100, next_id=200)
+    world.slurm.taken.add("sn-1")
+    await world.reconcile(KEY)
+    assert deleted(world)
+    note = world.kube.notes("PlaceholderJobEnded")[0]
+    assert "cannot be re-adopted on sn-1" in note and "at once (Resources)" in note
+    assert (200, None) in world.slurm.cancelled()
+    assert world.kube.notes("PlaceholderReadopted") == []
+
+
+async def test_r8_2_a_lost_job_waits_until_its_node_has_registered_again_after_the_restart() -> None:
+    """Catches: a Pod deleted because its new job could not start on a node slurmctld,
+    just restarted, still lists UNKNOWN (its slurmd registers a few seconds later)."""
+    world = two_nodes()
+    await bound(world)
+    world.slurm.restart_without(100, next_id=200)
+    world.slurm.raw_nodes["sn-1"]["state"] = ["UNKNOWN"]
+    outcome = await world.reconcile(KEY)
+    assert (deleted(world), world.slurm.submitted(), outcome.requeue_after) == (False, [100], 1.0)
+    world.slurm.raw_nodes["sn-1"]["state"] = ["IDLE"]
+    await world.reconcile(KEY)
+    assert world.job_id(KEY) == 200 and not deleted(world)
+
+
+async def test_r8_2_a_lost_job_whose_node_is_drained_ends_the_pod_without_a_new_job() -> None:
+    """Catches: a new job queued on a drained node for a Pod that then waits there."""
+    world = two_nodes()
+    await bound(world)
+    world.slurm.restart_without(100, next_id=200)
+    world.slurm.set_drained("sn-1", "Duplicate jobid")
+    await world.reconcile(KEY)
+    assert deleted(world)
+    assert "Duplicate jobid" in world.kube.notes("PlaceholderJobEnded")[0]
+    assert world.slurm.submitted() == [100]
+
+
+async def test_r5_2_a_job_cancelled_by_a_user_ends_its_pod_and_is_never_readopted() -> None:
+    """Catches: a job Slurm ended for a reason (seen ending, then purged) taken for lost."""
+    world = two_nodes()
+    await bound(world)
+    world.slurm.end(100, "CANCELLED")
+    await world.list_jobs()  # the listing sees it ended before the Pod's pass
+    del world.slurm.raw_jobs[100]  # and Slurm purges it (a short MinJobAge)
+    await world.reconcile(KEY)
+    assert deleted(world)
+    assert world.slurm.submitted() == [100] and world.kube.notes("PlaceholderReadopted") == []
+
+
+async def test_r8_2_a_job_last_seen_running_longer_ago_than_min_job_age_is_not_readopted(
+    clock: Clock,
+) -> None:
+    """Catches: evidence kept past MinJobAge, by when an ended job may be purged."""
+    world = two_nodes()
+    await bound(world)
+    clock.advance(MIN_JOB_AGE_S + 1)  # no listing for that long (slurmrestd away)
+    world.slurm.restart_without(100, next_id=200)
+    await world.reconcile(KEY)
+    assert deleted(world) and world.slurm.submitted() == [100]
+
+
+async def test_r8_2_a_readopted_job_gets_only_what_was_left_of_its_time_limit(clock: Clock) -> None:
+    """Catches: a fresh time limit, which would let the Pod outlive the one it was given."""
+    world = two_nodes()
+    await world.reconcile(world.create(pod(annotations={"sunk.coreweave.com/timeout": "10"})))
+    world.slurm.raw_jobs[100]["time_limit"] = {"set": True, "number": 10}
+    world.slurm.start(100, "sn-1")
+    await world.reconcile(KEY)
+    clock.advance(4 * 60 + 30)
+    await world.list_jobs()
+    world.slurm.restart_without(100, next_id=200)
+    await world.reconcile(KEY)
+    assert submissions(world)[-1]["time_limit"] == {"set": True, "number": 6}
+    assert world.job_id(KEY) == 200
+
+
+async def test_r8_2_a_readopted_pod_whose_job_slurm_loses_again_is_readopted_again() -> None:
+    """Catches: a second loss handled differently from the first (the new job must count
+    as seen running once a listing shows it)."""
+    world = two_nodes()
+    await bound(world)
+    world.slurm.restart_without(100, next_id=200)
+    await world.reconcile(KEY)
+    await world.reconcile(KEY)  # a listing shows job 200 running
+    world.slurm.restart_without(200, next_id=300)
+    await world.reconcile(KEY)
+    assert world.job_id(KEY) == 300 and not deleted(world)
+    assert len(world.kube.notes("PlaceholderReadopted")) == 2
+
+
+async def test_r8_2_a_pod_gone_while_its_job_is_readopted_leaves_no_job_behind() -> None:
+    """Catches: a re-adoption racing the Pod's deletion leaving its new job running."""
+    world = two_nodes()
+    await bound(world)
+    world.slurm.restart_without(100, next_id=200)
+    world.kube.fail("patch_pod", KubeError(404, 'pods "web" not found'))
+    await world.reconcile(KEY)
+    assert (200, None) in world.slurm.cancelled() and active_jobs(world) == []
+    assert world.kube.notes("PlaceholderReadopted") == []
+
+
+async def test_r9_1_a_gangs_members_are_never_readopted_one_by_one() -> None:
+    """Catches: one member of a gang given a job of its own: the group lives and dies as one
+    job, so it is re-adopted as a whole or not at all (sunk does not yet: all go)."""
+    world = two_nodes()
+    world.add_podgroup("g", 2)
+    for name in ("a", "b"):
+        world.create(pod(name, labels={gang.GROUP_LABEL: "g"}))
+    await world.reconcile("ns/a")
+    world.slurm.start(100, "sn-1")
+    world.slurm.start(101, "sn-2", started=False)
+    await world.reconcile("ns/a")
+    world.slurm.restart_without(100, 101, next_id=200)
+    for key in ("ns/a", "ns/b"):
+        await world.reconcile(key)
+    assert ("delete_pod", "ns/a") in world.kube.calls and ("delete_pod", "ns/b") in world.kube.calls
+    assert world.slurm.submitted() == [100]
+    assert "only as a whole group" in world.kube.notes("PlaceholderJobEnded")[0]
