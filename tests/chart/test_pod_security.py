@@ -140,3 +140,12 @@ def test_issue38_slurmrestd_runs_on_a_read_only_root(objects: list[Obj]) -> None
     restd = container(named(objects, "Deployment", "r1-restapi"), "slurmrestd")
     assert restd["securityContext"]["readOnlyRootFilesystem"] is True
     assert {"name": "tmp", "mountPath": "/tmp"} in restd["volumeMounts"]
+
+
+def test_issue38_slurmrestd_skips_the_unshare_calls_runtime_default_refuses(objects: list[Obj]) -> None:
+    """slurmrestd unshares its IPC namespace and file table at start; with no capabilities
+    the RuntimeDefault profile refuses unshare(2) and it exits ("Unable to unshare System V
+    namespace"), as it did on real Nodes before this value was set."""
+    restd = container(named(objects, "Deployment", "r1-restapi"), "slurmrestd")
+    env = {e["name"]: e.get("value") for e in restd["env"]}
+    assert set(env["SLURMRESTD_SECURITY"].split(",")) == {"disable_unshare_sysv", "disable_unshare_files"}
