@@ -78,6 +78,33 @@ change. Included once, from the Slurm configuration's template.
 {{- fail (printf "accounting.enforce leaves out %s: Slurm would then take any account string and skip QoS and association limits; set accounting.acknowledgeWeakerEnforce=true to mean it" (join ", " $missing)) -}}
 {{- end -}}
 {{- end -}}
+{{- with .Values.accounting.fromDirectory -}}{{- if .enabled -}}
+{{- if not $.Values.accounting.enabled -}}
+{{- fail "accounting.fromDirectory.enabled needs accounting.enabled: the accounts live in slurmdbd" -}}
+{{- end -}}
+{{- if not $.Values.directory.uri -}}
+{{- fail "accounting.fromDirectory.enabled needs directory.uri: accounts follow the directory's groups" -}}
+{{- end -}}
+{{- if not .groups -}}
+{{- fail "accounting.fromDirectory.groups is empty: map at least one directory group to an account ({group: ml-team, account: ml})" -}}
+{{- end -}}
+{{- $groups := dict -}}
+{{- range $i, $g := .groups -}}
+{{- if or (not $g.group) (not $g.account) -}}
+{{- fail (printf "accounting.fromDirectory.groups[%d] needs both group and account" $i) -}}
+{{- end -}}
+{{- if not (regexMatch "^[a-z0-9][a-z0-9_.-]{0,63}$" (toString $g.account)) -}}
+{{- fail (printf "accounting.fromDirectory.groups[%d].account %q: Slurm account names are lower-case letters, digits, '_', '.' and '-'" $i (toString $g.account)) -}}
+{{- end -}}
+{{- if hasKey $groups (toString $g.group) -}}
+{{- fail (printf "accounting.fromDirectory.groups maps group %s twice" $g.group) -}}
+{{- end -}}
+{{- $_ := set $groups (toString $g.group) true -}}
+{{- if and $g.defaultQos (not (has $g.defaultQos (default list $g.qos))) -}}
+{{- fail (printf "accounting.fromDirectory.groups[%d].defaultQos %s is not in its qos list %v" $i $g.defaultQos (default list $g.qos)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}{{- end -}}
 {{- if .Values.scheduler.enabled -}}
 {{- $want := printf "%ds" (int $s.killWait) -}}
 {{- if ne $want (toString .Values.scheduler.scheduler.killWait) -}}

@@ -20,6 +20,7 @@ from sunk.kube.leader import LeaderElector
 from sunk.ldap.reader import read as read_directory
 from sunk.operator import members as m
 from sunk.operator import topology
+from sunk.operator.accounts.sync import AccountSync
 from sunk.operator.config import OperatorConfig
 from sunk.operator.controller import NodeSetController
 from sunk.operator.demand import waiting_by_partition
@@ -34,6 +35,7 @@ from sunk.operator.view import SlurmView
 from sunk.runtime import shell
 from sunk.runtime.manager import Manager
 from sunk.runtime.queue import WorkQueue
+from sunk.slurm.accounts import SlurmAccounts, unsupported
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.errors import SlurmError
 from sunk.slurm.tokens import MintedTokens
@@ -114,6 +116,7 @@ class Operator:
         self.nodes = self.manager.watch(Informer(kube, "/api/v1/nodes", name="nodes"))
         # Every Pod, ended ones too: a member the kubelet rejected must be seen to be replaced.
         self.pods = self.manager.watch(Informer(kube, "/api/v1/pods", name="pods"))
+        self.slurm = slurm
         self.poller = SlurmPoller(slurm, config.poll_s, self._enqueue_all)
         settings = m.Settings(
             config.release,
@@ -189,8 +192,27 @@ class Operator:
                 self.config.directory_interval_s,
             )
             self.manager.run_while_leading("people", people.run)
+        if self.config.account_mappings:
+            self._keep_accounts()
         self.manager.control(self.controller, self.queue)
         await self.manager.run(self)
+
+    def _keep_accounts(self) -> None:
+        why = unsupported(self.slurm.version)
+        if why is not None:
+            log.warning("accounts are not kept from the directory: %s", why)
+            return
+        accounts = AccountSync(
+            self.kube,
+            SlurmAccounts(self.slurm, self.config.slurm_cluster),
+            self.recorder,
+            self.config.account_mappings,
+            namespace=self.config.namespace,
+            configmap=self.config.people_configmap,
+            release=self.config.release,
+            interval_s=self.config.accounts_interval_s,
+        )
+        self.manager.run_while_leading("accounts", accounts.run)
 
     def _members(self) -> list[topology.Member]:
         nodes = {obj["metadata"]["name"]: obj for obj in self.nodes.store.values()}

@@ -10,6 +10,8 @@ from pathlib import Path
 from sunk.flags import parse_bind, parse_duration
 from sunk.ldap.models import DirectorySettings
 from sunk.operator import shared_volumes
+from sunk.operator.accounts import mapping
+from sunk.operator.accounts.mapping import GroupMapping
 from sunk.operator.shared_volumes import SharedVolume
 
 
@@ -40,6 +42,9 @@ class OperatorConfig:
     confinement: bool = False
     allow_host_access: bool = False
     shared_volumes: tuple[SharedVolume, ...] = ()  # mounted in every slurmd Pod
+    account_mappings: tuple[GroupMapping, ...] = ()  # Slurm accounts kept from these groups
+    slurm_cluster: str = ""  # Slurm's ClusterName, where those accounts' associations live
+    accounts_interval_s: float = 30.0
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -90,6 +95,14 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("directory-interval", "how often the directory is read", "5m")
     flag("people-configmap", "the ConfigMap people are written to (default: <release>-people)", "")
     flag(
+        "accounts-from-directory",
+        'JSON list of {"group", "account", "qos", "defaultQos", "parent"}: Slurm accounts kept '
+        "from these directory groups (the chart's accounting.fromDirectory.groups); empty: none",
+        "",
+    )
+    flag("slurm-cluster", "Slurm's ClusterName (where the accounts' associations are made)", "")
+    flag("accounts-interval", "how often slurmdbd's accounts are compared with the groups", "30s")
+    flag(
         "shared-volumes",
         "CLAIM:PATH[:ro],...: claims every slurmd Pod mounts (the chart's sharedVolumes)",
         "",
@@ -138,6 +151,18 @@ def directory_settings(args: argparse.Namespace) -> DirectorySettings | None:
     )
 
 
+def account_settings(args: argparse.Namespace, people: bool) -> tuple[GroupMapping, ...]:
+    """The group to account mapping, checked: it needs people and a cluster name."""
+    found = mapping.parse(args.accounts_from_directory or "")
+    if found and not people:
+        raise ValueError(
+            "--accounts-from-directory needs --directory-uri: accounts follow the directory's groups"
+        )
+    if found and not args.slurm_cluster:
+        raise ValueError("--accounts-from-directory needs --slurm-cluster (Slurm's ClusterName)")
+    return found
+
+
 def from_args(args: argparse.Namespace) -> OperatorConfig:
     if str(args.leader_elect).lower() not in ("true", "false"):
         raise ValueError("--leader-elect must be true or false")
@@ -174,4 +199,7 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         confinement=args.confinement == "cgroup",
         allow_host_access=str(args.allow_host_access).lower() == "true",
         shared_volumes=shared_volumes.parse(args.shared_volumes or ""),
+        account_mappings=account_settings(args, bool(args.directory_uri)),
+        slurm_cluster=args.slurm_cluster or "",
+        accounts_interval_s=parse_duration(args.accounts_interval),
     )

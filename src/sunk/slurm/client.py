@@ -171,15 +171,17 @@ class SlurmClient:
         as_user: str | None = None,
         endpoint: str = "",
         jobs: bool = False,
+        api: str = "slurm",
     ) -> tuple[int, Any, str]:
         """(status, decoded body, the text when the answer is bad); `jobs`: the answer is a
-        job listing or read, decoded down to the fields the dialect reads."""
+        job listing or read, decoded down to the fields the dialect reads; `api`: slurm
+        (slurmctld's) or slurmdb (slurmdbd's, through the same slurmrestd)."""
         endpoint = f"{method} {endpoint or path}"
         started = time.perf_counter()
         try:
             resp = await self._http.request(
                 method,
-                f"/slurm/{self.dialect.version}{path}",
+                f"/{api}/{self.dialect.version}{path}",
                 json=json,
                 params=params,
                 headers=self._headers(as_user),
@@ -208,6 +210,20 @@ class SlurmClient:
 
     async def _call(self, method: str, path: str, what: str, **kw: Any) -> dict[str, Any]:
         status, body, text = await self._request(method, path, what, **kw)
+        try:
+            raise_for(status, body, text, what)
+        except SlurmError as err:
+            SLURM_ERRORS.labels(f"{method} {kw.get('endpoint') or path}", type(err).__name__).inc()
+            raise
+        return body if isinstance(body, dict) else {}
+
+    async def slurmdb(self, method: str, path: str, what: str, **kw: Any) -> dict[str, Any]:
+        """One request to slurmdbd's endpoints (`/slurmdb/<version><path>`) in this client's
+        REST version; Slurm's errors raised as for slurmctld's (sunk.slurm.accounts). A
+        304 (a removal that found nothing to remove, recorded) is an empty success."""
+        status, body, text = await self._request(method, path, what, api="slurmdb", **kw)
+        if status == 304:
+            return {}
         try:
             raise_for(status, body, text, what)
         except SlurmError as err:
