@@ -24,7 +24,7 @@ REAL_SUITE = tests/e2e/test_real_nodes.py tests/e2e/test_dev_platform_support.py
 	tests/faults/test_operator_chaos.py
 test: bootstrap lint
 	.venv/bin/pytest
-	SUNK_TEST_CLUSTER=accounting .venv/bin/pytest tests/e2e/test_accounting.py
+	SUNK_TEST_CLUSTER=accounting .venv/bin/pytest tests/e2e/test_accounting.py tests/e2e/test_account_sync.py
 	SUNK_TEST_CLUSTER=real .venv/bin/pytest $(REAL_SUITE)
 	SUNK_TEST_SLURM=26.05 .venv/bin/pytest $(VERSION_SUITE)
 	SUNK_TEST_CLUSTER=real SUNK_TEST_SLURM=26.05 .venv/bin/pytest tests/e2e/test_real_nodes.py
