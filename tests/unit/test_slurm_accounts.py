@@ -121,6 +121,19 @@ def test_removing_what_is_not_there_answers_304_with_no_body(folder: Path) -> No
     }
 
 
+def test_slurm_24_11_and_26_05_are_both_spoken_each_version_recorded_on_its_release() -> None:
+    releases = {p.name: p.parent.name.split("-")[1][:5] for p in RECORDED}
+    assert VERSIONS == ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
+    assert {releases[v] for v in ("v0.0.40", "v0.0.41")} == {"24.11"}
+    assert {releases[v] for v in ("v0.0.43", "v0.0.44", "v0.0.45")} == {"26.05"}
+    # v0.0.42 is served by both: recorded on each.
+    assert {p.parent.name.split("-")[1][:5] for p in RECORDED if p.name == "v0.0.42"} == {"24.11", "26.05"}
+
+
 def test_rest_versions_without_recorded_answers_are_refused_in_a_sentence() -> None:
-    assert unsupported("v0.0.42") is None
-    assert "keeps accounts over v0.0.40, v0.0.41, v0.0.42" in (unsupported("v0.0.38") or "")
+    assert all(unsupported(v) is None for v in VERSIONS)
+    why = unsupported("v0.0.38") or ""
+    assert why == (
+        "slurmrestd speaks REST v0.0.38 here, and sunk keeps accounts over v0.0.40, v0.0.41, "
+        "v0.0.42, v0.0.43, v0.0.44, v0.0.45 (Slurm 24.11 and 26.05) only"
+    )

@@ -2,9 +2,12 @@
 through slurmrestd's slurmdb endpoints (the same slurmrestd, the same token).
 
 Only the REST versions whose answers were recorded (tests/unit/samples/.../slurmdb-*.json)
-are spoken: v0.0.40 to v0.0.42 (Slurm 24.11). Their shapes are the same, so one dialect
-serves them. v0.0.38 (Slurm 22.05) keeps accounts in another shape and is not spoken:
-`accounts_for` says so in a sentence instead of guessing.
+are spoken: v0.0.40 to v0.0.42 (Slurm 24.11) and v0.0.42 to v0.0.45 (Slurm 26.05). Every
+request and every field read here has the same shape in all of them, so one dialect serves
+them. v0.0.38 (Slurm 22.05) is not spoken: it has neither /accounts_association/ nor
+/users_association/, and its POST /associations/ refuses an association without a user
+("Missing required field 'user'"), so an account cannot be put under its parent.
+`unsupported` says so in a sentence instead of guessing.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 from urllib.parse import quote
 
-VERSIONS = ("v0.0.40", "v0.0.41", "v0.0.42")
+VERSIONS = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
 
 
 @dataclass(frozen=True)
@@ -204,5 +207,5 @@ def unsupported(version: str) -> str | None:
         return None
     return (
         f"slurmrestd speaks REST {version} here, and sunk keeps accounts over "
-        f"{', '.join(VERSIONS)} (Slurm 24.11) only"
+        f"{', '.join(VERSIONS)} (Slurm 24.11 and 26.05) only"
     )
