@@ -32,7 +32,8 @@ def wanted_spec() -> ClusterSpec:
     the one with real Nodes; SUNK_TEST_SLURM the Slurm version."""
     nodes = int(os.environ.get("SUNK_TEST_NODES", "4"))
     if ACCOUNTING:
-        return ClusterSpec(nodes=nodes, accounting=True, preempt_mode="REQUEUE", slurm=SLURM)
+        # With the directory (slapd): accounts follow its groups (tests/e2e/test_account_sync.py).
+        return ClusterSpec(nodes=nodes, accounting=True, preempt_mode="REQUEUE", slurm=SLURM, directory=True)
     return ClusterSpec(nodes=nodes, slurm=SLURM, real_nodes=REAL_NODES)
 
 
@@ -69,17 +70,19 @@ def dev_cluster() -> Iterator[DevCluster]:
                 "a dev cluster is running but not healthy (see `sunk dev status`): "
                 "restart it with `sunk dev down && sunk dev up`"
             )
-        if spec is not None and (spec.accounting, spec.preempt_mode, spec.slurm, spec.real_nodes) != (
-            wanted.accounting,
-            wanted.preempt_mode,
-            wanted.slurm,
-            wanted.real_nodes,
-        ):
+        if spec is not None and (
+            spec.accounting,
+            spec.preempt_mode,
+            spec.slurm,
+            spec.real_nodes,
+            spec.runs_directory,
+        ) != (wanted.accounting, wanted.preempt_mode, wanted.slurm, wanted.real_nodes, wanted.runs_directory):
             pytest.fail(
                 f"the running dev cluster (Slurm {spec.slurm}, accounting={spec.accounting}, preempt mode "
-                f"{spec.preempt_mode}, {spec.real_nodes} real Nodes) is not the one this suite needs "
-                f"(Slurm {wanted.slurm}, accounting={wanted.accounting}, {wanted.preempt_mode}, "
-                f"{wanted.real_nodes} real Nodes): stop it with `sunk dev down` and run the tests again"
+                f"{spec.preempt_mode}, {spec.real_nodes} real Nodes, directory={spec.runs_directory}) is "
+                f"not the one this suite needs (Slurm {wanted.slurm}, accounting={wanted.accounting}, "
+                f"{wanted.preempt_mode}, {wanted.real_nodes} real Nodes, directory={wanted.runs_directory}): "
+                "stop it with `sunk dev down` and run the tests again"
             )
         admin = AdminKube(cluster.layout)
         try:

@@ -256,6 +256,61 @@ class SchedulerProcess:
                 self.proc.wait(timeout=10)
 
 
+class OperatorProcess:
+    """`sunk operator` as a real process on the dev cluster: app.py's wiring and the flags as
+    the chart passes them. It signs its own tokens with the dev cluster's JWT key, as the
+    chart's operator does, and names root, the dev cluster's SlurmUser."""
+
+    def __init__(self, cluster: DevCluster, namespace: str, release: str, *args: str) -> None:
+        layout = cluster.layout
+        self.cluster = cluster
+        self.log = layout.logs / f"operator-{release}.log"
+        self.argv = [
+            sys.executable,
+            "-m",
+            "sunk.cli",
+            "operator",
+            f"--namespace={namespace}",
+            f"--release={release}",
+            f"--kubeconfig={layout.kubeconfig}",
+            f"--slurm-api-base={layout.rest_url}",
+            f"--slurm-jwt-key-file={layout.slurm_conf.parent / 'jwt.key'}",
+            "--slurm-user=root",
+            "--conf-server=127.0.0.1:6817",  # only slurmd Pods use it, and none are made here
+            f"--auth-secret={release}-auth",
+            f"--metrics-port={free_port()}",
+            f"--probes-port={free_port()}",
+            "--log-format=text",
+            *args,
+        ]
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> OperatorProcess:
+        with open(self.log, "wb") as out:
+            env = {**os.environ, **self.cluster.env()}
+            proc = subprocess.Popen(self.argv, env=env, stdout=out, stderr=subprocess.STDOUT)
+        self.proc = proc
+        wait_for(
+            lambda: "caches synced" in self.output() or proc.poll() is not None,
+            timeout=30,
+            what="the operator to sync its caches",
+        )
+        assert proc.poll() is None, f"the operator exited:\n{self.output()[-2000:]}"
+        return self
+
+    def output(self) -> str:
+        return self.log.read_text(errors="replace")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(timeout=10)
+
+
 def make_pod(
     name: str,
     scheduler: str,

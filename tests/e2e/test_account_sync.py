@@ -2,14 +2,18 @@
 dev cluster's slurmdbd and slurmctld, its kube-apiserver holding the people ConfigMap and
 the Events. The account sync runs here, one pass at a time, with the operator's own
 adapters; a job submitted as the person's UID runs under her group's account, and Slurm
-itself refuses whoever has no association."""
+itself refuses whoever has no association. A last test runs `sunk operator` itself with the
+chart's flags against the dev cluster's directory (slapd), so its wiring is proven too."""
 
 from __future__ import annotations
 
 import asyncio
+import json
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from sunk.kube.client import KubeClient
 from sunk.kube.events import Recorder
@@ -18,11 +22,11 @@ from sunk.operator.accounts.sync import AccountSync
 from sunk.slurm.accounts import SlurmAccounts
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.tokens import TokenSource
-from sunk_dev import DevCluster, topology
+from sunk_dev import DevCluster, directory, topology
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.slurmrun import run_cli
 from tests.e2e.test_lifecycle import job_state
-from tests.support import SlurmRest, wait_for
+from tests.support import OperatorProcess, SlurmRest, wait_for
 
 pytestmark = [pytest.mark.e2e, pytest.mark.accounting]
 
@@ -41,7 +45,13 @@ def people(*members: str) -> dict[str, str]:
     }
 
 
-def sync(cluster: DevCluster, namespace: str, *mappings: GroupMapping) -> None:
+def sync(
+    cluster: DevCluster,
+    namespace: str,
+    *mappings: GroupMapping,
+    configmap: str = "people",
+    release: str = "e2e",
+) -> None:
     async def once() -> None:
         kube = await KubeClient.connect(str(cluster.layout.kubeconfig))
         slurm = await SlurmClient.connect(
@@ -54,8 +64,8 @@ def sync(cluster: DevCluster, namespace: str, *mappings: GroupMapping) -> None:
                 Recorder(kube, "sunk-operator", "e2e"),
                 mappings,
                 namespace=namespace,
-                configmap="people",
-                release="e2e",
+                configmap=configmap,
+                release=release,
                 interval_s=30,
             )
             await accounts.sync_once()
@@ -131,3 +141,68 @@ def test_a_groups_member_gets_its_account_and_loses_it_when_she_leaves(
             dev_cluster.layout, "sacctmgr", "-n", "-P", "show", "account", "format=account"
         ):
             run_cli(dev_cluster.layout, "sacctmgr", "-i", "delete", "account", ACCOUNT)
+
+
+NODESET_CRD = Path(__file__).resolve().parents[2] / "charts" / "slurm" / "files" / "nodeset-crd.yaml"
+CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+
+
+def serve_nodesets(kube: AdminKube) -> None:
+    """The chart's NodeSet CRD, which the operator watches before it does anything (the dev
+    cluster serves only the scheduler's PodGroup)."""
+    crd = yaml.safe_load(NODESET_CRD.read_text())
+    path = f"{CRDS}/{crd['metadata']['name']}"
+    if kube.find(path) is None:
+        kube.create(CRDS, crd)
+
+    def established() -> bool:
+        conditions = ((kube.find(path) or {}).get("status") or {}).get("conditions") or []
+        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
+
+    wait_for(established, timeout=30, what="the NodeSet CRD to be served")
+
+
+def test_the_operator_process_keeps_a_directory_groups_account_from_the_charts_flags(
+    dev_cluster: DevCluster, kube: AdminKube, namespace: str
+) -> None:
+    """alice is in the directory's group ml, bob is not: with ml mapped to an account, the
+    operator reads the directory, writes the people, and gives alice (new to Slurm) that
+    account as her default with the mapping's QoS; bob gets nothing."""
+    layout, release, account = dev_cluster.layout, "acctop", "opml"
+    mapping = [{"group": "ml", "account": account, "qos": ["low", "normal"], "defaultQos": "normal"}]
+    serve_nodesets(kube)
+    operator = OperatorProcess(
+        dev_cluster,
+        namespace,
+        release,
+        f"--directory-uri={directory.uri(layout)}",
+        f"--directory-bind-dn={directory.READER}",
+        f"--directory-password-file={directory.reader_password_file(layout)}",
+        f"--directory-user-base={directory.PEOPLE}",
+        f"--directory-group-base={directory.GROUPS}",
+        f"--accounts-from-directory={json.dumps(mapping)}",
+        f"--slurm-cluster={CLUSTER}",
+        "--accounts-interval=1s",
+    )
+    try:
+        operator.start()
+        wait_for(
+            lambda: associations(dev_cluster, account=account, user="alice"),
+            timeout=30,
+            what=f"alice's association with {account}",
+        )
+        assert associations(dev_cluster, account=account, user="alice") == {f"{account}|alice|low,normal"}
+        assert associations(dev_cluster, user="bob") == set()
+        default = run_cli(layout, "sacctmgr", "-n", "-P", "show", "user", "alice", "format=defaultaccount")
+        assert default.split() == [account]
+        events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")["items"]
+        synced = [e["note"] for e in events if e["reason"] == "AccountsSynced"]
+        assert f"add user alice (new Slurm user) to account {account} with QoS low,normal" in synced[0]
+        assert "accounts: add account" in operator.output()
+    finally:
+        operator.stop()
+        # The mapping gone, sunk's own sync takes its account, alice's association and her
+        # Slurm user away again, as the operator would.
+        sync(dev_cluster, namespace, configmap=f"{release}-people", release=release)
+    assert account not in run_cli(layout, "sacctmgr", "-n", "-P", "show", "account", "format=account")
+    assert "alice" not in run_cli(layout, "sacctmgr", "-n", "-P", "show", "user", "format=user")
