@@ -25,10 +25,15 @@ from sunk.slurm.tokens import TokenSource
 from sunk_dev import DevCluster, directory, topology
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.slurmrun import run_cli
+from tests.conftest import SLURM
 from tests.e2e.test_lifecycle import job_state
 from tests.support import OperatorProcess, SlurmRest, wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.accounting]
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.accounting,
+    pytest.mark.skipif(SLURM == "22.05", reason="accounts are not kept over 22.05's REST v0.0.38"),
+]
 
 CLUSTER = "sunkdev"
 GROUP, ACCOUNT = "ml-e2e", "mle2e"
