@@ -11,7 +11,10 @@ import pytest
 
 from sunk_dev import DevCluster, directory, hostnet
 from sunk_dev.kubeapi import AdminKube
+from sunk_dev.platform import Platform
 from tests.support import wait_for
+
+PEOPLE_ACCOUNT = {"group": "people", "account": "people", "qos": ["normal"]}
 
 
 def directory_values(cluster: DevCluster) -> dict[str, Any]:
@@ -28,6 +31,9 @@ def directory_values(cluster: DevCluster) -> dict[str, Any]:
             "groupBase": directory.GROUPS,
             "interval": "10s",
         },
+        # Everyone in the directory's `people` group may run jobs, in the Slurm account
+        # `people` the operator keeps for it (issue #35): accounting enforces associations.
+        "accounting": {"fromDirectory": {"enabled": True, "groups": [PEOPLE_ACCOUNT]}},
     }
 
 
@@ -109,3 +115,18 @@ def as_user(
         return wait_for(attempt, timeout=within, what=f"{user} running {command!r} over SSH", every=3)[0]
     except AssertionError as err:
         raise AssertionError(f"{err}; the last try said {said}") from None
+
+
+def wait_associated(plat: Platform, *users: str) -> None:
+    """Accounting enforces associations (issue #38): people run jobs once the operator has
+    given their directory group's Slurm account to them (issue #35)."""
+
+    def associated(user: str) -> bool:
+        done = plat.login(f"sacctmgr -nP show associations user={user} format=account")
+        return done.returncode == 0 and PEOPLE_ACCOUNT["account"] in done.stdout.split()
+
+    wait_for(
+        lambda: all(associated(user) for user in users) or None,
+        timeout=90,
+        what=f"the operator giving {', '.join(users)} the people group's Slurm account",
+    )

@@ -20,7 +20,7 @@ import pytest
 from sunk_dev import DevCluster, images, registry
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.platform import Platform, nodeset
-from tests.e2e.people_login import as_user, directory_values, prepare_namespace, ssh
+from tests.e2e.people_login import as_user, directory_values, prepare_namespace, ssh, wait_associated
 from tests.e2e.slurm_in_pods import delete_namespace
 from tests.support import wait_for
 
@@ -61,6 +61,7 @@ def platform(dev_cluster: DevCluster, kube: AdminKube, job_image: str) -> Iterat
         timeout=240,
         what=f"{MEMBERS} members idle",
     )
+    wait_associated(plat, "alice")
     yield plat
     print("\ncontainer figures:", {k: round(v, 2) for k, v in FIGURES.items()})
     plat.uninstall()

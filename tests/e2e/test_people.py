@@ -15,7 +15,7 @@ import pytest
 from sunk_dev import DevCluster, directory
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.platform import Platform, nodeset
-from tests.e2e.people_login import as_user, directory_values, prepare_namespace, ssh
+from tests.e2e.people_login import as_user, directory_values, prepare_namespace, ssh, wait_associated
 from tests.e2e.slurm_in_pods import delete_namespace
 from tests.support import wait_for
 
@@ -36,17 +36,7 @@ def platform(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[Platform]:
     plat.install(directory_values(dev_cluster), scheduler=False)
     plat.apply_nodeset(kube, nodeset("compute", ["main"], replicas=1))
     wait_for(lambda: people_written(kube), timeout=60, what="the operator writing the directory's people")
-    # Accounting enforces associations (issue #38): people run jobs only in an account they
-    # belong to, which an administrator gives them, as on any Slurm with accounting.
-    for command in (
-        "sacctmgr -i add account people Description=directory Organization=dev",
-        "sacctmgr -i add user alice,bob,carol DefaultAccount=people",
-    ):
-        wait_for(
-            lambda command=command: plat.login(command).returncode == 0 or None,
-            timeout=60,
-            what=f"`{command}` on the login Pod",
-        )
+    wait_associated(plat, "alice", "bob", "carol")
     yield plat
     plat.uninstall()
     delete_namespace(kube, NAMESPACE, timeout=180)
@@ -66,6 +56,19 @@ def test_r10_6_a_job_of_alice_runs_as_her_with_her_groups_on_a_slurmd_pod(
 ) -> None:
     out = as_user(dev_cluster, kube, NAMESPACE, "alice", "srun -N1 --chdir=/tmp id", within=240)
     assert "uid=20001(alice) gid=30000(people) groups=30000(people),30001(ml)" in out
+
+
+def test_r10_6_sacct_shows_alices_job_under_her_groups_account(
+    platform: Platform, dev_cluster: DevCluster, kube: AdminKube
+) -> None:
+    submit = "sbatch --parsable --wait --chdir=/tmp --wrap true"
+    job = as_user(dev_cluster, kube, NAMESPACE, "alice", submit).strip()
+    line = wait_for(
+        lambda: platform.login(f"sacct -nPX -j {job} --format=User,Account,State").stdout.strip() or None,
+        timeout=30,
+        what=f"job {job} in sacct",
+    )
+    assert line == "alice|people|COMPLETED"
 
 
 def test_r10_6_bob_cannot_cancel_alices_job(
