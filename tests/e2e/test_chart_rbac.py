@@ -4,10 +4,11 @@ every single rule in it is needed (dropping any one of them breaks a named step)
 from __future__ import annotations
 
 import copy
+import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -19,12 +20,19 @@ from sunk_dev.kubeapi import AdminKube, KubeError
 from sunk_dev.slurmrun import run_cli
 from tests.chart.conftest import render
 from tests.e2e.conftest import delete_pods_and_wait_for_their_jobs
-from tests.e2e.test_schedule_flow import create, get, job_of
+from tests.e2e.test_schedule_flow import P, create, get, job_of
 from tests.support import SchedulerProcess, SlurmRest, condition, events_for, make_pod, wait_for
 
 pytestmark = pytest.mark.e2e
 
 RBAC = "/apis/rbac.authorization.k8s.io/v1"
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+# The chart's admission policy (issue #38): every test here runs the scheduler under it too.
+RBAC_KINDS = ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+POLICY_KINDS = {
+    "ValidatingAdmissionPolicy": "validatingadmissionpolicies",
+    "ValidatingAdmissionPolicyBinding": "validatingadmissionpolicybindings",
+}
 # Every rule the chart renders in namespace scope, as "<role suffix>:<resources>:<verbs>".
 # Each one with the step that must break without it (the first step of
 # scheduler_does_its_job that fails): a rule whose loss broke something else, or nothing,
@@ -51,6 +59,8 @@ def rule_id(role: dict[str, Any], rule: dict[str, Any]) -> str:
 
 def collection(obj: dict[str, Any]) -> str:
     namespace = obj["metadata"].get("namespace")
+    if obj["kind"] in POLICY_KINDS:
+        return f"{ADMISSION}/{POLICY_KINDS[obj['kind']]}"
     plural = {"ServiceAccount": "serviceaccounts", "Role": "roles", "RoleBinding": "rolebindings"}
     if obj["kind"] == "ServiceAccount":
         return f"/api/v1/namespaces/{namespace}/serviceaccounts"
@@ -82,7 +92,8 @@ def chart_rbac(helm: Path, namespace: str, keys: str, kube: AdminKube) -> Iterat
     rbac = [
         o
         for o in objects
-        if o["kind"] in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding")
+        if o["kind"]
+        in ("ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding", *POLICY_KINDS)
         and not o["metadata"]["name"].endswith("-hooks-secret")  # the secret Job's own (test below)
     ]
     yield rbac
@@ -122,6 +133,11 @@ def kubeconfig_of(dev_cluster: DevCluster, kube: AdminKube, namespace: str, acco
     return path
 
 
+def scheduler_name(keys: str) -> str:
+    """The chart's default scheduler name: <release namespace>-<release>."""
+    return f"{keys}-rbac"
+
+
 def scheduler_as_serviceaccount(
     dev_cluster: DevCluster, kube: AdminKube, namespace: str, keys: str, tmp_path: Path
 ) -> SchedulerProcess:
@@ -130,16 +146,16 @@ def scheduler_as_serviceaccount(
     create(kube, keys, make_pod("scheduler-self", "nobody"))
     return SchedulerProcess(
         dev_cluster,
-        f"rbac-{namespace}",
+        scheduler_name(keys),  # the chart's own: its admission policy names it
         f"--kubeconfig={kubeconfig}",
         f"--watch-namespace={namespace}",
         f"--slurmd-namespace={topology.SLURMD_NAMESPACE}",
         f"--ignore-namespace={keys}",
         "--leader-elect=true",
         f"--leader-election-namespace={keys}",
-        # The chart names the Lease after its scheduler name (<namespace>-<release>), and
-        # its rule allows that Lease only.
-        f"--leader-election-id={keys}-rbac",
+        # The chart names the Lease after its scheduler name, and its rule allows that
+        # Lease only.
+        f"--leader-election-id={scheduler_name(keys)}",
         env={"POD_NAME": "scheduler-self", "POD_NAMESPACE": keys},
     )
 
@@ -285,3 +301,64 @@ def test_r12_4_the_hooks_secret_job_makes_the_secret_once_with_only_its_own_righ
     finally:
         for obj in own:
             kube.delete(f"{collection(obj)}/{obj['metadata']['name']}")
+
+
+def refusal(call: Callable[[], object]) -> str | None:
+    """The policy's words if the API server refused `call`, None if it was allowed."""
+    try:
+        call()
+    except KubeError as err:
+        assert err.status == 403, err
+        return str(json.loads(err.body)["message"])
+    return None
+
+
+def test_issue38_the_schedulers_account_may_change_only_what_the_scheduler_changes(
+    kube: AdminKube, dev_cluster: DevCluster, namespace: str, keys: str, chart_rbac: list[dict[str, Any]]
+) -> None:
+    """RBAC lets the account patch and delete Pods; the chart's admission policy narrows that
+    to the scheduler's own writes, so a stolen token cannot touch other Pods or fields."""
+    apply(kube, chart_rbac)
+    ours, theirs = scheduler_name(keys), "nobody"
+    create(kube, namespace, make_pod("ours", ours, annotations={"team": "a"}))
+    create(kube, namespace, make_pod("theirs", theirs))
+    token = kube.create(
+        f"/api/v1/namespaces/{keys}/serviceaccounts/rbac-sunk-scheduler/token",
+        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
+    )["status"]["token"]
+    account = AdminKube(dev_cluster.layout, token=token)
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+
+    def annotate(pod: str, annotations: dict[str, str | None]) -> object:
+        return account.request("PATCH", f"{pods}/{pod}", {"metadata": {"annotations": annotations}})
+
+    try:
+        # The policy is enforced once the API server's informer has it: wait for a refusal.
+        wait_for(
+            lambda: refusal(lambda: annotate("theirs", {P + "job-id": "1"})), timeout=20, what="the policy"
+        )
+        assert refusal(lambda: annotate("ours", {P + "job-id": "7"})) is None
+        assert refusal(lambda: annotate("ours", {P + "job-id": None})) is None
+        refused = {
+            "another annotation": refusal(lambda: annotate("ours", {"team": "b"})),
+            "a label": refusal(
+                lambda: account.request("PATCH", f"{pods}/ours", {"metadata": {"labels": {"x": "y"}}})
+            ),
+            "a finalizer": refusal(
+                lambda: account.request("PATCH", f"{pods}/ours", {"metadata": {"finalizers": ["x.io/y"]}})
+            ),
+            "the Ready condition": refusal(
+                lambda: account.request(
+                    "PATCH",
+                    f"{pods}/ours/status",
+                    {"status": {"conditions": [{"type": "Ready", "status": "True"}]}},
+                )
+            ),
+            "another scheduler's Pod deleted": refusal(lambda: account.request("DELETE", f"{pods}/theirs")),
+        }
+        assert all(refused.values()), refused
+        assert "may change only the annotations under " + P in str(refused["another annotation"])
+        assert "may only change Pods that name it" in str(refused["another scheduler's Pod deleted"])
+        assert refusal(lambda: account.request("DELETE", f"{pods}/ours")) is None
+    finally:
+        account.close()

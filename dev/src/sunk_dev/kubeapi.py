@@ -22,6 +22,7 @@ class KubeError(Exception):
     def __init__(self, status: int, body: str) -> None:
         super().__init__(f"HTTP {status}: {body[:300]}")
         self.status = status
+        self.body = body
 
 
 def is_ready(node: Json) -> bool:
