@@ -7,7 +7,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from tests.chart.conftest import render
+from tests.chart.conftest import render, render_chart
 
 Obj = dict[str, Any]
 
@@ -63,3 +63,35 @@ def test_issue38_two_releases_get_two_policies(helm: Path) -> None:
 
 def test_issue38_the_policy_can_be_turned_off_for_a_cluster_older_than_1_30(helm: Path) -> None:
     assert policy_objects(render(helm, "scheduler.admissionPolicy.enabled=false")) == {}
+
+
+def operator_policy(helm: Path, slurm_chart: Path, *sets: str) -> Obj | None:
+    objects = render_chart(helm, slurm_chart, *sets, namespace="keys", release="r1")
+    found = [
+        o for o in objects if o["kind"] == "ValidatingAdmissionPolicy" and "operator" in o["metadata"]["name"]
+    ]
+    return found[0] if found else None
+
+
+def test_issue38_the_operator_policy_is_on_by_default_for_the_operators_account(
+    helm: Path, slurm_chart: Path
+) -> None:
+    policy = operator_policy(helm, slurm_chart)
+    assert policy is not None
+    [condition] = policy["spec"]["matchConditions"]
+    assert condition["expression"] == 'request.userInfo.username == "system:serviceaccount:keys:r1-operator"'
+
+
+def test_issue38_allow_host_access_lifts_only_the_host_rule(helm: Path, slurm_chart: Path) -> None:
+    def messages(*sets: str) -> list[str]:
+        policy = operator_policy(helm, slurm_chart, *sets)
+        assert policy is not None
+        return [v["messageExpression"] for v in policy["spec"]["validations"]]
+
+    closed, opened = messages(), messages("operator.allowHostAccess=true")
+    assert [m for m in closed if "operator.allowHostAccess" not in m] == opened
+    assert len(closed) == len(opened) + 1
+
+
+def test_issue38_the_operator_policy_can_be_turned_off(helm: Path, slurm_chart: Path) -> None:
+    assert operator_policy(helm, slurm_chart, "operator.admissionPolicy.enabled=false") is None

@@ -265,11 +265,15 @@ def _start(step: Step, rootfs: Path, image_env: Mapping[str, str], image_cwd: st
     state = step.workdir / "state"
     state.mkdir(mode=0o700, exist_ok=True)
     runtime = [step.runtime, "--root", str(state), "--cgroup-manager=disabled"]
+    # No session keyring of its own: slurmd runs under the RuntimeDefault seccomp profile,
+    # which refuses keyctl(2), and the step keeps the job's keyring as a plain step would.
     # Slurm signals the whole step; crun passes signals on to the task, so this process
     # only waits for it and then tidies up.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_IGN)
     try:
-        return subprocess.run([*runtime, "run", "--bundle", str(bundle), step.name], check=False).returncode
+        return subprocess.run(
+            [*runtime, "run", "--no-new-keyring", "--bundle", str(bundle), step.name], check=False
+        ).returncode
     except FileNotFoundError as exc:
         raise StepError(f"this node has no container runtime ({step.runtime}): {exc.strerror}") from exc
