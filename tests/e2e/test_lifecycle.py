@@ -44,10 +44,15 @@ def test_r5_1_deleting_a_pod_ends_its_job_only_once_the_pod_is_gone(
     kube.delete(f"/api/v1/namespaces/{namespace}/pods/slow-exit")
     waiting = slurm.submit("#!/bin/sh\nsleep 300\n", name="next-in-line", nodelist=node, exclusive=True)
     try:
-        # While the Pod terminates, its job keeps the node and the next job waits.
-        while get(kube, namespace, "slow-exit") is not None:
-            assert job_state(slurm, job_id) == "RUNNING", "the job ended while its Pod still ran"
-            assert job_state(slurm, waiting) == "PENDING", "another job started on the Pod's resources"
+        # While the Pod terminates, its job keeps the node and the next job waits. The states
+        # are read before the Pod is looked up: a Pod seen afterwards existed when they were
+        # read (the other order would blame the job for a Pod that went in between).
+        while True:
+            states = job_state(slurm, job_id), job_state(slurm, waiting)
+            if get(kube, namespace, "slow-exit") is None:
+                break
+            assert states[0] == "RUNNING", "the job ended while its Pod still ran"
+            assert states[1] == "PENDING", "another job started on the Pod's resources"
             time.sleep(0.05)
         gone_at = time.monotonic()
         wait_for(

@@ -40,7 +40,12 @@ def wait_bound(kube: AdminKube, namespace: str, name: str, timeout: float = 30) 
             raise AssertionError(f"Pod {name} was refused: {condition(pod)['message']}")
         return pod if pod and pod["spec"].get("nodeName") else None
 
-    return wait_for(bound, timeout=timeout, what=f"Pod {name} to be bound")
+    try:
+        return wait_for(bound, timeout=timeout, what=f"Pod {name} to be bound")
+    except AssertionError as err:
+        pod = get(kube, namespace, name)
+        why = condition(pod) if pod else "the Pod is gone"
+        raise AssertionError(f"{err}; its condition: {why}") from None
 
 
 def job_of(pod: dict[str, Any], slurm: SlurmRest) -> dict[str, Any]:
@@ -127,12 +132,12 @@ def test_r3_2_node_selector_restricts_the_slurm_nodes(
 
 
 @pytest.mark.parametrize(
-    ("mode", "first_user", "second_user", "share"),
+    ("mode", "first_user", "second_user", "share", "node"),
     [
-        ("ok", "0", str(topology.JOB_UID), True),  # anyone may share
-        ("user", str(topology.JOB_UID), str(topology.JOB_UID), True),  # the same user shares
-        ("user", str(topology.JOB_UID), "0", False),  # another user does not
-        ("none", "0", "0", False),  # nobody shares, not even the same user
+        ("ok", "0", str(topology.JOB_UID), True, 0),  # anyone may share
+        ("user", str(topology.JOB_UID), str(topology.JOB_UID), True, 1),  # the same user shares
+        ("user", str(topology.JOB_UID), "0", False, 2),  # another user does not
+        ("none", "0", "0", False, 3),  # nobody shares, not even the same user
     ],
 )
 def test_r3_exclusive_decides_whether_two_pods_share_a_node(
@@ -144,8 +149,11 @@ def test_r3_exclusive_decides_whether_two_pods_share_a_node(
     first_user: str,
     second_user: str,
     share: bool,
+    node: int,
 ) -> None:
-    target = slurm_nodes(kube)[0]
+    # Each case on a node of its own: what one case's jobs leave on a node (a user-exclusive
+    # owner while they complete) is not what the next case tests.
+    target = slurm_nodes(kube)[node]
 
     def annotations(user: str) -> dict[str, str]:
         return {P + "exclusive": mode, P + "required-nodes": target, P + "user-id": user}
