@@ -26,6 +26,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sunk.kube.client import KubeClient, KubeError
 from sunk.kube.secret import ensure_and_report
+from sunk.operator import token_keeper
 from sunk.slurm.jwt import mint
 
 SLURM_KEY = "slurm.key"
@@ -33,7 +34,6 @@ JWT_KEY = "jwt_hs256.key"
 TOKEN = "token"
 PASSWORD = "password"
 HOST_KEY = "ssh_host_ed25519_key"
-TOKEN_LIFETIME_S = 30 * 24 * 3600
 LABELS = {"app.kubernetes.io/name": "slurm", "app.kubernetes.io/managed-by": "sunk"}
 
 
@@ -56,7 +56,7 @@ async def ensure_slurm_secrets(
     auth, made_auth = await _ensure(kube, namespace, auth_secret, fresh)
     made = [(auth_secret, made_auth)]
     jwt_key = base64.b64decode(auth[JWT_KEY])
-    token = {TOKEN: _b64(mint(jwt_key, token_user, TOKEN_LIFETIME_S).encode())}
+    token = {TOKEN: _b64(mint(jwt_key, token_user, token_keeper.LIFETIME_S).encode())}
     made.append((token_secret, (await _ensure(kube, namespace, token_secret, token))[1]))
     if mariadb_secret:
         # Hex: safe unquoted in slurmdbd.conf and in any client's option file.

@@ -1,6 +1,9 @@
-"""Keeps the scheduler's slurmrestd token fresh: the chart's hook Job made it once with a
-30-day life; the operator, which holds the JWT key, replaces it when fewer than 15 days
-are left. The scheduler re-reads the mounted file when it changes, so nothing restarts.
+"""Keeps the scheduler's slurmrestd token short-lived and fresh: the chart's hook Job makes
+the first one, and the operator, which holds the JWT key, replaces it when fewer than 3 of
+its 6 hours are left. The scheduler re-reads the mounted file when it changes (the kubelet
+updates a Secret volume within a minute or two), so nothing restarts. A token that leaks is
+worth hours, not weeks; the price is that the scheduler keeps working only 3 to 6 hours
+after the operator stops renewing, which its readiness and logs then say.
 """
 
 from __future__ import annotations
@@ -17,9 +20,9 @@ from sunk.slurm.jwt import expires_at, mint
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
-LIFETIME_S = 30 * 24 * 3600
-RENEW_WHEN_LEFT_S = 15 * 24 * 3600
-CHECK_EVERY_S = 3600.0
+LIFETIME_S = 6 * 3600
+RENEW_WHEN_LEFT_S = 3 * 3600
+CHECK_EVERY_S = 300.0
 
 
 class SecretsPort(Protocol):
@@ -27,7 +30,7 @@ class SecretsPort(Protocol):
 
 
 def needs_renewal(token: str, now: float) -> bool:
-    """A token that cannot be read, or with fewer than 15 days left, is replaced."""
+    """A token that cannot be read, or with fewer than 3 hours left, is replaced."""
     exp = expires_at(token)
     return exp is None or exp - now < RENEW_WHEN_LEFT_S
 
@@ -55,7 +58,11 @@ class TokenKeeper:
             body={"data": {"token": base64.b64encode(token.encode()).decode()}},
             content_type="application/merge-patch+json",
         )
-        log.info("renewed Secret %s for the scheduler (valid 30 days)", self.path.rsplit("/", 1)[-1])
+        log.info(
+            "renewed Secret %s for the scheduler (valid %d hours)",
+            self.path.rsplit("/", 1)[-1],
+            LIFETIME_S // 3600,
+        )
         return True
 
     async def run(self) -> None:
