@@ -167,6 +167,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+def stop_process(proc: subprocess.Popen[bytes] | None) -> None:
+    """SIGTERM, and SIGKILL after 10 s: a process one of our tests started."""
+    if proc and proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=10)
+
+
 class SchedulerProcess:
     """`sunk scheduler` as a real process, so tests can kill and restart it."""
 
@@ -247,13 +258,7 @@ class SchedulerProcess:
             self.proc.wait(timeout=10)
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
 
 
 class OperatorProcess:
@@ -302,13 +307,7 @@ class OperatorProcess:
         return self.log.read_text(errors="replace")
 
     def stop(self) -> None:
-        if self.proc and self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(timeout=10)
+        stop_process(self.proc)
 
 
 def make_pod(

@@ -111,12 +111,18 @@ def apply(kube: AdminKube, objects: list[dict[str, Any]]) -> None:
             kube.request("PUT", f"{collection(obj)}/{obj['metadata']['name']}", obj)
 
 
-def kubeconfig_of(dev_cluster: DevCluster, kube: AdminKube, namespace: str, account: str, path: Path) -> Path:
-    """A kubeconfig acting as ServiceAccount `account`: what its Pod would be allowed."""
-    token = kube.create(
+def account_token(kube: AdminKube, namespace: str, account: str) -> str:
+    """A fresh token of ServiceAccount `account`."""
+    token: str = kube.create(
         f"/api/v1/namespaces/{namespace}/serviceaccounts/{account}/token",
         {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
     )["status"]["token"]
+    return token
+
+
+def kubeconfig_of(dev_cluster: DevCluster, kube: AdminKube, namespace: str, account: str, path: Path) -> Path:
+    """A kubeconfig acting as ServiceAccount `account`: what its Pod would be allowed."""
+    token = account_token(kube, namespace, account)
     cluster = {
         "server": dev_cluster.layout.apiserver_url,
         "certificate-authority": str(dev_cluster.layout.kube / "ca.crt"),
@@ -322,11 +328,7 @@ def test_issue38_the_schedulers_account_may_change_only_what_the_scheduler_chang
     ours, theirs = scheduler_name(keys), "nobody"
     create(kube, namespace, make_pod("ours", ours, annotations={"team": "a"}))
     create(kube, namespace, make_pod("theirs", theirs))
-    token = kube.create(
-        f"/api/v1/namespaces/{keys}/serviceaccounts/rbac-sunk-scheduler/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )["status"]["token"]
-    account = AdminKube(dev_cluster.layout, token=token)
+    account = AdminKube(dev_cluster.layout, token=account_token(kube, keys, "rbac-sunk-scheduler"))
     pods = f"/api/v1/namespaces/{namespace}/pods"
 
     def annotate(pod: str, annotations: dict[str, str | None]) -> object:

@@ -5,7 +5,6 @@ member that uses the host."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -13,9 +12,9 @@ from typing import Any
 import pytest
 
 from sunk_dev import DevCluster
-from sunk_dev.kubeapi import AdminKube, KubeError
+from sunk_dev.kubeapi import AdminKube
 from tests.chart.conftest import SLURM_CHART, build_chart_dependencies, render_chart
-from tests.e2e.test_chart_rbac import apply, collection
+from tests.e2e.test_chart_rbac import account_token, apply, collection, refusal
 from tests.support import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -37,25 +36,12 @@ def operator_account(
     ]
     assert {o["kind"] for o in mine} == set(KEPT)
     apply(kube, mine)
-    token = kube.create(
-        f"/api/v1/namespaces/{namespace}/serviceaccounts/r1-operator/token",
-        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest", "spec": {}},
-    )["status"]["token"]
-    account = AdminKube(dev_cluster.layout, token=token)
+    account = AdminKube(dev_cluster.layout, token=account_token(kube, namespace, "r1-operator"))
     yield account
     account.close()
     for obj in mine:
         if obj["kind"] in POLICY:
             kube.delete(f"{collection(obj)}/{obj['metadata']['name']}")
-
-
-def refusal(call: Callable[[], object]) -> str | None:
-    try:
-        call()
-    except KubeError as err:
-        assert err.status == 403, err
-        return str(json.loads(err.body)["message"])
-    return None
 
 
 def member(name: str, *, owned: bool = True, **spec: Any) -> dict[str, Any]:
