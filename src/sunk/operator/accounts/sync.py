@@ -20,6 +20,7 @@ from sunk.kube.client import KubeError
 from sunk.operator.accounts import actions as a
 from sunk.operator.accounts.mapping import GroupMapping
 from sunk.operator.accounts.plan import Plan, Roster, marker, plan, roster
+from sunk.operator.people_sync import ConfigMapPort, EventPort
 from sunk.slurm.accounts import AccountsSnapshot, Association
 from sunk.slurm.errors import SlurmError
 
@@ -28,16 +29,6 @@ Json = dict[str, Any]
 
 SYNCED = "AccountsSynced"
 FAILED = "AccountSyncFailed"
-
-
-class ConfigMapPort(Protocol):
-    async def request(self, method: str, path: str, *, body: Any = None, content_type: str = ...) -> Json: ...
-
-
-class EventPort(Protocol):
-    async def event_on(
-        self, regarding: Json, reason: str, note: str, *, warning: bool = False, name: str | None = None
-    ) -> bool: ...
 
 
 class AccountsPort(Protocol):
