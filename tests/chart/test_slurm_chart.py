@@ -435,6 +435,7 @@ def test_r10_2_the_operator_gets_the_contracts_arguments(helm: Path, slurm_chart
         "--slurmd-image=slurmd:24.11",
         "--confinement=cgroup",
         "--allow-host-access=false",
+        "--container-steps=true",
         "--leader-elect=false",
         "--lease-name=r1-operator",
         "--metrics-port=8080",

@@ -142,6 +142,18 @@ async def test_issue38_a_confined_member_runs_under_the_runtimes_default_seccomp
     assert pod["spec"]["containers"][0]["securityContext"]["capabilities"]["add"] == ["SYS_ADMIN", "SYS_NICE"]
 
 
+async def test_issue38_members_that_run_container_steps_go_without_the_runtimes_seccomp_profile() -> None:
+    """Catches members of a cluster with container steps made under RuntimeDefault: it refuses
+    crun's pivot_root (and keyctl) even with CAP_SYS_ADMIN, so every step in an image failed
+    with "pivot_root: Operation not permitted" on real Nodes."""
+    world = OperatorWorld(settings=dataclasses.replace(SETTINGS, confinement=True, container_steps=True))
+    world.add_node("node-1", "10.64.1.11")
+    world.add_nodeset("a")
+    await world.reconcile("a")
+    [pod] = world.members().values()
+    assert pod["spec"]["securityContext"] == {"seccompProfile": {"type": "Unconfined"}}
+
+
 async def test_issue38_a_templates_own_pod_security_context_is_kept() -> None:
     """A NodeSet that chose a profile (a Localhost one, say) or other Pod settings keeps them."""
     world = OperatorWorld()

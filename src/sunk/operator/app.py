@@ -126,6 +126,7 @@ class Operator:
             config.people_configmap if config.directory is not None else "",
             confinement=config.confinement,
             allow_host_access=config.allow_host_access,
+            container_steps=config.container_steps,
             shared_volumes=config.shared_volumes,
         )
         self.controller = NodeSetController(

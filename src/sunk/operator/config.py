@@ -41,6 +41,7 @@ class OperatorConfig:
     directory_interval_s: float = 300.0
     confinement: bool = False
     allow_host_access: bool = False
+    container_steps: bool = False  # slurmd Pods run container steps (members.py: seccomp)
     shared_volumes: tuple[SharedVolume, ...] = ()  # mounted in every slurmd Pod
     account_mappings: tuple[GroupMapping, ...] = ()  # Slurm accounts kept from these groups
     slurm_cluster: str = ""  # Slurm's ClusterName, where those accounts' associations live
@@ -79,6 +80,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "allow-host-access",
         "true: NodeSet templates may ask for privileged containers, hostPath volumes, host "
         "namespaces or added capabilities (refused otherwise: they would give root on the Nodes)",
+        "false",
+    )
+    flag(
+        "container-steps",
+        "true: job steps may run in container images (the chart's slurm.containers.enabled), so "
+        "slurmd Pods run without the runtime's seccomp profile, which refuses pivot_root",
         "false",
     )
     flag("slurm-configmap", "the ConfigMap of slurm.conf, where topology.conf is written", "")
@@ -170,6 +177,8 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         raise ValueError(f"--confinement must be cgroup or off, not {args.confinement!r}")
     if str(args.allow_host_access).lower() not in ("true", "false"):
         raise ValueError(f"--allow-host-access must be true or false, not {args.allow_host_access!r}")
+    if str(args.container_steps).lower() not in ("true", "false"):
+        raise ValueError(f"--container-steps must be true or false, not {args.container_steps!r}")
     topology, topology_labels = topology_settings(
         args.topology or "", args.topology_labels or "", args.slurm_configmap or ""
     )
@@ -198,6 +207,7 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         directory_interval_s=parse_duration(args.directory_interval),
         confinement=args.confinement == "cgroup",
         allow_host_access=str(args.allow_host_access).lower() == "true",
+        container_steps=str(args.container_steps).lower() == "true",
         shared_volumes=shared_volumes.parse(args.shared_volumes or ""),
         account_mappings=account_settings(args, bool(args.directory_uri)),
         slurm_cluster=args.slurm_cluster or "",

@@ -61,6 +61,7 @@ class Settings:
     people_configmap: str = ""  # the directory's people (sunk.operator.people_sync), if any
     confinement: bool = False  # slurmd confines jobs in cgroups (the chart's slurm.confinement)
     allow_host_access: bool = False  # templates may ask for privileged, hostPath... (host_access)
+    container_steps: bool = False  # job steps may run in container images (crun in slurmd)
     shared_volumes: tuple[shared_volumes.SharedVolume, ...] = ()  # the chart's sharedVolumes
 
 
@@ -148,8 +149,11 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
         }
     )
     # The runtime's default seccomp profile, unless the template chose one: with
-    # CAP_SYS_ADMIN it still lets slurmd mount and unshare for confinement (issue #38).
-    spec.setdefault("securityContext", {}).setdefault("seccompProfile", {"type": "RuntimeDefault"})
+    # CAP_SYS_ADMIN it still lets slurmd mount and unshare for confinement (issue #38). A
+    # container step's runtime (crun) also needs pivot_root, which that profile refuses even
+    # then, so where steps may run in images slurmd goes without one (measured on real Nodes).
+    profile = "Unconfined" if settings.container_steps else "RuntimeDefault"
+    spec.setdefault("securityContext", {}).setdefault("seccompProfile", {"type": profile})
     spec.setdefault("terminationGracePeriodSeconds", GRACE_S)
     spec.setdefault("enableServiceLinks", False)
     spec.setdefault("automountServiceAccountToken", False)
@@ -184,8 +188,8 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
 
 def template_hash(nodeset: NodeSet, settings: Settings) -> str:
     """A digest of what every member of the NodeSet shares (image, resources, template,
-    partitions and features, whether the directory's people are mounted and the shared
-    volumes): members made
+    partitions and features, whether the directory's people are mounted, the shared
+    volumes and whether steps run in containers): members made
     from an older spec, or before a directory was set, have a different one."""
     shared = {
         "image": nodeset.image,
@@ -199,6 +203,8 @@ def template_hash(nodeset: NodeSet, settings: Settings) -> str:
         shared["people"] = settings.people_configmap
     if settings.shared_volumes:  # likewise
         shared["shared_volumes"] = [[v.claim, v.path, v.read_only] for v in settings.shared_volumes]
+    if settings.container_steps:  # likewise: turning container steps on changes their profile
+        shared["container_steps"] = True
     return hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:12]
 
 
