@@ -244,9 +244,7 @@ class Reconciler:
                 else:
                     self.memory.signalled.add((job.job_id, ref.uid))
             elif isinstance(action, actions.SignalJob):
-                log.info(
-                    "signalling Slurm job %s of %s (%s): %s", action.job_id, ref, action.signal, action.why
-                )
+                log.info("telling Slurm job %s of %s that %s", action.job_id, ref, action.why)
                 await self.slurm.cancel(action.job_id, signal=action.signal)
                 self.memory.signalled.add((action.job_id, ref.uid))
             elif isinstance(action, actions.Event | actions.SetCondition):
