@@ -35,7 +35,7 @@ from sunk.scheduler.decide.actions import (
     BindMember,
     CheckNodes,
     Event,
-    Plan,
+    GroupPlan,
     ReleaseGroup,
     Said,
     SetCondition,
@@ -170,24 +170,27 @@ class Gangs:
             group, problem = await self.podgroup(namespace, name)
             facts = group_plan.SubmitFacts(pod, group, problem)
             if group is not None:
-                members, placed = self._members_waiting(namespace, name)
-                facts = group_plan.SubmitFacts(
-                    pod,
-                    group,
-                    waiting=tuple(members),
-                    placed=placed,
-                    retry_in=self._retry_at.get(key, 0.0) - time.monotonic(),
-                    unanswered=decide.unanswered_wait(
-                        max(
-                            (self.memory.unanswered_since(p["metadata"]["uid"]) for p in members), default=0.0
-                        ),
-                        self.index.listed_at,
-                        UNANSWERED_GRACE_S,
-                    ),
-                )
+                facts = self._submit_facts(pod, group, namespace, name)
             return await self._carry_out(pod, group_plan.for_submit(facts), said)
 
-    async def _carry_out(self, pod: Json, plan: Plan, said: Said) -> Outcome:
+    def _submit_facts(
+        self, pod: Json, group: gang.PodGroup, namespace: str, name: str
+    ) -> group_plan.SubmitFacts:
+        """What the caches and this process's memory say of an existing group's members."""
+        members, placed = self._members_waiting(namespace, name)
+        unanswered_since = max(
+            (self.memory.unanswered_since(p["metadata"]["uid"]) for p in members), default=0.0
+        )
+        return group_plan.SubmitFacts(
+            pod,
+            group,
+            waiting=tuple(members),
+            placed=placed,
+            retry_in=self._retry_at.get(f"{namespace}/{name}", 0.0) - time.monotonic(),
+            unanswered=decide.unanswered_wait(unanswered_since, self.index.listed_at, UNANSWERED_GRACE_S),
+        )
+
+    async def _carry_out(self, pod: Json, plan: GroupPlan, said: Said) -> Outcome:
         """The group's actions, in order; what the members are told goes to `said`."""
         for action in plan.actions:
             if isinstance(action, Event | SetCondition):

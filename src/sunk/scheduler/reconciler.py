@@ -214,7 +214,7 @@ class Reconciler:
         return await self._execute(PodRef.of(pod), pod, job, plan)
 
     async def _execute(
-        self, ref: PodRef, pod: Json | None, job: SlurmJob | None, plan: actions.Plan
+        self, ref: PodRef, pod: Json | None, job: SlurmJob | None, plan: actions.PodPlan
     ) -> Outcome:
         """Carry a plan's actions out in order; each records what it did only once done, so
         a failure (raised to the queue) is tried again on the next pass. A step done by a
@@ -229,7 +229,7 @@ class Reconciler:
                 await self._tell(pod, report)
 
     async def _carry_out(
-        self, ref: PodRef, pod: Json | None, job: SlurmJob | None, plan: actions.Plan, said: actions.Said
+        self, ref: PodRef, pod: Json | None, job: SlurmJob | None, plan: actions.PodPlan, said: actions.Said
     ) -> Outcome:
         for action in plan.actions:
             if isinstance(action, actions.ConfirmClaim):
@@ -261,7 +261,7 @@ class Reconciler:
             elif isinstance(action, actions.Widen):
                 if not await self._widen(ref, action):
                     return Outcome(requeue_after=1)
-            elif isinstance(action, actions.Handover):
+            else:
                 return await self._hand_over(ref, pod, job, action, said)
         return Outcome(requeue_after=plan.after)
 

@@ -13,7 +13,7 @@ them, so what a Pod is told has one writer and one vocabulary."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from sunk.scheduler.decide import Step
 from sunk.scheduler.translate.gang import PodGroup
@@ -199,10 +199,19 @@ Handover = ConfirmEnding | ConfirmMissing | Readopt | FindOrSubmit | Bind | ForG
 GroupAction = SubmitAlone | SubmitGroup | CheckNodes | BindMember | ReleaseGroup | Event | SetCondition
 
 
-@dataclass(frozen=True)
-class Plan:
-    """A Pod's actions in the order they must happen (a hand-over, if any, last), and when
-    to look at the Pod again."""
+Act = TypeVar("Act")
 
-    actions: tuple[PodAction | Handover | GroupAction, ...] = ()
+
+@dataclass(frozen=True)
+class Plan(Generic[Act]):
+    """Actions in the order they must happen (a hand-over, if any, last), and when to look
+    at the key again."""
+
+    actions: tuple[Act, ...] = ()
     after: float | None = None
+
+
+# The Pod controller's plans (`pod_plan`, `pod_actions`, `claim_plan`) and the PodGroup
+# steps' (`group_plan`): each executor is handed only the actions it carries out.
+PodPlan = Plan[PodAction | Handover]
+GroupPlan = Plan[GroupAction]

@@ -15,7 +15,7 @@ from typing import Any
 
 from sunk.kube import events as ev
 from sunk.scheduler.decide import CANCEL_CONFIRM_S, Claim, for_claim
-from sunk.scheduler.decide.actions import CancelJob, ConfirmClaim, Plan, ReleaseGroup, SignalJob
+from sunk.scheduler.decide.actions import CancelJob, ConfirmClaim, Plan, PodPlan, ReleaseGroup, SignalJob
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.models import SlurmJob
 
@@ -34,7 +34,7 @@ class ClaimFacts:
     others_running: bool = False  # a gang's job: another member is there and not finished
 
 
-def plan(facts: ClaimFacts, *, prefix: str, now: float) -> Plan:
+def plan(facts: ClaimFacts, *, prefix: str, now: float) -> PodPlan:
     """`now` is the monotonic clock `cancelled_at` was taken on."""
     job, ref = facts.job, facts.ref
     verdict = for_claim(

@@ -22,6 +22,7 @@ from sunk.scheduler.decide.actions import (
     BindMember,
     CheckNodes,
     Event,
+    GroupPlan,
     Plan,
     ReleaseGroup,
     Report,
@@ -66,7 +67,7 @@ class SubmitFacts:
     unanswered: bool = False  # a submission for a waiting member may still show its job
 
 
-def for_submit(facts: SubmitFacts) -> Plan:
+def for_submit(facts: SubmitFacts) -> GroupPlan:
     group = facts.group
     if group is None:
         return Plan(waiting((facts.pod,), ev.WAITING_FOR_GROUP, facts.problem or "no PodGroup"), GROUP_WAIT_S)
@@ -86,7 +87,7 @@ def for_submit(facts: SubmitFacts) -> Plan:
     return Plan(said, step.after)
 
 
-def identity(group: gang.PodGroup, members: tuple[Json, ...], jobs: list[PlaceholderJob]) -> Plan | None:
+def identity(group: gang.PodGroup, members: tuple[Json, ...], jobs: list[PlaceholderJob]) -> GroupPlan | None:
     """Before the group's job is submitted: the members must agree on one Slurm identity,
     else they wait, told why. None when they do."""
     message = gang.identity_problem(group, [(j.options.user_id, j.options.group_id) for j in jobs])
@@ -154,7 +155,7 @@ class BindFacts:
     targets: tuple[Target, ...] | None = None
 
 
-def for_bind(facts: BindFacts) -> Plan:
+def for_bind(facts: BindFacts) -> GroupPlan:
     """If any member cannot go where Slurm put it, none is bound and the group gets a new
     job that avoids that node; else all are bound together."""
     if group_bind(list(facts.components)) or any(m is None for m in facts.members):
@@ -174,7 +175,7 @@ def for_bind(facts: BindFacts) -> Plan:
     return Plan(tuple(BindMember(t.pod, t.job, t.node, note) for t in facts.targets if t.node))
 
 
-def for_timeout(group: gang.PodGroup | None, leader: SlurmJob | None) -> Plan:
+def for_timeout(group: gang.PodGroup | None, leader: SlurmJob | None) -> GroupPlan:
     """The group's job waited longer than its PodGroup's scheduleTimeoutSeconds: cancel it
     and let no new job be submitted for as long again (the cluster is busy)."""
     if group is None or leader is None or not leader.pending:
