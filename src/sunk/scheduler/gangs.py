@@ -300,7 +300,8 @@ class Gangs:
             members.append(pod)
         if avoid:
             metrics.ATTEMPTS.labels("placement_rejected").inc()
-        log.info("cancelling job %s of PodGroup %s: %s", action.leader, action.group, action.message)
+        of = f" of PodGroup {action.group}" if action.group else ""  # a claim's release knows only the job
+        log.info("cancelling job %s%s: %s", action.leader, of, action.message)
         await self.slurm.cancel(action.leader)
         self.index.expect_cancelled(action.leader)
         if action.group is not None and action.retry_after:
