@@ -1,6 +1,7 @@
 """Binding a Pod to the Node that hosts its job's Slurm node (R4.3, R4.4): the one step
 both the Pod controller and the PodGroup steps end with. Which Node, and whether it may be
-used, is `placement.Placement`'s strict check; this writes the binding and its Event."""
+used, is `placement.Placement`'s strict check; this writes the binding and says what its
+`Scheduled` Event must tell (the Pod controller's executor writes it)."""
 
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ from sunk import metrics
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.runtime.controller import Outcome
+from sunk.scheduler.decide.actions import Event, Said
 from sunk.scheduler.placement import Placement
 from sunk.scheduler.ports import KubePort
 from sunk.slurm.models import SlurmJob
@@ -20,16 +22,15 @@ Json = dict[str, Any]
 
 
 class Binder:
-    def __init__(self, *, kube: KubePort, places: Placement, recorder: ev.Recorder) -> None:
+    def __init__(self, *, kube: KubePort, places: Placement) -> None:
         self.kube = kube
         self.places = places
-        self.recorder = recorder
 
     async def target(self, pod: Json, job: SlurmJob) -> tuple[str | None, str, bool]:
         """(the Node to bind to or None, the problem, whether to avoid the Slurm node)."""
         return await self.places.choose(pod, job)
 
-    async def bind(self, pod: Json, job: SlurmJob, node_name: str, note: str = "") -> Outcome:
+    async def bind(self, pod: Json, job: SlurmJob, node_name: str, said: Said, note: str = "") -> Outcome:
         meta = pod["metadata"]
         try:
             await self.kube.bind(meta["namespace"], meta["name"], meta["uid"], node_name)
@@ -39,11 +40,13 @@ class Binder:
             self.places.forget(meta["uid"])
             raise
         _observe_bound(pod, job)
-        await self.recorder.event(
-            pod,
-            ev.SCHEDULED,
-            f"Successfully assigned {meta['namespace']}/{meta['name']} to {node_name} "
-            f"(Slurm job {job.job_id} on node {job.nodes[0]}{_allocation(job)}{note})",
+        said.append(
+            Event(
+                ev.SCHEDULED,
+                f"Successfully assigned {meta['namespace']}/{meta['name']} to {node_name} "
+                f"(Slurm job {job.job_id} on node {job.nodes[0]}{_allocation(job)}{note})",
+                pod=pod,
+            )
         )
         return Outcome()
 

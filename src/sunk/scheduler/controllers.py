@@ -71,7 +71,6 @@ def build(
         cluster=cluster,
         index=index,
         places=places,
-        recorder=recorder,
         memory=memory,
         settings=shared,
         script=script,
@@ -80,13 +79,12 @@ def build(
         placement=config.placement,
         refuse_static_cpu=config.static_cpu_pods == "refuse",
     )
-    binder = Binder(kube=kube, places=places, recorder=recorder)
+    binder = Binder(kube=kube, places=places)
     gangs = Gangs(
         kube=kube,
         slurm=slurm,
         pods=pods,
         index=index,
-        recorder=recorder,
         memory=memory,
         submitter=submitter,
         binder=binder,
@@ -106,7 +104,6 @@ def build(
         readopter=Readopter(
             slurm=slurm,
             index=index,
-            recorder=recorder,
             memory=memory,
             settings=shared,
             submitter=submitter,

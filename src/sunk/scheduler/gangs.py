@@ -6,11 +6,13 @@ index, adoption after a restart, Events, the drain at KillWait) works per member
 this module adds is what concerns the group as a whole, always under the group's lock:
 submitting once enough members are here, binding all members together, and giving the
 members back their freedom (cancelling the job) when the group times out, loses a member
-before it starts, or a placement is rejected. What can be decided from data alone lives in
-sunk.scheduler.translate.gang and sunk.scheduler.decide (when a group may be submitted, whether its members
-agree on one Slurm identity, whether it timed out, whether all members may be bound);
-this module gathers, keeps the order of steps under the group's lock, and does the I/O
-through the collaborators the Pod controller is handed too (`Submitter`, `Binder`).
+before it starts, or a placement is rejected. What to do is decided from data alone by
+sunk.scheduler.decide.group_plan (on sunk.scheduler.translate.gang and sunk.scheduler.decide:
+when a group may be submitted, whether its members agree on one Slurm identity, whether it
+timed out, whether all members may be bound); this module gathers the facts under the
+group's lock and carries the plan's actions out through the collaborators the Pod
+controller is handed too (`Submitter`, `Binder`). What the members are told goes to the
+pass's `Said` list, written by the Pod controller's executor.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import asyncio
 import logging
 import time
 from collections import defaultdict
+from dataclasses import replace
 from typing import Any
 
 from sunk import metrics
@@ -27,6 +30,19 @@ from sunk.kube.client import KubeError
 from sunk.runtime.controller import Outcome
 from sunk.scheduler import decide
 from sunk.scheduler.binding import Binder
+from sunk.scheduler.decide import group_plan
+from sunk.scheduler.decide.actions import (
+    BindMember,
+    CheckNodes,
+    Event,
+    GroupPlan,
+    ReleaseGroup,
+    Said,
+    SetCondition,
+    SubmitAlone,
+    SubmitGroup,
+)
+from sunk.scheduler.decide.group_plan import GROUP_WAIT_S
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
 from sunk.scheduler.pods import PodStore
@@ -43,8 +59,6 @@ Json = dict[str, Any]
 GROUP_TTL_S = 5.0
 # As for one Pod: a group whose submit got no answer waits for a listing this much later.
 UNANSWERED_GRACE_S = 3.0
-# How often a group short of members, or waiting for its PodGroup, is looked at again.
-GROUP_WAIT_S = 5.0
 
 
 class Gangs:
@@ -58,7 +72,6 @@ class Gangs:
         slurm: SlurmPort,
         pods: PodStore,
         index: JobIndex,
-        recorder: ev.Recorder,
         memory: Memory,
         submitter: Submitter,
         binder: Binder,
@@ -67,7 +80,6 @@ class Gangs:
         self.slurm = slurm
         self.pods = pods
         self.index = index
-        self.recorder = recorder
         self.memory = memory
         self.submitter = submitter
         self.binder = binder
@@ -146,59 +158,63 @@ class Gangs:
                 waiting.append(pod)
         return sorted(waiting, key=lambda p: str(p["metadata"]["name"])), placed
 
-    async def _say_waiting(self, pods: list[Json], reason: str, message: str) -> None:
-        """Condition on every member; an Event only when the reason is new (the count of
-        members waiting changes with each arrival: one Event each would be a flood)."""
-        for pod in pods:
-            before = (ev.scheduled_condition(pod) or {}).get("reason")
-            if await self.recorder.condition(pod, False, reason, message) and before != reason:
-                await self.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
-
     # -- submitting -----------------------------------------------------------------------
-    async def find_or_submit(self, pod: Json, name: str) -> Outcome:
+    async def find_or_submit(self, pod: Json, name: str, said: Said) -> Outcome:
         """A member with no job: adopt its component, or, once the group has its members,
         submit one job for all of them (whichever member's turn comes first does it)."""
         namespace = pod["metadata"]["namespace"]
         key = f"{namespace}/{name}"
         async with self._locks[key]:
-            if await self.submitter.adopt(pod):
+            if await self.submitter.adopt(pod, said):
                 return Outcome()
             group, problem = await self.podgroup(namespace, name)
-            if group is None:
-                await self._say_waiting([pod], ev.WAITING_FOR_GROUP, problem or "no PodGroup")
-                return Outcome(requeue_after=GROUP_WAIT_S)
-            waiting, placed = self._members_waiting(namespace, name)
-            step = gang.next_submit_step(
-                group,
-                [str(p["metadata"]["name"]) for p in waiting],
-                placed=placed,
-                retry_in=self._retry_at.get(key, 0.0) - time.monotonic(),
-                unanswered=decide.unanswered_wait(
-                    max((self.memory.unanswered_since(p["metadata"]["uid"]) for p in waiting), default=0.0),
-                    self.index.listed_at,
-                    UNANSWERED_GRACE_S,
-                ),
-                wait_s=GROUP_WAIT_S,
-            )
-            if step.kind == "alone":
-                return await self.submitter.submit(pod)
-            if step.kind == "submit":
-                return await self._submit(group, waiting)
-            if step.message:
-                await self._say_waiting(waiting, ev.WAITING_FOR_GROUP, step.message)
-            return Outcome(requeue_after=step.after)
+            facts = group_plan.SubmitFacts(pod, group, problem)
+            if group is not None:
+                facts = self._submit_facts(pod, group, namespace, name)
+            return await self._carry_out(pod, group_plan.for_submit(facts), said)
 
-    async def _submit(self, group: gang.PodGroup, members: list[Json]) -> Outcome:
+    def _submit_facts(
+        self, pod: Json, group: gang.PodGroup, namespace: str, name: str
+    ) -> group_plan.SubmitFacts:
+        """What the caches and this process's memory say of an existing group's members."""
+        members, placed = self._members_waiting(namespace, name)
+        unanswered_since = max(
+            (self.memory.unanswered_since(p["metadata"]["uid"]) for p in members), default=0.0
+        )
+        return group_plan.SubmitFacts(
+            pod,
+            group,
+            waiting=tuple(members),
+            placed=placed,
+            retry_in=self._retry_at.get(f"{namespace}/{name}", 0.0) - time.monotonic(),
+            unanswered=decide.unanswered_wait(unanswered_since, self.index.listed_at, UNANSWERED_GRACE_S),
+        )
+
+    async def _carry_out(self, pod: Json, plan: GroupPlan, said: Said) -> Outcome:
+        """The group's actions, in order; what the members are told goes to `said`."""
+        for action in plan.actions:
+            if isinstance(action, Event | SetCondition):
+                said.append(action)
+            elif isinstance(action, SubmitAlone):
+                return await self.submitter.submit(pod, said)
+            elif isinstance(action, SubmitGroup):
+                return await self._submit(action.group, action.members, said)
+            elif isinstance(action, ReleaseGroup):
+                return await self.release(action, said)
+            elif isinstance(action, BindMember):
+                await self.binder.bind(action.pod, action.job, action.node, said, action.note)
+        return Outcome(requeue_after=plan.after)
+
+    async def _submit(self, group: gang.PodGroup, members: tuple[Json, ...], said: Said) -> Outcome:
         jobs: list[PlaceholderJob] = []
         for pod in members:
-            prepared = await self.submitter.prepare(pod, self.submitter.avoid_nodes(pod))
+            prepared = self.submitter.prepare(pod, self.submitter.avoid_nodes(pod), said)
             if not isinstance(prepared, PlaceholderJob):
                 return Outcome(requeue_after=GROUP_WAIT_S)  # that member says why; the rest wait
             jobs.append(prepared)
-        message = gang.identity_problem(group, [(j.options.user_id, j.options.group_id) for j in jobs])
-        if message:
-            await self._say_waiting(members, ev.UNSCHEDULABLE, message)
-            return Outcome(requeue_after=30)
+        disagree = group_plan.identity(group, members, jobs)
+        if disagree is not None:
+            return await self._carry_out(members[0], disagree, said)
         # The batch script runs in the first component only, so only it needs the script's
         # environment (its Pod, the hooks API, its key); Slurm wants one for each.
         parts = [
@@ -216,11 +232,10 @@ class Gangs:
                 for job in jobs:
                     self.memory.note_unanswered(job.pod.uid)
             if err.retryable:
-                for pod in members:
-                    await self.recorder.condition(pod, False, ev.SLURM_UNAVAILABLE, str(err))
+                said += [SetCondition(ev.SLURM_UNAVAILABLE, str(err), pod) for pod in members]
                 raise
             for pod in members:
-                await self.submitter.refuse(pod, ev.REJECTED_BY_SLURM, [f"PodGroup {group}: {err}"])
+                self.submitter.refuse(pod, ev.REJECTED_BY_SLURM, [f"PodGroup {group}: {err}"], said)
             return Outcome()
         leader = submitted.job_id
         try:
@@ -240,55 +255,32 @@ class Gangs:
         for job in jobs:
             self.index.observe(job.pod, components[job.pod.uid])
         for pod, job in zip(members, jobs, strict=True):
-            component = components[job.pod.uid]
             try:
-                await self.submitter.record_job(pod, component.job_id, self.submitter.avoid_nodes(pod))
+                await self.submitter.record_job(
+                    pod, components[job.pod.uid].job_id, self.submitter.avoid_nodes(pod)
+                )
             except KubeError as err:
                 if not (err.not_found or err.conflict):
                     raise  # the index holds the components: the retry adopts them
-                return await self.release(
-                    group,
-                    leader,
-                    ev.GROUP_RELEASED,
+                message = (
                     f"member {job.pod.name} went away while its PodGroup {group}'s job was submitted; "
-                    "that job was cancelled and the group waits for its members again",
+                    "that job was cancelled and the group waits for its members again"
                 )
+                return await self.release(ReleaseGroup(leader, ev.GROUP_RELEASED, message, str(group)), said)
         metrics.ATTEMPTS.labels("submitted").inc(len(jobs))
-        for pod, job in zip(members, jobs, strict=True):
-            component = components[job.pod.uid]
-            await self.recorder.event(
-                pod,
-                ev.PLACEHOLDER_SUBMITTED,
-                f"Submitted Slurm job {component.job_id} ({job.cpus} CPU, {job.memory_mib} MiB), component "
-                f"{component.het_job_offset} of job {leader} for the {len(jobs)} members of PodGroup {group}",
-            )
-        if submitted.warning:
-            for pod in members:
-                await self.recorder.event(
-                    pod,
-                    ev.SLURM_WARNING,
-                    f"Slurm accepted job {leader} but says: {submitted.warning}",
-                    warning=True,
-                )
+        ordered = [components[job.pod.uid] for job in jobs]
+        said += group_plan.submitted(group, members, jobs, ordered, leader, submitted.warning)
         return Outcome()
 
     # -- giving the members back ------------------------------------------------------------
-    async def release(
-        self,
-        group: gang.PodGroup | None,
-        leader: int,
-        reason: str,
-        message: str,
-        *,
-        retry_after: float = 0.0,
-        avoid: dict[str, str] | None = None,
-    ) -> Outcome:
+    async def release(self, action: ReleaseGroup, said: Said) -> Outcome:
         """Cancel the group's job and let its live members wait for a new one, saying why.
         The members stop naming the job before it is cancelled, so none of them is deleted
         for its ending; should this process stop in between, the members adopt the job
         again and the next pass comes to the same decision."""
+        avoid = dict(action.avoid)
         members = []
-        for ref, _ in self.components(leader):
+        for ref, _ in self.components(action.leader):
             pod = self.pods.get(f"{ref.namespace}/{ref.name}")
             if (
                 pod is None
@@ -298,9 +290,7 @@ class Gangs:
                 continue
             if (pod.get("spec") or {}).get("nodeName"):
                 continue  # bound already: its job ending deletes it (never happens before all are)
-            avoided = self.submitter.avoid_nodes(pod) + (
-                (avoid[ref.uid],) if avoid and ref.uid in avoid else ()
-            )
+            avoided = self.submitter.avoid_nodes(pod) + ((avoid[ref.uid],) if ref.uid in avoid else ())
             try:
                 await self.submitter.record_job(pod, None, avoided)
             except KubeError as err:
@@ -308,17 +298,18 @@ class Gangs:
                     raise
                 continue
             members.append(pod)
-        log.info("cancelling job %s of PodGroup %s: %s", leader, group, message)
-        await self.slurm.cancel(leader)
-        self.index.expect_cancelled(leader)
-        if group is not None and retry_after:
-            self._retry_at[str(group)] = time.monotonic() + retry_after
-        for pod in members:
-            await self.recorder.event(pod, reason, message, warning=True)
-            await self.recorder.condition(pod, False, ev.WAITING_FOR_GROUP, message)
-        return Outcome(requeue_after=retry_after or 1)
+        if avoid:
+            metrics.ATTEMPTS.labels("placement_rejected").inc()
+        of = f" of PodGroup {action.group}" if action.group else ""  # a claim's release knows only the job
+        log.info("cancelling job %s%s: %s", action.leader, of, action.message)
+        await self.slurm.cancel(action.leader)
+        self.index.expect_cancelled(action.leader)
+        if action.group is not None and action.retry_after:
+            self._retry_at[action.group] = time.monotonic() + action.retry_after
+        said += group_plan.released(members, action)
+        return Outcome(requeue_after=action.retry_after or 1)
 
-    async def timed_out(self, pod: Json, job: SlurmJob) -> Outcome:
+    async def timed_out(self, pod: Json, job: SlurmJob, said: Said) -> Outcome:
         name = gang.group_of(pod)
         leader = job.group_leader
         if name is None or leader is None:
@@ -327,75 +318,46 @@ class Gangs:
         async with self._locks[f"{namespace}/{name}"]:
             group, _ = await self.podgroup(namespace, name)
             current = self.index.get(leader)
-            if group is None or current is None or not current[1].pending:
-                return Outcome(requeue_after=1)  # it started meanwhile, or is gone: look again
-            return await self.release(
-                group,
-                leader,
-                ev.GROUP_TIMED_OUT,
-                gang.timeout_message(group, leader, current[1].reason),
-                retry_after=group.timeout_s,
+            return await self._carry_out(
+                pod, group_plan.for_timeout(group, current[1] if current else None), said
             )
 
-    async def member_left(self, ref: PodRef, job: SlurmJob) -> None:
-        """A member went away (or finished) before the group's job started: the others are
-        not deleted for it; the job is cancelled and they wait for the group again."""
-        leader = job.group_leader
-        assert leader is not None
-        pod = None
-        for other, _ in self.components(leader):
-            pod = pod or self.pods.get(f"{other.namespace}/{other.name}")
-        name = gang.group_of(pod) if pod else None
-        group = None
-        if name is not None:
-            group, _ = await self.podgroup(ref.namespace, name)
-        await self.release(
-            group,
-            leader,
-            ev.GROUP_RELEASED,
-            f"member {ref.name} left before the group's Slurm job {leader} started; that job was cancelled "
-            "and the group waits for its members again",
-        )
-
     # -- binding all members together --------------------------------------------------------
-    async def bind(self, pod: Json, job: SlurmJob) -> Outcome:
+    async def bind(self, pod: Json, job: SlurmJob, said: Said) -> Outcome:
         """The group's job runs: check every member's node, then bind them all; if any one
         cannot go where Slurm put it, none is bound and the group gets a new job."""
         leader = job.group_leader
-        name = gang.group_of(pod)
         assert leader is not None
         namespace = pod["metadata"]["namespace"]
-        async with self._locks[f"{namespace}/{name}"]:
+        key = f"{namespace}/{gang.group_of(pod)}"
+        async with self._locks[key]:
             components = self.components(leader)
-            jobs = [self.index.with_group_mark(c) for _, c in components]
-            waiting = decide.group_bind(jobs)
-            if waiting:
-                return Outcome(requeue_after=1)
-            members: list[tuple[Json, SlurmJob]] = []
-            for (ref, _), component in zip(components, jobs, strict=True):
+            members = []
+            for ref, _ in components:
                 member = self.pods.get(f"{ref.namespace}/{ref.name}")
-                if member is None or member["metadata"].get("uid") != ref.uid:
-                    return Outcome(requeue_after=1)  # its claim is settled on its own pass
-                members.append((member, component))
-            targets: list[tuple[Json, SlurmJob, str]] = []
-            for member, component in members:
-                if (member.get("spec") or {}).get("nodeName"):
-                    continue
-                node_name, problem, _ = await self.binder.target(member, component)
-                if node_name is None:
-                    slurm_node = component.nodes[0]
-                    group, _ = await self.podgroup(namespace, str(name))
-                    note = (
-                        f"Slurm started job {leader} but member {member['metadata']['name']} cannot go to "
-                        f"{slurm_node}: {problem}; no member is bound; the group gets a new job avoiding it"
-                    )
-                    metrics.ATTEMPTS.labels("placement_rejected").inc()
-                    return await self.release(
-                        group, leader, ev.NODE_REJECTED, note, avoid={member["metadata"]["uid"]: slurm_node}
-                    )
-                targets.append((member, component, node_name))
-        for member, component, node_name in targets:
-            await self.binder.bind(
-                member, component, node_name, f"; all members of PodGroup {namespace}/{name} together"
+                members.append(
+                    member if member is not None and member["metadata"].get("uid") == ref.uid else None
+                )
+            facts = group_plan.BindFacts(
+                key, leader, tuple(self.index.with_group_mark(c) for _, c in components), tuple(members)
             )
-        return Outcome()
+            plan = group_plan.for_bind(facts)
+            if isinstance(plan.actions[0] if plan.actions else None, CheckNodes):
+                plan = group_plan.for_bind(replace(facts, targets=await self._targets(facts)))
+            if any(isinstance(action, ReleaseGroup) for action in plan.actions):
+                return await self._carry_out(pod, plan, said)
+        # The bindings themselves, plain API calls, happen outside the group's lock.
+        return await self._carry_out(pod, plan, said)
+
+    async def _targets(self, facts: group_plan.BindFacts) -> tuple[group_plan.Target, ...]:
+        """Each unbound member's Node (the strict check), up to the first that cannot go."""
+        targets = []
+        for member, component in zip(facts.members, facts.components, strict=True):
+            assert member is not None
+            if (member.get("spec") or {}).get("nodeName"):
+                continue
+            node_name, problem, _ = await self.binder.target(member, component)
+            targets.append(group_plan.Target(member, component, node_name, problem))
+            if node_name is None:
+                break
+        return tuple(targets)

@@ -57,7 +57,6 @@ class Readopter:
         *,
         slurm: SlurmPort,
         index: JobIndex,
-        recorder: ev.Recorder,
         memory: Memory,
         settings: Settings,
         submitter: Submitter,
@@ -65,17 +64,17 @@ class Readopter:
     ) -> None:
         self.slurm = slurm
         self.index = index
-        self.recorder = recorder
         self.memory = memory
         self.settings = settings
         self.submitter = submitter
         self.policy = policy
 
-    async def readopt(self, pod: Json, action: actions.Readopt) -> str | None:
-        """None once the Pod names a new running job on `action.node` (or is gone, its job
-        cancelled), else why Slurm could not give the node's resources back, in words that
-        follow "cannot be re-adopted: ". A Slurm error that may pass is raised (the pass is
-        tried again); every job submitted here and not handed to the Pod is cancelled."""
+    async def readopt(self, pod: Json, action: actions.Readopt, said: actions.Said) -> str | None:
+        """None once the Pod names a new running job on `action.node` (told in `said`), or
+        is gone (its job cancelled), else why Slurm could not give the node's resources
+        back, in words that follow "cannot be re-adopted: ". A Slurm error that may pass is
+        raised (the pass is tried again); every job submitted here and not handed to the Pod
+        is cancelled."""
         ref = PodRef.of(pod)
         vetting = submission.vet(
             pod,
@@ -134,7 +133,7 @@ class Readopter:
             f"Slurm lost job {action.old_job} (slurmctld restarted without it) while this Pod ran; "
             f"job {job.job_id} holds its resources on {action.node} again{left}"
         )
-        await self.recorder.event(pod, ev.PLACEHOLDER_READOPTED, note)
+        said.append(actions.Event(ev.PLACEHOLDER_READOPTED, note, pod=pod))
         return None
 
     async def _started(self, job_id: int, node: str) -> tuple[SlurmJob | None, str]:

@@ -6,10 +6,12 @@ up a job whose Pod is gone. Every fact it relies on lives in Kubernetes (annotat
 conditions) or in Slurm (job names carry the Pod UID), so a restart at any moment resumes
 where the last process stopped, without a second job for the same Pod.
 
-A pass gathers what the caches and this process's memory say of the Pod (`PodFacts`),
-`decide.pod_plan` returns the step's typed actions, and `_execute` carries them out in
-order; submitting, binding and the PodGroup steps are collaborators it is handed, the
-same ones the PodGroup steps are handed.
+A pass first settles every job naming the Pod key (`decide.claim_plan`), then gathers
+what the caches and this process's memory say of the Pod (`PodFacts`); `decide.pod_plan`
+returns the step's typed actions, and `_execute` carries them out in order. Submitting,
+binding, re-adopting and the PodGroup steps are collaborators it is handed; they say what
+the Pods must be told, and `_execute` writes it: the one writer of the scheduler's Events
+and PodScheduled reports on Pods (the Slurm-node controller writes its drain Events).
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from sunk.runtime.controller import Outcome
 from sunk.scheduler import decide
 from sunk.scheduler.binding import Binder
 from sunk.scheduler.cluster import ClusterView
-from sunk.scheduler.decide import actions, pod_actions, pod_plan
+from sunk.scheduler.decide import actions, claim_plan, pod_actions, pod_plan
 from sunk.scheduler.gangs import Gangs
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
@@ -125,10 +127,9 @@ class Reconciler:
             # placement, a released group): judged by that copy, the Pod would look ended
             # and its new job unowned.
             return Outcome(requeue_after=WRITE_UNSEEN_RECHECK_S)
-        recheck = Outcome()
+        recheck = Outcome()  # a cancel to confirm: the job is looked at until Slurm ends it
         for ref, other in self.index.for_key(namespace, name):
-            if await self._settle_claim(ref, other, pod):
-                recheck = Outcome(requeue_after=decide.CANCEL_CONFIRM_S)
+            recheck = recheck.merge(await self._settle_claim(ref, other, pod))
         if pod is None:
             return recheck
         # A cancel to confirm and the Pod's own next look: the sooner wins.
@@ -137,7 +138,7 @@ class Reconciler:
     async def _next_step(self, pod: Json) -> Outcome:
         facts = await self._gather(pod)
         plan = pod_plan.plan(facts, self.rules, synced=self.index.synced.is_set(), now=time.time())
-        return await self._execute(pod, facts.job, plan)
+        return await self._execute(PodRef.of(pod), pod, facts.job, plan)
 
     async def _gather(self, pod: Json) -> pod_plan.PodFacts:
         """What the caches and this process's memory say about a live Pod."""
@@ -170,52 +171,21 @@ class Reconciler:
             needed=frozenset(needed) if needed is not None else None,
         )
 
-    async def _settle_claim(self, ref: PodRef, job: SlurmJob, pod: Json | None) -> bool:
-        """Carry out decide.for_claim for one job naming this Pod key; True when the job
-        must be looked at again until Slurm ends it."""
-        verdict = decide.for_claim(
-            pod,
+    async def _settle_claim(self, ref: PodRef, job: SlurmJob, pod: Json | None) -> Outcome:
+        """One job naming this Pod key: `claim_plan` says whether it may live and how it ends."""
+        facts = claim_plan.ClaimFacts(
             ref,
             job,
-            prefix=self.prefix,
+            pod,
             cancelled_at=self.memory.cancelled.get((job.job_id, ref.uid)),
             signalled=(job.job_id, ref.uid) in self.memory.signalled,
-            now=time.monotonic(),
             others_running=job.group_leader is not None and self.gangs.others_running(ref, job),
         )
-        if verdict is decide.Claim.RELEASE_GROUP:
-            if await self._still_claims(ref, job.job_id):
-                self.memory.cancelled[(job.job_id, ref.uid)] = time.monotonic()
-                await self.gangs.member_left(ref, job)
-            return False
-        if verdict is decide.Claim.CANCEL:
-            # Nothing of the Pod runs any more: cancel; the script's hook call learns at once
-            # that the Pod is gone and exits, so the job ends without waiting for KillWait.
-            again = (
-                " again (Slurm did not act on the first cancel)"
-                if (job.job_id, ref.uid) in self.memory.cancelled
-                else ""
-            )
-            if not await self._still_claims(ref, job.job_id):
-                return False
-            # A gang's job ends as one: cancelling its leader ends every component.
-            target = job.group_leader or job.job_id
-            log.info("cancelling Slurm job %s of %s%s: its Pod is gone or done", target, ref, again)
-            await self.slurm.cancel(target)
-            self.memory.cancelled[(job.job_id, ref.uid)] = time.monotonic()
-            return not job.ending
-        if verdict is decide.Claim.SIGNAL:
-            # SIGUSR1, not SIGTERM: the script then knows Slurm is not ending the job, so it
-            # holds the node until the Pod is gone with no KillWait deadline and no drain.
-            log.info("telling Slurm job %s of %s that its Pod is being deleted", job.job_id, ref)
-            await self.slurm.cancel(job.job_id, signal="USR1")
-            self.memory.signalled.add((job.job_id, ref.uid))
-        return verdict is decide.Claim.RECHECK
+        plan = claim_plan.plan(facts, prefix=self.prefix, now=time.monotonic())
+        return await self._execute(ref, pod, job, plan)
 
     async def _still_claims(self, ref: PodRef, job_id: int) -> bool:
-        """Ask Slurm whether `job_id` is still the job of `ref` before cancelling it: the index
-        was filled by a listing, and a slurmctld that lost its state since may have given
-        that ID to another Pod's new job."""
+        """Ask Slurm whether `job_id` is still the job of `ref` (`ConfirmClaim`)."""
         found = await self.slurm.job(job_id)
         if found is not None and self.submitter.pod_of(found) == ref:
             return True
@@ -241,59 +211,104 @@ class Reconciler:
             kill_wait_s=self.settings.kill_wait_s,
             now=time.time(),
         )
-        return await self._execute(pod, job, plan)
+        return await self._execute(PodRef.of(pod), pod, job, plan)
 
-    async def _execute(self, pod: Json, job: SlurmJob | None, plan: actions.Plan) -> Outcome:
+    async def _execute(
+        self, ref: PodRef, pod: Json | None, job: SlurmJob | None, plan: actions.PodPlan
+    ) -> Outcome:
         """Carry a plan's actions out in order; each records what it did only once done, so
         a failure (raised to the queue) is tried again on the next pass. A step done by a
-        collaborator ends the plan with that collaborator's answer."""
-        ref = PodRef.of(pod)
+        collaborator ends the plan with that collaborator's answer; what it says the Pods
+        must be told is written here once it is done (or has failed). `pod` is None only
+        for a claim whose Pod is gone: such a plan neither tells nor deletes it."""
+        said: actions.Said = []
+        try:
+            return await self._carry_out(ref, pod, job, plan, said)
+        finally:
+            for report in said:
+                await self._tell(pod, report)
+
+    async def _carry_out(
+        self, ref: PodRef, pod: Json | None, job: SlurmJob | None, plan: actions.PodPlan, said: actions.Said
+    ) -> Outcome:
         for action in plan.actions:
-            if isinstance(action, actions.CancelJob):
+            if isinstance(action, actions.ConfirmClaim):
+                if not await self._still_claims(ref, action.job_id):
+                    return Outcome()
+            elif isinstance(action, actions.CancelJob):
                 assert job is not None
                 log.info("cancelling Slurm job %s of %s: %s", action.job_id, ref, action.why)
                 await self.slurm.cancel(action.job_id)
-                self.memory.signalled.add((job.job_id, ref.uid))
-            elif isinstance(action, actions.Event):
-                await self.recorder.event(pod, action.reason, action.note, warning=action.warning)
+                if action.settles_claim:
+                    self.memory.cancelled[(job.job_id, ref.uid)] = time.monotonic()
+                else:
+                    self.memory.signalled.add((job.job_id, ref.uid))
+            elif isinstance(action, actions.SignalJob):
+                log.info("telling Slurm job %s of %s that %s", action.job_id, ref, action.why)
+                await self.slurm.cancel(action.job_id, signal=action.signal)
+                self.memory.signalled.add((action.job_id, ref.uid))
+            elif isinstance(action, actions.Event | actions.SetCondition):
+                await self._tell(pod, action)
             elif isinstance(action, actions.DeletePod):
+                assert pod is not None
                 await self._delete(pod)
             elif isinstance(action, actions.Drain):
                 assert job is not None
                 self.memory.drained.add(job.job_id)  # the placeholder script drains too: one try here
                 problem = await self.slurm.drain(action.node, action.reason)
                 if problem:
-                    await self.recorder.event(pod, ev.NODE_DRAINED, problem, warning=True)
-            elif isinstance(action, actions.SetCondition):
-                await self.recorder.condition(pod, False, action.reason, action.message)
+                    await self._tell(pod, actions.Event(ev.NODE_DRAINED, problem, warning=True))
             elif isinstance(action, actions.Widen):
                 if not await self._widen(ref, action):
                     return Outcome(requeue_after=1)
             else:
-                return await self._hand_over(pod, job, action)
+                return await self._hand_over(ref, pod, job, action, said)
         return Outcome(requeue_after=plan.after)
 
-    async def _hand_over(self, pod: Json, job: SlurmJob | None, action: actions.Handover) -> Outcome:
+    async def _tell(self, pod: Json | None, report: actions.Report) -> None:
+        """Write an Event or the PodScheduled condition on the report's Pod (else the plan's):
+        the scheduler's one place that tells Pods anything."""
+        target = report.pod if report.pod is not None else pod
+        assert target is not None
+        if isinstance(report, actions.Event):
+            await self.recorder.event(target, report.reason, report.note, warning=report.warning)
+        else:
+            await self.recorder.condition(target, False, report.reason, report.message)
+
+    async def _hand_over(
+        self,
+        ref: PodRef,
+        pod: Json | None,
+        job: SlurmJob | None,
+        action: actions.Handover,
+        said: actions.Said,
+    ) -> Outcome:
         """The steps that read Slurm or the API server on the way, each done by whom owns it."""
+        if isinstance(action, actions.ReleaseGroup):  # a member left before the start
+            assert job is not None
+            self.memory.cancelled[(job.job_id, ref.uid)] = time.monotonic()
+            await self.gangs.release(action, said)
+            return Outcome()
+        assert pod is not None  # every other step is about a live Pod
         if isinstance(action, actions.ConfirmEnding):
             return await self._confirm_ending(pod, action.job_id)
         if isinstance(action, actions.ConfirmMissing):
             return await self._confirm_missing(pod)
         if isinstance(action, actions.Readopt):
-            why = await self.readopter.readopt(pod, action)
+            why = await self.readopter.readopt(pod, action, said)
             if why is None:
                 return Outcome()
-            return await self._execute(pod, job, pod_actions.readoption_failed(action, why))
+            return await self._carry_out(ref, pod, job, pod_actions.readoption_failed(action, why), said)
         if isinstance(action, actions.FindOrSubmit):
-            return await self._find_or_submit(pod)
+            return await self._find_or_submit(pod, said)
         if isinstance(action, actions.ForGroup) and action.step is decide.Step.FIND_OR_SUBMIT:
-            return await self.gangs.find_or_submit(pod, action.group)
+            return await self.gangs.find_or_submit(pod, action.group, said)
         assert job is not None  # binding and a group's timeout are about the Pod's job
         if isinstance(action, actions.Bind):
-            return await self._bind(pod, job)
+            return await self._bind(pod, job, said)
         if action.step is decide.Step.GROUP_TIMED_OUT:
-            return await self.gangs.timed_out(pod, job)
-        return await self.gangs.bind(pod, job)
+            return await self.gangs.timed_out(pod, job, said)
+        return await self.gangs.bind(pod, job, said)
 
     def report_ending(self, ref: PodRef, job_id: int) -> None:
         """The placeholder script got SIGTERM (Slurm cancels, preempts or times out its job)
@@ -356,13 +371,13 @@ class Reconciler:
             group=gang.group_of(pod),
             now=time.time(),
         )
-        return await self._execute(pod, None, plan)
+        return await self._execute(ref, pod, None, plan)
 
     async def _check_still_there(self, pod: Json, job: SlurmJob) -> Outcome:
         # The Slurm node → Node map is built from every slurmd Pod: only for a job that runs.
         running = job.running and len(job.nodes) == 1
         hosts = self.cluster.host_map().get(job.nodes[0], set()) if running else set()
-        return await self._execute(pod, job, pod_actions.for_bound_pod(pod, job, hosts))
+        return await self._execute(PodRef.of(pod), pod, job, pod_actions.for_bound_pod(pod, job, hosts))
 
     def _being_deleted(self, pod: Json) -> bool:
         meta = pod["metadata"]
@@ -379,12 +394,12 @@ class Reconciler:
         self.memory.deleting[f"{meta['namespace']}/{meta['name']}"] = meta["uid"]
 
     # -- an unbound Pod -------------------------------------------------------------------
-    async def _find_or_submit(self, pod: Json) -> Outcome:
+    async def _find_or_submit(self, pod: Json, said: actions.Said) -> Outcome:
         """No job yet: use one Slurm holds for this Pod (a crash fell between submit and
         annotate), or submit one, unless a submission got no answer and no listing since
         could have shown its job."""
         uid = pod["metadata"]["uid"]
-        if await self.submitter.adopt(pod):
+        if await self.submitter.adopt(pod, said):
             self.memory.answered(uid)
             return Outcome()
         if decide.unanswered_wait(
@@ -392,7 +407,7 @@ class Reconciler:
         ):
             return Outcome(requeue_after=1)
         self.memory.answered(uid)
-        return await self.submitter.submit(pod)
+        return await self.submitter.submit(pod, said)
 
     # -- widening a pending job's excluded nodes (R9.2, R9.4) ------------------------------
     def _widenable(self, pod: Json, job: SlurmJob | None) -> set[str] | None:
@@ -427,10 +442,10 @@ class Reconciler:
         return True
 
     # -- binding (R4.3, R4.4) -------------------------------------------------------------
-    async def _bind(self, pod: Json, job: SlurmJob) -> Outcome:
+    async def _bind(self, pod: Json, job: SlurmJob, said: actions.Said) -> Outcome:
         node_name, problem, avoid_node = await self.binder.target(pod, job)
         if node_name is None:
             return await self.submitter.reject_placement(
-                pod, job, job.nodes[0] if job.nodes else None, problem, avoid_node=avoid_node
+                pod, job, job.nodes[0] if job.nodes else None, problem, said, avoid_node=avoid_node
             )
-        return await self.binder.bind(pod, job, node_name)
+        return await self.binder.bind(pod, job, node_name, said)

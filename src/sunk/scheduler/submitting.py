@@ -1,7 +1,9 @@
 """Giving a Pod its placeholder job (R2, R3, R8.2): vet the Pod, submit its job or adopt
 one Slurm already holds for it, and record the job on the Pod. Both the Pod controller and
 the PodGroup steps are handed this; a group submits its members' jobs as one, but vets,
-records and refuses each member as a single Pod."""
+records and refuses each member as a single Pod. What the Pod must be told (Events, the
+PodScheduled condition) is added to the pass's `Said` list, which the Pod controller's
+executor writes."""
 
 from __future__ import annotations
 
@@ -18,6 +20,7 @@ from sunk.runtime.controller import Outcome
 from sunk.scheduler import decide, policy
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.decide import submission
+from sunk.scheduler.decide.actions import Event, Said, SetCondition
 from sunk.scheduler.decide.pod_plan import size
 from sunk.scheduler.hooks.auth import HookCredentials
 from sunk.scheduler.jobs import JobIndex
@@ -42,7 +45,6 @@ class Submitter:
         cluster: ClusterView,
         index: JobIndex,
         places: Placement,
-        recorder: ev.Recorder,
         memory: Memory,
         settings: Settings,
         script: str,
@@ -56,7 +58,6 @@ class Submitter:
         self.cluster = cluster
         self.index = index
         self.places = places
-        self.recorder = recorder
         self.memory = memory
         self.settings = settings
         self.prefix = settings.annotation_prefix
@@ -81,7 +82,7 @@ class Submitter:
         affinity or spread rules gather the Pods already placed."""
         return self.places.excluded_for(pod)
 
-    async def adopt(self, pod: Json) -> bool:
+    async def adopt(self, pod: Json, said: Said) -> bool:
         """After a restart, a job may exist that the Pod does not name yet: use it."""
         meta = pod["metadata"]
         mine = [
@@ -94,8 +95,8 @@ class Submitter:
         job = max(mine, key=lambda j: j.job_id)
         await self.record_job(pod, job.job_id, self.avoid_nodes(pod))
         metrics.ATTEMPTS.labels("adopted").inc()
-        await self.recorder.event(
-            pod, ev.PLACEHOLDER_ADOPTED, f"Found existing Slurm job {job.job_id} for this Pod"
+        said.append(
+            Event(ev.PLACEHOLDER_ADOPTED, f"Found existing Slurm job {job.job_id} for this Pod", pod=pod)
         )
         return True
 
@@ -110,15 +111,17 @@ class Submitter:
         )
         self.memory.job_written.expect(meta["uid"], job_id)
 
-    async def refuse(self, pod: Json, reason: str, problems: list[str]) -> Outcome:
+    def refuse(self, pod: Json, reason: str, problems: list[str], said: Said) -> Outcome:
         """A final answer (R2.4): Event + condition, and the Pod is never tried again."""
         message = "; ".join(problems)
         metrics.ATTEMPTS.labels("rejected_by_slurm" if reason == ev.REJECTED_BY_SLURM else "refused").inc()
-        await self.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
-        await self.recorder.condition(pod, False, reason, message)
+        said += [
+            Event(ev.FAILED_SCHEDULING, message, warning=True, pod=pod),
+            SetCondition(reason, message, pod),
+        ]
         return Outcome()
 
-    async def prepare(self, pod: Json, avoid: tuple[str, ...]) -> PlaceholderJob | Outcome:
+    def prepare(self, pod: Json, avoid: tuple[str, ...], said: Said) -> PlaceholderJob | Outcome:
         """The job to submit for `pod`, or what was done instead: refused for good (invalid,
         forbidden, unsupported) or told why no node can take it now."""
         vetting = submission.vet(
@@ -130,9 +133,8 @@ class Submitter:
             refuse_static_cpu=self.refuse_static_cpu,
         )
         if vetting.refusal is not None:
-            return await self.refuse(pod, vetting.refusal.reason, list(vetting.refusal.problems))
-        for notice in vetting.notices:
-            await self.recorder.event(pod, notice.reason, notice.note, warning=True)
+            return self.refuse(pod, vetting.refusal.reason, list(vetting.refusal.problems), said)
+        said += [Event(notice.reason, notice.note, warning=True, pod=pod) for notice in vetting.notices]
         assert vetting.job is not None
         job = vetting.job
         excluded = self.excluded_for(pod)
@@ -140,8 +142,11 @@ class Submitter:
             job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes
         )
         if message:
-            if await self.recorder.condition(pod, False, ev.UNSCHEDULABLE, message):
-                await self.recorder.event(pod, ev.FAILED_SCHEDULING, message, warning=True)
+            if ev.condition_changes(pod, False, ev.UNSCHEDULABLE, message):
+                said += [
+                    SetCondition(ev.UNSCHEDULABLE, message, pod),
+                    Event(ev.FAILED_SCHEDULING, message, warning=True, pod=pod),
+                ]
             return Outcome(requeue_after=5)
         return job.avoiding(tuple(excluded) + avoid)
 
@@ -164,14 +169,16 @@ class Submitter:
             environment["SLURM_CONF"] = os.environ["SLURM_CONF"]
         return environment
 
-    async def submit(self, pod: Json, avoid: tuple[str, ...] | None = None) -> Outcome:
-        avoid = avoid if avoid is not None else self.avoid_nodes(pod)
-        prepared = await self.prepare(pod, avoid)
+    async def submit(self, pod: Json, said: Said) -> Outcome:
+        avoid = self.avoid_nodes(pod)
+        prepared = self.prepare(pod, avoid, said)
         if isinstance(prepared, Outcome):
             return prepared
-        return await self._submit_prepared(pod, prepared, avoid)
+        return await self._submit_prepared(pod, prepared, avoid, said)
 
-    async def _submit_prepared(self, pod: Json, job: PlaceholderJob, avoid: tuple[str, ...]) -> Outcome:
+    async def _submit_prepared(
+        self, pod: Json, job: PlaceholderJob, avoid: tuple[str, ...], said: Said
+    ) -> Outcome:
         packing = decide.Packing()
         if self.placement_policy == "pack":
             packing = decide.pack(job, self.cluster.slurm_node_usage)
@@ -183,9 +190,9 @@ class Submitter:
             if isinstance(err, SlurmNoAnswer):
                 self.memory.note_unanswered(job.pod.uid)
             if err.retryable:
-                await self.recorder.condition(pod, False, ev.SLURM_UNAVAILABLE, str(err))
+                said.append(SetCondition(ev.SLURM_UNAVAILABLE, str(err), pod))
                 raise
-            return await self.refuse(pod, ev.REJECTED_BY_SLURM, [str(err)])
+            return self.refuse(pod, ev.REJECTED_BY_SLURM, [str(err)], said)
 
         job_id = submitted.job_id
         self.index.expect_submitted(job.pod, job_id, job.name, job.options.comment)
@@ -216,35 +223,33 @@ class Submitter:
         # the job has waited TRANSIENT_S (the Pod controller's waiting report); a bound
         # Pod's Scheduled Event names its job.
         if self.placement_policy == "pack":
-            await self.recorder.event(
-                pod, ev.PLACEHOLDER_SUBMITTED, f"Submitted Slurm job {job_id} ({size(job)}){packed}"
-            )
+            note = f"Submitted Slurm job {job_id} ({size(job)}){packed}"
+            said.append(Event(ev.PLACEHOLDER_SUBMITTED, note, pod=pod))
         if submitted.warning:
             # Slurm queued the job but said why it may not start soon: the job stays and
             # waits (its pending reason follows on the condition); the Pod is not refused.
-            await self.recorder.event(
-                pod,
-                ev.SLURM_WARNING,
-                f"Slurm accepted job {job_id} but says: {submitted.warning}",
-                warning=True,
-            )
+            note = f"Slurm accepted job {job_id} but says: {submitted.warning}"
+            said.append(Event(ev.SLURM_WARNING, note, warning=True, pod=pod))
         return Outcome()
 
     async def reject_placement(
-        self, pod: Json, job: SlurmJob, slurm_node: str | None, problem: str, *, avoid_node: bool = True
+        self,
+        pod: Json,
+        job: SlurmJob,
+        slurm_node: str | None,
+        problem: str,
+        said: Said,
+        *,
+        avoid_node: bool = True,
     ) -> Outcome:
         """Strict node locking: never bind to a doubtful node or allocation; resubmit (without
         the node, when the node is the problem)."""
         metrics.ATTEMPTS.labels("placement_rejected").inc()
         avoid = self.avoid_nodes(pod) + ((slurm_node,) if slurm_node and avoid_node else ())
         what = "submitting a new job that avoids it" if avoid_node else "submitting a new job"
-        await self.recorder.event(
-            pod,
-            ev.NODE_REJECTED,
-            f"Slurm started job {job.job_id} on {slurm_node or '?'} but {problem}; {what}",
-            warning=True,
-        )
-        prepared = await self.prepare(pod, avoid)
+        note = f"Slurm started job {job.job_id} on {slurm_node or '?'} but {problem}; {what}"
+        said.append(Event(ev.NODE_REJECTED, note, warning=True, pod=pod))
+        prepared = self.prepare(pod, avoid, said)
         if isinstance(prepared, Outcome):
             # No other node can take the Pod now (said on the Pod), or it is refused for good:
             # it stops naming the rejected job before that job is cancelled, so the job's end
@@ -252,6 +257,6 @@ class Submitter:
             await self.record_job(pod, None, avoid)
             outcome = prepared
         else:
-            outcome = await self._submit_prepared(pod, prepared, avoid)
+            outcome = await self._submit_prepared(pod, prepared, avoid, said)
         await self.slurm.cancel(job.job_id)
         return outcome

@@ -1,22 +1,102 @@
 """The scheduler's typed actions: one word per idea for every plan its controllers carry
-out (the Pod controller's `pod_plan` and `pod_actions`, the Slurm-node controller's
-`slurm_node`). Where an action means what one of the operator's means, it has that
-action's name. The last few are the Pod controller's steps that read Slurm or the API
-server on the way: its executor hands each to the collaborator that owns it."""
+out (the Pod controller's `pod_plan`, `pod_actions` and `claim_plan`, the PodGroup steps'
+`group_plan`, the Slurm-node controller's `slurm_node`). Where an action means what one of
+the operator's means, it has that action's name. The last few are the Pod controller's
+steps that read Slurm or the API server on the way: its executor hands each to the
+collaborator that owns it.
+
+Events and PodScheduled reports (`Event`, `SetCondition`) are written by the Pod
+controller's executor alone: its collaborators (submitter, binder, readopter, PodGroup
+steps) add the ones their step calls for to the pass's `Said` list instead of writing
+them, so what a Pod is told has one writer and one vocabulary."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any, Generic, TypeVar
 
 from sunk.scheduler.decide import Step
+from sunk.scheduler.translate.gang import PodGroup
+from sunk.slurm.models import SlurmJob
+
+Json = dict[str, Any]
 
 
 @dataclass(frozen=True)
 class CancelJob:
-    """Cancel `job_id` (and remember it was done for this Pod: never twice)."""
+    """Cancel `job_id` and remember it was done, so it is never done twice for the Pod's
+    ending. `settles_claim`: the cancel ends a job whose Pod is gone; its time is remembered
+    instead, so a cancel Slurm lost (a slurmctld crash) is sent again."""
 
     job_id: int
     why: str  # for the log
+    settles_claim: bool = False
+
+
+@dataclass(frozen=True)
+class SignalJob:
+    """Send `signal` to the job's placeholder script without ending the job (remembered:
+    sent once). USR1 tells the script its Pod is being deleted: it holds the node until the
+    Pod is gone, with no KillWait deadline and no drain."""
+
+    job_id: int
+    signal: str
+    why: str  # for the log
+
+
+@dataclass(frozen=True)
+class ConfirmClaim:
+    """Before the actions that follow, ask Slurm whether `job_id` is still the claiming Pod's
+    job; if not, they are dropped: the index was filled by a listing, and a slurmctld that
+    lost its state since may have given that ID to another Pod's new job."""
+
+    job_id: int
+
+
+@dataclass(frozen=True)
+class ReleaseGroup:
+    """Cancel a gang's job (`leader`, the ID that ends every component) and let its live,
+    unbound members wait for a new one, telling them `reason` and `message`: the group
+    timed out, a member left before the start, or a member's node was rejected (`avoid`:
+    member UID → the Slurm node its next job must avoid). Members stop naming the job before
+    it is cancelled, so none is deleted for its ending. `group` ("namespace/name") submits
+    no new job for `retry_after` seconds."""
+
+    leader: int
+    reason: str
+    message: str
+    group: str | None = None
+    retry_after: float = 0.0
+    avoid: tuple[tuple[str, str], ...] = ()
+
+
+@dataclass(frozen=True)
+class SubmitAlone:
+    """A PodGroup's member beyond the group (its job exists): it gets a job of its own."""
+
+
+@dataclass(frozen=True)
+class SubmitGroup:
+    """One heterogeneous job for these members of PodGroup `group`, in this order (the first
+    component runs the placeholder script)."""
+
+    group: PodGroup
+    members: tuple[Json, ...]
+
+
+@dataclass(frozen=True)
+class CheckNodes:
+    """The group's job runs: check each unbound member's node strictly, then plan again."""
+
+
+@dataclass(frozen=True)
+class BindMember:
+    """Bind `pod` to Node `node`, where its component `job` runs (`note` ends the Event)."""
+
+    pod: Json
+    job: SlurmJob
+    node: str
+    note: str = ""
 
 
 @dataclass(frozen=True)
@@ -42,19 +122,22 @@ class Resume:
 
 @dataclass(frozen=True)
 class Event:
-    """An Event on the plan's Pod."""
+    """An Event on `pod` (None: the plan's Pod)."""
 
     reason: str
     note: str
     warning: bool = False
+    pod: Json | None = None
 
 
 @dataclass(frozen=True)
 class SetCondition:
-    """PodScheduled=False with this reason and message."""
+    """PodScheduled=False with this reason and message on `pod` (None: the plan's Pod);
+    nothing is written when the Pod shows that already."""
 
     reason: str
     message: str
+    pod: Json | None = None
 
 
 @dataclass(frozen=True)
@@ -108,14 +191,27 @@ class ForGroup:
     step: Step
 
 
-PodAction = CancelJob | Event | DeletePod | Drain | SetCondition | Widen
-Handover = ConfirmEnding | ConfirmMissing | Readopt | FindOrSubmit | Bind | ForGroup
+Report = Event | SetCondition
+# What a collaborator's step calls for telling Pods, in order, for the executor to write.
+Said = list[Report]
+PodAction = CancelJob | SignalJob | ConfirmClaim | Event | DeletePod | Drain | SetCondition | Widen
+Handover = ConfirmEnding | ConfirmMissing | Readopt | FindOrSubmit | Bind | ForGroup | ReleaseGroup
+GroupAction = SubmitAlone | SubmitGroup | CheckNodes | BindMember | ReleaseGroup | Event | SetCondition
+
+
+Act = TypeVar("Act")
 
 
 @dataclass(frozen=True)
-class Plan:
-    """A Pod's actions in the order they must happen (a hand-over, if any, last), and when
-    to look at the Pod again."""
+class Plan(Generic[Act]):
+    """Actions in the order they must happen (a hand-over, if any, last), and when to look
+    at the key again."""
 
-    actions: tuple[PodAction | Handover, ...] = ()
+    actions: tuple[Act, ...] = ()
     after: float | None = None
+
+
+# The Pod controller's plans (`pod_plan`, `pod_actions`, `claim_plan`) and the PodGroup
+# steps' (`group_plan`): each executor is handed only the actions it carries out.
+PodPlan = Plan[PodAction | Handover]
+GroupPlan = Plan[GroupAction]

@@ -14,7 +14,16 @@ from typing import Any
 
 from sunk.kube import events as ev
 from sunk.scheduler.decide import drain_due, finished, kill_wait_drain_reason, slurm_node_problem
-from sunk.scheduler.decide.actions import CancelJob, DeletePod, Drain, Event, Plan, PodAction, Readopt
+from sunk.scheduler.decide.actions import (
+    CancelJob,
+    DeletePod,
+    Drain,
+    Event,
+    Plan,
+    PodAction,
+    PodPlan,
+    Readopt,
+)
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.models import SlurmJob, SlurmNode
 
@@ -31,7 +40,7 @@ def for_ending_job(
     drained: bool,
     kill_wait_s: int,
     now: float,
-) -> Plan:
+) -> PodPlan:
     """`job` is the Pod's and Slurm is ending it, or gave its resources up while the Pod is
     bound. `leader`: the first component of the gang's job `job` belongs to, if any.
     `cancelled_for_pod`: this process already cancelled a job for this ending (it is
@@ -66,7 +75,7 @@ def for_ending_job(
     return Plan(tuple(actions))
 
 
-def for_bound_pod(pod: Json, job: SlurmJob, hosts: set[str]) -> Plan:
+def for_bound_pod(pod: Json, job: SlurmJob, hosts: set[str]) -> PodPlan:
     """A bound Pod must stay on the Node hosting its job's node: if Slurm now runs the job
     elsewhere (restarted after a crash, say), both sides would hand out the same
     resources, so the Pod goes at once. `hosts`: the Nodes hosting the job's Slurm node."""
@@ -91,7 +100,7 @@ def for_missing_job(
     hosts: set[str],
     group: str | None,
     now: float,
-) -> Plan:
+) -> PodPlan:
     """A bound Pod whose job `job_id` Slurm has no record of. `last` is that job as this
     process last saw it, given only when the evidence says Slurm lost it rather than ended
     it: a listing showed it running less than MinJobAge ago (an ended job stays listed that
@@ -111,7 +120,7 @@ def for_missing_job(
     return Plan((Readopt(last.job_id, last.nodes[0], _time_left_min(last, now)),))
 
 
-def readoption_failed(action: Readopt, why: str) -> Plan:
+def readoption_failed(action: Readopt, why: str) -> PodPlan:
     """Slurm could not give the lost job's resources back at once (`why`): the Pod goes,
     as it did before re-adoption, saying why."""
     note = (

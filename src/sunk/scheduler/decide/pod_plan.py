@@ -25,6 +25,7 @@ from sunk.scheduler.decide.actions import (
     FindOrSubmit,
     ForGroup,
     Plan,
+    PodPlan,
     SetCondition,
     Widen,
 )
@@ -61,7 +62,7 @@ class Rules:
     pack: bool  # --placement=pack
 
 
-def plan(facts: PodFacts, rules: Rules, *, synced: bool, now: float) -> Plan:
+def plan(facts: PodFacts, rules: Rules, *, synced: bool, now: float) -> PodPlan:
     pod, job = facts.pod, facts.job
     decision = decide.for_pod(
         pod,
