@@ -80,6 +80,17 @@ async def test_r2_4_a_refused_pod_is_left_alone_on_later_passes() -> None:
     assert (world.kube.calls, world.kube.events, world.slurm.submitted()) == (writes, events, [])
 
 
+async def test_r2_4_a_refusal_the_cache_does_not_show_yet_is_not_made_twice() -> None:
+    world = two_nodes()
+    key = world.create(pod(terminationGracePeriodSeconds=60))
+    unrefused = copy.deepcopy(world.pod(key))
+    await world.reconcile(key)
+    world.kube.pods.put(unrefused)  # the informer has not shown the condition yet
+    outcome = await world.reconcile(key)
+    assert world.kube.reasons("web") == ["FailedScheduling"]
+    assert outcome.requeue_after  # looked at again once the cache has caught up
+
+
 async def test_r12_1_a_pod_the_trust_policy_forbids_is_refused_for_good() -> None:
     world = two_nodes()
     world.pod_controller.submitter.policy.policy = policy.parse("default:\n  accounts: [research]\n")

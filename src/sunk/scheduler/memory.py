@@ -31,6 +31,9 @@ class Memory:
         self.ending_reported: set[tuple[int, str]] = set()
         # Pod UID → the job ID this process last wrote on it, until the cache shows it.
         self.job_written: Expectations[int | None] = Expectations()
+        # Pod UID → True once this process refused it for good, until the cache shows the
+        # refusal: a pass in between would refuse again, and tell the Pod's owner twice.
+        self.refused: Expectations[bool] = Expectations()
 
     def note_unanswered(self, uid: str) -> None:
         """A submission for Pod `uid` got no answer: Slurm may hold a job for it that no
@@ -55,3 +58,4 @@ class Memory:
         for uid in [u for u, at in self._unanswered.items() if time.monotonic() - at > 600]:
             del self._unanswered[uid]
         self.job_written.prune()
+        self.refused.prune()

@@ -127,6 +127,8 @@ class Reconciler:
             # placement, a released group): judged by that copy, the Pod would look ended
             # and its new job unowned.
             return Outcome(requeue_after=WRITE_UNSEEN_RECHECK_S)
+        elif self.memory.refused.unseen(pod["metadata"]["uid"], decide.finally_refused(pod)):
+            return Outcome(requeue_after=WRITE_UNSEEN_RECHECK_S)  # refused already: no second word
         recheck = Outcome()  # a cancel to confirm: the job is looked at until Slurm ends it
         for ref, other in self.index.for_key(namespace, name):
             recheck = recheck.merge(await self._settle_claim(ref, other, pod))
@@ -273,7 +275,9 @@ class Reconciler:
         if isinstance(report, actions.Event):
             await self.recorder.event(target, report.reason, report.note, warning=report.warning)
         else:
-            await self.recorder.condition(target, False, report.reason, report.message)
+            written = await self.recorder.condition(target, False, report.reason, report.message)
+            if written and report.reason in decide.FINAL_REASONS:
+                self.memory.refused.expect(target["metadata"]["uid"], True)
 
     async def _hand_over(
         self,
