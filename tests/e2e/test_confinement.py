@@ -136,11 +136,18 @@ def test_issue36_a_greedy_job_is_held_to_its_cpu_and_memory_and_accounted(
     assert 150 * 1024 < max_rss_kib <= 270 * 1024, step  # it grew to its 256 MiB, not past
     # Once the job's cleanup is done the node is idle again; a drain (Slurm drains a node
     # whose job's processes would not die) never would be.
-    wait_for(
-        lambda: logged_in(platform, f"sinfo -h -n {member} -o '%t|%E'").strip() == "idle|none" or None,
-        timeout=60,
-        what=f"{member} idle and not drained after the OOM",
-    )
+    # Under load slurmd may take over a minute to finish the killed step's cleanup
+    # (COMPLETING), so the wait is long; the message names the state it was last in.
+    states: list[str] = []
+
+    def idle() -> bool | None:
+        states[:] = [logged_in(platform, f"sinfo -h -n {member} -o '%T|%E'").strip()]
+        return states[0] == "idle|none" or None
+
+    try:
+        wait_for(idle, timeout=150, what=f"{member} idle and not drained after the OOM", every=1)
+    except AssertionError as err:
+        raise AssertionError(f"{err}; last state: {states}") from None
 
 
 def test_issue36_cpu_bind_cores_places_each_task_on_the_cores_it_reports(
