@@ -26,3 +26,12 @@ def parse_bind(text: str) -> tuple[str, int]:
     if not sep or not port.isdigit():
         raise argparse.ArgumentTypeError(f'"{text}" is not an address (examples: ":8000", "127.0.0.1:8000")')
     return host or "0.0.0.0", int(port)
+
+
+def true_or_false(args: argparse.Namespace, name: str) -> bool:
+    """The boolean flag `--name` ("true" or "false", any case); anything else is a start-up
+    error naming the flag (ValueError, as the components' other flag checks raise)."""
+    value = str(getattr(args, name.replace("-", "_"))).lower()
+    if value not in ("true", "false"):
+        raise ValueError(f"--{name} must be true or false, not {value!r}")
+    return value == "true"

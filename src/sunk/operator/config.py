@@ -7,7 +7,7 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from sunk.flags import parse_bind, parse_duration
+from sunk.flags import parse_bind, parse_duration, true_or_false
 from sunk.ldap.models import DirectorySettings
 from sunk.operator import shared_volumes
 from sunk.operator.accounts import mapping
@@ -142,8 +142,6 @@ def directory_settings(args: argparse.Namespace) -> DirectorySettings | None:
     for flag in ("bind_dn", "password_file", "user_base", "group_base"):
         if not getattr(args, f"directory_{flag}"):
             raise ValueError(f"--directory-uri needs --directory-{flag.replace('_', '-')}")
-    if str(args.directory_start_tls).lower() not in ("true", "false"):
-        raise ValueError("--directory-start-tls must be true or false")
     return DirectorySettings(
         uri=args.directory_uri,
         bind_dn=args.directory_bind_dn,
@@ -154,7 +152,7 @@ def directory_settings(args: argparse.Namespace) -> DirectorySettings | None:
         group_filter=args.directory_group_filter,
         ssh_key_attribute=args.directory_ssh_key_attribute,
         ca_file=Path(args.directory_ca_file) if args.directory_ca_file else None,
-        start_tls=str(args.directory_start_tls).lower() == "true",
+        start_tls=true_or_false(args, "directory-start-tls"),
     )
 
 
@@ -171,14 +169,8 @@ def account_settings(args: argparse.Namespace, people: bool) -> tuple[GroupMappi
 
 
 def from_args(args: argparse.Namespace) -> OperatorConfig:
-    if str(args.leader_elect).lower() not in ("true", "false"):
-        raise ValueError("--leader-elect must be true or false")
     if args.confinement not in ("cgroup", "off"):
         raise ValueError(f"--confinement must be cgroup or off, not {args.confinement!r}")
-    if str(args.allow_host_access).lower() not in ("true", "false"):
-        raise ValueError(f"--allow-host-access must be true or false, not {args.allow_host_access!r}")
-    if str(args.container_steps).lower() not in ("true", "false"):
-        raise ValueError(f"--container-steps must be true or false, not {args.container_steps!r}")
     topology, topology_labels = topology_settings(
         args.topology or "", args.topology_labels or "", args.slurm_configmap or ""
     )
@@ -194,7 +186,7 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         scheduler_token_secret=args.scheduler_token_secret or "",
         slurm_api_version=args.slurm_api_version,
         poll_s=parse_duration(args.poll_interval),
-        leader_elect=str(args.leader_elect).lower() == "true",
+        leader_elect=true_or_false(args, "leader-elect"),
         lease_name=args.lease_name,
         metrics_bind=parse_bind(f":{args.metrics_port}"),
         health_bind=parse_bind(f":{args.probes_port}"),
@@ -206,8 +198,8 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         people_configmap=args.people_configmap or f"{args.release}-people",
         directory_interval_s=parse_duration(args.directory_interval),
         confinement=args.confinement == "cgroup",
-        allow_host_access=str(args.allow_host_access).lower() == "true",
-        container_steps=str(args.container_steps).lower() == "true",
+        allow_host_access=true_or_false(args, "allow-host-access"),
+        container_steps=true_or_false(args, "container-steps"),
         shared_volumes=shared_volumes.parse(args.shared_volumes or ""),
         account_mappings=account_settings(args, bool(args.directory_uri)),
         slurm_cluster=args.slurm_cluster or "",
