@@ -17,11 +17,12 @@ VERSION_SUITE = tests/integration/test_slurm_client.py tests/e2e/test_schedule_f
 # On real kubelet Nodes: Slurm in Pods from plain manifests, what the chart needs of the dev
 # cluster (kube-scheduler, volumes, the sunk and MariaDB images), the Slurm chart itself, jobs
 # confined in cgroups inside slurmd Pods, people from the directory logging in and running jobs as
-# themselves, job steps in container images from the cluster's registry, then a short
-# operator fault run (20 faults; no job may be killed).
+# themselves, job steps in container images from the cluster's registry, the train-and-serve
+# example (PyTorch trained with sbatch, served by Pods sunk places, preempted by training),
+# then a short operator fault run (20 faults; no job may be killed).
 REAL_SUITE = tests/e2e/test_real_nodes.py tests/e2e/test_dev_platform_support.py tests/e2e/test_platform.py \
 	tests/e2e/test_confinement.py tests/e2e/test_people.py tests/e2e/test_containers.py \
-	tests/faults/test_operator_chaos.py
+	tests/e2e/test_train_and_serve.py tests/faults/test_operator_chaos.py
 test: bootstrap lint
 	.venv/bin/pytest
 	SUNK_TEST_CLUSTER=accounting .venv/bin/pytest tests/e2e/test_accounting.py tests/e2e/test_account_sync.py

@@ -23,11 +23,11 @@ import statistics
 import time
 from pathlib import Path
 
-from tests.e2e.people_login import as_user, directory_values, prepare_namespace, ssh
 from tests.e2e.slurm_in_pods import delete_namespace
 
 from sunk_dev import DevCluster, images, registry
 from sunk_dev.kubeapi import AdminKube
+from sunk_dev.people import as_user, directory_values, prepare_namespace, ssh
 from sunk_dev.platform import Platform, nodeset
 
 NAMESPACE = "bench-ctr"

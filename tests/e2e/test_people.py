@@ -14,8 +14,8 @@ import pytest
 
 from sunk_dev import DevCluster, directory
 from sunk_dev.kubeapi import AdminKube
+from sunk_dev.people import as_user, directory_values, prepare_namespace, ssh, wait_associated
 from sunk_dev.platform import Platform, nodeset
-from tests.e2e.people_login import as_user, directory_values, prepare_namespace, ssh, wait_associated
 from tests.e2e.slurm_in_pods import delete_namespace
 from tests.support import wait_for
 

@@ -21,6 +21,7 @@ from sunk_dev import (
     report,
     slurmroot,
     slurmrun,
+    storydemo,
 )
 from sunk_dev.demo import demo
 
@@ -130,8 +131,8 @@ def run_slurm_command(cluster: DevCluster, argv: Sequence[str]) -> int:
         raise DevClusterError(f"cannot run {argv[0]}: {err}") from None
 
 
-def run_demo() -> int:
-    return demo(DevCluster())
+def run_demo(scheduler_only: bool) -> int:
+    return demo(DevCluster()) if scheduler_only else storydemo.run()
 
 
 def dev_command(argv: Sequence[str]) -> int:
@@ -140,11 +141,19 @@ def dev_command(argv: Sequence[str]) -> int:
 
 
 def demo_command(argv: Sequence[str]) -> int:
-    """`sunk demo`: takes no arguments."""
-    argparse.ArgumentParser(
-        prog="sunk demo", description="Bring the dev cluster up (if needed) and show it working."
-    ).parse_args(argv)
-    return _guarded(run_demo)
+    """`sunk demo [--scheduler-only]`."""
+    parser = argparse.ArgumentParser(
+        prog="sunk demo",
+        description="Bring the dev cluster up (if needed) and show it working: Slurm trains and "
+        "Kubernetes serves on the same three real Nodes (examples/train-and-serve).",
+    )
+    parser.add_argument(
+        "--scheduler-only",
+        action="store_true",
+        help="only sunk's Pod scheduler, on imitation (kwok) Nodes: no real Nodes needed",
+    )
+    args = parser.parse_args(argv)
+    return _guarded(lambda: run_demo(args.scheduler_only))
 
 
 def _guarded(command: Callable[[], int]) -> int:

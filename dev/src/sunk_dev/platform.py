@@ -167,7 +167,8 @@ class Platform:
                 kube.create_namespace(self.tenants, {"pod-security.kubernetes.io/enforce": "baseline"})
             finally:
                 kube.close()
-        merged = _merge(dev_values(self.images, scheduler=scheduler, tenants=self.tenants), values or {})
+        base = dev_values(self.images, scheduler=scheduler, tenants=self.tenants)
+        merged = merge_values(base, values or {})
         self.values_file.write_text(yaml.safe_dump(merged))
         started = time.monotonic()
         self.upgrade(wait=True)
@@ -249,11 +250,11 @@ class Platform:
         )
 
 
-def _merge(base: Json, extra: Json) -> Json:
+def merge_values(base: Json, extra: Json) -> Json:
     merged: Json = json.loads(json.dumps(base))
     for key, value in extra.items():
         if isinstance(value, dict) and isinstance(merged.get(key), dict):
-            merged[key] = _merge(merged[key], value)
+            merged[key] = merge_values(merged[key], value)
         else:
             merged[key] = value
     return merged

@@ -100,6 +100,8 @@ def build_and_push(layout: Layout, context: Path, parent: Built, repository: str
     builder.ensure_loaded(Image(parent.name, parent.ref, parent.archive))
     local = f"{images.REGISTRY}/{repository}"
     arg = f"--build-arg={parent.name.upper()}={parent.ref}"
-    builder.check(["bud", "--pull=never", "--quiet", arg, "--tag", local, str(context)], f"building {local}")
+    # --layers: a rebuild after a change to the context's last files reuses the layers before.
+    build = ["bud", "--pull=never", "--layers", "--quiet", arg, "--tag", local, str(context)]
+    builder.check(build, f"building {local}")
     builder.check(["push", "--quiet", "--tls-verify=false", local, f"docker://{target}"], f"pushing {target}")
     return target

@@ -1,5 +1,5 @@
 """Logging in as the dev directory's people (alice, bob, carol) on a Slurm chart installed
-with `directory_values`: the helpers the real-Node suites share."""
+with `directory_values`: what the real-Node suites, the benchmarks and the demo share."""
 
 from __future__ import annotations
 
@@ -7,12 +7,11 @@ import socket
 import subprocess
 from typing import Any
 
-import pytest
-
-from sunk_dev import DevCluster, directory, hostnet
+from sunk_dev import directory, hostnet, procs
+from sunk_dev.cluster import DevCluster
+from sunk_dev.errors import DevClusterError
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.platform import Platform
-from tests.support import wait_for
 
 PEOPLE_ACCOUNT = {"group": "people", "account": "people", "qos": ["normal"]}
 
@@ -45,10 +44,10 @@ def prepare_namespace(cluster: DevCluster, kube: AdminKube, namespace: str) -> N
     try:
         socket.create_connection((gateway, layout.ports.ldap), timeout=2).close()
     except OSError:
-        pytest.fail(
+        raise DevClusterError(
             "the dev cluster's directory does not answer on the Nodes' bridge: a cluster started "
             "before real Nodes got one; restart it (`sunk dev down && sunk dev up --real-nodes 3`)"
-        )
+        ) from None
     kube.create_namespace(namespace)
     password = directory.reader_password_file(layout).read_text()
     kube.create(
@@ -105,16 +104,19 @@ def as_user(
     Pod when the kubelet next syncs its ConfigMap, up to a minute or two)."""
 
     said: list[str] = []
+    output: list[str] = []
 
-    def attempt() -> tuple[str] | None:
+    def attempt() -> bool:
         done = ssh(cluster, kube, namespace, user, command)
         said[:] = [f"exit {done.returncode}: {done.stderr.strip()[-300:]}"]
-        return (done.stdout,) if done.returncode == 0 else None  # a tuple: "" is an answer too
+        output[:] = [done.stdout]
+        return done.returncode == 0
 
     try:
-        return wait_for(attempt, timeout=within, what=f"{user} running {command!r} over SSH", every=3)[0]
-    except AssertionError as err:
-        raise AssertionError(f"{err}; the last try said {said}") from None
+        procs.wait_until(attempt, timeout=within, what=f"{user} running {command!r} over SSH", interval=3)
+    except DevClusterError as err:
+        raise DevClusterError(f"{err}; the last try said {said}") from None
+    return output[0]
 
 
 def wait_associated(plat: Platform, *users: str) -> None:
@@ -125,8 +127,9 @@ def wait_associated(plat: Platform, *users: str) -> None:
         done = plat.login(f"sacctmgr -nP show associations user={user} format=account")
         return done.returncode == 0 and PEOPLE_ACCOUNT["account"] in done.stdout.split()
 
-    wait_for(
-        lambda: all(associated(user) for user in users) or None,
+    procs.wait_until(
+        lambda: all(associated(user) for user in users),
         timeout=90,
         what=f"the operator giving {', '.join(users)} the people group's Slurm account",
+        interval=1,
     )

@@ -1,0 +1,180 @@
+"""examples/train-and-serve on the dev cluster's real Nodes, one step at a time.
+
+The steps a person takes with the example (build the image, install the chart with the
+example's values, apply its NodeSet, train with its batch script, serve with its Deployment),
+done with the example's own files; only what a real cluster would differ in is replaced: the
+image comes from the dev registry, the scheduler's name is the dev release's, and the serving
+namespace's volume names the dev provisioner's directory where storage.yaml names NFS. The
+e2e test (tests/e2e/test_train_and_serve.py) and `sunk demo` both walk through these steps.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from sunk_dev import procs, registry
+from sunk_dev.cluster import DevCluster
+from sunk_dev.errors import DevClusterError
+from sunk_dev.images import read_manifest
+from sunk_dev.kubeapi import AdminKube
+from sunk_dev.people import directory_values, prepare_namespace, ssh, wait_associated
+from sunk_dev.platform import Platform, merge_values, nodeset
+
+Json = dict[str, Any]
+# dev/src/sunk_dev/story.py -> the checkout's examples/ (the dev package runs from a checkout).
+EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train-and-serve"
+MEMBERS = 3
+WORKDIR = "/shared/train-and-serve"
+PERSON = "alice"
+
+
+def example(name: str) -> list[Json]:
+    """The documents of one of the example's YAML files."""
+    return [doc for doc in yaml.safe_load_all((EXAMPLE / name).read_text()) if doc]
+
+
+def build_image(cluster: DevCluster) -> str:
+    """The example's image, FROM the slurmd image the Nodes run, in the dev registry."""
+    built = read_manifest(cluster.layout.images_file)
+    version = built["slurmd"].tag.rpartition(":")[2]
+    return registry.build_and_push(
+        cluster.layout,
+        EXAMPLE / "image",
+        built["slurmd"],
+        f"sunk/train-and-serve:{version}",
+        cluster.layout.logs / "train-and-serve-image.log",
+    )
+
+
+def install(cluster: DevCluster, kube: AdminKube, namespace: str) -> Platform:
+    """The chart with the directory's people and the example's values, the example's
+    NodeSet, its members idle and the person's Slurm account made."""
+    prepare_namespace(cluster, kube, namespace)
+    plat = Platform(cluster, namespace=namespace, release="slurm")
+    values = merge_values(directory_values(cluster), yaml.safe_load((EXAMPLE / "values.yaml").read_text()))
+    values["slurm"]["containers"] = {"insecureRegistries": [registry.running_address(cluster.layout)]}
+    plat.install(values)
+    [members] = example("nodeset.yaml")
+    spec = members["spec"]
+    plat.apply_nodeset(
+        kube, nodeset("compute", spec["partitions"], replicas=MEMBERS, resources=spec["resources"])
+    )
+    procs.wait_until(
+        lambda: plat.login("sinfo -h -p train -t idle -o %D").stdout.strip() == str(MEMBERS),
+        timeout=240,
+        what=f"{MEMBERS} members idle (kubectl -n {namespace} get nodesets,pods)",
+        interval=1,
+    )
+    wait_associated(plat, PERSON)
+    return plat
+
+
+def train(plat: Platform, kube: AdminKube, image: str, options: str = "", args: str = "") -> str:
+    """The person submits the example's batch script from the shared directory (with sbatch
+    `options`, and `args` for train.py); returns the job id."""
+    script = (EXAMPLE / "train.sbatch").read_text()
+    command = (
+        f"mkdir -p {WORKDIR} && cd {WORKDIR} && cat > train.sbatch <<'SCRIPT'\n{script}SCRIPT\n"
+        f"IMAGE={image} sbatch --parsable {options} train.sbatch {args}"
+    )
+    done = ssh(plat.cluster, kube, plat.namespace, PERSON, command, timeout=300)
+    if done.returncode:
+        raise DevClusterError(f"sbatch as {PERSON} failed: {done.stderr.strip() or done.stdout.strip()}")
+    return done.stdout.strip()
+
+
+def job_record(plat: Platform, job: str) -> dict[str, str]:
+    """What accounting says of the job: State, Partition, Submit, Start, End, NodeList."""
+    fields = ["State", "Partition", "Submit", "Start", "End", "NodeList"]
+    said = plat.login(f"sacct -nPX -j {job} -o {','.join(fields)}").stdout.strip()
+    return dict(zip(fields, said.split("|"), strict=True)) if said else {}
+
+
+def job_output(plat: Platform, job: str) -> str:
+    return plat.login(f"cat {WORKDIR}/slurm-{job}.out").stdout
+
+
+def wait_completed(plat: Platform, job: str, timeout: float) -> dict[str, str]:
+    """The job's record once it ended COMPLETED; its output in the error otherwise."""
+    record: dict[str, str] = {}
+
+    def ended() -> bool:
+        record.update(job_record(plat, job))
+        return bool(record) and record["State"] not in ("PENDING", "RUNNING", "COMPLETING")
+
+    procs.wait_until(ended, timeout=timeout, what=f"job {job} to end (squeue on the login Pod)", interval=2)
+    if record["State"] != "COMPLETED":
+        raise DevClusterError(f"job {job} ended {record}:\n{job_output(plat, job)}")
+    return record
+
+
+def serving_volume(plat: Platform, kube: AdminKube) -> None:
+    """storage.yaml with the dev cluster's storage: a second volume on the directory the
+    provisioner made for the chart's claim (the dev Nodes share one machine's disk)."""
+    claim = kube.get(f"/api/v1/namespaces/{plat.namespace}/persistentvolumeclaims/slurm-checkpoints")
+    source = kube.get(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")["spec"]
+    volume, serving_claim = example("storage.yaml")
+    volume["metadata"]["name"] = f"{plat.tenants}-checkpoints"
+    volume["spec"]["claimRef"]["namespace"] = plat.tenants
+    del volume["spec"]["nfs"]
+    volume["spec"]["hostPath"] = source["hostPath"]
+    volume["spec"]["nodeAffinity"] = source["nodeAffinity"]
+    serving_claim["spec"]["volumeName"] = volume["metadata"]["name"]
+    kube.create("/api/v1/persistentvolumes", volume)
+    kube.create(f"/api/v1/namespaces/{plat.tenants}/persistentvolumeclaims", serving_claim)
+
+
+def serve(plat: Platform, kube: AdminKube, image: str) -> None:
+    """The claim, the example's Deployment (placed by the release's scheduler) and Service."""
+    serving_volume(plat, kube)
+    deployment, service = example("serve.yaml")
+    pod = deployment["spec"]["template"]["spec"]
+    pod["schedulerName"] = f"{plat.namespace}-{plat.release}"
+    pod["containers"][0]["image"] = image
+    kube.create(f"/apis/apps/v1/namespaces/{plat.tenants}/deployments", deployment)
+    kube.create(f"/api/v1/namespaces/{plat.tenants}/services", service)
+
+
+def serve_pods(plat: Platform, kube: AdminKube) -> list[Json]:
+    """The Deployment's Pods that are not being deleted."""
+    path = f"/api/v1/namespaces/{plat.tenants}/pods"
+    pods = kube.get(path, labelSelector="app.kubernetes.io/name=serve")["items"]
+    return [p for p in pods if not p["metadata"].get("deletionTimestamp")]
+
+
+def ready(pod: Json) -> bool:
+    conditions = (pod.get("status") or {}).get("conditions") or []
+    return any(c["type"] == "Ready" and c["status"] == "True" for c in conditions)
+
+
+def wait_serving(plat: Platform, kube: AdminKube, timeout: float) -> None:
+    replicas = example("serve.yaml")[0]["spec"]["replicas"]
+    procs.wait_until(
+        lambda: len([p for p in serve_pods(plat, kube) if ready(p)]) == replicas,
+        timeout=timeout,
+        what=f"{replicas} inference Pods ready (kubectl -n {plat.tenants} get pods)",
+        interval=1,
+    )
+
+
+def ask(plat: Platform, kube: AdminKube, x: float, y: float) -> Json:
+    """A prediction through the Service, asked from inside a slurmd Pod (which has curl)."""
+    members = kube.get(
+        f"/api/v1/namespaces/{plat.namespace}/pods", labelSelector="sunk.coreweave.com/nodeset=compute"
+    )["items"]
+    url = f"http://serve.{plat.tenants}.svc.cluster.local/predict?x={x}&y={y}"
+    done = plat.kubectl("exec", members[0]["metadata"]["name"], "-c", "slurmd", "--", "curl", "-sf", url)
+    if done.returncode:
+        raise DevClusterError(f"curl {url}: exit {done.returncode} {done.stderr.strip()}")
+    return dict(json.loads(done.stdout))
+
+
+def remove(plat: Platform, kube: AdminKube) -> None:
+    """The Deployment, the release and the serving volume go (the chart keeps its claim)."""
+    kube.delete(f"/apis/apps/v1/namespaces/{plat.tenants}/deployments/serve")
+    plat.uninstall()
+    kube.delete(f"/api/v1/persistentvolumes/{plat.tenants}-checkpoints")
