@@ -29,6 +29,7 @@ NAMESPACE = "ctr"
 MEMBERS = 3
 FIGURES: dict[str, float] = {}
 JOB_IMAGE_CONTEXT = Path(__file__).parent / "job-image"
+MPI_NODE_IMAGE_CONTEXT = Path(__file__).parent / "mpi-node-image"
 
 
 @pytest.fixture(scope="module")
@@ -45,7 +46,21 @@ def job_image(dev_cluster: DevCluster) -> str:
 
 
 @pytest.fixture(scope="module")
-def platform(dev_cluster: DevCluster, kube: AdminKube, job_image: str) -> Iterator[Platform]:
+def node_image(dev_cluster: DevCluster) -> str:
+    """The NodeSet's slurmd image: the project's, plus Open MPI (the MPI test runs on it)."""
+    built = images.read_manifest(dev_cluster.layout.images_file)
+    version = built["slurmd"].tag.rpartition(":")[2]
+    log = dev_cluster.layout.logs / "mpi-node-image.log"
+    started = time.monotonic()
+    ref = registry.build_and_push(
+        dev_cluster.layout, MPI_NODE_IMAGE_CONTEXT, built["slurmd"], f"sunk/slurmd-mpi:{version}", log
+    )
+    FIGURES["slurmd image with Open MPI built and pushed (s)"] = time.monotonic() - started
+    return ref
+
+
+@pytest.fixture(scope="module")
+def platform(dev_cluster: DevCluster, kube: AdminKube, job_image: str, node_image: str) -> Iterator[Platform]:
     prepare_namespace(dev_cluster, kube, NAMESPACE)
     plat = Platform(dev_cluster, namespace=NAMESPACE, release="slurm")
     values = directory_values(dev_cluster)
@@ -55,7 +70,7 @@ def platform(dev_cluster: DevCluster, kube: AdminKube, job_image: str) -> Iterat
     }
     values["sharedVolumes"] = [{"name": "data", "mountPath": "/shared", "size": "1Gi"}]
     plat.install(values, scheduler=False)
-    plat.apply_nodeset(kube, nodeset("compute", ["main"], replicas=MEMBERS))
+    plat.apply_nodeset(kube, nodeset("compute", ["main"], replicas=MEMBERS, image=node_image))
     wait_for(
         lambda: plat.login("sinfo -h -t idle -o %D").stdout.strip() == str(MEMBERS) or None,
         timeout=240,
@@ -206,3 +221,20 @@ def test_r10_7_a_nodes_containerd_pulls_the_job_image_from_the_clusters_registry
     )
     logs = platform.kubectl("logs", "from-registry").stdout
     assert phase == "Succeeded" and "sunk job image" in logs, (phase, logs, kube.get(path)["status"])
+
+
+def test_r10_7_an_open_mpi_program_prints_its_ranks_from_three_nodes(
+    platform: Platform, dev_cluster: DevCluster, kube: AdminKube
+) -> None:
+    """Catches MPI ranks that cannot wire up across slurmd Pods through Slurm's PMIx
+    (`srun --mpi=pmix`): no pmix plugin in the image, ranks that each think they are alone
+    (size 1), or a collective that never completes between Pods."""
+    program = (
+        "from mpi4py import MPI; world = MPI.COMM_WORLD; total = world.allreduce(world.rank); "
+        "print('rank', world.rank, 'of', world.size, 'on', MPI.Get_processor_name(), 'sum', total)"
+    )
+    rc, said = alice(dev_cluster, kube, f'srun -N{MEMBERS} --chdir=/tmp --mpi=pmix python3 -c "{program}"')
+    assert rc == 0, said
+    ranks = re.findall(r"rank (\d) of 3 on (compute-\S+) sum 3", said)
+    assert sorted(rank for rank, _ in ranks) == ["0", "1", "2"], said
+    assert len({host for _, host in ranks}) == MEMBERS, said
