@@ -133,6 +133,16 @@ def test_r1_2_the_token_never_appears_in_the_config_repr() -> None:
             ],
             "go together",
         ),
+        (
+            [
+                "--scheduler-name=s",
+                "--slurm-api-base=http://x",
+                "--slurm-auth-token=t",
+                "--hooks-insecure-http=true",
+                "--leader-elect=yes",
+            ],
+            "--leader-elect must be true or false, not 'yes'",
+        ),
     ],
 )
 def test_r1_2_bad_flags_say_what_to_fix(

@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from sunk.flags import parse_bind, parse_duration
+from sunk.flags import parse_bind, parse_duration, true_or_false
 from sunk.kube.resources import is_extended
 from sunk.scheduler.policy import PolicyError
 from sunk.scheduler.policy import parse as parse_policy
@@ -209,14 +209,11 @@ def from_arguments(args: argparse.Namespace) -> Config:
     if both:
         raise ValueError(f"--watch-namespace and --ignore-namespace both name {', '.join(both)}")
     devices = parse_devices(args.device_gres)
-    if str(args.drain_cordoned_nodes).lower() not in ("true", "false"):
-        raise ValueError("--drain-cordoned-nodes must be true or false")
-    insecure = str(args.hooks_insecure_http).lower()
-    if insecure not in ("true", "false"):
-        raise ValueError("--hooks-insecure-http must be true or false")
+    drain_cordoned = true_or_false(args, "drain-cordoned-nodes")
+    insecure = true_or_false(args, "hooks-insecure-http")
     if bool(args.hooks_tls_cert_file) != bool(args.hooks_tls_key_file):
         raise ValueError("--hooks-tls-cert-file and --hooks-tls-key-file go together")
-    if "hooks" in components and insecure == "false" and not args.hooks_tls_cert_file:
+    if "hooks" in components and not insecure and not args.hooks_tls_cert_file:
         raise ValueError(
             "the hooks API serves TLS: give --hooks-tls-cert-file and --hooks-tls-key-file (e.g. a "
             "kubernetes.io/tls Secret; the chart makes one), or --hooks-insecure-http=true for a local "
@@ -226,8 +223,7 @@ def from_arguments(args: argparse.Namespace) -> Config:
         value = getattr(args, name)
         if value and not Path(value).is_file():
             raise ValueError(f"--{name.replace('_', '-')}: {value} is not a readable file")
-    if str(args.leader_elect).lower() not in ("true", "false"):
-        raise ValueError("--leader-elect must be true or false")
+    leader_elect = true_or_false(args, "leader-elect")
     return Config(
         scheduler_name=args.scheduler_name,
         slurm_api_base=args.slurm_api_base,
@@ -249,7 +245,7 @@ def from_arguments(args: argparse.Namespace) -> Config:
         slurm_node_label=args.slurm_node_label,
         log_level=args.log_level,
         log_format=args.log_format,
-        leader_elect=str(args.leader_elect).lower() == "true",
+        leader_elect=leader_elect,
         leader_election_namespace=args.leader_election_namespace
         or os.environ.get("POD_NAMESPACE")
         or "default",
@@ -265,8 +261,8 @@ def from_arguments(args: argparse.Namespace) -> Config:
         hooks_tls_ca=Path(args.hooks_tls_ca_file or args.hooks_tls_cert_file)
         if args.hooks_tls_cert_file
         else None,
-        hooks_insecure_http=insecure == "true",
-        drain_cordoned_nodes=str(args.drain_cordoned_nodes).lower() == "true",
+        hooks_insecure_http=insecure,
+        drain_cordoned_nodes=drain_cordoned,
     )
 
 
