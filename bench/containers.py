@@ -25,7 +25,7 @@ from pathlib import Path
 
 from tests.e2e.slurm_in_pods import delete_namespace
 
-from sunk_dev import DevCluster, images, registry
+from sunk_dev import DevCluster, registry
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.people import as_user, directory_values, prepare_namespace, ssh
 from sunk_dev.platform import Platform, nodeset
@@ -65,10 +65,7 @@ def main() -> None:
     cluster = DevCluster()
     cluster.require_running()
     kube = AdminKube(cluster.layout)
-    built = images.read_manifest(cluster.layout.images_file)
-    version = built["slurmd"].tag.rpartition(":")[2]
-    log = cluster.layout.logs / "job-image.log"
-    image = registry.build_and_push(cluster.layout, CONTEXT, built["slurmd"], f"sunk/job:{version}", log)
+    image = registry.build_from_slurmd(cluster.layout, CONTEXT, "job")
     prepare_namespace(cluster, kube, NAMESPACE)
     platform = Platform(cluster, namespace=NAMESPACE, release="slurm")
     values = directory_values(cluster)

@@ -18,18 +18,17 @@ from __future__ import annotations
 import argparse
 import re
 import statistics
-from pathlib import Path
 
 import yaml
 from tests.e2e.slurm_in_pods import delete_namespace
 
-from sunk_dev import DevCluster, images, registry
+from sunk_dev import DevCluster, registry, story
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.people import as_user, directory_values, prepare_namespace, ssh, wait_associated
 from sunk_dev.platform import Platform, merge_values, nodeset
 
 NAMESPACE = "bench-tns"
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "train-and-serve"
+EXAMPLE = story.EXAMPLE
 WORKDIR = "/shared/bench"
 
 
@@ -58,12 +57,7 @@ def main() -> None:
     cluster = DevCluster()
     cluster.require_running()
     kube = AdminKube(cluster.layout)
-    built = images.read_manifest(cluster.layout.images_file)
-    version = built["slurmd"].tag.rpartition(":")[2]
-    log = cluster.layout.logs / "train-and-serve-image.log"
-    image = registry.build_and_push(
-        cluster.layout, EXAMPLE / "image", built["slurmd"], f"sunk/train-and-serve:{version}", log
-    )
+    image = story.build_image(cluster)
     in_container = (EXAMPLE / "train.sbatch").read_text()
     plain = in_container.replace('srun --container="$IMAGE" ', "srun ")
     assert plain != in_container, "train.sbatch no longer runs its step with srun --container"
@@ -72,7 +66,7 @@ def main() -> None:
     example = yaml.safe_load((EXAMPLE / "values.yaml").read_text())
     values = merge_values(directory_values(cluster), {**example, "scheduler": {"enabled": False}})
     values["slurm"]["containers"] = {"insecureRegistries": [registry.running_address(cluster.layout)]}
-    [members] = [d for d in yaml.safe_load_all((EXAMPLE / "nodeset.yaml").read_text()) if d]
+    [members] = story.example("nodeset.yaml")
     times: dict[str, list[float]] = {"container": [], "plain": []}
     try:
         platform.install(values, scheduler=False)

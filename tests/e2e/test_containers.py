@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from sunk_dev import DevCluster, images, registry
+from sunk_dev import DevCluster, registry
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.people import as_user, directory_values, prepare_namespace, ssh, wait_associated
 from sunk_dev.platform import Platform, nodeset
@@ -32,31 +32,23 @@ JOB_IMAGE_CONTEXT = Path(__file__).parent / "job-image"
 MPI_NODE_IMAGE_CONTEXT = Path(__file__).parent / "mpi-node-image"
 
 
+def built(dev_cluster: DevCluster, context: Path, name: str, figure: str) -> str:
+    """An image FROM the Nodes' slurmd image, pushed to the registry; the time it took noted."""
+    started = time.monotonic()
+    ref = registry.build_from_slurmd(dev_cluster.layout, context, name)
+    FIGURES[f"{figure} built and pushed (s)"] = time.monotonic() - started
+    return ref
+
+
 @pytest.fixture(scope="module")
 def job_image(dev_cluster: DevCluster) -> str:
-    built = images.read_manifest(dev_cluster.layout.images_file)
-    version = built["slurmd"].tag.rpartition(":")[2]
-    log = dev_cluster.layout.logs / "job-image.log"
-    started = time.monotonic()
-    ref = registry.build_and_push(
-        dev_cluster.layout, JOB_IMAGE_CONTEXT, built["slurmd"], f"sunk/job:{version}", log
-    )
-    FIGURES["job image built and pushed (s)"] = time.monotonic() - started
-    return ref
+    return built(dev_cluster, JOB_IMAGE_CONTEXT, "job", "job image")
 
 
 @pytest.fixture(scope="module")
 def node_image(dev_cluster: DevCluster) -> str:
     """The NodeSet's slurmd image: the project's, plus Open MPI (the MPI test runs on it)."""
-    built = images.read_manifest(dev_cluster.layout.images_file)
-    version = built["slurmd"].tag.rpartition(":")[2]
-    log = dev_cluster.layout.logs / "mpi-node-image.log"
-    started = time.monotonic()
-    ref = registry.build_and_push(
-        dev_cluster.layout, MPI_NODE_IMAGE_CONTEXT, built["slurmd"], f"sunk/slurmd-mpi:{version}", log
-    )
-    FIGURES["slurmd image with Open MPI built and pushed (s)"] = time.monotonic() - started
-    return ref
+    return built(dev_cluster, MPI_NODE_IMAGE_CONTEXT, "slurmd-mpi", "slurmd image with Open MPI")
 
 
 @pytest.fixture(scope="module")

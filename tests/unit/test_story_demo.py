@@ -60,5 +60,5 @@ def test_a_machine_that_cannot_run_real_nodes_is_told_why_before_anything_starts
         raise AssertionError("the demo touched the dev cluster")
 
     monkeypatch.setattr(cluster.DevCluster, "__init__", no_cluster)
-    with pytest.raises(DevClusterError, match="^real Nodes need root$"):
+    with pytest.raises(DevClusterError, match=r"^real Nodes need root$"):
         storydemo.run(say=lambda _: None)

@@ -91,6 +91,15 @@ def running_address(layout: Layout) -> str:
         ) from None
 
 
+def build_from_slurmd(layout: Layout, context: Path, name: str) -> str:
+    """`build_and_push` FROM the slurmd image this cluster's Nodes run, as
+    `sunk/<name>:<Slurm version>`, its build log `logs/<name>-image.log`."""
+    built = images.read_manifest(layout.images_file)
+    version = built["slurmd"].tag.rpartition(":")[2]
+    log = layout.logs / f"{name}-image.log"
+    return build_and_push(layout, context, built["slurmd"], f"sunk/{name}:{version}", log)
+
+
 def build_and_push(layout: Layout, context: Path, parent: Built, repository: str, log: Path) -> str:
     """Build the Dockerfile in `context` FROM `parent` (an image of the dev build, passed as
     the build-arg named in `parent.name.upper()`) and push it to this cluster's registry as

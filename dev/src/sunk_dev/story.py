@@ -19,7 +19,6 @@ import yaml
 from sunk_dev import procs, registry
 from sunk_dev.cluster import DevCluster
 from sunk_dev.errors import DevClusterError
-from sunk_dev.images import read_manifest
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.people import directory_values, prepare_namespace, ssh, wait_associated
 from sunk_dev.platform import Platform, merge_values, nodeset
@@ -39,15 +38,7 @@ def example(name: str) -> list[Json]:
 
 def build_image(cluster: DevCluster) -> str:
     """The example's image, FROM the slurmd image the Nodes run, in the dev registry."""
-    built = read_manifest(cluster.layout.images_file)
-    version = built["slurmd"].tag.rpartition(":")[2]
-    return registry.build_and_push(
-        cluster.layout,
-        EXAMPLE / "image",
-        built["slurmd"],
-        f"sunk/train-and-serve:{version}",
-        cluster.layout.logs / "train-and-serve-image.log",
-    )
+    return registry.build_from_slurmd(cluster.layout, EXAMPLE / "image", "train-and-serve")
 
 
 def install(cluster: DevCluster, kube: AdminKube, namespace: str) -> Platform:
