@@ -5,6 +5,7 @@ records what Slurm runs on the ConfigMap."""
 from __future__ import annotations
 
 import asyncio
+import os
 from pathlib import Path
 from typing import Any
 
@@ -110,6 +111,39 @@ def test_r10_3_a_configuration_nobody_recorded_is_applied_once_and_recorded(tmp_
     assert "up to date" in step(a)
     assert kube.cm["metadata"]["annotations"][APPLIED_HASH] == config_hash(OLD)
     assert APPLIED_AT in kube.cm["metadata"]["annotations"]
+    assert slurm.reconfigures == 1
+
+
+def kubelet_wrote(directory: Path, at: float) -> None:
+    """The kubelet's mark of a ConfigMap volume: the `..data` link, renamed in at `at`."""
+    link = directory / "..data"
+    link.symlink_to("..2026_11_28_02_24_10.000000001")
+    os.utime(link, (at, at), follow_symlinks=False)
+
+
+def test_r10_3_files_the_pod_started_with_are_recorded_without_a_reconfigure(tmp_path: Path) -> None:
+    """Catches the reconfigure in slurmctld's first seconds that wedged Slurm 24.11 on a
+    fresh install: the files were there before slurmctld started, so it has read them."""
+    kube, slurm = FakeKube(OLD), FakeSlurm()
+    mount(tmp_path, OLD)
+    kubelet_wrote(tmp_path, at=1000.0)
+    a = ConfigApplier(kube, slurm, "plat", "slurm-config", tmp_path, "ctl-0", process_started=1005.0)
+    assert step(a) == f"recorded {config_hash(OLD)}"
+    assert slurm.reconfigures == 0
+    assert kube.cm["metadata"]["annotations"][APPLIED_HASH] == config_hash(OLD)
+    assert "was in place when slurmctld started" in kube.events[0]["note"]
+
+
+def test_r10_3_files_the_kubelet_swapped_in_after_the_pod_started_are_applied_with_a_reconfigure(
+    tmp_path: Path,
+) -> None:
+    """Catches a skip that trusts any unrecorded configuration: one written after slurmctld
+    started (the ConfigMap replaced meanwhile) is news to it."""
+    kube, slurm = FakeKube(OLD), FakeSlurm()
+    mount(tmp_path, OLD)
+    kubelet_wrote(tmp_path, at=1010.0)
+    a = ConfigApplier(kube, slurm, "plat", "slurm-config", tmp_path, "ctl-0", process_started=1005.0)
+    assert step(a) == f"applied {config_hash(OLD)}"
     assert slurm.reconfigures == 1
 
 

@@ -13,7 +13,11 @@ so the applier runs there, beside slurmctld. Each pass:
    jobs whose partition vanished. A Helm upgrade is refused earlier by the chart's
    pre-upgrade check; this catches edits made to the ConfigMap by other means;
 3. otherwise it asks slurmctld over REST to reconfigure: slurmctld reads the files again
-   and hands them to every slurmd (configless), so no daemon restarts and no job stops;
+   and hands them to every slurmd (configless), so no daemon restarts and no job stops.
+   Not when the Pod has just started with these very files (nothing recorded yet, and the
+   kubelet wrote them before this sidecar began): slurmctld read them at its start, and a
+   reconfigure in its first seconds can wedge Slurm 24.11 for good (seen on the dev
+   cluster: slurmctld stuck in "Attempting to reconfigure", answering nothing);
 4. records the applied content's hash and time as annotations on the ConfigMap, with an
    Event, so `kubectl describe configmap <release>-slurm-config` shows what Slurm runs.
 
@@ -29,6 +33,7 @@ import hashlib
 import logging
 import re
 import socket
+import time
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -107,6 +112,9 @@ class ConfigApplier:
     configmap: str
     directory: Path
     instance: str = ""
+    # When this sidecar process began (wall clock), for files the Pod started with; None:
+    # never assume slurmctld read the files at its start (always reconfigure).
+    process_started: float | None = None
 
     @property
     def path(self) -> str:
@@ -128,6 +136,13 @@ class ConfigApplier:
             return "up to date"
         if mounted(self.directory, wanted) != wanted:
             return f"waiting for the kubelet to copy configuration {target}"
+        if applied is None and self._read_at_start():
+            await self._record(
+                cm,
+                target,
+                f"configuration {target} was in place when slurmctld started; recorded without a reconfigure",
+            )
+            return f"recorded {target}"
         if _TOPOLOGY.search(wanted.get("slurm.conf", "")) and "topology.conf" not in wanted:
             # slurmctld would stop on reading it: the operator writes topology.conf soon.
             return f"configuration {target} waits for the operator to write topology.conf"
@@ -155,6 +170,18 @@ class ConfigApplier:
             "slurmd daemons fetch it from slurmctld without restarting",
         )
         return f"applied {target}"
+
+    def _read_at_start(self) -> bool:
+        """The mounted files were written before this sidecar began, so before slurmctld
+        (the container listed before it) read them. The kubelet swaps a ConfigMap's files in
+        by renaming the `..data` link; without one (not a kubelet mount) nothing is assumed."""
+        if self.process_started is None:
+            return False
+        try:
+            written = (self.directory / "..data").lstat().st_mtime
+        except OSError:
+            return False
+        return written < self.process_started
 
     async def _record(self, cm: Json, target: str, note: str) -> None:
         at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
@@ -205,6 +232,7 @@ async def run_forever(
     interval_s: float,
     alive_file: Path | None,
 ) -> None:
+    started = time.time()
     kube = await KubeClient.connect(None)
     tokens = MintedTokens(key_file, user)
     slurm: SlurmClient | None = None
@@ -217,7 +245,7 @@ async def run_forever(
                 if applier is None:
                     slurm = await SlurmClient.connect(api_base, tokens, user=user)
                     applier = ConfigApplier(
-                        kube, slurm, namespace, configmap, directory, socket.gethostname()
+                        kube, slurm, namespace, configmap, directory, socket.gethostname(), started
                     )
                 outcome = await applier.step()
             except (SlurmError, SlurmVersionError) as err:
