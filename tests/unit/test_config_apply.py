@@ -121,13 +121,19 @@ def kubelet_wrote(directory: Path, at: float) -> None:
     os.utime(link, (at, at), follow_symlinks=False)
 
 
+def new_install(tmp_path: Path, written_at: float) -> tuple[ConfigApplier, FakeKube, FakeSlurm]:
+    """Nothing recorded yet; the kubelet wrote OLD at `written_at`; the sidecar began at 1005."""
+    kube, slurm = FakeKube(OLD), FakeSlurm()
+    mount(tmp_path, OLD)
+    kubelet_wrote(tmp_path, at=written_at)
+    a = ConfigApplier(kube, slurm, "plat", "slurm-config", tmp_path, "ctl-0", process_started=1005.0)
+    return a, kube, slurm
+
+
 def test_r10_3_files_the_pod_started_with_are_recorded_without_a_reconfigure(tmp_path: Path) -> None:
     """Catches the reconfigure in slurmctld's first seconds that wedged Slurm 24.11 on a
     fresh install: the files were there before slurmctld started, so it has read them."""
-    kube, slurm = FakeKube(OLD), FakeSlurm()
-    mount(tmp_path, OLD)
-    kubelet_wrote(tmp_path, at=1000.0)
-    a = ConfigApplier(kube, slurm, "plat", "slurm-config", tmp_path, "ctl-0", process_started=1005.0)
+    a, kube, slurm = new_install(tmp_path, written_at=1000.0)
     assert step(a) == f"recorded {config_hash(OLD)}"
     assert slurm.reconfigures == 0
     assert kube.cm["metadata"]["annotations"][APPLIED_HASH] == config_hash(OLD)
@@ -139,10 +145,7 @@ def test_r10_3_files_the_kubelet_swapped_in_after_the_pod_started_are_applied_wi
 ) -> None:
     """Catches a skip that trusts any unrecorded configuration: one written after slurmctld
     started (the ConfigMap replaced meanwhile) is news to it."""
-    kube, slurm = FakeKube(OLD), FakeSlurm()
-    mount(tmp_path, OLD)
-    kubelet_wrote(tmp_path, at=1010.0)
-    a = ConfigApplier(kube, slurm, "plat", "slurm-config", tmp_path, "ctl-0", process_started=1005.0)
+    a, _, slurm = new_install(tmp_path, written_at=1010.0)
     assert step(a) == f"applied {config_hash(OLD)}"
     assert slurm.reconfigures == 1
 
