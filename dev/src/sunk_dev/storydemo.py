@@ -106,11 +106,12 @@ def _fresh(cluster: DevCluster, kube: AdminKube, progress: Progress) -> None:
     with progress.step("removing the previous demo's release"):
         story.remove(Platform(cluster, namespace=NAMESPACE, release="slurm"), kube)
         kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
-        deadline = time.monotonic() + 180
-        while kube.find(f"/api/v1/namespaces/{NAMESPACE}") is not None:
-            if time.monotonic() > deadline:
-                raise DevClusterError(f"namespace {NAMESPACE} of the previous demo did not go in 180 s")
-            time.sleep(1)
+        procs.wait_until(
+            lambda: kube.find(f"/api/v1/namespaces/{NAMESPACE}") is None,
+            timeout=180,
+            what=f"namespace {NAMESPACE} of the previous demo to go",
+            interval=1,
+        )
 
 
 def run(say: Callable[[str], None] = print) -> int:
