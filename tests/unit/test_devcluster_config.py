@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
+from sunk.kube import noderoom
 from sunk_dev import ClusterSpec, DevCluster, DevClusterError, Layout, topology
-from sunk_dev.kubecluster import slurmd_pod_manifest
+from sunk_dev.kubecluster import node_manifest, slurmd_pod_manifest
 from sunk_dev.layout import Ports
 from sunk_dev.platform import Platform
 from sunk_dev.prereqs import check_ports_free
@@ -121,3 +122,30 @@ def test_slurm_conf_tracks_processes_with_the_plugin_the_cluster_was_asked_for(t
 def test_an_unknown_proctrack_plugin_is_refused_naming_the_known_ones() -> None:
     with pytest.raises(DevClusterError, match="linuxproc, pgid"):
         ClusterSpec(proctrack="cgroup")
+
+
+@pytest.mark.parametrize("cpus", [topology.CPUS_PER_NODE, 64, 200])
+def test_a_kwok_node_holds_its_slurmd_stand_in_and_everything_slurm_hands_out(
+    cpus: int, tmp_path: Path
+) -> None:
+    """The scheduler checks the kubelet's count before it binds (sunk.kube.noderoom). If a
+    Node's allocatable were only what Slurm hands out, the stand-in slurmd Pod's own request
+    would leave no room for a whole-node Pod, nor for the last of one Pod per CPU, and the
+    e2e suites' Pods would wait forever."""
+    [plan] = topology.plan(1, cpus=cpus)
+    node, slurmd = node_manifest(plan), slurmd_pod_manifest(plan)
+    conf = render_slurm_conf(SlurmSpec([plan]), Layout(tmp_path), "host")
+    memory_mib = topology.MEMORY_MIB_PER_NODE
+    assert f"CPUs={cpus} RealMemory={memory_mib} Gres=gpu:{plan.gpus} " in conf
+    whole = {"cpu": str(cpus), "memory": f"{memory_mib}Mi", "nvidia.com/gpu": str(plan.gpus)}
+    there = noderoom.tally([slurmd])
+    assert noderoom.shortfall(node, noderoom.requests_of(pod_asking(whole)), there) is None
+    one_cpu = noderoom.requests_of(pod_asking({"cpu": "1", "memory": f"{memory_mib // cpus}Mi"}))
+    for _ in range(cpus):
+        assert noderoom.shortfall(node, one_cpu, there) is None
+        there.add(one_cpu)
+    assert noderoom.shortfall(node, one_cpu, there) is not None  # and no more than Slurm has
+
+
+def pod_asking(requests: dict[str, str]) -> dict[str, object]:
+    return {"spec": {"containers": [{"name": "main", "resources": {"requests": requests}}]}}

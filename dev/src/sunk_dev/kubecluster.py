@@ -190,12 +190,7 @@ def start(layout: Layout, tools: dict[str, Path]) -> None:
 
 
 def node_manifest(node: topology.NodePlan) -> dict[str, object]:
-    capacity = {
-        "cpu": str(node.cpus),
-        "memory": f"{topology.MEMORY_MIB_PER_NODE}Mi",
-        "nvidia.com/gpu": str(node.gpus),
-        "pods": "110",
-    }
+    capacity = node.allocatable  # no system or kube reserve: kwok runs nothing
     return {
         "apiVersion": "v1",
         "kind": "Node",
@@ -238,7 +233,12 @@ def slurmd_pod_manifest(node: topology.NodePlan) -> dict[str, object]:
                 {
                     "name": "slurmd",
                     "image": "sunk.dev/slurmd:22.05",
-                    "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+                    "resources": {
+                        "requests": {
+                            "cpu": f"{topology.SLURMD_CPU_REQUEST_M}m",
+                            "memory": f"{topology.SLURMD_MEMORY_REQUEST_MIB}Mi",
+                        }
+                    },
                 }
             ],
         },

@@ -12,6 +12,15 @@ from dataclasses import dataclass
 CPUS_PER_NODE = 8
 MEMORY_MIB_PER_NODE = 16000
 GPUS_PER_NODE = 4
+# What each stand-in slurmd Pod requests, as a real NodeSet member should: a little, beside
+# what Slurm hands out. Slurm's node gets the Node's CPUs and memory less these (the Node's
+# allocatable is Slurm's share plus them), so a Pod Slurm gives a whole node still fits in
+# the kubelet's count, as the scheduler checks before it binds (sunk.kube.noderoom).
+SLURMD_CPU_REQUEST_M = 100
+SLURMD_MEMORY_REQUEST_MIB = 128
+# A kubelet's --max-pods (110 by default), raised on Nodes with more CPUs than that: every
+# CPU Slurm hands out can hold a Pod, besides the slurmd Pod.
+MIN_PODS_PER_NODE = 110
 GPU_CLASSES = ("A100_PCIE_80GB", "H100_NVLINK_80GB")
 ZONES = ("zone-a", "zone-b")
 
@@ -34,6 +43,16 @@ class NodePlan:
     zone: str
     cpus: int = CPUS_PER_NODE
     gpus: int = GPUS_PER_NODE
+
+    @property
+    def allocatable(self) -> dict[str, str]:
+        """The Node's allocatable: what Slurm hands out, plus the slurmd Pod's requests."""
+        return {
+            "cpu": f"{self.cpus * 1000 + SLURMD_CPU_REQUEST_M}m",
+            "memory": f"{MEMORY_MIB_PER_NODE + SLURMD_MEMORY_REQUEST_MIB}Mi",
+            "nvidia.com/gpu": str(self.gpus),
+            "pods": str(max(MIN_PODS_PER_NODE, self.cpus + 1)),
+        }
 
     @property
     def slurm_features(self) -> list[str]:
