@@ -15,6 +15,7 @@ from functools import partial
 from typing import Any
 
 from sunk import metrics
+from sunk.kube import noderoom
 from sunk.kube.client import KubeClient, KubeError
 from sunk.kube.events import Recorder
 from sunk.kube.informer import Informer
@@ -49,6 +50,9 @@ TLS_RELOAD_EVERY_S = 60.0
 # Single-job reads for `started` and `terminating` hook calls in flight at once
 # (slurmrestd serves requests on a small pool of threads; the rest wait their turn).
 READ_FOR_HOOKS_AT_ONCE = 8
+# After one of this scheduler's Pods left a Node (room there again), pending jobs are looked
+# at again this soon: one look for a burst of Pods leaving.
+ROOM_FREED_LOOK_AFTER_S = 0.5
 
 
 def pod_field_selector(config: Config) -> str:
@@ -167,6 +171,7 @@ class Scheduler:
         # Per Node and slurmd Pod, what placement reads of it; a change may let pending jobs
         # use nodes they left out (the Pod controller then widens them).
         self._placement_inputs: dict[tuple[str, str], tuple[object, ...]] = {}
+        self._room_look: asyncio.TimerHandle | None = None
         self.nodes.add_handler(partial(self._placement_input_event, "Node", node_inputs))
         self.slurmd.add_handler(partial(self._placement_input_event, "slurmd Pod", slurmd_inputs))
 
@@ -176,6 +181,18 @@ class Scheduler:
             meta = pod.get("metadata") or {}
             assert isinstance(meta, dict)
             self.gone.deleted(str(meta.get("uid")))
+        if frees_room(kind, pod) and self._room_look is None:
+            self._room_look = asyncio.get_running_loop().call_later(
+                ROOM_FREED_LOOK_AFTER_S, self._look_again_for_room
+            )
+
+    def _look_again_for_room(self) -> None:
+        """Pods left Nodes: pending jobs that leave nodes out may have room there now (the
+        Pod controller widens them)."""
+        self._room_look = None
+        for ref, job in self.index.items():
+            if job.pending and job.excluded_nodes:
+                self._job_changed(ref)
 
     def _placement_input_event(
         self,
@@ -381,19 +398,32 @@ def _failed_pass(_key: str, _err: BaseException) -> None:
 
 
 def node_inputs(node: dict[str, Any]) -> tuple[object, ...]:
-    """What placement reads of a Node: cordon, taints, readiness, labels."""
+    """What placement reads of a Node: cordon, taints, readiness, labels, allocatable."""
     meta, spec = node.get("metadata") or {}, node.get("spec") or {}
     taints = tuple((t.get("key"), t.get("value"), t.get("effect")) for t in spec.get("taints") or ())
     labels = tuple(sorted((meta.get("labels") or {}).items()))
-    return (bool(spec.get("unschedulable")), taints, node_ready(node), labels)
+    allocatable = tuple(sorted(((node.get("status") or {}).get("allocatable") or {}).items()))
+    return (bool(spec.get("unschedulable")), taints, node_ready(node), labels, allocatable)
 
 
 def slurmd_inputs(pod: dict[str, Any]) -> tuple[object, ...]:
-    """What placement reads of a slurmd Pod: its Node, and whether it is going."""
+    """What placement reads of a slurmd Pod: its Node, whether it is going, and what it
+    holds there in the kubelet's count."""
+    counted = noderoom.counts(pod)
     return (
         (pod.get("spec") or {}).get("nodeName"),
         bool((pod.get("metadata") or {}).get("deletionTimestamp")),
+        counted,
+        noderoom.requests_of(pod) if counted else None,
     )
+
+
+def frees_room(kind: str, pod: dict[str, Any]) -> bool:
+    """Whether this event of one of the scheduler's Pods may leave room on its Node: a Pod
+    bound there is gone or has finished (a terminating one still counts)."""
+    if not (pod.get("spec") or {}).get("nodeName"):
+        return False
+    return kind == "DELETED" or not noderoom.counts(pod)
 
 
 def _key(pod: dict[str, object]) -> str:

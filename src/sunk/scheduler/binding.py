@@ -14,7 +14,7 @@ from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.runtime.controller import Outcome
 from sunk.scheduler.decide.actions import Event, Said
-from sunk.scheduler.placement import Placement
+from sunk.scheduler.placement import Choice, Placement
 from sunk.scheduler.ports import KubePort
 from sunk.slurm.models import SlurmJob
 
@@ -26,8 +26,8 @@ class Binder:
         self.kube = kube
         self.places = places
 
-    async def target(self, pod: Json, job: SlurmJob) -> tuple[str | None, str, bool]:
-        """(the Node to bind to or None, the problem, whether to avoid the Slurm node)."""
+    async def target(self, pod: Json, job: SlurmJob) -> Choice:
+        """The Node to bind to, or the problem and whether to avoid the Slurm node."""
         return await self.places.choose(pod, job)
 
     async def bind(self, pod: Json, job: SlurmJob, node_name: str, said: Said, note: str = "") -> Outcome:

@@ -6,6 +6,7 @@ Pod, or two on different Nodes) means "not usable": the scheduler never guesses.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,6 +16,8 @@ from sunk.scheduler.translate import podaffinity
 from sunk.slurm.models import SlurmNode
 
 Json = dict[str, Any]
+# Why a Pod has no room on a Node in the kubelet's count (`noderoom.shortfall`), or None.
+RoomCheck = Callable[[Json], str | None]
 
 
 @dataclass(frozen=True)
@@ -22,6 +25,10 @@ class Target:
     slurm_node: str
     node: Json | None
     problem: str | None
+    # False: the problem passes by itself (no room while other Pods run there), so a Pod
+    # refused there leaves the node out of its next job only while the problem lasts,
+    # instead of remembering it (the `avoid-nodes` annotation).
+    lasting: bool = True
 
 
 class ClusterView:
@@ -71,9 +78,11 @@ class ClusterView:
         pod: Json,
         placed: list[Json],
         mapping: dict[str, set[str]] | None = None,
+        room: RoomCheck | None = None,
     ) -> Target:
         """The Node for `slurm_node`, or why the Pod must not be placed there (R4.3, R9.3).
-        `placed`: the Pods already on Nodes, for the Pod's affinity and spread rules."""
+        `placed`: the Pods already on Nodes, for the Pod's affinity and spread rules;
+        `room`: whether the Pod fits there in the kubelet's count (None: not checked)."""
         pod_spec = pod.get("spec") or {}
         hosts = set((mapping or self.host_map()).get(slurm_node, ()))
         if not hosts:
@@ -91,6 +100,10 @@ class ClusterView:
         if not node_ready(node):
             return Target(slurm_node, node, f"Node {host} is not Ready")
         problem = why_not(pod_spec, node)
+        if problem is None and room is not None:
+            short = room(node)
+            if short is not None:
+                return Target(slurm_node, node, short, lasting=False)
         if problem is None and podaffinity.has_rules(pod):
             candidates = [
                 n
@@ -102,12 +115,12 @@ class ClusterView:
             problem = podaffinity.problem(pod, node, self.nodes.store, placed, candidates)
         return Target(slurm_node, node, problem)
 
-    def excluded_for(self, pod: Json, placed: list[Json]) -> dict[str, str]:
+    def excluded_for(self, pod: Json, placed: list[Json], room: RoomCheck | None = None) -> dict[str, str]:
         """Slurm nodes the Pod must avoid, each with the reason."""
         mapping = self.host_map()
         excluded = {}
         for slurm_node in sorted(self.slurm_nodes | set(mapping)):
-            problem = self.target(slurm_node, pod, placed, mapping).problem
+            problem = self.target(slurm_node, pod, placed, mapping, room).problem
             if problem:
                 excluded[slurm_node] = problem
         return excluded

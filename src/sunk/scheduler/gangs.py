@@ -356,8 +356,14 @@ class Gangs:
             assert member is not None
             if (member.get("spec") or {}).get("nodeName"):
                 continue
-            node_name, problem, _ = await self.binder.target(member, component)
-            targets.append(group_plan.Target(member, component, node_name, problem))
-            if node_name is None:
+            choice = await self.binder.target(member, component)
+            # A member refused for want of room is remembered on it too (`remember` is not
+            # followed): each member alone may fit where two do not, and a group's next job
+            # must not be put there again.
+            targets.append(group_plan.Target(member, component, choice.node, choice.problem))
+            if choice.node is None:
+                # None is bound: the members checked before stop counting as placed.
+                for checked in targets[:-1]:
+                    self.binder.places.forget(checked.pod["metadata"]["uid"])
                 break
         return tuple(targets)

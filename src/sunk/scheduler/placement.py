@@ -1,10 +1,15 @@
 """Where a started job's Pod goes (R4.3, R4.4, R9.3): the strict check of the node Slurm
 chose, under that node's lock, and the Pods being bound, which affinity and spread rules
-count until the informer shows their binding.
+and the kubelet's count of each Node's room count until the informer shows their binding.
 
 This is the one owner of what binding remembers: the node locks, the bindings in flight
 (kube-scheduler's "assume") and Slurm's view of each node, read at most every
 NODE_STATE_TTL_S so a burst of bindings on one node shares one read.
+
+Room on a Node (`sunk.kube.noderoom`) is counted from what this process sees: the slurmd
+Pods and this scheduler's own Pods (bound, or being bound), finished ones left out and
+terminating ones counted, as the kubelet does. Pods of DaemonSets or other schedulers are
+not in its caches, so they are not counted (docs/user-guide.md says so).
 """
 
 from __future__ import annotations
@@ -13,13 +18,16 @@ import asyncio
 import contextlib
 import time
 from collections import defaultdict
-from typing import Any
+from typing import Any, NamedTuple
 
+from sunk.kube import noderoom
+from sunk.kube.resources import Requests
 from sunk.scheduler import decide
-from sunk.scheduler.cluster import ClusterView
+from sunk.scheduler.cluster import ClusterView, RoomCheck
 from sunk.scheduler.decide import finished
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import SlurmPort
+from sunk.scheduler.room import NodeSums
 from sunk.scheduler.translate import Settings, podaffinity, translate
 from sunk.slurm.models import SlurmJob, SlurmNode
 
@@ -28,6 +36,15 @@ Json = dict[str, Any]
 NODE_STATE_TTL_S = 0.5
 # How long a binding this process made counts for affinity rules before the informer shows it.
 PLACING_TTL_S = 30.0
+
+
+class Choice(NamedTuple):
+    """The Node a started job's Pod goes to, or why not and what its next job avoids."""
+
+    node: str | None
+    problem: str = ""
+    avoid_node: bool = False  # the Slurm node is the problem: the next job leaves it out
+    remember: bool = True  # ... and the Pod remembers it (avoid-nodes); False: only while it lasts
 
 
 class Placement:
@@ -42,20 +59,23 @@ class Placement:
         # binding (or PLACING_TTL_S, should the Pod go first).
         self._placing: dict[str, tuple[float, Json]] = {}
         self._node_states: dict[str, tuple[float, SlurmNode | None]] = {}
+        # What the Pods on each Node hold in the kubelet's count: this scheduler's, the slurmd Pods.
+        self._mine = NodeSums(pods.items)
+        self._slurmd = NodeSums(lambda: cluster.slurmd_pods.store.items())
 
-    async def choose(self, pod: Json, job: SlurmJob) -> tuple[str | None, str, bool]:
-        """(the Node to bind `pod` to, "", _) or (None, why not, whether the node is the
-        problem). Strict node locking: never a doubtful node or allocation. A Node chosen is
-        counted as placed at once, before the informer shows the binding."""
+    async def choose(self, pod: Json, job: SlurmJob) -> Choice:
+        """The Node to bind `pod` to, or why not. Strict node locking: never a doubtful node
+        or allocation. A Node chosen is counted as placed at once, before the informer shows
+        the binding."""
         if len(job.nodes) != 1:
-            return None, f"Slurm allocated {len(job.nodes)} nodes, not one", True
+            return Choice(None, f"Slurm allocated {len(job.nodes)} nodes, not one", True)
         slurm_node = job.nodes[0]
         wanted = translate(pod, self.settings).job
         short = (
             decide.allocation_problem(job, wanted.cpus, wanted.memory_mib, wanted.gres) if wanted else None
         )
         if short:
-            return None, short, False
+            return Choice(None, short, False)
         # The lock serialises the decision for one node (R4.3); the binding itself, a plain
         # API call, happens outside it so a burst of Pods on one node is not queued behind it.
         # A Pod with affinity or spread rules also takes one lock shared by all such Pods:
@@ -64,16 +84,20 @@ class Placement:
         rules_apply = podaffinity.has_rules(pod)
         rules = self._rules_lock if rules_apply else contextlib.nullcontext()
         async with rules, self._node_locks[slurm_node]:
-            target = self.cluster.target(slurm_node, pod, self.placed(pod) if rules_apply else [])
+            # From the room check to `placing` nothing awaits: no other binding comes between.
+            placed = self.placed(pod) if rules_apply else []
+            target = self.cluster.target(slurm_node, pod, placed, room=self.room_check(pod))
             problem = target.problem or decide.slurm_node_problem(slurm_node, state)
             if problem is not None or target.node is None:
-                return None, problem or "no Node", True
+                return Choice(
+                    None, problem or "no Node", True, remember=target.problem is None or target.lasting
+                )
             node_name: str = target.node["metadata"]["name"]
             self.placing(pod, node_name)
-        return node_name, "", False
+        return Choice(node_name)
 
     def placing(self, pod: Json, node_name: str) -> None:
-        """Count `pod` as placed on `node_name` from now on (affinity and spread rules)."""
+        """Count `pod` as placed on `node_name` from now on (affinity and spread rules, room)."""
         spec = pod.get("spec") or {}
         self._placing[pod["metadata"]["uid"]] = (
             time.monotonic(),
@@ -85,31 +109,82 @@ class Placement:
         self._placing.pop(uid, None)
 
     def excluded_for(self, pod: Json) -> dict[str, str]:
-        """The Slurm nodes the Pod's own constraints rule out, with why. Only Pods with
-        affinity or spread rules gather the Pods already placed."""
-        return self.cluster.excluded_for(pod, self.placed(pod) if podaffinity.has_rules(pod) else [])
+        """The Slurm nodes the Pod's own constraints rule out, with why: those of the Node
+        (`ClusterView.target`), and Nodes without room for it in the kubelet's count. Only
+        Pods with affinity or spread rules gather the Pods already placed."""
+        placed = self.placed(pod) if podaffinity.has_rules(pod) else []
+        return self.cluster.excluded_for(pod, placed, room=self.room_check(pod))
 
     def placed(self, pod: Json) -> list[Json]:
         """The Pods of this scheduler on a Node (or being bound to one), but `pod`: what its
         affinity and spread rules count. Terminating and finished Pods do not count."""
         uid = pod["metadata"].get("uid")
         placed: dict[str, Json] = {}
-        for key in self.pods.all_keys():
-            other = self.pods.get(key)
-            if other is None or not (other.get("spec") or {}).get("nodeName"):
-                continue
-            placed[other["metadata"].get("uid", key)] = other
-        now = time.monotonic()
-        for other_uid in [
-            u for u, (at, _) in self._placing.items() if u in placed or now - at > PLACING_TTL_S
-        ]:
-            del self._placing[other_uid]  # the informer shows it now (or it went meanwhile)
-        placed.update({u: p for u, (_, p) in self._placing.items()})
+        for key, other in self.pods.items():
+            if (other.get("spec") or {}).get("nodeName"):
+                placed[other["metadata"].get("uid", key)] = other
+        placed.update(self._in_flight())
         return [
             p
             for u, p in placed.items()
             if u != uid and not p["metadata"].get("deletionTimestamp") and not finished(p)
         ]
+
+    def room_check(self, pod: Json) -> RoomCheck:
+        """Why `pod` would not fit on a Node in the kubelet's count, or None. The Nodes are
+        counted when the first is asked (by a binding: under its node's lock)."""
+        wanted = noderoom.requests_of(pod)
+        meta = pod["metadata"]
+        counted: list[dict[str, noderoom.Tally]] = []
+
+        def check(node: Json) -> str | None:
+            if not counted:
+                counted.append(
+                    self._tallies(f"{meta.get('namespace')}/{meta.get('name')}", meta.get("uid", ""))
+                )
+            name = node.get("metadata", {}).get("name", "")
+            return noderoom.shortfall(node, wanted, counted[0].get(name) or noderoom.Tally())
+
+        return check
+
+    def _tallies(self, key: str, uid: str) -> dict[str, noderoom.Tally]:
+        """Node → what the Pods this scheduler sees there request, as the kubelet counts
+        them: the slurmd Pods, and this scheduler's Pods bound or being bound, but the Pod
+        `key` (UID `uid`) itself. (A Pod in both caches, a slurmd Pod naming this scheduler,
+        would count twice: no NodeSet makes one.)"""
+        mine, theirs = self._mine.look(), self._slurmd.look()
+        tallies = {
+            node: tally.plus(theirs[node]) if node in theirs else tally for node, tally in mine.items()
+        }
+        for node, tally in theirs.items():
+            tallies.setdefault(node, tally)
+        besides: list[tuple[str, Requests, int]] = []
+        own_node, held = self._mine.held(key)
+        if own_node is not None and held is not None:  # the Pod itself, should it be bound already
+            besides.append((own_node, held, -1))
+        for other_uid, other in self._in_flight().items():
+            if other_uid != uid and noderoom.counts(other):
+                besides.append((other["spec"]["nodeName"], noderoom.requests_of(other), 1))
+        for node, requests, sign in besides:
+            tallies[node] = (tallies.get(node) or noderoom.Tally()).copy()  # the sums stay as they are
+            tallies[node].add(requests, sign)
+        return tallies
+
+    def _in_flight(self) -> dict[str, Json]:
+        """UID → each Pod being bound that the informer does not show on its Node yet (those
+        it shows, or older than PLACING_TTL_S, are forgotten here)."""
+        now = time.monotonic()
+        for uid, (at, pod) in list(self._placing.items()):
+            meta = pod["metadata"]
+            shown = self.pods.get(f"{meta.get('namespace')}/{meta.get('name')}")
+            on_node = (
+                shown is not None
+                and shown["metadata"].get("uid") == uid
+                and bool((shown.get("spec") or {}).get("nodeName"))
+            )
+            if on_node or now - at > PLACING_TTL_S:
+                del self._placing[uid]
+        return {uid: pod for uid, (_, pod) in self._placing.items()}
 
     async def _slurm_node_state(self, slurm_node: str) -> SlurmNode | None:
         """Slurm's own view of the node, read at most every NODE_STATE_TTL_S per node:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any
 
 from sunk.runtime.ports import Cache
@@ -24,6 +24,11 @@ class PodStore:
 
     def all_keys(self) -> list[str]:
         return [key for informer in self._informers.values() for key in informer.store]
+
+    def items(self) -> Iterator[tuple[str, Json]]:
+        """(key, Pod) of every Pod cached."""
+        for informer in self._informers.values():
+            yield from informer.store.items()
 
     def watches(self, namespace: str) -> bool:
         return "" in self._informers or namespace in self._informers

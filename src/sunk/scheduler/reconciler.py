@@ -447,9 +447,15 @@ class Reconciler:
 
     # -- binding (R4.3, R4.4) -------------------------------------------------------------
     async def _bind(self, pod: Json, job: SlurmJob, said: actions.Said) -> Outcome:
-        node_name, problem, avoid_node = await self.binder.target(pod, job)
-        if node_name is None:
+        choice = await self.binder.target(pod, job)
+        if choice.node is None:
             return await self.submitter.reject_placement(
-                pod, job, job.nodes[0] if job.nodes else None, problem, said, avoid_node=avoid_node
+                pod,
+                job,
+                job.nodes[0] if job.nodes else None,
+                choice.problem,
+                said,
+                avoid_node=choice.avoid_node,
+                remember=choice.remember,
             )
-        return await self.binder.bind(pod, job, node_name, said)
+        return await self.binder.bind(pod, job, choice.node, said)

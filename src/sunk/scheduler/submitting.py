@@ -121,9 +121,12 @@ class Submitter:
         ]
         return Outcome()
 
-    def prepare(self, pod: Json, avoid: tuple[str, ...], said: Said) -> PlaceholderJob | Outcome:
+    def prepare(
+        self, pod: Json, avoid: tuple[str, ...], said: Said, leave_out: dict[str, str] | None = None
+    ) -> PlaceholderJob | Outcome:
         """The job to submit for `pod`, or what was done instead: refused for good (invalid,
-        forbidden, unsupported) or told why no node can take it now."""
+        forbidden, unsupported) or told why no node can take it now. `leave_out`: Slurm
+        nodes this job leaves out besides, with why (not remembered on the Pod)."""
         vetting = submission.vet(
             pod,
             translate(pod, self.settings),
@@ -137,7 +140,7 @@ class Submitter:
         said += [Event(notice.reason, notice.note, warning=True, pod=pod) for notice in vetting.notices]
         assert vetting.job is not None
         job = vetting.job
-        excluded = self.excluded_for(pod)
+        excluded = {**self.excluded_for(pod), **(leave_out or {})}
         message = decide.placement_problem(
             job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes
         )
@@ -241,15 +244,21 @@ class Submitter:
         said: Said,
         *,
         avoid_node: bool = True,
+        remember: bool = True,
     ) -> Outcome:
         """Strict node locking: never bind to a doubtful node or allocation; resubmit (without
-        the node, when the node is the problem)."""
+        the node, when the node is the problem). `remember`: the Pod avoids the node from now
+        on (its `avoid-nodes` annotation); else the new job leaves it out, and later jobs and
+        widenings only while `excluded_for` still finds the problem (a Node without room
+        has room again once other Pods end)."""
         metrics.ATTEMPTS.labels("placement_rejected").inc()
-        avoid = self.avoid_nodes(pod) + ((slurm_node,) if slurm_node and avoid_node else ())
+        avoiding = bool(slurm_node) and avoid_node
+        avoid = self.avoid_nodes(pod) + ((slurm_node,) if slurm_node and avoiding and remember else ())
+        leave_out = {slurm_node: problem} if slurm_node and avoiding and not remember else {}
         what = "submitting a new job that avoids it" if avoid_node else "submitting a new job"
         note = f"Slurm started job {job.job_id} on {slurm_node or '?'} but {problem}; {what}"
         said.append(Event(ev.NODE_REJECTED, note, warning=True, pod=pod))
-        prepared = self.prepare(pod, avoid, said)
+        prepared = self.prepare(pod, avoid, said, leave_out)
         if isinstance(prepared, Outcome):
             # No other node can take the Pod now (said on the Pod), or it is refused for good:
             # it stops naming the rejected job before that job is cancelled, so the job's end

@@ -62,15 +62,22 @@ def pod(
     }
 
 
-def node(name: str, *, cordoned: bool = False, ready: bool = True) -> Json:
+def node(
+    name: str, *, cordoned: bool = False, ready: bool = True, allocatable: dict[str, str] | None = None
+) -> Json:
+    """A Node; without `allocatable` its room is not judged (`sunk.kube.noderoom`)."""
+    status: Json = {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]}
+    if allocatable is not None:
+        status["allocatable"] = dict(allocatable)
     return {
         "metadata": {"name": name, "uid": f"uid-{name}", "labels": {"kubernetes.io/hostname": name}},
         "spec": {"unschedulable": True} if cordoned else {},
-        "status": {"conditions": [{"type": "Ready", "status": "True" if ready else "False"}]},
+        "status": status,
     }
 
 
-def slurmd_pod(slurm_node: str, on: str) -> Json:
+def slurmd_pod(slurm_node: str, on: str, *, requests: dict[str, str] | None = None) -> Json:
+    """A NodeSet's member; `requests`: its slurmd container's (none by default)."""
     return {
         "metadata": {
             "name": f"slurmd-{slurm_node}",
@@ -78,7 +85,10 @@ def slurmd_pod(slurm_node: str, on: str) -> Json:
             "uid": f"uid-slurmd-{slurm_node}",
             "labels": {SLURM_NODE_LABEL: slurm_node},
         },
-        "spec": {"nodeName": on},
+        "spec": {
+            "nodeName": on,
+            "containers": [{"name": "slurmd", "resources": {"requests": dict(requests or {})}}],
+        },
         "status": {"phase": "Running"},
     }
 
@@ -169,12 +179,19 @@ class World:
 
     # -- the cluster ------------------------------------------------------------------------
     def add_node(
-        self, name: str, *, slurm_node: str | None = None, cordoned: bool = False, ready: bool = True
+        self,
+        name: str,
+        *,
+        slurm_node: str | None = None,
+        cordoned: bool = False,
+        ready: bool = True,
+        allocatable: dict[str, str] | None = None,
+        slurmd_requests: dict[str, str] | None = None,
     ) -> None:
         """A Node hosting the slurmd Pod of Slurm node `slurm_node` (default: the same name)."""
         slurm_node = slurm_node or name
-        self.nodes.put(node(name, cordoned=cordoned, ready=ready))
-        self.slurmd.put(slurmd_pod(slurm_node, name))
+        self.nodes.put(node(name, cordoned=cordoned, ready=ready, allocatable=allocatable))
+        self.slurmd.put(slurmd_pod(slurm_node, name, requests=slurmd_requests))
         self.slurm.add_node(slurm_node)
 
     def cordon(self, name: str, cordoned: bool = True) -> None:

@@ -1,0 +1,258 @@
+"""Room in the kubelet's count (R4.3) through the Pod controller on in-memory Kubernetes and
+Slurm. The bug these catch, seen on real kubelet Nodes: a slurmd Pod requests 1 CPU of a
+2-CPU Node but Slurm counts its 2-CPU limit, so Slurm starts two 500m Pods' jobs on that
+node; sunk bound both, the kubelet failed the second (`OutOfcpu`), its ReplicaSet made
+another, Slurm chose the same node again: a storm of refused Pods."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+from sunk.kube import noderoom
+from sunk.scheduler.app import frees_room, node_inputs, slurmd_inputs
+from sunk.scheduler.room import NodeSums
+from sunk.scheduler.translate import gang
+from sunk.testing.fakes import MemoryCache
+from sunk.testing.scheduler import PREFIX, World, node, pod, slurmd_pod
+
+TWO_CPUS = {"cpu": "2", "memory": "4Gi", "pods": "110"}
+
+
+def cluster() -> World:
+    """n1 (Slurm node sn-1) and n2 (sn-2), 2 CPUs each; each slurmd Pod requests 1 CPU."""
+    world = World()
+    for name, slurm_node in (("n1", "sn-1"), ("n2", "sn-2")):
+        world.add_node(name, slurm_node=slurm_node, allocatable=TWO_CPUS, slurmd_requests={"cpu": "1"})
+    return world
+
+
+def running_on(world: World, name: str, node_name: str, cpu: str = "550m", **status: str) -> str:
+    """A Pod of this scheduler already bound to `node_name` and running there."""
+    manifest = pod(name, cpu=cpu, memory="256Mi")
+    manifest["spec"]["nodeName"] = node_name
+    manifest["status"] = {"phase": "Running", **status}
+    return world.create(manifest)
+
+
+def web() -> dict:
+    return pod("web", cpu="500m", memory="256Mi")
+
+
+def annotation(world: World, key: str, name: str) -> str | None:
+    return (world.pod(key)["metadata"].get("annotations") or {}).get(PREFIX + name)
+
+
+async def test_r4_3_a_pod_whose_node_has_no_room_in_the_kubelets_count_is_not_bound_there() -> None:
+    """Catches the OutOfcpu storm: the Node filled up after the job was submitted and Slurm,
+    which counts the slurmd Pod's limit, started the job there anyway; sunk must not bind."""
+    world = cluster()
+    key = world.create(web())
+    await world.reconcile(key)
+    assert world.job_id(key) == 100
+    running_on(world, "other", "n1")  # 1 CPU (slurmd) + 550m: 450m left of 2
+    world.slurm.start(100, "sn-1")
+    await world.reconcile(key)
+    assert "nodeName" not in world.pod(key)["spec"]
+    assert ("bind", key, "n1") not in world.kube.calls
+    note = world.kube.notes("PlacementRejected")[-1]
+    assert "Slurm started job 100 on sn-1 but Node n1 has no room for the Pod in the kubelet's count" in note
+    assert (
+        "it asks cpu 500m, 450m is free of 2 allocatable (1550m requested by the slurmd and placed Pods)"
+        in note
+    )
+    assert note.endswith("submitting a new job that avoids it")
+    assert (100, None) in world.slurm.cancelled()
+    assert world.job_id(key) == 101
+    assert world.slurm.raw_jobs[101]["excluded_nodes"] == "sn-1"
+
+
+async def test_r4_3_a_node_without_room_is_left_out_only_while_it_has_none() -> None:
+    """Catches a Pod refused once for want of room avoiding that node for good (the
+    `avoid-nodes` annotation a cordoned Node gets): room comes back when other Pods end, and
+    a small cluster would otherwise be ruled out node by node until the Pod waits forever."""
+    world = cluster()
+    key = world.create(web())
+    await world.reconcile(key)
+    other = running_on(world, "other", "n1")
+    world.slurm.start(100, "sn-1")
+    await world.reconcile(key)
+    assert annotation(world, key, "avoid-nodes") is None
+    world.slurm.wait(101, "Resources")
+    world.finish(other)  # its 550m are free again
+    await world.reconcile(key)
+    assert world.slurm.raw_jobs[101]["excluded_nodes"] == ""
+    assert (
+        "Slurm job 101 may now use 1 node(s) it had left out (sn-1)"
+        in world.kube.notes("PlacementWidened")[-1]
+    )
+
+
+async def test_r4_3_a_new_job_leaves_out_slurm_nodes_whose_node_has_no_room() -> None:
+    """Catches submitting where the kubelet would refuse the Pod: Slurm, counting the slurmd
+    Pod's limit, would choose that node, and the binding would then be refused."""
+    world = cluster()
+    running_on(world, "other", "n1")
+    key = world.create(web())
+    await world.reconcile(key)
+    assert world.slurm.raw_jobs[100]["excluded_nodes"] == "sn-1"
+
+
+async def test_r4_3_a_pod_no_node_has_room_for_waits_unschedulable_saying_why() -> None:
+    """Catches a Pod submitted (and then refused at binding, again and again) while no Node
+    has room for it: it waits without a job, with the reason on its condition and an Event."""
+    world = cluster()
+    running_on(world, "other-1", "n1")
+    running_on(world, "other-2", "n2", cpu="900m")
+    key = world.create(web())
+    outcome = await world.reconcile(key)
+    assert world.slurm.submitted() == []
+    condition = world.condition(key) or {}
+    assert (condition.get("reason"), outcome.requeue_after) == ("Unschedulable", 5)
+    assert condition["message"].startswith("no Slurm node can host this Pod: ")
+    assert (
+        "Node n1 has no room for the Pod in the kubelet's count: it asks cpu 500m, 450m is free"
+        in condition["message"]
+    )
+    assert (
+        "Node n2 has no room" in condition["message"]
+        and "lower the NodeSet's requests" in condition["message"]
+    )
+    assert world.kube.notes("FailedScheduling") == [condition["message"]]
+
+
+async def test_r4_3_the_second_of_two_jobs_slurm_starts_on_one_node_is_not_bound_beside_the_first() -> None:
+    """Catches the storm's start: both jobs were submitted while the node had room for one,
+    Slurm started both there, and the second binding must count the first."""
+    world = cluster()
+    first, second = world.create(pod("a", cpu="600m")), world.create(pod("b", cpu="600m"))
+    await world.reconcile(first)
+    await world.reconcile(second)
+    world.slurm.start(100, "sn-1")
+    world.slurm.start(101, "sn-1")
+    await world.reconcile(first)
+    await world.reconcile(second)
+    assert world.pod(first)["spec"]["nodeName"] == "n1"
+    assert "nodeName" not in world.pod(second)["spec"]
+    assert "Node n1 has no room" in world.kube.notes("PlacementRejected")[-1]
+    assert world.slurm.raw_jobs[102]["excluded_nodes"] == "sn-1"
+
+
+async def test_r4_3_a_pod_being_bound_counts_before_the_informer_shows_it() -> None:
+    """Catches two bindings in one burst both fitting in the room of one: the first is not
+    in the cache yet when the second is checked."""
+    world = cluster()
+    key = world.create(web())
+    await world.reconcile(key)
+    elsewhere = pod("elsewhere", cpu="600m", memory="256Mi")
+    world.pod_controller.binder.places.placing(elsewhere, "n1")  # bound a moment ago, not in the cache
+    world.slurm.start(100, "sn-1")
+    await world.reconcile(key)
+    assert "nodeName" not in world.pod(key)["spec"]
+    assert "(1600m requested by the slurmd and placed Pods)" in world.kube.notes("PlacementRejected")[-1]
+
+
+async def test_r4_3_terminating_pods_still_take_room_and_finished_ones_do_not() -> None:
+    """Catches counting as the API server lists instead of as the kubelet admits: a Pod
+    being deleted still runs there; one that has ended holds nothing."""
+    world = cluster()
+    other = running_on(world, "other", "n1")
+    world.kube.delete_by_user("ns", "other")
+    key = world.create(web())
+    await world.reconcile(key)
+    assert world.slurm.raw_jobs[100]["excluded_nodes"] == "sn-1"
+    assert world.pod(other)["metadata"].get("deletionTimestamp")
+    world.finish(other, "Failed")
+    second = world.create(pod("web2", cpu="500m", memory="256Mi"))
+    await world.reconcile(second)
+    assert world.slurm.raw_jobs[101]["excluded_nodes"] == ""
+
+
+async def test_r4_3_a_slurmd_pod_requesting_the_whole_node_leaves_no_room() -> None:
+    """Catches trusting Slurm's count where the kubelet's differs: the slurmd Pod's own
+    request is what the kubelet holds for it."""
+    world = World()
+    world.add_node("n1", slurm_node="sn-1", allocatable=TWO_CPUS, slurmd_requests={"cpu": "2"})
+    world.add_node("n2", slurm_node="sn-2", allocatable=TWO_CPUS)
+    key = world.create(web())
+    await world.reconcile(key)
+    assert world.slurm.raw_jobs[100]["excluded_nodes"] == "sn-1"
+
+
+async def test_r4_3_a_node_that_reports_no_allocatable_is_not_judged() -> None:
+    """Catches ruling out every Node whose status is not known: only what a Node reports is
+    checked (`sunk.kube.noderoom`)."""
+    world = World()
+    world.add_node("n1", slurm_node="sn-1", slurmd_requests={"cpu": "64"})
+    key = world.create(web())
+    await world.reconcile(key)
+    assert world.slurm.raw_jobs[100]["excluded_nodes"] == ""
+
+
+def test_r4_3_a_pod_leaving_a_node_or_ending_frees_room_one_running_or_terminating_does_not() -> None:
+    """Catches pending jobs keeping a node left out for want of room after the room is back
+    (the scheduler looks at them again when one of its Pods leaves a Node)."""
+    bound = pod("a")
+    bound["spec"]["nodeName"] = "n1"
+    bound["status"]["phase"] = "Running"
+    ended = copy.deepcopy(bound)
+    ended["status"]["phase"] = "Succeeded"
+    terminating = copy.deepcopy(bound)
+    terminating["metadata"]["deletionTimestamp"] = "2026-11-28T00:00:00Z"
+    assert frees_room("DELETED", bound) and frees_room("MODIFIED", ended)
+    assert not frees_room("MODIFIED", bound) and not frees_room("MODIFIED", terminating)
+    assert not frees_room("DELETED", pod("unbound"))
+
+
+def test_r4_3_allocatable_and_a_slurmd_pods_requests_are_what_placement_reads() -> None:
+    """Catches a Node growing (a device plugin registering GPUs) or a slurmd Pod asking less
+    without the pending jobs that left it out being looked at again."""
+    assert node_inputs(node("n1", allocatable=TWO_CPUS)) != node_inputs(node("n1", allocatable={"cpu": "4"}))
+    small, big = (
+        slurmd_pod("sn-1", "n1", requests={"cpu": "1"}),
+        slurmd_pod("sn-1", "n1", requests={"cpu": "2"}),
+    )
+    assert slurmd_inputs(small) != slurmd_inputs(big)
+    assert slurmd_inputs(small) == slurmd_inputs(copy.deepcopy(small))
+
+
+async def test_r9_1_a_group_refused_for_want_of_room_leaves_no_member_counted_as_placed() -> None:
+    """Catches a released group's members still counted on their Nodes (for room, affinity
+    and spread) for PLACING_TTL_S after none of them was bound: the first member passed its
+    check, the second found no room beside it."""
+    world = cluster()
+    world.add_podgroup("g", 2)
+    for name in ("a", "b"):
+        world.create(pod(name, cpu="600m", labels={gang.GROUP_LABEL: "g"}))
+    await world.reconcile("ns/a")
+    world.slurm.start(100, "sn-1")
+    world.slurm.start(101, "sn-1", started=False)
+    await world.reconcile("ns/a")
+    assert [world.pod(k)["spec"].get("nodeName") for k in ("ns/a", "ns/b")] == [None, None]
+    assert "Node n1 has no room" in world.kube.notes("PlacementRejected")[-1]
+    assert world.pod_controller.binder.places.placed(pod("someone-else")) == []
+
+
+def test_r4_3_the_sums_per_node_follow_the_cache_as_pods_come_change_and_go() -> None:
+    """Catches sums that drift from the cache (a Pod gone, moved, finished or resized still
+    counted where it was), which would rule a Node out for good or let it overfill."""
+    cache = MemoryCache()
+    sums = NodeSums(lambda: cache.store.items())
+    chance = random.Random(7)
+    for step in range(400):
+        name = f"p{chance.randrange(12)}"
+        if chance.random() < 0.2:
+            cache.store.pop(f"ns/{name}", None)
+        else:
+            manifest = pod(name, cpu=f"{chance.randrange(1, 9) * 100}m")
+            manifest["spec"]["nodeName"] = chance.choice(["n1", "n2", "n3", None])
+            manifest["status"]["phase"] = chance.choice(
+                ["Pending", "Running", "Running", "Succeeded", "Failed"]
+            )
+            cache.put(manifest)
+        if step % 3 == 0:
+            expected = {
+                n: noderoom.tally(p for p in cache.store.values() if p["spec"].get("nodeName") == n)
+                for n in ("n1", "n2", "n3")
+            }
+            assert sums.look() == {n: t for n, t in expected.items() if t.pods}, step
