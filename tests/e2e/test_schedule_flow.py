@@ -380,13 +380,35 @@ def test_r1_3_pods_in_unwatched_namespaces_are_untouched(
     assert slurm.jobs_of_pod(pod["metadata"]["uid"]) == []
 
 
+def test_r4_3_a_pod_no_node_has_room_for_waits_unschedulable_and_never_reaches_slurm(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    """1000 CPUs fit no Node in the kubelet's count: the Pod waits, saying what each Node
+    lacks, and no job is submitted (Slurm, counting its own way, must not be asked for a
+    place the kubelet would refuse)."""
+    create(kube, namespace, make_pod("huger", SCHEDULER, cpu="1000"))
+    waiting = wait_for(
+        lambda: (p := get(kube, namespace, "huger")) and condition(p).get("reason") == "Unschedulable" and p,
+        timeout=20,
+        what="the Pod to wait, Unschedulable",
+    )
+    message = condition(waiting)["message"]
+    assert message.startswith("no Slurm node can host this Pod: "), message
+    assert "has no room for the Pod in the kubelet's count: it asks cpu 1000, " in message
+    assert slurm.jobs_of_pod(waiting["metadata"]["uid"]) == []
+    assert P + "job-id" not in (waiting["metadata"].get("annotations") or {})
+
+
 def test_r11_3_a_pod_slurm_cannot_fit_is_refused_or_waits_but_never_both(
     kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
 ) -> None:
-    """1000 CPUs fit no node. 24.11 and later refuse the submission (the job record it makes
-    ends at once); 22.05 queues the job and says so with an error. Either the Pod is refused
-    and no job of it is left, or it waits on its one job: never a refusal beside a live job."""
-    pod = create(kube, namespace, make_pod("huge", SCHEDULER, cpu="1000"))
+    """More memory than any Slurm node's RealMemory, though the kubelet would admit it (a
+    NodeSet keeps memoryReserve out of RealMemory; a Pod no Node has room for never reaches
+    Slurm, see below). 24.11 and later refuse the submission (the job record it makes ends
+    at once); 22.05 queues the job and says so with an error. Either the Pod is refused and
+    no job of it is left, or it waits on its one job: never a refusal beside a live job."""
+    memory = f"{topology.MEMORY_MIB_PER_NODE + topology.SLURMD_MEMORY_REQUEST_MIB}Mi"
+    pod = create(kube, namespace, make_pod("huge", SCHEDULER, cpu="1", memory=memory))
     uid = pod["metadata"]["uid"]
     settled = wait_for(
         lambda: (

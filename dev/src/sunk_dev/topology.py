@@ -18,6 +18,9 @@ GPUS_PER_NODE = 4
 # the kubelet's count, as the scheduler checks before it binds (sunk.kube.noderoom).
 SLURMD_CPU_REQUEST_M = 100
 SLURMD_MEMORY_REQUEST_MIB = 128
+# And memory beyond both, as a NodeSet keeps its memoryReserve (256Mi by default) out of
+# RealMemory: the kubelet admits a little more than Slurm hands out.
+MEMORY_RESERVE_MIB = 256
 # A kubelet's --max-pods (110 by default), raised on Nodes with more CPUs than that: every
 # CPU Slurm hands out can hold a Pod, besides the slurmd Pod.
 MIN_PODS_PER_NODE = 110
@@ -46,10 +49,11 @@ class NodePlan:
 
     @property
     def allocatable(self) -> dict[str, str]:
-        """The Node's allocatable: what Slurm hands out, plus the slurmd Pod's requests."""
+        """The Node's allocatable: what Slurm hands out, plus the slurmd Pod's requests (and
+        a NodeSet's memory reserve)."""
         return {
             "cpu": f"{self.cpus * 1000 + SLURMD_CPU_REQUEST_M}m",
-            "memory": f"{MEMORY_MIB_PER_NODE + SLURMD_MEMORY_REQUEST_MIB}Mi",
+            "memory": f"{MEMORY_MIB_PER_NODE + SLURMD_MEMORY_REQUEST_MIB + MEMORY_RESERVE_MIB}Mi",
             "nvidia.com/gpu": str(self.gpus),
             "pods": str(max(MIN_PODS_PER_NODE, self.cpus + 1)),
         }
