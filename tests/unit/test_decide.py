@@ -838,3 +838,21 @@ def test_r8_2_a_submission_with_no_answer_is_not_sent_again_before_a_listing_cou
     assert decide.unanswered_wait(100.0, 102.0, 3.0)  # the newest listing may predate the job
     assert not decide.unanswered_wait(100.0, 103.5, 3.0)  # a later listing did not show it
     assert not decide.unanswered_wait(0.0, 0.0, 3.0)  # nothing went unanswered
+
+
+@pytest.mark.parametrize(
+    ("manifest", "held"),
+    [
+        pytest.param(pod(job_id=7, node="n1", phase="Running"), True, id="r5_1-its-running-pod"),
+        pytest.param(pod(job_id=7, node="n1", deleting=True), True, id="r5_1-its-terminating-pod"),
+        pytest.param(pod(job_id=7), True, id="r5_1-its-pod-not-yet-bound-may-be-bound"),
+        pytest.param(pod(job_id=None, node="n1"), True, id="r8_2-a-bound-pod-naming-no-job-yet"),
+        pytest.param(pod(job_id=None), False, id="r9_1-a-released-members-unbound-pod"),
+        pytest.param(pod(job_id=8, node="n1"), False, id="r5_1-a-pod-given-another-job"),
+        pytest.param(pod(job_id=7, node="n1", phase="Succeeded"), False, id="r5_1-a-finished-pod"),
+    ],
+)
+def test_whether_a_pod_still_holds_its_job(manifest: dict[str, Any], held: bool) -> None:
+    """Catches a placeholder held to KillWait (and its node drained) for a gang member whose
+    group was given a new job: unbound and naming no job, it runs nothing on the old one."""
+    assert decide.holds_job(manifest, REF, 7, P) is held

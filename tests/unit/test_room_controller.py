@@ -256,3 +256,62 @@ def test_r4_3_the_sums_per_node_follow_the_cache_as_pods_come_change_and_go() ->
                 for n in ("n1", "n2", "n3")
             }
             assert sums.look() == {n: t for n, t in expected.items() if t.pods}, step
+
+
+async def test_r9_1_a_groups_job_does_not_leave_out_a_node_that_its_own_pods_fill_for_now() -> None:
+    """Catches a PodGroup that could never start once another Pod on a node ends: its job
+    left that node out (no room beside the other Pod) and, never widened, waited for its
+    timeout while Slurm, which counts that Pod's job too, would have started it there."""
+    world = cluster()
+    running_on(world, "blocker", "n1", cpu="900m")
+    world.add_podgroup("g", 2)
+    for name in ("a", "b"):
+        world.create(pod(name, cpu="900m", labels={gang.GROUP_LABEL: "g"}))
+    await world.reconcile("ns/a")
+    jobs = list(world.slurm.raw_jobs.values())
+    assert len(jobs) == 2 and all(job["excluded_nodes"] == "" for job in jobs)
+
+
+async def test_r9_1_a_groups_job_leaves_out_a_node_whose_slurmd_pod_leaves_no_room() -> None:
+    world = World()
+    world.add_node("n1", slurm_node="sn-1", allocatable=TWO_CPUS, slurmd_requests={"cpu": "1900m"})
+    world.add_node("n2", slurm_node="sn-2", allocatable=TWO_CPUS, slurmd_requests={"cpu": "1"})
+    world.add_podgroup("g", 1)
+    world.create(pod("a", cpu="500m", labels={gang.GROUP_LABEL: "g"}))
+    await world.reconcile("ns/a")
+    [job] = world.slurm.raw_jobs.values()
+    assert job["excluded_nodes"] == "sn-1"
+
+
+async def test_r9_1_a_member_kept_out_by_a_terminating_pod_does_not_avoid_the_node_for_good() -> None:
+    """Catches a group whose members were told to avoid, for good, each node where a Pod of
+    an earlier test or job was still terminating when Slurm started the group: node by
+    node, the group ran out of nodes and never bound."""
+    world = cluster()
+    running_on(world, "going", "n1", cpu="900m")
+    world.kube.delete_by_user("ns", "going")
+    world.add_podgroup("g", 2)
+    member, other = (world.create(pod(n, cpu="600m", labels={gang.GROUP_LABEL: "g"})) for n in ("a", "b"))
+    await world.reconcile(member)
+    world.slurm.start(100, "sn-1")
+    world.slurm.start(101, "sn-2")
+    await world.reconcile(member)
+    assert [world.pod(k)["spec"].get("nodeName") for k in (member, other)] == [None, None]
+    note = world.kube.notes("PlacementRejected")[-1]
+    assert "Node n1 has no room" in note and note.endswith("the group gets a new job")
+    assert annotation(world, member, "avoid-nodes") is None
+
+
+async def test_r9_1_a_member_without_room_beside_its_own_group_avoids_the_node() -> None:
+    """Catches the storm again for groups: Slurm, counting the slurmd Pod's limit, puts two
+    members where the kubelet has room for one, and would do so for every new job."""
+    world = cluster()
+    world.add_podgroup("g", 2)
+    first, second = (world.create(pod(n, cpu="600m", labels={gang.GROUP_LABEL: "g"})) for n in ("a", "b"))
+    await world.reconcile(first)
+    world.slurm.start(100, "sn-1")
+    world.slurm.start(101, "sn-1")
+    await world.reconcile(first)
+    assert [world.pod(k)["spec"].get("nodeName") for k in (first, second)] == [None, None]
+    assert world.kube.notes("PlacementRejected")[-1].endswith("the group gets a new job avoiding it")
+    assert annotation(world, second, "avoid-nodes") == "sn-1"

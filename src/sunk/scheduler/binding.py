@@ -26,9 +26,10 @@ class Binder:
         self.kube = kube
         self.places = places
 
-    async def target(self, pod: Json, job: SlurmJob) -> Choice:
-        """The Node to bind to, or the problem and whether to avoid the Slurm node."""
-        return await self.places.choose(pod, job)
+    async def target(self, pod: Json, job: SlurmJob, company: list[tuple[str, Json]] | None = None) -> Choice:
+        """The Node to bind to, or the problem and whether to avoid the Slurm node
+        (`company`: a group's members placed before it, see `Placement.choose`)."""
+        return await self.places.choose(pod, job, company)
 
     async def bind(self, pod: Json, job: SlurmJob, node_name: str, said: Said, note: str = "") -> Outcome:
         meta = pod["metadata"]

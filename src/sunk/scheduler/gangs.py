@@ -208,7 +208,7 @@ class Gangs:
     async def _submit(self, group: gang.PodGroup, members: tuple[Json, ...], said: Said) -> Outcome:
         jobs: list[PlaceholderJob] = []
         for pod in members:
-            prepared = self.submitter.prepare(pod, self.submitter.avoid_nodes(pod), said)
+            prepared = self.submitter.prepare(pod, self.submitter.avoid_nodes(pod), said, in_group=True)
             if not isinstance(prepared, PlaceholderJob):
                 return Outcome(requeue_after=GROUP_WAIT_S)  # that member says why; the rest wait
             jobs.append(prepared)
@@ -351,16 +351,20 @@ class Gangs:
 
     async def _targets(self, facts: group_plan.BindFacts) -> tuple[group_plan.Target, ...]:
         """Each unbound member's Node (the strict check), up to the first that cannot go."""
-        targets = []
+        targets: list[group_plan.Target] = []
         for member, component in zip(facts.members, facts.components, strict=True):
             assert member is not None
             if (member.get("spec") or {}).get("nodeName"):
                 continue
-            choice = await self.binder.target(member, component)
-            # A member refused for want of room is remembered on it too (`remember` is not
-            # followed): each member alone may fit where two do not, and a group's next job
-            # must not be put there again.
-            targets.append(group_plan.Target(member, component, choice.node, choice.problem))
+            # A member refused for want of room is remembered on it (its next job avoids the
+            # node) when it lacks room beside the slurmd Pods and the members checked before
+            # it alone, as Slurm's count never shows: Slurm would put the group there again.
+            # Room that other Pods hold for now (terminating ones too) is not remembered.
+            company = [(t.node, t.pod) for t in targets if t.node]
+            choice = await self.binder.target(member, component, company=company)
+            targets.append(
+                group_plan.Target(member, component, choice.node, choice.problem, remember=choice.remember)
+            )
             if choice.node is None:
                 # None is bound: the members checked before stop counting as placed.
                 for checked in targets[:-1]:

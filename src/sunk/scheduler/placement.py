@@ -18,6 +18,7 @@ import asyncio
 import contextlib
 import time
 from collections import defaultdict
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from sunk.kube import noderoom
@@ -63,10 +64,12 @@ class Placement:
         self._mine = NodeSums(pods.items)
         self._slurmd = NodeSums(lambda: cluster.slurmd_pods.store.items())
 
-    async def choose(self, pod: Json, job: SlurmJob) -> Choice:
+    async def choose(self, pod: Json, job: SlurmJob, company: list[tuple[str, Json]] | None = None) -> Choice:
         """The Node to bind `pod` to, or why not. Strict node locking: never a doubtful node
         or allocation. A Node chosen is counted as placed at once, before the informer shows
-        the binding."""
+        the binding. `company`: (Node, Pod) of a group's members placed before `pod`; a
+        Node without room is then remembered only where `pod` lacks room beside the slurmd
+        Pods and those members alone."""
         if len(job.nodes) != 1:
             return Choice(None, f"Slurm allocated {len(job.nodes)} nodes, not one", True)
         slurm_node = job.nodes[0]
@@ -89,9 +92,10 @@ class Placement:
             target = self.cluster.target(slurm_node, pod, placed, room=self.room_check(pod))
             problem = target.problem or decide.slurm_node_problem(slurm_node, state)
             if problem is not None or target.node is None:
-                return Choice(
-                    None, problem or "no Node", True, remember=target.problem is None or target.lasting
-                )
+                lasting = target.problem is None or target.lasting
+                if not lasting and company is not None and target.node is not None:
+                    lasting = self.room_check(pod, with_mine=False, beside=company)(target.node) is not None
+                return Choice(None, problem or "no Node", True, remember=lasting)
             node_name: str = target.node["metadata"]["name"]
             self.placing(pod, node_name)
         return Choice(node_name)
@@ -108,12 +112,19 @@ class Placement:
         """The binding of Pod `uid` failed: it no longer counts as placed."""
         self._placing.pop(uid, None)
 
-    def excluded_for(self, pod: Json) -> dict[str, str]:
+    def excluded_for(self, pod: Json, *, room_now: bool = True) -> dict[str, str]:
         """The Slurm nodes the Pod's own constraints rule out, with why: those of the Node
         (`ClusterView.target`), and Nodes without room for it in the kubelet's count. Only
-        Pods with affinity or spread rules gather the Pods already placed."""
+        Pods with affinity or spread rules gather the Pods already placed.
+
+        `room_now` False: only Nodes where the slurmd Pods alone leave too little room are
+        ruled out, not those this scheduler's own Pods fill for now. That is for a group's
+        job, which is never widened: Slurm counts those Pods' jobs on the node as well and
+        starts the group there once they end, where a node left out for them would keep the
+        group waiting until its timeout (and a binding the kubelet would refuse is still
+        caught by `choose`)."""
         placed = self.placed(pod) if podaffinity.has_rules(pod) else []
-        return self.cluster.excluded_for(pod, placed, room=self.room_check(pod))
+        return self.cluster.excluded_for(pod, placed, room=self.room_check(pod, with_mine=room_now))
 
     def placed(self, pod: Json) -> list[Json]:
         """The Pods of this scheduler on a Node (or being bound to one), but `pod`: what its
@@ -130,22 +141,32 @@ class Placement:
             if u != uid and not p["metadata"].get("deletionTimestamp") and not finished(p)
         ]
 
-    def room_check(self, pod: Json) -> RoomCheck:
+    def room_check(
+        self, pod: Json, *, with_mine: bool = True, beside: Sequence[tuple[str, Json]] = ()
+    ) -> RoomCheck:
         """Why `pod` would not fit on a Node in the kubelet's count, or None. The Nodes are
-        counted when the first is asked (by a binding: under its node's lock)."""
+        counted when the first is asked (by a binding: under its node's lock). `with_mine`
+        False: beside the slurmd Pods alone, and the (Node, Pod) pairs of `beside`."""
         wanted = noderoom.requests_of(pod)
         meta = pod["metadata"]
         counted: list[dict[str, noderoom.Tally]] = []
 
         def check(node: Json) -> str | None:
             if not counted:
-                counted.append(
-                    self._tallies(f"{meta.get('namespace')}/{meta.get('name')}", meta.get("uid", ""))
-                )
+                key = f"{meta.get('namespace')}/{meta.get('name')}"
+                counted.append(self._tallies(key, meta.get("uid", "")) if with_mine else self._beside(beside))
             name = node.get("metadata", {}).get("name", "")
             return noderoom.shortfall(node, wanted, counted[0].get(name) or noderoom.Tally())
 
         return check
+
+    def _beside(self, pods: Sequence[tuple[str, Json]]) -> dict[str, noderoom.Tally]:
+        """Node → what the slurmd Pods and `pods` (each on its Node) request there."""
+        tallies = dict(self._slurmd.look())
+        for node, other in pods:
+            tallies[node] = (tallies.get(node) or noderoom.Tally()).copy()
+            tallies[node].add(noderoom.requests_of(other))
+        return tallies
 
     def _tallies(self, key: str, uid: str) -> dict[str, noderoom.Tally]:
         """Node → what the Pods this scheduler sees there request, as the kubelet counts

@@ -77,10 +77,11 @@ class Submitter:
         raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(self.prefix + "avoid-nodes")
         return tuple(n for n in str(raw or "").split(",") if n)
 
-    def excluded_for(self, pod: Json) -> dict[str, str]:
+    def excluded_for(self, pod: Json, *, widened_later: bool = True) -> dict[str, str]:
         """The Slurm nodes the Pod's own constraints rule out, with why. Only Pods with
-        affinity or spread rules gather the Pods already placed."""
-        return self.places.excluded_for(pod)
+        affinity or spread rules gather the Pods already placed. `widened_later`: False for
+        a group's member, whose job is never widened (see `Placement.excluded_for`)."""
+        return self.places.excluded_for(pod, room_now=widened_later)
 
     async def adopt(self, pod: Json, said: Said) -> bool:
         """After a restart, a job may exist that the Pod does not name yet: use it."""
@@ -122,11 +123,18 @@ class Submitter:
         return Outcome()
 
     def prepare(
-        self, pod: Json, avoid: tuple[str, ...], said: Said, leave_out: dict[str, str] | None = None
+        self,
+        pod: Json,
+        avoid: tuple[str, ...],
+        said: Said,
+        leave_out: dict[str, str] | None = None,
+        *,
+        in_group: bool = False,
     ) -> PlaceholderJob | Outcome:
         """The job to submit for `pod`, or what was done instead: refused for good (invalid,
         forbidden, unsupported) or told why no node can take it now. `leave_out`: Slurm
-        nodes this job leaves out besides, with why (not remembered on the Pod)."""
+        nodes this job leaves out besides, with why (not remembered on the Pod); `in_group`:
+        the Pod is a PodGroup's member."""
         vetting = submission.vet(
             pod,
             translate(pod, self.settings),
@@ -140,7 +148,7 @@ class Submitter:
         said += [Event(notice.reason, notice.note, warning=True, pod=pod) for notice in vetting.notices]
         assert vetting.job is not None
         job = vetting.job
-        excluded = {**self.excluded_for(pod), **(leave_out or {})}
+        excluded = {**self.excluded_for(pod, widened_later=not in_group), **(leave_out or {})}
         message = decide.placement_problem(
             job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes
         )

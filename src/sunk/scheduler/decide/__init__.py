@@ -90,10 +90,14 @@ def owns(pod: Json | None, ref: PodRef, job: SlurmJob, prefix: str) -> bool:
 def holds_job(pod: Json | None, ref: PodRef, job_id: int, prefix: str) -> bool:
     """The Pod `ref` may still run something on job `job_id`'s resources: it exists, has not
     finished, and has not been given another job since (a rejected placement). A Pod being
-    deleted still holds its job: its containers may still run."""
+    deleted still holds its job: its containers may still run. One never bound that names
+    no job (a gang's member whose group was given a new job) runs nothing anywhere."""
     if pod is None or pod["metadata"].get("uid") != ref.uid or finished(pod):
         return False
-    return recorded_job_id(pod, prefix) in (None, job_id)
+    recorded = recorded_job_id(pod, prefix)
+    if recorded is None and not (pod.get("spec") or {}).get("nodeName"):
+        return False
+    return recorded in (None, job_id)
 
 
 def for_claim(

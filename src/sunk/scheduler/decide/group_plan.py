@@ -134,12 +134,14 @@ def released(members: list[Json], action: ReleaseGroup) -> tuple[Report, ...]:
 
 @dataclass(frozen=True)
 class Target:
-    """Where an unbound member may go: `node` (a Node) or None, with `problem`."""
+    """Where an unbound member may go: `node` (a Node) or None, with `problem` and whether
+    its next job should avoid that node for good (`remember`)."""
 
     pod: Json
     job: SlurmJob
     node: str | None
     problem: str = ""
+    remember: bool = True
 
 
 @dataclass(frozen=True)
@@ -167,9 +169,10 @@ def for_bind(facts: BindFacts) -> GroupPlan:
             slurm_node = target.job.nodes[0]
             note = (
                 f"Slurm started job {facts.leader} but member {target.pod['metadata']['name']} cannot go to "
-                f"{slurm_node}: {target.problem}; no member is bound; the group gets a new job avoiding it"
+                f"{slurm_node}: {target.problem}; no member is bound; the group gets a new job"
+                + (" avoiding it" if target.remember else "")
             )
-            avoid = ((str(target.pod["metadata"]["uid"]), slurm_node),)
+            avoid = ((str(target.pod["metadata"]["uid"]), slurm_node),) if target.remember else ()
             return Plan((ReleaseGroup(facts.leader, ev.NODE_REJECTED, note, facts.group, avoid=avoid),))
     note = f"; all members of PodGroup {facts.group} together"
     return Plan(tuple(BindMember(t.pod, t.job, t.node, note) for t in facts.targets if t.node))
