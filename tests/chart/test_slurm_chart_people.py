@@ -91,3 +91,35 @@ def test_r10_6_sshd_takes_a_persons_keys_from_the_login_keys_and_the_directory(
 ) -> None:
     script = " ".join(container(named(render(slurm_chart, helm), "Deployment", "r1-login"), "sshd")["args"])
     assert "AuthorizedKeysCommand=/usr/local/sbin/sunk-authorized-keys %u" in script
+
+
+def test_issue35_password_logins_are_off_by_default(helm: Path, slurm_chart: Path) -> None:
+    login = named(render(slurm_chart, helm, values=DIRECTORY), "Deployment", "r1-login")
+    assert "PasswordAuthentication=no" in " ".join(container(login, "sshd")["args"])
+    assert "directory-password" not in [v["name"] for v in pod_spec(login)["volumes"]]
+
+
+def test_issue35_with_password_logins_sshd_asks_and_nslcd_beside_it_checks_with_the_directory(
+    helm: Path, slurm_chart: Path
+) -> None:
+    objects = render(slurm_chart, helm, values={**DIRECTORY, "login": {"passwordLogin": True}})
+    login = named(objects, "Deployment", "r1-login")
+    sshd = container(login, "sshd")
+    assert "PasswordAuthentication=yes" in " ".join(sshd["args"])
+    assert "PermitRootLogin=no" in " ".join(sshd["args"])  # root never, with a password least of all
+    env = {e["name"]: e.get("value") for e in sshd["env"]}
+    assert env["SUNK_DIRECTORY_URI"] == "ldaps://ldap.example:636"
+    assert env["SUNK_DIRECTORY_PASSWORD_FILE"] == "/etc/sunk/directory/password"
+    assert env["SUNK_DIRECTORY_CA_FILE"] == "/etc/sunk/directory-ca/ca.crt"
+    assert not [
+        e for e in sshd["env"] if "password" in str(e.get("value", "")).lower() and "/" not in e["value"]
+    ]
+    volumes = {v["name"]: v for v in pod_spec(login)["volumes"]}
+    assert volumes["directory-password"]["secret"]["secretName"] == "ldap-reader"
+    services = named(objects, "ConfigMap", "r1-login-services")["data"]
+    assert services["service.nslcd"].strip() == "exec /usr/local/sbin/sunk-nslcd"
+
+
+def test_issue35_password_logins_without_a_directory_fail_the_render(helm: Path, slurm_chart: Path) -> None:
+    said = fails(slurm_chart, helm, values={"login": {"passwordLogin": True}})
+    assert "login.passwordLogin checks people's passwords against the directory: set directory.uri" in said

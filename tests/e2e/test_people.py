@@ -14,8 +14,15 @@ import pytest
 
 from sunk_dev import DevCluster, directory
 from sunk_dev.kubeapi import AdminKube
-from sunk_dev.people import as_user, directory_values, prepare_namespace, ssh, wait_associated
-from sunk_dev.platform import Platform, nodeset
+from sunk_dev.people import (
+    as_user,
+    directory_values,
+    prepare_namespace,
+    ssh,
+    ssh_with_password,
+    wait_associated,
+)
+from sunk_dev.platform import Platform, merge_values, nodeset
 from tests.e2e.slurm_in_pods import delete_namespace
 from tests.support import wait_for
 
@@ -29,11 +36,22 @@ def people_written(kube: AdminKube) -> dict[str, str] | None:
     return data if "alice:" in data.get("passwd", "") else None
 
 
+# An operator's own daemon and start-up script in the slurmd and login containers (issue #35
+# point 4): a ticker writing a heartbeat, and a mark that the start-up script ran.
+TICKER = {"name": "ticker", "run": "while :; do date +%s > /run/ticker; sleep 5; done"}
+MARK = {"name": "10-mark", "run": "echo started > /run/startup-mark"}
+# People may also log in with their directory password (login.passwordLogin).
+EXTRA_VALUES = {
+    "slurmd": {"services": [TICKER], "startupScripts": [MARK]},
+    "login": {"services": [TICKER], "startupScripts": [MARK], "passwordLogin": True},
+}
+
+
 @pytest.fixture(scope="module")
 def platform(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[Platform]:
     prepare_namespace(dev_cluster, kube, NAMESPACE)
     plat = Platform(dev_cluster, namespace=NAMESPACE, release="slurm")
-    plat.install(directory_values(dev_cluster), scheduler=False)
+    plat.install(merge_values(directory_values(dev_cluster), EXTRA_VALUES), scheduler=False)
     plat.apply_nodeset(kube, nodeset("compute", ["main"], replicas=1))
     wait_for(lambda: people_written(kube), timeout=60, what="the operator writing the directory's people")
     wait_associated(plat, "alice", "bob", "carol")
@@ -93,6 +111,21 @@ def test_r10_6_a_key_the_directory_does_not_hold_for_her_is_refused(
     assert done.returncode == 255 and "Permission denied" in done.stderr
 
 
+def test_issue35_alice_logs_in_with_her_directory_password(
+    platform: Platform, dev_cluster: DevCluster, kube: AdminKube
+) -> None:
+    as_user(dev_cluster, kube, NAMESPACE, "alice", "true")  # her people reached the login Pod
+    done = ssh_with_password(dev_cluster, kube, NAMESPACE, "alice", "id -un")
+    assert (done.returncode, done.stdout.strip()) == (0, "alice"), done.stderr
+
+
+def test_issue35_bobs_password_does_not_open_alices_account(
+    platform: Platform, dev_cluster: DevCluster, kube: AdminKube
+) -> None:
+    done = ssh_with_password(dev_cluster, kube, NAMESPACE, "alice", "true", password_of="bob")
+    assert done.returncode == 255 and "Permission denied" in done.stderr
+
+
 def unreadable_events(kube: AdminKube) -> list[str]:
     events = kube.get(f"/api/v1/namespaces/{NAMESPACE}/events")["items"]
     return [
@@ -103,9 +136,24 @@ def unreadable_events(kube: AdminKube) -> list[str]:
     ]
 
 
-def test_r10_6_with_the_directory_down_alice_still_logs_in_and_submits_and_the_configmap_says_why(
+def directory_condition(platform: Platform, kube: AdminKube) -> dict[str, str]:
+    conditions = platform.nodeset(kube, "compute").get("status", {}).get("conditions") or []
+    return next((c for c in conditions if c["type"] == "DirectoryRead"), {})
+
+
+UNREADABLE_SAID = "the directory's people: unreadable since"
+
+
+def said_in_log(platform: Platform, kube: AdminKube, component: str, words: str) -> bool:
+    pod, container = pod_of(kube, component)
+    return words in platform.kubectl("logs", pod, "-c", container).stdout
+
+
+def test_r10_6_with_the_directory_down_alice_still_logs_in_and_submits_and_everything_says_why(
     platform: Platform, dev_cluster: DevCluster, kube: AdminKube
 ) -> None:
+    """Also issue #35's bad input: the NodeSet's DirectoryRead condition and the login and
+    slurmd containers' logs say the directory cannot be read, and nothing restarts."""
     as_user(dev_cluster, kube, NAMESPACE, "alice", "true")  # her people reached the login Pod before
     directory.stop(dev_cluster.layout)
     try:
@@ -120,5 +168,57 @@ def test_r10_6_with_the_directory_down_alice_still_logs_in_and_submits_and_the_c
         )
         assert out.split()[-1] == "alice"
         assert people_written(kube) is not None  # the last people stay as they were
+        wait_for(
+            lambda: directory_condition(platform, kube).get("reason") == "DirectoryUnreadable",
+            timeout=60,
+            what="the NodeSet's DirectoryRead condition turning False",
+        )
+        for component in ("slurmd", "login"):  # the kubelet brings the ConfigMap within ~1 min
+            wait_for(
+                lambda c=component: said_in_log(platform, kube, c, UNREADABLE_SAID),
+                timeout=150,
+                what=f"the {component} container's log saying the directory is unreadable",
+                every=5,
+            )
     finally:
         directory.serve(dev_cluster.layout)
+    wait_for(
+        lambda: directory_condition(platform, kube).get("status") == "True",
+        timeout=60,
+        what="DirectoryRead True once the directory answers",
+    )
+
+
+def pod_of(kube: AdminKube, component: str) -> tuple[str, str]:
+    """The Pod and container that run `component` (slurmd: the NodeSet's one member)."""
+    name = "slurmd" if component == "slurmd" else "login"
+    pods = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector=f"app.kubernetes.io/name={name}")
+    running = [p for p in pods["items"] if (p.get("status") or {}).get("phase") == "Running"]
+    return running[0]["metadata"]["name"], "slurmd" if component == "slurmd" else "sshd"
+
+
+def ticker_pid(platform: Platform, pod: str, container: str) -> str | None:
+    """The pid of the ticker service in the container, as s6 reports it (None: down)."""
+    shown = platform.kubectl("exec", pod, "-c", container, "--", "s6-svstat", "/run/sunk-services/ticker")
+    words = shown.stdout.split()
+    return words[2].rstrip(")") if shown.returncode == 0 and words[:2] == ["up", "(pid"] else None
+
+
+@pytest.mark.parametrize("component", ["slurmd", "login"])
+def test_issue35_a_service_the_values_added_runs_and_is_started_again_after_it_is_killed(
+    platform: Platform, kube: AdminKube, component: str
+) -> None:
+    pod, container = pod_of(kube, component)
+    first = wait_for(lambda: ticker_pid(platform, pod, container), timeout=60, what="the ticker up", every=1)
+    mark = platform.kubectl("exec", pod, "-c", container, "--", "cat", "/run/startup-mark")
+    assert mark.stdout.strip() == "started", mark.stderr  # the start-up script ran before it
+    killed = platform.kubectl("exec", pod, "-c", container, "--", "kill", first)
+    assert killed.returncode == 0, killed.stderr
+    wait_for(
+        lambda: ticker_pid(platform, pod, container) not in (None, first),
+        timeout=30,
+        what="s6 starting the killed ticker again",
+        every=1,
+    )
+    logs = platform.kubectl("logs", pod, "-c", container).stdout
+    assert "sunk-services: ticker was killed by signal 15" in logs

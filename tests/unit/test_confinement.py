@@ -33,7 +33,8 @@ async def test_issue36_a_confining_member_gets_sys_admin_and_the_preflight_not_p
         "appArmorProfile": {"type": "Unconfined"},
     }
     assert slurmd["args"][:4] == ["sh", "-c", c.PREFLIGHT, "preflight"]
-    assert slurmd["args"][4:9] == ["slurmd", "-D", "-Z", "-N", "a-001-011"]
+    # The check runs once, before the supervisor and slurmd: a refusal ends the container.
+    assert slurmd["args"][4:11] == ["sunk-services", "slurmd", "slurmd", "-D", "-Z", "-N", "a-001-011"]
 
 
 async def test_issue36_without_confinement_the_member_is_as_before() -> None:
@@ -43,7 +44,7 @@ async def test_issue36_without_confinement_the_member_is_as_before() -> None:
     await world.reconcile("a")
     [pod] = world.members().values()
     assert "securityContext" not in pod["spec"]["containers"][0]
-    assert pod["spec"]["containers"][0]["args"][0] == "slurmd"
+    assert pod["spec"]["containers"][0]["args"][:3] == ["sunk-services", "slurmd", "slurmd"]
 
 
 def test_issue36_a_template_that_asks_for_privileged_keeps_it_and_gets_no_extra_capability() -> None:

@@ -39,3 +39,21 @@ async def test_r10_6_members_made_before_the_directory_was_set_are_rolled_out() 
     after = before.restarted_with(replace(before.settings, people_configmap="slurm-people"))
     await after.reconcile("gpu")
     assert after.condition("gpu", "UpToDate")["reason"] == "RollingOut"
+
+
+async def test_issue35_an_unreadable_directory_is_named_in_the_nodesets_condition() -> None:
+    w = world("slurm-people")
+    w.directory_problem = "the directory refused the bind as cn=reader: invalid credentials"
+    await w.settle("gpu")
+    condition = w.condition("gpu", "DirectoryRead")
+    assert (condition["status"], condition["reason"]) == ("False", "DirectoryUnreadable")
+    assert condition["message"].startswith("the directory refused the bind as cn=reader: invalid credentials")
+    w.directory_problem = None
+    await w.reconcile("gpu")
+    assert w.condition("gpu", "DirectoryRead")["status"] == "True"
+
+
+async def test_issue35_without_a_directory_there_is_no_directory_condition() -> None:
+    w = world()
+    await w.settle("gpu")
+    assert "DirectoryRead" not in [c["type"] for c in w.status("gpu")["conditions"]]

@@ -8,7 +8,7 @@ from typing import Any
 
 from sunk.kube.client import KubeError
 from sunk.ldap.models import Directory, DirectoryError, Group, User
-from sunk.operator.people_sync import READ_FAILED, REFUSED, PeopleSync
+from sunk.operator.people_sync import CURRENT, READ_FAILED, REFUSED, PeopleSync
 
 Json = dict[str, Any]
 PATH = "/api/v1/namespaces/slurm/configmaps/slurm-people"
@@ -84,7 +84,7 @@ async def test_r10_6_a_person_removed_from_the_directory_leaves_the_configmap() 
     await sync.sync_once()
     directory.answer = Directory((), ())
     assert await sync.sync_once()
-    assert kube.objects[PATH]["data"] == {"passwd": "", "group": ""}
+    assert kube.objects[PATH]["data"] == {"passwd": "", "group": "", "status": CURRENT}
 
 
 async def test_r10_6_an_unreadable_directory_keeps_the_people_and_says_why_once() -> None:
@@ -109,3 +109,39 @@ async def test_r10_6_a_refused_entry_is_told_by_an_event_naming_it() -> None:
         "left out of the cluster's people"
     ]
     assert "root" not in kube.objects[PATH]["data"]["passwd"]
+
+
+async def test_issue35_an_unreadable_directory_is_told_in_the_configmaps_status_once() -> None:
+    directory = ChangingDirectory((alice(),))
+    sync, kube, _ = sync_for(directory)
+    await sync.sync_once()
+    directory.answer = DirectoryError("the directory refused the bind as cn=reader: invalid credentials")
+    await sync.sync_once()
+    await sync.sync_once()
+    status = kube.objects[PATH]["data"]["status"]
+    assert status.startswith("unreadable since ")
+    assert status.endswith("invalid credentials; people stay as last written")
+    assert kube.writes == ["POST", "PUT"]  # the second failure, the same, writes nothing
+    assert "alice" in kube.objects[PATH]["data"]["passwd"]
+
+
+async def test_issue35_a_wrong_bind_password_at_install_writes_the_status_alone() -> None:
+    directory = ChangingDirectory(())
+    directory.answer = DirectoryError("invalid credentials")
+    sync, kube, _ = sync_for(directory)
+    await sync.sync_once()
+    assert list(kube.objects[PATH]["data"]) == ["status"]
+    assert sync.problem == "invalid credentials"
+
+
+async def test_issue35_a_directory_read_again_makes_the_status_current_and_tells_the_nodesets() -> None:
+    directory = ChangingDirectory((alice(),))
+    sync, kube, _ = sync_for(directory)
+    changes: list[str | None] = []
+    sync.on_change = lambda: changes.append(sync.problem)
+    directory.answer = DirectoryError("refused")
+    await sync.sync_once()
+    directory.answer = Directory((alice(),), ())
+    await sync.sync_once()
+    assert kube.objects[PATH]["data"]["status"] == CURRENT
+    assert changes == ["refused", None]

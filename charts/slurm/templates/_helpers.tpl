@@ -137,3 +137,44 @@ fails the install naming it.
 {{- end }}
 {{- toJson $out }}
 {{- end -}}
+
+{{/*
+The services and start-up scripts of one component ("slurmd" or "login"), checked, as the
+data of its ConfigMap (JSON; {} when there are none). A name must be a short lower-case word
+that makes a file name, unique within its list, and a service may not take the name of the
+container's own daemon.
+*/}}
+{{- define "slurm.services" -}}
+{{- $component := index . 0 -}}
+{{- $v := index (index . 1).Values $component -}}
+{{- $data := dict -}}
+{{- range $kind := list "services" "startupScripts" -}}
+{{- $prefix := ternary "service" "startup" (eq $kind "services") -}}
+{{- range $i, $entry := (get $v $kind | default list) -}}
+{{- $where := printf "%s.%s[%d]" $component $kind $i -}}
+{{- if not (kindIs "map" $entry) -}}
+{{- fail (printf "%s must be {name, run}, not %v" $where $entry) -}}
+{{- end -}}
+{{- $name := toString ($entry.name | default "") -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" $name) -}}
+{{- fail (printf "%s.name is %q: use lower-case letters, digits and -, as in node-exporter" $where $name) -}}
+{{- end -}}
+{{- if and (eq $kind "services") (has $name (list $component "nslcd" "people-status")) -}}
+{{- fail (printf "%s.name is %q, the name of one of the container's own services: choose another" $where $name) -}}
+{{- end -}}
+{{- if not $entry.run -}}
+{{- fail (printf "%s (%s) has no run: the script that starts it" $where $name) -}}
+{{- end -}}
+{{- $key := printf "%s.%s" $prefix $name -}}
+{{- if hasKey $data $key -}}
+{{- fail (printf "%s.%s names %s twice" $component $kind $name) -}}
+{{- end -}}
+{{- $_ := set $data $key (toString $entry.run) -}}
+{{- end -}}
+{{- end -}}
+{{- if and (eq $component "login") $v.passwordLogin -}}
+{{- /* the chart's own: nslcd, which sshd's PAM asks to check directory passwords */ -}}
+{{- $_ := set $data "service.nslcd" "exec /usr/local/sbin/sunk-nslcd\n" -}}
+{{- end -}}
+{{- toJson $data -}}
+{{- end -}}

@@ -12,8 +12,9 @@ The tree:
                   carol is in no group but her own, so no Slurm account is made for her
       cn=reader   the read-only identity clients bind as (its password in the run directory)
 
-Each person's SSH key pair is made here; the private keys stay in the run directory
-(`directory/keys/<name>`) for the tests that log in as them.
+Each person's SSH key pair and password are made here; the private keys and the passwords
+stay in the run directory (`directory/keys/<name>`, `directory/passwords/<name>`) for the
+tests that log in as them.
 """
 
 from __future__ import annotations
@@ -73,6 +74,10 @@ def private_key(layout: Layout, name: str) -> Path:
     return directory_dir(layout) / "keys" / name
 
 
+def password_file(layout: Layout, name: str) -> Path:
+    return directory_dir(layout) / "passwords" / name
+
+
 def uri(layout: Layout, host: str = HOST) -> str:
     return f"ldap://{host}:{layout.ports.ldap}"
 
@@ -106,7 +111,7 @@ access to *
 """
 
 
-def seed_ldif(public_keys: dict[str, str], reader_hash: str) -> str:
+def seed_ldif(public_keys: dict[str, str], reader_hash: str, password_hashes: dict[str, str]) -> str:
     """The tree in the module's docstring, as LDIF for slapadd."""
     entries = [
         f"dn: {SUFFIX}\nobjectClass: dcObject\nobjectClass: organization\ndc: sunk\no: sunk dev cluster\n",
@@ -122,7 +127,7 @@ def seed_ldif(public_keys: dict[str, str], reader_hash: str) -> str:
             f"uid: {person.name}\ncn: {person.name.title()}\nsn: {person.name.title()}\n"
             f"uidNumber: {person.uid}\ngidNumber: {PRIMARY_GROUP[1]}\n"
             f"homeDirectory: /home/{person.name}\nloginShell: /bin/bash\n"
-            f"sshPublicKey: {public_keys[person.name]}\n"
+            f"sshPublicKey: {public_keys[person.name]}\nuserPassword: {password_hashes[person.name]}\n"
         )
     groups = {PRIMARY_GROUP[0]: PRIMARY_GROUP[1], **GROUPS_SEEDED}
     for group, gid in groups.items():
@@ -140,6 +145,15 @@ def _hash(password: str) -> str:
     if done.returncode:
         raise DevClusterError(f"slappasswd failed: {done.stderr.strip()[:200]}")
     return done.stdout.strip()
+
+
+def _password(path: Path) -> str:
+    """A fresh password kept at `path` (owner-only); returns its hash for the directory."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    password = secrets.token_urlsafe(12)
+    path.write_text(password)
+    path.chmod(0o600)
+    return _hash(password)
 
 
 def _key_pair(path: Path, name: str) -> str:
@@ -165,8 +179,9 @@ def start(layout: Layout, hosts: tuple[str, ...] = (HOST,)) -> None:
     conf = here / "slapd.conf"
     conf.write_text(slapd_conf(layout, _hash(secrets.token_hex(16)), reader_hash))
     keys = {p.name: _key_pair(private_key(layout, p.name), p.name) for p in PEOPLE_SEEDED}
+    passwords = {p.name: _password(password_file(layout, p.name)) for p in PEOPLE_SEEDED}
     seed = here / "seed.ldif"
-    seed.write_text(seed_ldif(keys, reader_hash))
+    seed.write_text(seed_ldif(keys, reader_hash, passwords))
     loaded = subprocess.run(["slapadd", "-f", str(conf), "-l", str(seed)], capture_output=True, text=True)
     if loaded.returncode:
         raise DevClusterError(f"loading the directory's seed failed: {loaded.stderr.strip()[-300:]}")

@@ -3,8 +3,12 @@ with `directory_values`: what the real-Node suites, the benchmarks and the demo 
 
 from __future__ import annotations
 
+import os
+import shlex
 import socket
 import subprocess
+import tempfile
+from pathlib import Path
 from typing import Any
 
 from sunk_dev import directory, hostnet, procs
@@ -95,6 +99,39 @@ def ssh(
         text=True,
         timeout=timeout,
     )
+
+
+def ssh_with_password(
+    cluster: DevCluster,
+    kube: AdminKube,
+    namespace: str,
+    user: str,
+    command: str,
+    *,
+    password_of: str | None = None,
+    timeout: float = 60,
+) -> subprocess.CompletedProcess[str]:
+    """`command` run by `user` logged in over SSH with the password the directory holds for
+    them (or for `password_of`), typed by an askpass program that reads it from its file:
+    no key is offered, and the password is never on a command line."""
+    address = login_address(kube, namespace)
+    assert address is not None, "no login Pod has an address"
+    secret = directory.password_file(cluster.layout, password_of or user)
+    with tempfile.TemporaryDirectory() as scratch:
+        askpass = Path(scratch) / "askpass"
+        askpass.write_text(f"#!/bin/sh\nexec cat {shlex.quote(str(secret))}\n")
+        askpass.chmod(0o700)
+        options = ["StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null", "LogLevel=ERROR"]
+        options += ["ConnectTimeout=5", "PubkeyAuthentication=no", "PreferredAuthentications=password"]
+        options += ["NumberOfPasswordPrompts=1", "IdentitiesOnly=yes"]
+        return subprocess.run(
+            ["ssh", *(arg for option in options for arg in ("-o", option)), f"{user}@{address}", command],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            stdin=subprocess.DEVNULL,
+            env={**os.environ, "SSH_ASKPASS": str(askpass), "SSH_ASKPASS_REQUIRE": "force", "DISPLAY": ":0"},
+        )
 
 
 def as_user(

@@ -128,7 +128,22 @@ class Operator:
             allow_host_access=config.allow_host_access,
             container_steps=config.container_steps,
             shared_volumes=config.shared_volumes,
+            services_configmap=config.services_configmap,
+            services_digest=config.services_digest,
         )
+        self.people: PeopleSync | None = None
+        if config.directory is not None:
+            directory = config.directory
+            self.people = PeopleSync(
+                kube,
+                self.recorder,
+                lambda: read_directory(directory),
+                config.namespace,
+                config.people_configmap,
+                config.directory_interval_s,
+            )
+            self.people.on_change = self._enqueue_all  # the NodeSets' DirectoryRead condition
+        people = self.people
         self.controller = NodeSetController(
             kube,
             slurm,
@@ -141,6 +156,7 @@ class Operator:
             recorder=self.recorder,
             stale_s=max(60.0, 6 * config.poll_s),
             refresh=self.poller.poll_once,
+            directory_problem=lambda: people.problem if people is not None else None,
         )
         self.nodesets.add_handler(lambda _kind, obj: self.queue.add(object_key(obj)))
         self.nodes.add_handler(lambda _kind, _obj: self._enqueue_all())
@@ -182,17 +198,8 @@ class Operator:
             self.manager.run_while_leading(
                 "topology", lambda: topology.run_forever(writer, self._members, self.config.poll_s)
             )
-        if self.config.directory is not None:
-            settings = self.config.directory
-            people = PeopleSync(
-                self.kube,
-                self.recorder,
-                lambda: read_directory(settings),
-                self.config.namespace,
-                self.config.people_configmap,
-                self.config.directory_interval_s,
-            )
-            self.manager.run_while_leading("people", people.run)
+        if self.people is not None:
+            self.manager.run_while_leading("people", self.people.run)
         if self.config.account_mappings:
             self._keep_accounts()
         self.manager.control(self.controller, self.queue)

@@ -46,6 +46,8 @@ class OperatorConfig:
     account_mappings: tuple[GroupMapping, ...] = ()  # Slurm accounts kept from these groups
     slurm_cluster: str = ""  # Slurm's ClusterName, where those accounts' associations live
     accounts_interval_s: float = 30.0
+    services_configmap: str = ""  # the operator's own services for slurmd Pods (sunk-services)
+    services_digest: str = ""  # a digest of them: a change rolls the members
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -109,6 +111,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     flag("slurm-cluster", "Slurm's ClusterName (where the accounts' associations are made)", "")
     flag("accounts-interval", "how often slurmdbd's accounts are compared with the groups", "30s")
+    flag(
+        "services-configmap",
+        "a ConfigMap of services and start-up scripts every slurmd Pod runs beside slurmd "
+        "(the chart's slurmd.services and slurmd.startupScripts); empty: none",
+        "",
+    )
+    flag("services-digest", "a digest of those services: members made before a change are replaced", "")
     flag(
         "shared-volumes",
         "CLAIM:PATH[:ro],...: claims every slurmd Pod mounts (the chart's sharedVolumes)",
@@ -204,4 +213,6 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         account_mappings=account_settings(args, bool(args.directory_uri)),
         slurm_cluster=args.slurm_cluster or "",
         accounts_interval_s=parse_duration(args.accounts_interval),
+        services_configmap=args.services_configmap or "",
+        services_digest=args.services_digest or "",
     )

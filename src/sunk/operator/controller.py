@@ -89,11 +89,14 @@ class NodeSetController:
         clock: Callable[[], str] = utc_now,
         stale_s: float = 60.0,
         refresh: Callable[[], Awaitable[None]] | None = None,
+        directory_problem: Callable[[], str | None] = lambda: None,
     ) -> None:
         """`view`: the poller's latest listing; `refresh`: list Slurm now and make that the
-        view (the poller's `refresh`), asked for before a pass drains a member."""
+        view (the poller's `refresh`), asked for before a pass drains a member;
+        `directory_problem`: why the last read of the directory failed, if it did."""
         self.kube, self.slurm, self.view = kube, slurm, view
         self.refresh = refresh
+        self.directory_problem = directory_problem
         self.nodesets, self.nodes, self.pods = nodesets, nodes, pods
         self.settings = settings
         self.default_image = default_image
@@ -194,6 +197,7 @@ class NodeSetController:
                 self.settings,
                 now=now,
                 unseen=unseen,
+                directory_problem=self.directory_problem(),
             )
 
         view = self.view_now()

@@ -48,6 +48,11 @@ KEY_PATH = "/etc/slurm/slurm.key"
 # reads passwd and group.
 PEOPLE_VOLUME = "people"
 PEOPLE_PATH = "/var/lib/extrausers"
+# slurmd runs under s6 beside the operator's own services (images/slurm-base/sunk-services),
+# which are read from the chart's ConfigMap mounted here.
+SUPERVISOR = ("sunk-services", "slurmd")
+SERVICES_VOLUME = "sunk-services"
+SERVICES_PATH = "/etc/sunk/services"
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,8 @@ class Settings:
     allow_host_access: bool = False  # templates may ask for privileged, hostPath... (host_access)
     container_steps: bool = False  # job steps may run in container images (crun in slurmd)
     shared_volumes: tuple[shared_volumes.SharedVolume, ...] = ()  # the chart's sharedVolumes
+    services_configmap: str = ""  # the operator's services and start-up scripts, if any
+    services_digest: str = ""  # of that ConfigMap's contents (a change rolls the members)
 
 
 def selector(settings: Settings, nodeset: str) -> dict[str, str]:
@@ -91,6 +98,7 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
         "name": CONTAINER,
         "image": nodeset.image,
         "args": [
+            *SUPERVISOR,
             "slurmd",
             "-D",
             "-Z",
@@ -115,9 +123,10 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
     if settings.confinement:
         confinement.confine(containers[_index(containers)])
     mounts = containers[_index(containers)].setdefault("volumeMounts", [])
-    mounts[:] = [m for m in mounts if m.get("name") != "slurm-key"]
+    ours = ("slurm-key", PEOPLE_VOLUME, SERVICES_VOLUME)
+    mounts[:] = [m for m in mounts if m.get("name") not in ours]
     mounts.append({"name": "slurm-key", "mountPath": KEY_PATH, "subPath": "slurm.key", "readOnly": True})
-    volumes = [v for v in spec.get("volumes") or [] if v.get("name") not in ("slurm-key", PEOPLE_VOLUME)]
+    volumes = [v for v in spec.get("volumes") or [] if v.get("name") not in ours]
     volumes.append(
         {
             "name": "slurm-key",
@@ -131,9 +140,11 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
     if settings.people_configmap:
         # The directory's people, where the images' name service looks (libnss-extrausers):
         # jobs run as their owner, with their groups.
-        mounts[:] = [m for m in mounts if m.get("name") != PEOPLE_VOLUME]
         mounts.append({"name": PEOPLE_VOLUME, "mountPath": PEOPLE_PATH, "readOnly": True})
         volumes.append({"name": PEOPLE_VOLUME, "configMap": {"name": settings.people_configmap}})
+    if settings.services_configmap:
+        mounts.append({"name": SERVICES_VOLUME, "mountPath": SERVICES_PATH, "readOnly": True})
+        volumes.append({"name": SERVICES_VOLUME, "configMap": {"name": settings.services_configmap}})
     spec["volumes"] = volumes
     shared_volumes.mount(spec, containers[_index(containers)], settings.shared_volumes)
     volumes = spec["volumes"]
@@ -189,7 +200,7 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
 def template_hash(nodeset: NodeSet, settings: Settings) -> str:
     """A digest of what every member of the NodeSet shares (image, resources, template,
     partitions and features, whether the directory's people are mounted, the shared
-    volumes and whether steps run in containers): members made
+    volumes, whether steps run in containers and the operator's services): members made
     from an older spec, or before a directory was set, have a different one."""
     shared = {
         "image": nodeset.image,
@@ -205,6 +216,8 @@ def template_hash(nodeset: NodeSet, settings: Settings) -> str:
         shared["shared_volumes"] = [[v.claim, v.path, v.read_only] for v in settings.shared_volumes]
     if settings.container_steps:  # likewise: turning container steps on changes their profile
         shared["container_steps"] = True
+    if settings.services_configmap:  # likewise: the services run are fixed at a member's start
+        shared["services"] = [settings.services_configmap, settings.services_digest]
     return hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:12]
 
 

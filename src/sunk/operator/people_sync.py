@@ -16,6 +16,7 @@ import hashlib
 import logging
 import time
 from collections.abc import Callable
+from datetime import UTC, datetime
 from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge
@@ -30,6 +31,10 @@ Json = dict[str, Any]
 READ_FAILED = "DirectoryUnreadable"
 REFUSED = "DirectoryEntryRefused"
 UPDATED = "PeopleUpdated"
+# The ConfigMap's key that says whether its people are current; mounted in every login and
+# slurmd container, whose logs repeat it when it changes.
+STATUS_KEY = "status"
+CURRENT = "current: people as the directory lists them"
 
 LAST_READ = Gauge(
     "sunk_directory_last_read_timestamp_seconds", "When the directory was last read successfully (Unix time)"
@@ -66,6 +71,9 @@ class PeopleSync:
         self.interval_s = interval_s
         self.path = f"/api/v1/namespaces/{namespace}/configmaps/{configmap}"
         self.told: set[str] = set()  # named Events this process recorded: not sent again
+        self.problem: str | None = None  # why the last read failed (None: it worked, or none yet)
+        self.failing_since = ""  # when reads began to fail, for the ConfigMap's status
+        self.on_change: Callable[[], None] = lambda: None  # called when `problem` changes
 
     async def sync_once(self) -> bool:
         """One read and, if it differs, one write. True when the ConfigMap was written."""
@@ -75,16 +83,47 @@ class PeopleSync:
             READ_ERRORS.inc()
             log.warning("the directory could not be read; people stay as last written: %s", err)
             await self._event(READ_FAILED, f"{err}; people stay as last written", warning=True)
+            if self.problem is None:
+                self.failing_since = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+            self._set_problem(str(err))
+            await self._write_status(
+                f"unreadable since {self.failing_since}: {err}; people stay as last written"
+            )
             return False
         LAST_READ.set(time.time())
+        self._set_problem(None)
         people = render(snapshot)
         for line in (*people.refused, *snapshot.skipped):
             await self._event(REFUSED, f"{line}; left out of the cluster's people", warning=True)
         PEOPLE.set(people.passwd.count("\n"))
         return await self._write(people)
 
+    def _set_problem(self, problem: str | None) -> None:
+        if problem != self.problem:
+            self.problem = problem
+            self.on_change()
+
+    async def _write_status(self, status: str) -> None:
+        """The ConfigMap's status, the people in it left as they are."""
+        try:
+            current = await self.kube.request("GET", self.path)
+        except KubeError as err:
+            if not err.not_found:
+                raise
+            body = {
+                "apiVersion": "v1",
+                "kind": "ConfigMap",
+                "metadata": self._meta(),
+                "data": {STATUS_KEY: status},
+            }
+            await self.kube.request("POST", f"/api/v1/namespaces/{self.namespace}/configmaps", body=body)
+            return
+        data = current.get("data") or {}
+        if data.get(STATUS_KEY) != status:
+            await self.kube.request("PUT", self.path, body={**current, "data": {**data, STATUS_KEY: status}})
+
     async def _write(self, people: People) -> bool:
-        data = people.files()
+        data = {**people.files(), STATUS_KEY: CURRENT}
         try:
             current = await self.kube.request("GET", self.path)
         except KubeError as err:

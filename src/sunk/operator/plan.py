@@ -79,6 +79,7 @@ class _Notes:
     rollout: str = ""  # why the roll-out waits, or "" when nothing is out of date
     unlabelled: list[str] = field(default_factory=list)  # members' Nodes missing a topology label
     unconfined: list[str] = field(default_factory=list)  # members whose Node refused confinement
+    directory: str | None = None  # why the directory's people could not be read, if so
 
     def findings(self) -> Findings:
         return Findings(
@@ -87,6 +88,7 @@ class _Notes:
             self.rollout,
             tuple(self.unlabelled),
             tuple(self.unconfined),
+            self.directory,
         )
 
 
@@ -101,10 +103,12 @@ def plan(
     *,
     now: str,
     unseen: frozenset[str] = frozenset(),
+    directory_problem: str | None = None,
 ) -> Plan:
     """`members`: this NodeSet's Pods; `unseen`: member names created by this process that
-    the cache does not show yet (never create them twice, never treat their records as stale)."""
-    notes = _Notes()
+    the cache does not show yet (never create them twice, never treat their records as stale);
+    `directory_problem`: why the last read of the directory failed, if it did."""
+    notes = _Notes(directory=directory_problem)
     records = slurm.nodes or {}
     meta = obj.get("metadata") or {}
     deleting = bool(meta.get("deletionTimestamp"))

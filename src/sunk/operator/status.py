@@ -1,6 +1,6 @@
 """A NodeSet's status, made without I/O from what one pass of its plan found: members
 counted by their Slurm state, removals under way, and the Valid, SlurmReachable,
-Feasible, TopologyLabeled, Ready and UpToDate conditions."""
+Feasible, TopologyLabeled, Confined, DirectoryRead, Ready and UpToDate conditions."""
 
 from __future__ import annotations
 
@@ -16,6 +16,7 @@ from sunk.operator.view import SlurmView, slurm_state
 
 Json = dict[str, Any]
 UNKNOWN_TOPOLOGY_LABEL = "UnknownTopologyLabel"
+DIRECTORY_READ = "DirectoryRead"
 
 
 @dataclass(frozen=True)
@@ -27,6 +28,7 @@ class Findings:
     rollout: str = ""  # why the roll-out waits, or "" when nothing is out of date
     unlabelled: tuple[str, ...] = ()  # members' Nodes missing a topology label
     unconfined: tuple[str, ...] = ()  # members whose Node refused confinement
+    directory: str | None = None  # why the directory's people could not be read, if so
 
 
 def nodeset_status(
@@ -128,6 +130,16 @@ def nodeset_status(
                 not unconfined,
                 confinement.CONFINEMENT_UNAVAILABLE if unconfined else "CgroupsWritable",
                 "; ".join(unconfined) or "every member's slurmd may confine its jobs",
+            )
+        if settings.people_configmap:
+            problem = found.directory if found else None
+            condition(
+                DIRECTORY_READ,
+                problem is None,
+                "PeopleCurrent" if problem is None else "DirectoryUnreadable",
+                f"members know the directory's people (ConfigMap {settings.people_configmap})"
+                if problem is None
+                else f"{problem}; members keep the people last read (ConfigMap {settings.people_configmap})",
             )
         condition(
             "Ready",

@@ -282,6 +282,7 @@ class OperatorWorld:
     now: str = NOW
     settings: m.Settings = SETTINGS
     refreshes: int = 0
+    directory_problem: str | None = None  # what the people sync says of its last read
 
     def __post_init__(self) -> None:
         self.kube = FakeOperatorKube(self.pods, self.nodesets)
@@ -307,6 +308,7 @@ class OperatorWorld:
             recorder=Recorder(self.kube, "sunk-operator", "test"),  # type: ignore[arg-type]
             clock=lambda: self.now,
             refresh=self.refresh,
+            directory_problem=lambda: self.directory_problem,
         )
 
     def add_node(self, name: str, address: str, **kw: Any) -> None:
