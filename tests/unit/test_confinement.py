@@ -164,3 +164,18 @@ async def test_issue38_a_templates_own_pod_security_context_is_kept() -> None:
     await world.reconcile("a")
     [pod] = world.members().values()
     assert pod["spec"]["securityContext"] == chosen
+
+
+async def test_issue36_turning_confinement_off_or_on_rolls_the_members_out() -> None:
+    """Catches members left running with the plugins and capabilities of the old setting
+    (slurmd reads its plugins at start), which the docs once told operators to fix by
+    deleting each Pod by hand."""
+    world = confined_world()
+    await world.settle("a")
+    off = world.restarted_with(dataclasses.replace(world.settings, confinement=False))
+    await off.reconcile("a")
+    assert off.condition("a", "UpToDate")["reason"] == "RollingOut"
+    await off.settle("a")
+    on = off.restarted_with(dataclasses.replace(off.settings, confinement=True))
+    await on.reconcile("a")
+    assert on.condition("a", "UpToDate")["reason"] == "RollingOut"

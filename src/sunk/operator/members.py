@@ -200,8 +200,9 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
 def template_hash(nodeset: NodeSet, settings: Settings) -> str:
     """A digest of what every member of the NodeSet shares (image, resources, template,
     partitions and features, whether the directory's people are mounted, the shared
-    volumes, whether steps run in containers and the operator's services): members made
-    from an older spec, or before a directory was set, have a different one."""
+    volumes, whether jobs are confined, whether steps run in containers and the operator's
+    services): members made from an older spec, or before a directory was set, have a
+    different one."""
     shared = {
         "image": nodeset.image,
         "resources": nodeset.resources,
@@ -216,6 +217,8 @@ def template_hash(nodeset: NodeSet, settings: Settings) -> str:
         shared["shared_volumes"] = [[v.claim, v.path, v.read_only] for v in settings.shared_volumes]
     if settings.container_steps:  # likewise: turning container steps on changes their profile
         shared["container_steps"] = True
+    if not settings.confinement:  # on is the default, so members made with it keep their hash
+        shared["confinement"] = False  # (its capabilities and preflight, and slurmd's plugins)
     if settings.services_configmap:  # likewise: the services run are fixed at a member's start
         shared["services"] = [settings.services_configmap, settings.services_digest]
     return hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:12]
