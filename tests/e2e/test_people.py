@@ -40,10 +40,12 @@ def people_written(kube: AdminKube) -> dict[str, str] | None:
 # point 4): a ticker writing a heartbeat, and a mark that the start-up script ran.
 TICKER = {"name": "ticker", "run": "while :; do date +%s > /run/ticker; sleep 5; done"}
 MARK = {"name": "10-mark", "run": "echo started > /run/startup-mark"}
-# People may also log in with their directory password (login.passwordLogin).
+# People may also log in with their directory password (login.passwordLogin), and their
+# homes are on a ReadWriteMany claim the login and slurmd Pods mount at /home.
 EXTRA_VALUES = {
     "slurmd": {"services": [TICKER], "startupScripts": [MARK]},
     "login": {"services": [TICKER], "startupScripts": [MARK], "passwordLogin": True},
+    "sharedVolumes": [{"name": "home", "mountPath": "/home", "size": "1Gi"}],
 }
 
 
@@ -67,6 +69,24 @@ def test_r10_6_alice_logs_in_with_her_directory_key_as_herself(
     assert "uid=20001(alice) gid=30000(people) groups=30000(people),30001(ml)" in out
     assert "home=/home/alice" in out
     assert out.strip().endswith("20001")  # her home was made at first login, and is hers
+
+
+def test_r10_6_alices_job_writes_into_her_shared_home_as_her(
+    platform: Platform, dev_cluster: DevCluster, kube: AdminKube
+) -> None:
+    """Her home, made at her first login on the login Pod, is the one her job finds on a
+    slurmd Pod (the job starts there, in the directory she submitted from)."""
+    out = as_user(
+        dev_cluster,
+        kube,
+        NAMESPACE,
+        "alice",
+        "cd && srun -N1 sh -c 'hostname > from-job' && stat -c %u from-job && cat from-job",
+        within=240,
+    )
+    owner, host = out.split()[-2:]
+    assert owner == "20001"
+    assert host.startswith("compute-")  # written on the slurmd Pod, read on the login Pod
 
 
 def test_r10_6_a_job_of_alice_runs_as_her_with_her_groups_on_a_slurmd_pod(
