@@ -105,42 +105,35 @@ class PeopleSync:
 
     async def _write_status(self, status: str) -> None:
         """The ConfigMap's status, the people in it left as they are."""
-        try:
-            current = await self.kube.request("GET", self.path)
-        except KubeError as err:
-            if not err.not_found:
-                raise
-            body = {
-                "apiVersion": "v1",
-                "kind": "ConfigMap",
-                "metadata": self._meta(),
-                "data": {STATUS_KEY: status},
-            }
-            await self.kube.request("POST", f"/api/v1/namespaces/{self.namespace}/configmaps", body=body)
-            return
-        data = current.get("data") or {}
-        if data.get(STATUS_KEY) != status:
-            await self.kube.request("PUT", self.path, body={**current, "data": {**data, STATUS_KEY: status}})
+        await self._replace_data(lambda data: {**data, STATUS_KEY: status})
 
     async def _write(self, people: People) -> bool:
         data = {**people.files(), STATUS_KEY: CURRENT}
-        try:
-            current = await self.kube.request("GET", self.path)
-        except KubeError as err:
-            if not err.not_found:
-                raise
-            body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": self._meta(), "data": data}
-            await self.kube.request("POST", f"/api/v1/namespaces/{self.namespace}/configmaps", body=body)
-        else:
-            if (current.get("data") or {}) == data:
-                return False
-            body = {**current, "data": data}
-            await self.kube.request("PUT", self.path, body=body)
+        if not await self._replace_data(lambda _: data):
+            return False
         count = people.passwd.count("\n")
         log.info(
             "wrote %d people and %d groups to ConfigMap %s", count, people.group.count("\n"), self.configmap
         )
         await self._event(UPDATED, f"{count} people, {people.group.count(chr(10))} groups written")
+        return True
+
+    async def _replace_data(self, change: Callable[[dict[str, str]], dict[str, str]]) -> bool:
+        """Write the ConfigMap's data as `change` makes it from the present data (made
+        when missing); False when that changes nothing."""
+        try:
+            current = await self.kube.request("GET", self.path)
+        except KubeError as err:
+            if not err.not_found:
+                raise
+            body = {"apiVersion": "v1", "kind": "ConfigMap", "metadata": self._meta(), "data": change({})}
+            await self.kube.request("POST", f"/api/v1/namespaces/{self.namespace}/configmaps", body=body)
+            return True
+        data = current.get("data") or {}
+        wanted = change(data)
+        if wanted == data:
+            return False
+        await self.kube.request("PUT", self.path, body={**current, "data": wanted})
         return True
 
     def _meta(self) -> Json:

@@ -164,8 +164,7 @@ class Placement:
         """Node → what the slurmd Pods and `pods` (each on its Node) request there."""
         tallies = dict(self._slurmd.look())
         for node, other in pods:
-            tallies[node] = (tallies.get(node) or noderoom.Tally()).copy()
-            tallies[node].add(noderoom.requests_of(other))
+            _count_on(tallies, node, noderoom.requests_of(other))
         return tallies
 
     def _tallies(self, key: str, uid: str) -> dict[str, noderoom.Tally]:
@@ -187,8 +186,7 @@ class Placement:
             if other_uid != uid and noderoom.counts(other):
                 besides.append((other["spec"]["nodeName"], noderoom.requests_of(other), 1))
         for node, requests, sign in besides:
-            tallies[node] = (tallies.get(node) or noderoom.Tally()).copy()  # the sums stay as they are
-            tallies[node].add(requests, sign)
+            _count_on(tallies, node, requests, sign)
         return tallies
 
     def _in_flight(self) -> dict[str, Json]:
@@ -225,3 +223,10 @@ class Placement:
             del self._node_locks[node]
         for uid in [u for u, (at, _) in self._placing.items() if now - at > PLACING_TTL_S]:
             del self._placing[uid]
+
+
+def _count_on(tallies: dict[str, noderoom.Tally], node: str, requests: Requests, sign: int = 1) -> None:
+    """Count one Pod more (sign -1: fewer) on `node` in `tallies`, on a copy of its tally:
+    the tallies NodeSums keeps stay as they are."""
+    tallies[node] = (tallies.get(node) or noderoom.Tally()).copy()
+    tallies[node].add(requests, sign)
