@@ -56,6 +56,10 @@ def build_parser() -> argparse.ArgumentParser:
     slurm_secrets.add_argument("--token-user", default="root", help="the Slurm user that token speaks for")
     slurm_secrets.add_argument("--mariadb-secret", help="also a Secret for the accounting database password")
     slurm_secrets.add_argument("--host-keys-secret", help="also a Secret with the login Pods' SSH host key")
+    slurm_secrets.add_argument("--restapi-tls-secret", help="also a TLS Secret (its own CA) for slurmrestd")
+    slurm_secrets.add_argument(
+        "--restapi-tls-host", action="append", default=[], help="a name slurmrestd's certificate covers"
+    )
     slurm_secrets.add_argument("--kubeconfig", default=config._env("kubeconfig"))
     partitions = sub.add_parser(
         "check-partitions",
@@ -63,6 +67,7 @@ def build_parser() -> argparse.ArgumentParser:
     )
     partitions.add_argument("--slurm-api-base", required=True, help="slurmrestd's URL")
     partitions.add_argument("--slurm-jwt-key-file", required=True, type=Path, help="Slurm's jwt_hs256.key")
+    partitions.add_argument("--slurm-ca-file", help="CA certificate (PEM) that signed slurmrestd's (https)")
     partitions.add_argument("--slurm-user", default="slurm", help="the Slurm user the check's token names")
     partitions.add_argument("--keep", required=True, help="comma-separated partitions the new values declare")
     apply = sub.add_parser(
@@ -74,6 +79,7 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--config-dir", required=True, type=Path, help="where slurmctld mounts that ConfigMap")
     apply.add_argument("--slurm-api-base", required=True, help="slurmrestd's URL")
     apply.add_argument("--slurm-jwt-key-file", required=True, type=Path, help="Slurm's jwt_hs256.key")
+    apply.add_argument("--slurm-ca-file", help="CA certificate (PEM) that signed slurmrestd's (https)")
     apply.add_argument("--slurm-user", default="slurm", help="the Slurm user the applier's tokens name")
     apply.add_argument("--interval", type=float, default=5.0, help="seconds between passes")
     apply.add_argument("--alive-file", type=Path, help="touched every pass (for a liveness probe)")
@@ -194,6 +200,7 @@ def run_apply_config(args: argparse.Namespace) -> int:
             args.slurm_user,
             args.interval,
             args.alive_file,
+            args.slurm_ca_file,
         )
     )
     return 0
@@ -290,6 +297,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 args.mariadb_secret,
                 args.kubeconfig,
                 args.host_keys_secret,
+                args.restapi_tls_secret,
+                tuple(args.restapi_tls_host),
             )
         if args.command == "remove-nodesets":
             from sunk.operator import uninstall
@@ -300,7 +309,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "check-partitions":
             from sunk.operator import upgrade_check
 
-            return upgrade_check.run(args.slurm_api_base, args.slurm_jwt_key_file, args.slurm_user, args.keep)
+            return upgrade_check.run(
+                args.slurm_api_base, args.slurm_jwt_key_file, args.slurm_user, args.keep, args.slurm_ca_file
+            )
     except KeyboardInterrupt:
         return 130
     return 2

@@ -136,10 +136,29 @@ def test_issue38_the_login_pods_meet_the_baseline_level(objects: list[Obj]) -> N
     assert baseline_problems(pods(objects)["Deployment/r1-login"]) == []
 
 
-def test_issue38_slurmrestd_runs_on_a_read_only_root(objects: list[Obj]) -> None:
-    restd = container(named(objects, "Deployment", "r1-restapi"), "slurmrestd")
-    assert restd["securityContext"]["readOnlyRootFilesystem"] is True
-    assert {"name": "tmp", "mountPath": "/tmp"} in restd["volumeMounts"]
+def test_issue38_every_control_plane_daemon_runs_on_a_read_only_root(objects: list[Obj]) -> None:
+    """Catches a daemon that could rewrite its own binaries or configuration in place;
+    each gets writable directories only where it writes (measured on real Nodes by the
+    platform and accounting suites)."""
+    writable = {
+        ("Deployment", "r1-restapi", "slurmrestd"): {"/tmp", "/run/slurmrestd"},
+        ("Deployment", "r1-restapi", "tls"): {"/run/slurmrestd"},
+        ("StatefulSet", "r1-controller", "slurmctld"): {
+            "/var/spool/slurmctld",
+            "/run/slurmctld",
+            "/run/slurm",
+            "/tmp",
+        },
+        ("StatefulSet", "r1-controller", "apply-config"): {"/tmp"},
+        ("Deployment", "r1-accounting", "slurmdbd"): {"/run/slurmdbd", "/tmp"},
+        ("StatefulSet", "r1-mariadb", "mariadb"): {"/var/lib/mysql", "/run/mysqld", "/tmp"},
+        ("Deployment", "r1-operator", "operator"): set(),
+    }
+    for (kind, name, container_name), paths in writable.items():
+        c = container(named(objects, kind, name), container_name)
+        assert c["securityContext"]["readOnlyRootFilesystem"] is True, name
+        mounted = {m["mountPath"] for m in c["volumeMounts"] if not m.get("readOnly")}
+        assert mounted == paths, (name, container_name)
 
 
 def test_issue38_slurmrestd_skips_the_unshare_calls_runtime_default_refuses(objects: list[Obj]) -> None:

@@ -146,6 +146,11 @@ def test_r10_1_the_hook_job_makes_the_keys_token_and_password_once(helm: Path, s
         "--token-user=root",
         "--mariadb-secret=r1-mariadb",
         "--host-keys-secret=r1-login-host-keys",
+        "--restapi-tls-secret=r1-restapi-tls",
+        "--restapi-tls-host=r1-restapi",
+        "--restapi-tls-host=r1-restapi.team",
+        "--restapi-tls-host=r1-restapi.team.svc",
+        "--restapi-tls-host=r1-restapi.team.svc.cluster.local",
     ]
     role = named(objects, "Role", "r1-secrets")
     assert role["rules"] == [
@@ -153,7 +158,13 @@ def test_r10_1_the_hook_job_makes_the_keys_token_and_password_once(helm: Path, s
         {
             "apiGroups": [""],
             "resources": ["secrets"],
-            "resourceNames": ["r1-auth", "r1-scheduler-token", "r1-mariadb", "r1-login-host-keys"],
+            "resourceNames": [
+                "r1-auth",
+                "r1-scheduler-token",
+                "r1-mariadb",
+                "r1-login-host-keys",
+                "r1-restapi-tls",
+            ],
             "verbs": ["get"],
         },
     ]
@@ -229,14 +240,17 @@ def test_r10_1_keys_are_readable_by_each_daemons_user_only(helm: Path, slurm_cha
     [etc] = [v for v in pod_spec(controller)["volumes"] if v["name"] == "etc-slurm"]
     assert etc["projected"]["defaultMode"] == 0o440
     assert pod_spec(controller)["securityContext"]["runAsUser"] == 64030
-    # slurmrestd passes each client's token on: no key at all.
+    # slurmrestd passes each client's token on: no Slurm key at all, only its TLS certificate.
     restapi = named(objects, "Deployment", "r1-restapi")
-    assert not [v for v in pod_spec(restapi)["volumes"] if "secret" in v or "projected" in v]
+    [tls] = [v for v in pod_spec(restapi)["volumes"] if "secret" in v or "projected" in v]
+    assert tls["secret"]["secretName"] == "r1-restapi-tls" and tls["secret"]["defaultMode"] == 0o440
+    assert pod_spec(restapi)["securityContext"]["fsGroup"] == 991
     assert pod_spec(restapi)["securityContext"]["runAsUser"] == 991
     # The operator signs tokens: the JWT key only.
     operator = named(objects, "Deployment", "r1-operator")
-    [jwt] = pod_spec(operator)["volumes"]
+    jwt, ca = pod_spec(operator)["volumes"]
     assert jwt["secret"]["items"] == [{"key": "jwt_hs256.key", "path": "jwt_hs256.key"}]
+    assert ca["secret"]["items"] == [{"key": "ca.crt", "path": "ca.crt"}]  # slurmrestd's CA
     # On login Pods only sackd reads slurm.key; users' commands go through its socket.
     login = named(objects, "Deployment", "r1-login")
     [key] = [v for v in pod_spec(login)["volumes"] if v["name"] == "slurm-key"]
@@ -388,7 +402,10 @@ def test_r10_1_scheduler_enabled_points_it_at_this_slurm(helm: Path, slurm_chart
     deployment = named(objects, "Deployment", "r1-sunk-scheduler")
     scheduler = container(deployment, "scheduler")
     flags = dict(a.split("=", 1) for a in scheduler["args"] if a.startswith("--"))
-    assert flags["--slurm-api-base"] == "http://r1-restapi:6820"
+    assert flags["--slurm-api-base"] == "https://r1-restapi:6820"
+    assert flags["--slurm-ca-file"] == "/var/run/secrets/slurm-ca/ca.crt"
+    [ca] = [v for v in pod_spec(deployment)["volumes"] if v["name"] == "slurm-ca"]
+    assert ca["secret"] == {"secretName": "r1-restapi-tls", "items": [{"key": "ca.crt", "path": "ca.crt"}]}
     assert flags["--slurmd-selector"] == "app.kubernetes.io/name=slurmd,app.kubernetes.io/instance=r1"
     assert flags["--slurmd-namespace"] == "team"
     assert flags["--slurm-kill-wait"] == "30s" and conf_value(objects, "KillWait") == "30"
@@ -427,8 +444,9 @@ def test_r10_2_the_operator_gets_the_contracts_arguments(helm: Path, slurm_chart
         "operator",
         "--namespace=team",
         "--release=r1",
-        "--slurm-api-base=http://r1-restapi:6820",
+        "--slurm-api-base=https://r1-restapi:6820",
         "--slurm-jwt-key-file=/etc/sunk/slurm/jwt_hs256.key",
+        "--slurm-ca-file=/etc/sunk/slurmrestd-ca/ca.crt",
         "--conf-server=r1-controller.team.svc.cluster.local:6817",
         "--auth-secret=r1-auth",
         "--scheduler-token-secret=r1-scheduler-token",
@@ -569,8 +587,9 @@ def test_r10_3_the_pre_upgrade_check_keeps_the_new_values_partitions(helm: Path,
     assert int(hook["helm.sh/hook-weight"]) > int(secrets["helm.sh/hook-weight"])
     assert container(job, "check")["args"] == [
         "check-partitions",
-        "--slurm-api-base=http://r1-restapi:6820",
+        "--slurm-api-base=https://r1-restapi:6820",
         "--slurm-jwt-key-file=/etc/sunk/slurm/jwt_hs256.key",
+        "--slurm-ca-file=/etc/sunk/slurmrestd-ca/ca.crt",
         "--keep=cpu,gpu",
     ]
     spec = pod_spec(job)

@@ -8,11 +8,15 @@ The tests share one install and run in file order; each leaves the cluster as it
 
 from __future__ import annotations
 
+import base64
 import re
+import ssl
 import time
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 
 from sunk.operator.config_apply import APPLIED_AT, APPLIED_HASH, config_hash
@@ -21,6 +25,7 @@ from sunk_dev import DevCluster
 from sunk_dev.kubeapi import AdminKube, KubeError
 from sunk_dev.platform import Platform, nodeset
 from tests.e2e.slurm_in_pods import containers_running, delete_namespace
+from tests.security.attack import OPEN, UNPROVEN, Attacker, Target, report
 from tests.support import make_pod, wait_for
 
 pytestmark = pytest.mark.real_nodes
@@ -157,6 +162,63 @@ def test_r10_1_sacct_shows_a_finished_job_from_mariadb(platform: Platform) -> No
         what=f"job {job} in sacct",
     )
     assert state == "COMPLETED"
+
+
+def test_issue38_slurmrestd_answers_over_tls_that_the_releases_ca_verifies_and_never_in_clear(
+    platform: Platform, kube: AdminKube, tmp_path: Path
+) -> None:
+    """Catches slurmrestd reachable in clear beside stunnel (tokens readable on the wire)
+    or a certificate its clients cannot verify by the Service's name. The operator and the
+    scheduler of this suite talk to it the same way in every other test."""
+    secrets = f"/api/v1/namespaces/{NAMESPACE}/secrets"
+    ca = tmp_path / "ca.crt"
+    ca.write_bytes(base64.b64decode(kube.get(f"{secrets}/slurm-restapi-tls")["data"]["ca.crt"]))
+    token = base64.b64decode(kube.get(f"{secrets}/slurm-scheduler-token")["data"]["token"]).decode()
+    [pod] = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods?labelSelector=app.kubernetes.io/name=slurmrestd")[
+        "items"
+    ]
+    address = pod["status"]["podIP"]
+    headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": token}
+    verified = ssl.create_default_context(cafile=str(ca))
+    with httpx.Client(verify=verified, timeout=10) as client:
+        answer = client.get(
+            f"https://{address}:6820/openapi/v3",
+            headers=headers,
+            extensions={"sni_hostname": "slurm-restapi"},  # the name the certificate is for
+        )
+    assert answer.status_code == 200, answer.text[:300]
+    with pytest.raises(httpx.HTTPError):
+        httpx.get(f"http://{address}:6820/openapi/v3", headers=headers, timeout=10)
+
+
+def test_issue38_the_attack_script_finds_no_way_in(
+    platform: Platform, kube: AdminKube, dev_cluster: DevCluster
+) -> None:
+    """An ordinary tenant (all rights in its own namespace, which the scheduler watches and
+    the policy grants nothing) tries every path issue #38 closed; none may get through. Network paths
+    that connect although a NetworkPolicy selects their target are `unproven`: the dev
+    cluster's network plugin does not enforce NetworkPolicy (docs/security.md)."""
+    attacker = Attacker(dev_cluster, kube, Target(NAMESPACE, "slurm", platform.strangers))
+    try:
+        attempts = attacker.run()
+    finally:
+        attacker.close()
+    print("\n" + report(attempts))
+    assert [a for a in attempts if a.outcome == OPEN] == []
+    tried = {a.path for a in attempts}
+    assert {
+        "read the release's Slurm keys",
+        "create a Pod beside the keys",
+        "exec into a slurmd Pod",
+        "a Slurm job as root",
+        "whole nodes held for ten weeks",
+        "log in as root over SSH",
+        "call the hooks API with a forged token",
+        "talk to slurmrestd in clear",
+        "connect to MariaDB from a tenant Pod",
+        "connect to slurmd from a tenant Pod",
+    } <= tried
+    assert all(a.path.endswith("from a tenant Pod") for a in attempts if a.outcome == UNPROVEN)
 
 
 def test_r10_7_a_pod_placed_by_sunk_runs_on_a_real_node_beside_a_slurm_job(

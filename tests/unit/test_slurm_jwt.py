@@ -10,6 +10,7 @@ import json
 from typing import Any, cast
 
 import pytest
+from cryptography import x509
 
 from sunk.kube.client import KubeClient, KubeError
 from sunk.operator.secrets import ensure_slurm_secrets
@@ -138,3 +139,21 @@ async def test_r10_1_the_login_host_key_is_made_once_in_openssh_format() -> None
     )
     assert again[-1] == ("h", False)
     assert base64.b64decode(fake.data["h"]["ssh_host_ed25519_key.pub"]).decode() == public
+
+
+async def test_issue38_slurmrestds_certificate_covers_its_names_and_is_made_once() -> None:
+    """Catches a certificate for the wrong names (every client's verification would fail)
+    or one made anew on each upgrade (clients holding the old CA would be cut off)."""
+    fake = _Secrets({})
+    kube = cast(KubeClient, fake)
+    hosts = ("r-restapi", "r-restapi.ns.svc")
+    args = {"auth_secret": "a", "token_secret": "t", "token_user": "root"}
+    made = await ensure_slurm_secrets(kube, "ns", **args, restapi_tls_secret="tls", restapi_tls_hosts=hosts)
+    assert made[-1] == ("tls", True)
+    pem = base64.b64decode(fake.data["tls"]["tls.crt"])
+    certificate = x509.load_pem_x509_certificate(pem)
+    names = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    assert names.get_values_for_type(x509.DNSName) == list(hosts)
+    assert fake.data["tls"]["ca.crt"] == fake.data["tls"]["tls.crt"]  # its own CA
+    again = await ensure_slurm_secrets(kube, "ns", **args, restapi_tls_secret="tls", restapi_tls_hosts=hosts)
+    assert again[-1] == ("tls", False) and base64.b64decode(fake.data["tls"]["tls.crt"]) == pem

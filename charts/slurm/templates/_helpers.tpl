@@ -21,7 +21,32 @@ F: the prefix of every object's name. 40 characters leave room for the longest s
 {{- end -}}
 
 {{- define "slurm.restapiURL" -}}
-{{- printf "http://%s-restapi:6820" (include "slurm.fullname" .) -}}
+{{- printf "%s://%s-restapi:6820" (ternary "https" "http" .Values.restapi.tls.enabled) (include "slurm.fullname" .) -}}
+{{- end -}}
+
+{{/* The Secret with slurmrestd's certificate and its CA (ca.crt); blank with TLS off. */}}
+{{- define "slurm.restapiTLSSecret" -}}
+{{- if .Values.restapi.tls.enabled -}}
+{{- default (printf "%s-restapi-tls" (include "slurm.fullname" .)) .Values.restapi.tls.secret -}}
+{{- end -}}
+{{- end -}}
+
+{{/*
+What a client of slurmrestd in this chart adds, with TLS on, to trust its certificate:
+call with (list "args" $), (list "mount" $) or (list "volume" $), indented by the caller.
+*/}}
+{{- define "slurm.restapiCA" -}}
+{{- $part := index . 0 }}{{ $root := index . 1 -}}
+{{- with include "slurm.restapiTLSSecret" $root -}}
+{{- if eq $part "args" -}}
+- --slurm-ca-file=/etc/sunk/slurmrestd-ca/ca.crt
+{{- else if eq $part "mount" -}}
+- {name: slurmrestd-ca, mountPath: /etc/sunk/slurmrestd-ca, readOnly: true}
+{{- else -}}
+- name: slurmrestd-ca
+  secret: {secretName: {{ . }}, items: [{key: ca.crt, path: ca.crt}]}
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 {{/* Labels of every object; call with (list "component-name" $). */}}

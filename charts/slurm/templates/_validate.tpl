@@ -110,5 +110,18 @@ change. Included once, from the Slurm configuration's template.
 {{- if ne $want (toString .Values.scheduler.scheduler.killWait) -}}
 {{- fail (printf "scheduler.scheduler.killWait (%v) must equal Slurm's KillWait, slurm.killWait (%v s): set it to %s" .Values.scheduler.scheduler.killWait $s.killWait $want) -}}
 {{- end -}}
+{{- $api := .Values.scheduler.scheduler.slurm -}}
+{{- $https := hasPrefix "https://" (tpl (toString $api.apiBase) $) -}}
+{{- $ca := tpl (toString (($api.caSecret | default dict).name | default "")) $ -}}
+{{- if .Values.restapi.tls.enabled -}}
+{{- if not $https -}}
+{{- fail "scheduler.scheduler.slurm.apiBase must be an https URL while restapi.tls.enabled is true: slurmrestd answers only over TLS" -}}
+{{- end -}}
+{{- if ne $ca (include "slurm.restapiTLSSecret" .) -}}
+{{- fail (printf "scheduler.scheduler.slurm.caSecret.name must be %s, the Secret of slurmrestd's certificate (restapi.tls.secret), so the scheduler can verify it" (include "slurm.restapiTLSSecret" .)) -}}
+{{- end -}}
+{{- else if or $https $ca -}}
+{{- fail "restapi.tls.enabled is false: set scheduler.scheduler.slurm.apiBase to an http URL and scheduler.scheduler.slurm.caSecret.name to \"\"" -}}
+{{- end -}}
 {{- end -}}
 {{- end -}}

@@ -68,10 +68,16 @@ def _image(built: Built) -> Json:
     return {"repository": repository, "tag": tag, "pullPolicy": "Never"}
 
 
-def dev_values(images: dict[str, Built], *, scheduler: bool = True, tenants: str = "apps") -> Json:
+def dev_values(
+    images: dict[str, Built], *, scheduler: bool = True, tenants: str = "apps", strangers: str = ""
+) -> Json:
     """Values for the dev cluster: only what differs from a real cluster's. The scheduler
-    places Pods of `tenants`, a namespace apart from the release's (which holds the keys)."""
+    places Pods of `tenants`, a namespace apart from the release's (which holds the keys),
+    which the policy lets run as root, as the tests' Pods do; and of `strangers`, an ordinary
+    tenant's namespace the policy grants nothing (what the attack script attacks from)."""
     small = {"requests": {"cpu": "20m", "memory": "64Mi"}}
+    permissive = yaml.safe_load(PERMISSIVE_YAML)
+    policy = {**permissive, "default": {}, "namespaces": {tenants: permissive["default"]}}
     slurmd = _image(images["slurmd"])
     return {
         "defaults": {"nodeSelector": REAL},
@@ -94,9 +100,9 @@ def dev_values(images: dict[str, Built], *, scheduler: bool = True, tenants: str
             "enabled": scheduler,
             "scheduler": {
                 "image": _image(images["sunk"]),
-                "scope": {"namespaces": tenants},
+                "scope": {"namespaces": ",".join(n for n in (tenants, strangers) if n)},
                 # The tests' Pods run as root, as the reference system's do: said out loud.
-                "policy": yaml.safe_load(PERMISSIVE_YAML),
+                "policy": policy,
                 "replicas": 1,
                 "nodeSelector": REAL,
                 "resources": small,
@@ -138,6 +144,11 @@ class Platform:
         return f"{self.namespace}-apps"
 
     @property
+    def strangers(self) -> str:
+        """A tenant's namespace the scheduler also watches and the policy grants nothing."""
+        return f"{self.namespace}-tenant"
+
+    @property
     def values_file(self) -> Path:
         return self.cluster.layout.root / f"platform-{self.namespace}-{self.release}.yaml"
 
@@ -164,10 +175,11 @@ class Platform:
             kube = AdminKube(self.cluster.layout)
             try:
                 # Tenants' Pods under the Pod Security level docs/security.md asks of them.
-                kube.create_namespace(self.tenants, {"pod-security.kubernetes.io/enforce": "baseline"})
+                for tenant in (self.tenants, self.strangers):
+                    kube.create_namespace(tenant, {"pod-security.kubernetes.io/enforce": "baseline"})
             finally:
                 kube.close()
-        base = dev_values(self.images, scheduler=scheduler, tenants=self.tenants)
+        base = dev_values(self.images, scheduler=scheduler, tenants=self.tenants, strangers=self.strangers)
         merged = merge_values(base, values or {})
         self.values_file.write_text(yaml.safe_dump(merged))
         started = time.monotonic()
@@ -204,7 +216,8 @@ class Platform:
         )
         kube = AdminKube(self.cluster.layout)
         try:
-            kube.delete(f"/api/v1/namespaces/{self.tenants}")
+            for tenant in (self.tenants, self.strangers):
+                kube.delete(f"/api/v1/namespaces/{tenant}")
         finally:
             kube.close()
 

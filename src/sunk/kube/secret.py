@@ -42,16 +42,25 @@ async def ensure_hooks_secret(kube: KubeClient, namespace: str, name: str) -> bo
     return await _ensure(kube, namespace, name, "Opaque", data, KEY)
 
 
-async def ensure_tls_secret(kube: KubeClient, namespace: str, name: str, hosts: list[str]) -> bool:
-    """Create a kubernetes.io/tls Secret for the hooks API unless it exists; True if made.
-    The certificate is its own CA (ca.crt), handed to placeholder jobs to verify it."""
-    cert, key = self_signed(hosts)
+async def ensure_tls_secret(
+    kube: KubeClient,
+    namespace: str,
+    name: str,
+    hosts: list[str],
+    *,
+    common_name: str = "sunk hooks API",
+    labels: dict[str, str] | None = None,
+) -> bool:
+    """Create a kubernetes.io/tls Secret for a server (the hooks API, slurmrestd) unless it
+    exists; True if made. The certificate is its own CA (ca.crt), which clients verify it with."""
+    cert, key = self_signed(hosts, name=common_name)
     data = {"tls.crt": _b64(cert), "tls.key": _b64(key), "ca.crt": _b64(cert)}
-    return await _ensure(kube, namespace, name, "kubernetes.io/tls", data, "tls.crt")
+    return await _ensure(kube, namespace, name, "kubernetes.io/tls", data, "tls.crt", labels)
 
 
-def self_signed(hosts: list[str], days: int = 3650) -> tuple[bytes, bytes]:
-    """(certificate, key) in PEM for `hosts` (DNS names or IP addresses), valid `days`."""
+def self_signed(hosts: list[str], days: int = 3650, name: str = "sunk hooks API") -> tuple[bytes, bytes]:
+    """(certificate, key) in PEM for `hosts` (DNS names or IP addresses), valid `days`;
+    `name` is its subject's common name, what `openssl x509 -subject` shows."""
     key = ec.generate_private_key(ec.SECP256R1())
     names: list[x509.GeneralName] = []
     for host in hosts:
@@ -60,7 +69,7 @@ def self_signed(hosts: list[str], days: int = 3650) -> tuple[bytes, bytes]:
         except ValueError:
             names.append(x509.DNSName(host))
     # The names live in the SANs; a common name is limited to 64 characters.
-    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "sunk hooks API")])
+    subject = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, name)])
     now = dt.datetime.now(dt.UTC)
     cert = (
         x509.CertificateBuilder()
@@ -81,7 +90,13 @@ def self_signed(hosts: list[str], days: int = 3650) -> tuple[bytes, bytes]:
 
 
 async def _ensure(
-    kube: KubeClient, namespace: str, name: str, kind: str, data: dict[str, str], needed: str
+    kube: KubeClient,
+    namespace: str,
+    name: str,
+    kind: str,
+    data: dict[str, str],
+    needed: str,
+    labels: dict[str, str] | None = None,
 ) -> bool:
     path = f"/api/v1/namespaces/{namespace}/secrets"
     try:
@@ -95,11 +110,14 @@ async def _ensure(
                 f"Secret {namespace}/{name} exists but has no key {needed!r}; add one or delete it"
             )
         return False
-    labels = {"app.kubernetes.io/name": "sunk-scheduler"}
     body = {
         "apiVersion": "v1",
         "kind": "Secret",
-        "metadata": {"name": name, "namespace": namespace, "labels": labels},
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": labels or {"app.kubernetes.io/name": "sunk-scheduler"},
+        },
         "type": kind,
         "data": data,
     }

@@ -27,6 +27,7 @@ class OperatorConfig:
     slurm_user: str = "slurm"
     scheduler_token_secret: str = ""
     slurm_api_version: str | None = None
+    slurm_ca_file: str | None = None
     poll_s: float = 5.0
     leader_elect: bool = False
     lease_name: str = "sunk-operator"
@@ -65,6 +66,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("slurm-jwt-key-file", "Slurm's JWT key (jwt_hs256.key): the operator signs short tokens", None, True)
     flag("slurm-user", "the Slurm user the operator's tokens name", "slurm")
     flag("slurm-api-version", "force a slurmrestd version (default: the newest both speak)")
+    flag("slurm-ca-file", "CA certificate (PEM) that signed slurmrestd's, for https (default: the system's)")
     flag("conf-server", "slurmctld's host:port, from which slurmd fetches its configuration", None, True)
     flag("auth-secret", "the Secret holding slurm.key, mounted into every slurmd Pod", None, True)
     flag("scheduler-token-secret", "a Secret whose `token` the operator keeps fresh for the scheduler", "")
@@ -194,6 +196,7 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         slurm_user=args.slurm_user,
         scheduler_token_secret=args.scheduler_token_secret or "",
         slurm_api_version=args.slurm_api_version,
+        slurm_ca_file=args.slurm_ca_file or None,
         poll_s=parse_duration(args.poll_interval),
         leader_elect=true_or_false(args, "leader-elect"),
         lease_name=args.lease_name,

@@ -231,6 +231,7 @@ async def run_forever(
     user: str,
     interval_s: float,
     alive_file: Path | None,
+    ca_file: str | None = None,
 ) -> None:
     started = time.time()
     kube = await KubeClient.connect(None)
@@ -243,7 +244,7 @@ async def run_forever(
             beat(alive_file)
             try:
                 if applier is None:
-                    slurm = await SlurmClient.connect(api_base, tokens, user=user)
+                    slurm = await SlurmClient.connect(api_base, tokens, user=user, ca_file=ca_file)
                     applier = ConfigApplier(
                         kube, slurm, namespace, configmap, directory, socket.gethostname(), started
                     )

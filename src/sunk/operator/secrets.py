@@ -12,7 +12,9 @@ missing. An existing Secret is never changed, so upgrades and re-installs keep t
   back from the auth Secret, so a token made later still matches an older key);
 - optionally MariaDB's password, for the in-cluster accounting database;
 - optionally the login Pods' SSH host key (ed25519, OpenSSH's format), so every login
-  replica, and every restart, shows users the same host identity.
+  replica, and every restart, shows users the same host identity;
+- optionally slurmrestd's TLS certificate (its own CA, `ca.crt`, which the scheduler, the
+  operator and the hook Jobs verify it with) for the restapi Service's names.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ from cryptography.hazmat.primitives import serialization
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from sunk.kube.client import KubeClient, KubeError
-from sunk.kube.secret import ensure_and_report
+from sunk.kube.secret import ensure_and_report, ensure_tls_secret
 from sunk.operator import token_keeper
 from sunk.slurm.jwt import mint
 
@@ -50,8 +52,12 @@ async def ensure_slurm_secrets(
     token_user: str,
     mariadb_secret: str | None = None,
     host_keys_secret: str | None = None,
+    restapi_tls_secret: str | None = None,
+    restapi_tls_hosts: tuple[str, ...] = (),
 ) -> list[tuple[str, bool]]:
     """Each Secret's name and whether this run created it (False: it existed, untouched)."""
+    if restapi_tls_secret and not restapi_tls_hosts:
+        raise ValueError("--restapi-tls-secret needs at least one --restapi-tls-host")
     fresh = {SLURM_KEY: _b64(secrets.token_bytes(1024)), JWT_KEY: _b64(secrets.token_bytes(32))}
     auth, made_auth = await _ensure(kube, namespace, auth_secret, fresh)
     made = [(auth_secret, made_auth)]
@@ -64,6 +70,12 @@ async def ensure_slurm_secrets(
         made.append((mariadb_secret, (await _ensure(kube, namespace, mariadb_secret, password))[1]))
     if host_keys_secret:
         made.append((host_keys_secret, (await _ensure(kube, namespace, host_keys_secret, ssh_host_key()))[1]))
+    if restapi_tls_secret:
+        hosts = list(restapi_tls_hosts)
+        tls = await ensure_tls_secret(
+            kube, namespace, restapi_tls_secret, hosts, common_name="slurmrestd", labels=LABELS
+        )
+        made.append((restapi_tls_secret, tls))
     return made
 
 
@@ -129,6 +141,8 @@ def run(
     mariadb_secret: str | None,
     kubeconfig: str | None,
     host_keys_secret: str | None = None,
+    restapi_tls_secret: str | None = None,
+    restapi_tls_hosts: tuple[str, ...] = (),
 ) -> int:
     """The command: prints which Secrets it made (never their contents); 1 on failure."""
 
@@ -141,6 +155,8 @@ def run(
             token_user=token_user,
             mariadb_secret=mariadb_secret,
             host_keys_secret=host_keys_secret,
+            restapi_tls_secret=restapi_tls_secret,
+            restapi_tls_hosts=restapi_tls_hosts,
         )
 
     return ensure_and_report("ensure-slurm-secrets", namespace, kubeconfig, ensure)

@@ -60,7 +60,12 @@ def read_key(path: Path) -> bytes:
 
 
 async def list_jobs(
-    api_base: str, key: bytes, user: str, attempts: int = 3, pause_s: float = 2.0
+    api_base: str,
+    key: bytes,
+    user: str,
+    attempts: int = 3,
+    pause_s: float = 2.0,
+    ca_file: str | None = None,
 ) -> list[SlurmJob]:
     """Every job slurmctld knows, read as `user` with a short token signed with `key`; a
     read that fails is tried up to `attempts` times (slurmrestd may be restarting)."""
@@ -70,7 +75,7 @@ async def list_jobs(
         if attempt:
             await asyncio.sleep(pause_s)
         try:
-            client = await SlurmClient.connect(api_base, tokens, user=user)
+            client = await SlurmClient.connect(api_base, tokens, user=user, ca_file=ca_file)
             try:
                 return await client.jobs()
             finally:
@@ -86,16 +91,18 @@ async def list_jobs(
     )
 
 
-async def check(api_base: str, key: bytes, user: str, keep: Collection[str]) -> list[str]:
+async def check(
+    api_base: str, key: bytes, user: str, keep: Collection[str], ca_file: str | None = None
+) -> list[str]:
     """The refusals for an upgrade keeping only `keep`; raises CheckFailed when unknowable."""
-    return refusals(await list_jobs(api_base, key, user), keep)
+    return refusals(await list_jobs(api_base, key, user, ca_file=ca_file), keep)
 
 
-def run(api_base: str, key_file: Path, user: str, keep: str) -> int:
+def run(api_base: str, key_file: Path, user: str, keep: str, ca_file: str | None = None) -> int:
     """The command: 0 when the upgrade may go on; 1, with one line per reason, when not."""
     partitions = {p.strip() for p in keep.split(",") if p.strip()}
     try:
-        lines = asyncio.run(check(api_base, read_key(key_file), user, partitions))
+        lines = asyncio.run(check(api_base, read_key(key_file), user, partitions, ca_file))
     except CheckFailed as err:
         print(f"sunk check-partitions: {err}", file=sys.stderr)
         return 1

@@ -42,6 +42,8 @@ class ShellSettings(Protocol):
     def slurm_user(self) -> str: ...
     @property
     def slurm_api_version(self) -> str | None: ...
+    @property
+    def slurm_ca_file(self) -> str | None: ...
 
 
 class Served(Protocol):
@@ -59,14 +61,16 @@ def identity() -> str:
     return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{secrets.token_hex(4)}"
 
 
-async def connect_slurm(base_url: str, tokens: Tokens, *, user: str, forced: str | None) -> SlurmClient:
+async def connect_slurm(
+    base_url: str, tokens: Tokens, *, user: str, forced: str | None, ca_file: str | None = None
+) -> SlurmClient:
     """Choose the REST version before anything else. Waits while slurmrestd cannot be
     reached or refuses the token (it may be starting); a slurmrestd that serves no version
     sunk speaks raises SlurmVersionError, which stops the process with that sentence."""
     delay = 0.5
     while True:
         try:
-            slurm = await SlurmClient.connect(base_url, tokens, user=user, forced=forced)
+            slurm = await SlurmClient.connect(base_url, tokens, user=user, forced=forced, ca_file=ca_file)
         except SlurmError as err:
             log.warning(
                 "cannot ask slurmrestd which REST versions it serves (%s); retrying in %.0fs", err, delay
@@ -108,7 +112,11 @@ async def serve(
     slurm = None
     try:
         slurm = await connect_slurm(
-            settings.slurm_api_base, tokens, user=settings.slurm_user, forced=settings.slurm_api_version
+            settings.slurm_api_base,
+            tokens,
+            user=settings.slurm_user,
+            forced=settings.slurm_api_version,
+            ca_file=settings.slurm_ca_file,
         )
         component = build(kube, slurm)
         await component.run()

@@ -31,6 +31,7 @@ class Config:
     slurm_token_file: Path | None = None
     slurm_user: str = "root"
     slurm_api_version: str | None = None
+    slurm_ca_file: str | None = None
     slurm_kill_wait_s: float = 30
     watch_namespaces: tuple[str, ...] = ()
     ignore_namespaces: tuple[str, ...] = ()
@@ -85,6 +86,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "slurm-api-version",
         "slurmrestd REST version to speak, e.g. v0.0.42 (default: the newest one both sides know)",
     )
+    flag("slurm-ca-file", "CA certificate (PEM) that signed slurmrestd's, for https (default: the system's)")
     flag("slurm-kill-wait", "Slurm's KillWait; Pod grace periods must stay 5s below it", "30s")
     flag("watch-namespace", "comma-separated namespaces to watch (empty: all)", "")
     flag(
@@ -231,6 +233,7 @@ def from_arguments(args: argparse.Namespace) -> Config:
         slurm_token_file=Path(args.slurm_auth_token_file) if args.slurm_auth_token_file else None,
         slurm_user=args.slurm_user,
         slurm_api_version=args.slurm_api_version or None,
+        slurm_ca_file=args.slurm_ca_file or None,
         slurm_kill_wait_s=kill_wait,
         watch_namespaces=watched,
         ignore_namespaces=ignored,

@@ -5,6 +5,7 @@ reprs or exception messages."""
 from __future__ import annotations
 
 import re
+import ssl
 import time
 from dataclasses import dataclass
 from typing import Any
@@ -70,6 +71,20 @@ def choose_version(served: list[str], forced: str | None = None) -> str:
     )
 
 
+def unreachable_reason(err: BaseException) -> str:
+    """Why a connection failed, in words an operator can act on: the error's type, and
+    for a certificate that does not verify, the verifier's reason and what to do."""
+    cause: BaseException | None = err
+    while cause is not None:
+        if isinstance(cause, ssl.SSLCertVerificationError):
+            return (
+                f"its TLS certificate does not verify ({cause.verify_message}); give the CA "
+                "that signed it with --slurm-ca-file"
+            )
+        cause = cause.__cause__ or cause.__context__
+    return type(err).__name__
+
+
 @dataclass(frozen=True)
 class SubmitResult:
     job_id: int
@@ -87,8 +102,11 @@ class SlurmClient:
         dialect: Dialect,
         user: str = "root",
         timeout: float = 15,
+        ca_file: str | None = None,
     ) -> None:
-        """A client of one REST version; `SlurmClient.connect` chooses it with slurmrestd."""
+        """A client of one REST version; `SlurmClient.connect` chooses it with slurmrestd.
+        `ca_file`: the CA that signed slurmrestd's certificate (https URLs), in place of the
+        system's; the chart's slurmrestd has its own."""
         self.user = user
         self._tokens = tokens
         self.dialect = dialect
@@ -102,6 +120,7 @@ class SlurmClient:
             # idle connection before each request, so a large pool costs CPU on every call.
             trust_env=False,
             limits=httpx.Limits(max_connections=8, max_keepalive_connections=8),
+            verify=ssl.create_default_context(cafile=ca_file) if ca_file else True,
         )
 
     @property
@@ -122,7 +141,7 @@ class SlurmClient:
             resp = await self._http.get("/openapi/v3", headers=self._headers())
         except httpx.HTTPError as err:
             raise SlurmUnavailable(
-                f"cannot reach slurmrestd at {self._http.base_url}: {type(err).__name__}"
+                f"cannot reach slurmrestd at {self._http.base_url}: {unreachable_reason(err)}"
             ) from None
         if resp.status_code in (401, 403):
             raise_for(resp.status_code, None, resp.text, "read its OpenAPI description")
@@ -146,18 +165,24 @@ class SlurmClient:
 
     @classmethod
     async def connect(
-        cls, base_url: str, tokens: Tokens, *, user: str = "root", forced: str | None = None
+        cls,
+        base_url: str,
+        tokens: Tokens,
+        *,
+        user: str = "root",
+        forced: str | None = None,
+        ca_file: str | None = None,
     ) -> SlurmClient:
         """A client speaking the newest REST version both slurmrestd and sunk know (or
         `forced`). Raises SlurmUnavailable/SlurmAuthError while slurmrestd cannot be asked,
         SlurmVersionError when it serves nothing sunk speaks."""
         # Asking which versions are served uses no version-specific request.
-        asking = cls(base_url, tokens, user=user, dialect=V0038(default_user=user))
+        asking = cls(base_url, tokens, user=user, dialect=V0038(default_user=user), ca_file=ca_file)
         try:
             version = choose_version(await asking.served_versions(), forced)
         finally:
             await asking.aclose()
-        return cls(base_url, tokens, user=user, dialect=make_dialect(version, user=user))
+        return cls(base_url, tokens, user=user, dialect=make_dialect(version, user=user), ca_file=ca_file)
 
     # -- requests ---------------------------------------------------------------------------
     async def _request(
@@ -189,7 +214,7 @@ class SlurmClient:
         except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as err:
             SLURM_ERRORS.labels(endpoint, "unreachable").inc()
             raise SlurmUnavailable(
-                f"cannot reach slurmrestd at {self._http.base_url} to {what}: {type(err).__name__}"
+                f"cannot reach slurmrestd at {self._http.base_url} to {what}: {unreachable_reason(err)}"
             ) from None
         except httpx.HTTPError as err:
             # The request may have been sent, and acted on, before the answer was lost.
