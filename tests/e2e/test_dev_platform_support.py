@@ -208,7 +208,7 @@ def test_a_statefulsets_volume_keeps_its_data_when_the_statefulset_is_deleted_an
 
 # -- MariaDB and slurmdbd -------------------------------------------------------------------------
 @pytest.fixture(scope="module")
-def mariadb(kube: AdminKube, built: dict[str, Built]) -> Iterator[str]:
+def mariadb(dev_cluster: DevCluster, kube: AdminKube, built: dict[str, Built]) -> Iterator[str]:
     """The mariadb image as a chart would run it: a StatefulSet on a claimed volume, the
     password from a Secret mounted as a file, a Service in front. Yields the namespace."""
     namespace = kube.create_namespace(f"mariadb-{secrets.token_hex(3)}")
@@ -258,8 +258,20 @@ def mariadb(kube: AdminKube, built: dict[str, Built]) -> Iterator[str]:
         },
     )
     wait_for(lambda: _ready(kube, namespace, "mariadb-0"), timeout=90, what="MariaDB to be ready")
+    # Ready is the Pod's own view; the Service answers once kube-proxy has its endpoint.
+    wait_for(
+        lambda: _through_service(dev_cluster, namespace),
+        timeout=60,
+        what="MariaDB to answer through its Service",
+        every=1,
+    )
     yield namespace
     delete_namespace(kube, namespace)
+
+
+def _through_service(cluster: DevCluster, namespace: str) -> bool:
+    probe = SQL_AS_SLURM.replace("mariadb -N", "mariadb --connect-timeout=3 -N").format("'select 1'")
+    return kubectl(cluster, namespace, "exec", "mariadb-0", "--", "sh", "-c", probe).returncode == 0
 
 
 def _ready(kube: AdminKube, namespace: str, name: str) -> bool:

@@ -27,6 +27,7 @@ import contextlib
 import os
 import random
 import signal
+import ssl
 import sys
 import threading
 import time
@@ -92,13 +93,15 @@ class Record:
 
 
 class Rest:
-    """slurmrestd of the platform, reached at its Pod's address with a token we sign."""
+    """slurmrestd of the platform, reached at its Pod's address over TLS (verified with the
+    release's CA, by the Service's name) with a token we sign."""
 
     def __init__(self, kube: AdminKube) -> None:
-        key = base64.b64decode(
-            kube.get(f"/api/v1/namespaces/{NAMESPACE}/secrets/{RELEASE}-auth")["data"]["jwt_hs256.key"]
-        )
+        secrets = f"/api/v1/namespaces/{NAMESPACE}/secrets"
+        key = base64.b64decode(kube.get(f"{secrets}/{RELEASE}-auth")["data"]["jwt_hs256.key"])
         self.token = mint(key, "root", 4 * 3600)
+        ca = base64.b64decode(kube.get(f"{secrets}/{RELEASE}-restapi-tls")["data"]["ca.crt"]).decode()
+        self.tls = ssl.create_default_context(cadata=ca)
         self.kube = kube
 
     def _client(self) -> httpx.Client:
@@ -107,14 +110,17 @@ class Rest:
         )
         ip = next(p["status"]["podIP"] for p in pods["items"] if (p.get("status") or {}).get("podIP"))
         return httpx.Client(
-            base_url=f"http://{ip}:6820",
+            base_url=f"https://{ip}:6820",
             headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": self.token},
             timeout=10,
+            verify=self.tls,
         )
 
     def call(self, method: str, path: str, body: Json | None = None) -> Json:
         with self._client() as http:
-            response = http.request(method, path, json=body)
+            # The certificate names the restapi Service, not the Pod's address.
+            sni = {"sni_hostname": f"{RELEASE}-restapi"}
+            response = http.request(method, path, json=body, extensions=sni)
         response.raise_for_status()
         return response.json()  # type: ignore[no-any-return]
 
