@@ -72,3 +72,20 @@ async def test_issue38_a_certificate_the_client_cannot_verify_is_refused_in_word
     said = str(refused.value)
     assert "its TLS certificate does not verify (self-signed certificate)" in said
     assert "--slurm-ca-file" in said
+
+
+async def test_issue38_a_slurmrestd_without_tls_is_named_as_such() -> None:
+    """An upgrade from a chart before restapi.tls meets the old, plain slurmrestd first
+    (the pre-upgrade check): the words must say so, not just `ConnectError`."""
+
+    async def plain(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read(100)
+        writer.write(b"HTTP/1.1 400 Bad Request\r\nContent-Length: 0\r\n\r\n")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(plain, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    async with server:
+        with pytest.raises(SlurmUnavailable, match="it answered in plain HTTP, not TLS"):
+            await SlurmClient.connect(f"https://127.0.0.1:{port}", TokenSource(token="t"))

@@ -73,7 +73,7 @@ def choose_version(served: list[str], forced: str | None = None) -> str:
 
 def unreachable_reason(err: BaseException) -> str:
     """Why a connection failed, in words an operator can act on: the error's type, and
-    for a certificate that does not verify, the verifier's reason and what to do."""
+    for a certificate that does not verify or a server without TLS, what to do."""
     cause: BaseException | None = err
     while cause is not None:
         if isinstance(cause, ssl.SSLCertVerificationError):
@@ -81,6 +81,9 @@ def unreachable_reason(err: BaseException) -> str:
                 f"its TLS certificate does not verify ({cause.verify_message}); give the CA "
                 "that signed it with --slurm-ca-file"
             )
+        if isinstance(cause, ssl.SSLError) and cause.reason == "WRONG_VERSION_NUMBER":
+            # A slurmrestd from before TLS (restapi.tls) answering an https URL.
+            return "it answered in plain HTTP, not TLS: give its http:// URL, or serve it over TLS"
         cause = cause.__cause__ or cause.__context__
     return type(err).__name__
 
