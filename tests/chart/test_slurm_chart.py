@@ -452,6 +452,7 @@ def test_r10_2_the_operator_gets_the_contracts_arguments(helm: Path, slurm_chart
         "--scheduler-token-secret=r1-scheduler-token",
         "--slurmd-image=slurmd:24.11",
         "--confinement=cgroup",
+        "--private-tmp=true",
         "--allow-host-access=false",
         "--container-steps=true",
         "--leader-elect=false",

@@ -43,8 +43,8 @@ def test_issue36_confinement_is_on_by_default(helm: Path, slurm_chart: Path) -> 
         "ProctrackType": "proctrack/cgroup",
         "TaskPlugin": "task/cgroup,task/affinity",
         "JobAcctGatherType": "jobacct_gather/cgroup",
-        "JobContainerType": None,  # private /tmp is asked for on its own (privateTmp)
-        "PrologFlags": None,
+        "JobContainerType": "job_container/tmpfs",  # a private /tmp and /dev/shm per job
+        "PrologFlags": "Contain",
     }
     assert cgroup_conf(objects) == {
         "CgroupPlugin": "autodetect",
@@ -52,9 +52,10 @@ def test_issue36_confinement_is_on_by_default(helm: Path, slurm_chart: Path) -> 
         "EnableControllers": "yes",
         **CONSTRAINTS,
     }
-    assert "job_container.conf" not in config(objects)
+    assert "AutoBasePath=true" in config(objects)["job_container.conf"]
     operator = container(named(objects, "Deployment", "r1-operator"), "operator")
     assert "--confinement=cgroup" in operator["args"]
+    assert "--private-tmp=true" in operator["args"]  # slurmd starts where it can pin them
 
 
 @pytest.mark.parametrize(
@@ -104,17 +105,19 @@ def test_issue36_an_operator_may_turn_confinement_off(helm: Path, slurm_chart: P
     assert "job_container.conf" not in config(objects)
     operator = container(named(objects, "Deployment", "r1-operator"), "operator")
     assert "--confinement=off" in operator["args"]
+    assert "--private-tmp=false" in operator["args"]
 
 
-def test_issue36_private_tmp_gives_each_job_its_own_tmp_and_shm(helm: Path, slurm_chart: Path) -> None:
-    """Catches job_container/tmpfs without PrologFlags=Contain (slurmd refuses to start) or
-    without its job_container.conf (shipped to configless slurmd with the rest)."""
-    objects = render(slurm_chart, helm, "slurm.confinement.privateTmp=true")
-    assert conf_value(objects, "JobContainerType") == "job_container/tmpfs"
-    assert conf_value(objects, "PrologFlags") == "Contain"
-    assert "AutoBasePath=true" in config(objects)["job_container.conf"]
-    off = render(slurm_chart, helm, "slurm.confinement.privateTmp=true", "slurm.confinement.enabled=false")
-    assert conf_value(off, "JobContainerType") is None
+def test_issue36_private_tmp_can_be_turned_off_alone(helm: Path, slurm_chart: Path) -> None:
+    """Catches a privateTmp=false that still writes job_container/tmpfs (every job would
+    still get a mount namespace) or still has the operator start slurmd for it."""
+    objects = render(slurm_chart, helm, "slurm.confinement.privateTmp=false")
+    assert conf_value(objects, "JobContainerType") is None
+    assert conf_value(objects, "PrologFlags") is None
+    assert conf_value(objects, "ProctrackType") == "proctrack/cgroup"
+    assert "job_container.conf" not in config(objects)
+    operator = container(named(objects, "Deployment", "r1-operator"), "operator")
+    assert "--private-tmp=false" in operator["args"]
 
 
 def test_issue36_a_cgroup_conf_of_ones_own_replaces_the_written_one(helm: Path, slurm_chart: Path) -> None:

@@ -7,10 +7,13 @@ import dataclasses
 import subprocess
 from pathlib import Path
 
+import pytest
+
 from sunk.operator import confinement as c
 from sunk.operator import removal as r
 from sunk.operator.nodeset import DrainPolicy
 from sunk.testing.operator import SETTINGS, OperatorWorld
+from tests.unit.test_people import operator_config
 
 
 def confined_world() -> OperatorWorld:
@@ -45,6 +48,31 @@ async def test_issue36_without_confinement_the_member_is_as_before() -> None:
     [pod] = world.members().values()
     assert "securityContext" not in pod["spec"]["containers"][0]
     assert pod["spec"]["containers"][0]["args"][:3] == ["sunk-services", "slurmd", "slurmd"]
+
+
+async def test_issue36_with_private_tmp_slurmd_starts_after_the_preflight_in_an_ordered_namespace() -> None:
+    """Catches a member whose slurmd starts in the container's own mount namespace, where on
+    Linux 6.18 and later jobs started on some CPUs cannot have their namespace pinned (and
+    fail to boot), or one that looks for that namespace before the cgroups are checked."""
+    world = OperatorWorld(settings=dataclasses.replace(SETTINGS, confinement=True, private_tmp=True))
+    world.add_node("node-1", "10.64.1.11")
+    world.add_nodeset("a")
+    await world.reconcile("a")
+    [pod] = world.members().values()
+    args = pod["spec"]["containers"][0]["args"]
+    assert args[:4] == ["sh", "-c", c.PREFLIGHT, "preflight"]
+    assert args[4:9] == ["sh", "-c", c.BOOT, "ordered", c.ORDERED_NAMESPACE]
+    assert args[9:11] == ["sunk-services", "slurmd"]
+
+
+async def test_issue36_turning_private_tmp_on_rolls_the_members_out() -> None:
+    """Catches members left with slurmd in an unordered namespace after private /tmp was
+    turned on (slurmd loads job_container/tmpfs only at start)."""
+    world = confined_world()
+    await world.settle("a")
+    on = world.restarted_with(dataclasses.replace(world.settings, private_tmp=True))
+    await on.reconcile("a")
+    assert on.condition("a", "UpToDate")["reason"] == "RollingOut"
 
 
 def test_issue36_a_template_that_asks_for_privileged_keeps_it_and_gets_no_extra_capability() -> None:
@@ -179,3 +207,13 @@ async def test_issue36_turning_confinement_off_or_on_rolls_the_members_out() -> 
     on = off.restarted_with(dataclasses.replace(off.settings, confinement=True))
     await on.reconcile("a")
     assert on.condition("a", "UpToDate")["reason"] == "RollingOut"
+
+
+def test_issue36_private_tmp_without_confinement_stops_the_operator_naming_both_flags() -> None:
+    """Catches an operator that starts with a private /tmp asked for but no confinement
+    (slurm.conf would lack job_container/tmpfs while slurmd moved for it), or that drops
+    the flag silently."""
+    assert operator_config("--confinement=cgroup", "--private-tmp=true").private_tmp
+    assert not operator_config("--confinement=cgroup").private_tmp
+    with pytest.raises(ValueError, match="--private-tmp=true needs --confinement=cgroup"):
+        operator_config("--confinement=off", "--private-tmp=true")

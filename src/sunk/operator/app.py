@@ -125,6 +125,7 @@ class Operator:
             config.topology_labels,
             config.people_configmap if config.directory is not None else "",
             confinement=config.confinement,
+            private_tmp=config.private_tmp,
             allow_host_access=config.allow_host_access,
             container_steps=config.container_steps,
             shared_volumes=config.shared_volumes,

@@ -41,6 +41,7 @@ class OperatorConfig:
     people_configmap: str = ""  # where they are written (login and slurmd Pods mount it)
     directory_interval_s: float = 300.0
     confinement: bool = False
+    private_tmp: bool = False  # jobs get their own /tmp and /dev/shm (needs confinement)
     allow_host_access: bool = False
     container_steps: bool = False  # slurmd Pods run container steps (members.py: seccomp)
     shared_volumes: tuple[SharedVolume, ...] = ()  # mounted in every slurmd Pod
@@ -80,6 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("topology", "tree or block: write topology.conf from Node labels (default: none)", "")
     flag("topology-labels", "comma-separated Node labels, leaf level first (block: one)", "")
     flag("confinement", "cgroup: slurmd Pods confine jobs in cgroups (the chart's default); off: not", "off")
+    flag(
+        "private-tmp",
+        "true: slurm.conf gives each job its own /tmp and /dev/shm (job_container/tmpfs), so "
+        "slurmd runs in a mount namespace able to pin theirs (needs --confinement=cgroup)",
+        "false",
+    )
     flag(
         "allow-host-access",
         "true: NodeSet templates may ask for privileged containers, hostPath volumes, host "
@@ -182,6 +189,11 @@ def account_settings(args: argparse.Namespace, people: bool) -> tuple[GroupMappi
 def from_args(args: argparse.Namespace) -> OperatorConfig:
     if args.confinement not in ("cgroup", "off"):
         raise ValueError(f"--confinement must be cgroup or off, not {args.confinement!r}")
+    private_tmp = true_or_false(args, "private-tmp")
+    if private_tmp and args.confinement != "cgroup":
+        raise ValueError(
+            "--private-tmp=true needs --confinement=cgroup: a job's own /tmp is part of confining it"
+        )
     topology, topology_labels = topology_settings(
         args.topology or "", args.topology_labels or "", args.slurm_configmap or ""
     )
@@ -210,6 +222,7 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         people_configmap=args.people_configmap or f"{args.release}-people",
         directory_interval_s=parse_duration(args.directory_interval),
         confinement=args.confinement == "cgroup",
+        private_tmp=private_tmp,
         allow_host_access=true_or_false(args, "allow-host-access"),
         container_steps=true_or_false(args, "container-steps"),
         shared_volumes=shared_volumes.parse(args.shared_volumes or ""),

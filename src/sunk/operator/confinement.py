@@ -20,6 +20,15 @@ Before slurmd starts, the member's command checks all of that (PREFLIGHT). A con
 that cannot give it stops with a `confinement unavailable: ...` termination message, so
 the member never serves jobs unconfined; the operator names its Node in the NodeSet's
 `Confined` condition and a ConfinementUnavailable Event.
+
+A private /tmp per job (job_container/tmpfs) has one more need, set by the kernel rather
+than the container. slurmstepd keeps each job's mount namespace by bind-mounting it, and
+Linux refuses to bind a mount namespace whose number is not above the binding process's
+own (its guard against namespace loops). Since Linux 6.18 those numbers come from per-CPU
+batches, so a namespace made later on another CPU may have a smaller one, and the bind then
+fails for jobs that happen to start on that CPU (EINVAL; "Something is wrong with the boot
+of the nodes"). ORDERED_NAMESPACE runs slurmd in a mount namespace that can bind one made
+on any of its CPUs, moving to a new one made on the CPU that refused when it cannot.
 """
 
 from __future__ import annotations
@@ -32,13 +41,18 @@ CONFINED = "Confined"
 CONFINEMENT_UNAVAILABLE = "ConfinementUnavailable"
 CAPABILITIES = ("SYS_ADMIN", "SYS_NICE")
 
-# Run by the member's container before slurmd (`sh -c PREFLIGHT preflight slurmd ...`).
-PREFLIGHT = r"""cg=/sys/fs/cgroup
-fail() {
-  printf 'confinement unavailable: %s\n' "$*" >/dev/termination-log 2>/dev/null
+# Both scripts stop the container with this termination message, which the operator reads.
+FAIL = r"""fail() {
+  printf 'confinement unavailable: %s\n' "$*" 2>/dev/null >/dev/termination-log
   printf 'sunk: confinement unavailable: %s\n' "$*" >&2
   exit 3
 }
+"""
+
+# Run by the member's container before slurmd (`sh -c PREFLIGHT preflight slurmd ...`).
+PREFLIGHT = (
+    FAIL
+    + r"""cg=/sys/fs/cgroup
 writable() { d="$1/sunk-probe.$$"; mkdir "$d" 2>/dev/null && rmdir "$d"; }
 need_rw() {
   writable "$1" && return 0
@@ -67,10 +81,75 @@ else
 fi
 exec "$@"
 """
+)
 
 
-def confine(container: Json) -> None:
-    """Give the slurmd container what confinement needs, and run PREFLIGHT before slurmd."""
+# Run after PREFLIGHT where jobs get a private /tmp: `sh -c BOOT ordered ORDERED_NAMESPACE
+# command...`, so that it can start itself again in a namespace made on another CPU.
+BOOT = 's=$1; shift; eval "$s"'
+ORDERED_NAMESPACE = (
+    FAIL
+    + r"""cpus() {  # this process's CPUs, one per line, from a list such as 0-3,8
+  sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status | tr ',' '\n' |
+    while IFS=- read -r a b; do seq "$a" "${b:-$a}"; done
+}
+# Print the first CPU on which a new mount namespace cannot be pinned from this one, as
+# slurmstepd pins each job's; print nothing if every CPU's can. Fails if it cannot probe.
+refusing_cpu() {
+  d=$(mktemp -d) || return 1
+  if ! mount -t tmpfs -o size=4k,mode=0700 sunk-ns-probe "$d" 2>/dev/null; then
+    rmdir "$d"
+    return 1
+  fi
+  mount --make-private "$d" && : >"$d/ns" || { umount "$d"; rmdir "$d"; return 1; }
+  here=$(readlink /proc/self/ns/mnt)
+  for c in $(cpus); do
+    taskset -c "$c" unshare --mount sleep 60 &
+    p=$!
+    n=0
+    while ns=$(readlink "/proc/$p/ns/mnt" 2>/dev/null) && [ "$ns" = "$here" ] && [ "$n" -lt 500 ]; do
+      sleep 0.01
+      n=$((n + 1))
+    done
+    pinned=no
+    [ -n "$ns" ] && [ "$ns" != "$here" ] || pinned=failed
+    [ "$pinned" = failed ] || ! mount --bind "/proc/$p/ns/mnt" "$d/ns" 2>/dev/null || {
+      umount "$d/ns"
+      pinned=yes
+    }
+    kill "$p" 2>/dev/null
+    wait "$p" 2>/dev/null
+    [ "$pinned" = yes ] && continue
+    [ "$pinned" = no ] && echo "$c"
+    break
+  done
+  umount "$d"
+  rmdir "$d"
+  [ "$pinned" != failed ]
+}
+refused=$(refusing_cpu) ||
+  fail "slurmd cannot make and pin mount namespaces for private /tmp (mount and unshare" \
+    "need CAP_SYS_ADMIN and a security profile that allows them)"
+if [ -z "$refused" ]; then
+  unset SUNK_NS_MOVES
+  exec "$@"
+fi
+moves=${SUNK_NS_MOVES:-0}
+[ "$moves" -lt "$(cpus | wc -l)" ] ||
+  fail "the kernel refuses to pin new mount namespaces made on CPU $refused from every" \
+    "namespace tried, so jobs cannot have a private /tmp here; set" \
+    "slurm.confinement.privateTmp=false"
+export SUNK_NS_MOVES=$((moves + 1))
+all=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
+exec taskset -c "$refused" unshare --mount --propagation unchanged \
+  taskset -c "$all" sh -c 's=$1; shift; eval "$s"' ordered "$s" "$@"
+"""
+)
+
+
+def confine(container: Json, private_tmp: bool = False) -> None:
+    """Give the slurmd container what confinement needs, and run PREFLIGHT before slurmd
+    (then ORDERED_NAMESPACE, where jobs get a private /tmp)."""
     security = container.setdefault("securityContext", {})
     if not security.get("privileged"):
         capabilities = security.setdefault("capabilities", {})
@@ -80,7 +159,10 @@ def confine(container: Json) -> None:
                 added.append(capability)
         # Runtimes' default AppArmor profile forbids mount even with CAP_SYS_ADMIN.
         security.setdefault("appArmorProfile", {"type": "Unconfined"})
-    container["args"] = ["sh", "-c", PREFLIGHT, "preflight", *container["args"]]
+    args = container["args"]
+    if private_tmp:
+        args = ["sh", "-c", BOOT, "ordered", ORDERED_NAMESPACE, *args]
+    container["args"] = ["sh", "-c", PREFLIGHT, "preflight", *args]
 
 
 def refusals(members: list[Json]) -> list[tuple[str, str]]:

@@ -65,6 +65,7 @@ class Settings:
     topology_labels: tuple[str, ...] = ()  # Node labels topology.conf is written from (if any)
     people_configmap: str = ""  # the directory's people (sunk.operator.people_sync), if any
     confinement: bool = False  # slurmd confines jobs in cgroups (the chart's slurm.confinement)
+    private_tmp: bool = False  # and gives each job its own /tmp (slurm.confinement.privateTmp)
     allow_host_access: bool = False  # templates may ask for privileged, hostPath... (host_access)
     container_steps: bool = False  # job steps may run in container images (crun in slurmd)
     shared_volumes: tuple[shared_volumes.SharedVolume, ...] = ()  # the chart's sharedVolumes
@@ -121,7 +122,7 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
     if not any(c.get("name") == CONTAINER for c in containers):
         containers.insert(0, slurmd)
     if settings.confinement:
-        confinement.confine(containers[_index(containers)])
+        confinement.confine(containers[_index(containers)], settings.private_tmp)
     mounts = containers[_index(containers)].setdefault("volumeMounts", [])
     ours = ("slurm-key", PEOPLE_VOLUME, SERVICES_VOLUME)
     mounts[:] = [m for m in mounts if m.get("name") not in ours]
@@ -219,6 +220,8 @@ def template_hash(nodeset: NodeSet, settings: Settings) -> str:
         shared["container_steps"] = True
     if not settings.confinement:  # on is the default, so members made with it keep their hash
         shared["confinement"] = False  # (its capabilities and preflight, and slurmd's plugins)
+    if settings.private_tmp:  # slurmd loads job_container/tmpfs at start, in its own namespace
+        shared["private_tmp"] = True
     if settings.services_configmap:  # likewise: the services run are fixed at a member's start
         shared["services"] = [settings.services_configmap, settings.services_digest]
     return hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:12]
