@@ -181,14 +181,15 @@ def test_r10_1_names_are_cut_to_40_characters(helm: Path, slurm_chart: Path) -> 
     controller = named(objects, "StatefulSet", f"{prefix}-controller")
     assert len(f"{controller['metadata']['name']}-0") <= 63
     assert {s["metadata"]["name"] for s in of_kind(objects, "Service")} == {
-        f"{prefix}-{part}" for part in ("controller", "restapi", "accounting", "mariadb", "login")
+        f"{prefix}-{part}" for part in ("controller", "restapi", "accounting", "mariadb", "login", "hosts")
     }
 
 
 def test_r10_1_services_carry_the_daemons_ports(helm: Path, slurm_chart: Path) -> None:
     objects = render(slurm_chart, helm)
     ports = {
-        s["metadata"]["name"]: [p["port"] for p in s["spec"]["ports"]] for s in of_kind(objects, "Service")
+        s["metadata"]["name"]: [p["port"] for p in s["spec"].get("ports", [])]
+        for s in of_kind(objects, "Service")
     }
     assert ports == {
         "r1-controller": [6817],
@@ -196,6 +197,7 @@ def test_r10_1_services_carry_the_daemons_ports(helm: Path, slurm_chart: Path) -
         "r1-accounting": [6819],
         "r1-mariadb": [3306],
         "r1-login": [22],
+        "r1-hosts": [],  # names only (templates/hosts.yaml)
     }
     controller = named(objects, "Service", "r1-controller")["spec"]
     assert controller["clusterIP"] == "None" and controller["publishNotReadyAddresses"] is True
@@ -452,6 +454,7 @@ def test_r10_2_the_operator_gets_the_contracts_arguments(helm: Path, slurm_chart
         "--scheduler-token-secret=r1-scheduler-token",
         "--slurmd-image=slurmd:24.11",
         "--confinement=cgroup",
+        "--hosts-domain=r1-hosts.team.svc.cluster.local",
         "--private-tmp=true",
         "--allow-host-access=false",
         "--container-steps=true",
@@ -796,3 +799,22 @@ def test_r10_4_topology_from_node_labels_is_the_operators_to_write_never_helms(
     # Without topology, the operator may not touch the ConfigMap.
     plain = named(render(slurm_chart, helm), "Role", "r1-operator")["rules"]
     assert not any("configmaps" in rule["resources"] for rule in plain)
+
+
+def test_r10_1_login_and_slurmd_hosts_are_named_where_slurmctld_looks(helm: Path, slurm_chart: Path) -> None:
+    """Catches srun's host name unresolvable from slurmctld (it then stalls about ten
+    seconds at each job's end, holding its job lock): the login Pods' hostname must live in
+    the headless hosts Service, which slurmctld, the login Pods and the operator's slurmd
+    Pods search."""
+    objects = render(slurm_chart, helm)
+    hosts = named(objects, "Service", "r1-hosts")["spec"]
+    assert hosts["clusterIP"] == "None" and hosts["publishNotReadyAddresses"] is True
+    assert hosts["selector"] == {"app.kubernetes.io/instance": "r1"}
+    domain = "r1-hosts.team.svc.cluster.local"
+    login = named(objects, "Deployment", "r1-login")["spec"]["template"]["spec"]
+    assert (login["hostname"], login["subdomain"]) == ("r1-login-node", "r1-hosts")
+    controller = named(objects, "StatefulSet", "r1-controller")["spec"]["template"]["spec"]
+    for spec in (login, controller):
+        assert spec["dnsConfig"]["searches"] == [domain]
+    operator = container(named(objects, "Deployment", "r1-operator"), "operator")
+    assert f"--hosts-domain={domain}" in operator["args"]

@@ -154,6 +154,25 @@ def test_r10_1_srun_runs_across_the_nodeset(platform: Platform, kube: AdminKube)
     assert sorted(hosts) == sorted(members(kube))
 
 
+def test_r10_1_slurm_host_names_resolve_so_slurmctld_never_stalls_on_srun(
+    platform: Platform, kube: AdminKube
+) -> None:
+    """Catches srun's host (the login Pod, or a member inside a batch job) that slurmctld
+    cannot resolve: it then retries for about ten seconds at each job's end, holding its job
+    lock, and other steps' messages time out. Also catches nodes of a job that cannot
+    reach each other by name (MASTER_ADDR from SLURM_JOB_NODELIST)."""
+    started = time.monotonic()
+    logged_in(platform, "for i in 1 2 3 4 5 6; do srun -N1 true; done")
+    FIGURES["six sruns from the login Pod (s)"] = time.monotonic() - started
+    first = sorted(members(kube))[0]
+    inside = logged_in(platform, f"srun -N3 getent hosts {first}").splitlines()
+    assert len(inside) == 3 and all(first in line for line in inside), inside
+    logs = platform.kubectl("logs", f"{platform.release}-controller-0", "-c", "slurmctld")
+    assert "Unable to resolve" not in logs.stdout, [
+        line for line in logs.stdout.splitlines() if "resolve" in line
+    ][:3]
+
+
 def test_r10_1_sacct_shows_a_finished_job_from_mariadb(platform: Platform) -> None:
     job = logged_in(platform, "sbatch --parsable --wait --wrap true").strip()
     state = wait_for(

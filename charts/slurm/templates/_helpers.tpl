@@ -16,6 +16,11 @@ F: the prefix of every object's name. 40 characters leave room for the longest s
 {{- printf "%s-controller-0.%s-controller.%s.svc.%s" $f $f .Release.Namespace .Values.clusterDomain -}}
 {{- end -}}
 
+{{- /* Where the short host names of login and slurmd Pods resolve (templates/hosts.yaml). */}}
+{{- define "slurm.hostsDomain" -}}
+{{- printf "%s-hosts.%s.svc.%s" (include "slurm.fullname" .) .Release.Namespace .Values.clusterDomain -}}
+{{- end -}}
+
 {{- define "slurm.confServer" -}}
 {{- printf "%s-controller.%s.svc.%s:6817" (include "slurm.fullname" .) .Release.Namespace .Values.clusterDomain -}}
 {{- end -}}

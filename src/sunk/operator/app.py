@@ -126,6 +126,7 @@ class Operator:
             config.people_configmap if config.directory is not None else "",
             confinement=config.confinement,
             private_tmp=config.private_tmp,
+            hosts_domain=config.hosts_domain,
             allow_host_access=config.allow_host_access,
             container_steps=config.container_steps,
             shared_volumes=config.shared_volumes,

@@ -42,6 +42,7 @@ class OperatorConfig:
     directory_interval_s: float = 300.0
     confinement: bool = False
     private_tmp: bool = False  # jobs get their own /tmp and /dev/shm (needs confinement)
+    hosts_domain: str = ""  # where members are named (members.Settings.hosts_domain)
     allow_host_access: bool = False
     container_steps: bool = False  # slurmd Pods run container steps (members.py: seccomp)
     shared_volumes: tuple[SharedVolume, ...] = ()  # mounted in every slurmd Pod
@@ -98,6 +99,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "true: job steps may run in container images (the chart's slurm.containers.enabled), so "
         "slurmd Pods run without the runtime's seccomp profile, which refuses pivot_root",
         "false",
+    )
+    flag(
+        "hosts-domain",
+        "the headless Service's domain (name.namespace.svc.cluster-domain) slurmd Pods are named "
+        "in and search, so Slurm's host names resolve (the chart's <release>-hosts); none: not named",
+        "",
     )
     flag("slurm-configmap", "the ConfigMap of slurm.conf, where topology.conf is written", "")
     flag("directory-uri", "the LDAP directory people come from (ldap://, ldaps://); none: no people", "")
@@ -223,6 +230,7 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         directory_interval_s=parse_duration(args.directory_interval),
         confinement=args.confinement == "cgroup",
         private_tmp=private_tmp,
+        hosts_domain=args.hosts_domain or "",
         allow_host_access=true_or_false(args, "allow-host-access"),
         container_steps=true_or_false(args, "container-steps"),
         shared_volumes=shared_volumes.parse(args.shared_volumes or ""),

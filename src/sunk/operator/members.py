@@ -66,6 +66,9 @@ class Settings:
     people_configmap: str = ""  # the directory's people (sunk.operator.people_sync), if any
     confinement: bool = False  # slurmd confines jobs in cgroups (the chart's slurm.confinement)
     private_tmp: bool = False  # and gives each job its own /tmp (slurm.confinement.privateTmp)
+    # <service>.<namespace>.svc.<domain> of the chart's headless hosts Service: each member
+    # is named there, and searches it, so Slurm's host names resolve (none: not named).
+    hosts_domain: str = ""
     allow_host_access: bool = False  # templates may ask for privileged, hostPath... (host_access)
     container_steps: bool = False  # job steps may run in container images (crun in slurmd)
     shared_volumes: tuple[shared_volumes.SharedVolume, ...] = ()  # the chart's sharedVolumes
@@ -168,6 +171,8 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
     spec.setdefault("securityContext", {}).setdefault("seccompProfile", {"type": profile})
     spec.setdefault("terminationGracePeriodSeconds", GRACE_S)
     spec.setdefault("enableServiceLinks", False)
+    if settings.hosts_domain:
+        _name_in(spec, settings.hosts_domain)
     spec.setdefault("automountServiceAccountToken", False)
     spec = {k: v for k, v in spec.items() if v is not None}
     annotations = {
@@ -225,6 +230,18 @@ def template_hash(nodeset: NodeSet, settings: Settings) -> str:
     if settings.services_configmap:  # likewise: the services run are fixed at a member's start
         shared["services"] = [settings.services_configmap, settings.services_digest]
     return hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _name_in(spec: Json, domain: str) -> None:
+    """Make the member's hostname (its Slurm node name) resolve in domain, and search it.
+
+    srun inside a job gives slurmctld its host by short name, and slurmctld stalls about
+    ten seconds on one it cannot resolve; jobs also reach each other by node name. Not part
+    of the template hash: members made before keep running, and new ones get the name."""
+    spec["subdomain"] = domain.split(".")[0]
+    searches = spec.setdefault("dnsConfig", {}).setdefault("searches", [])
+    if domain not in searches:
+        searches.append(domain)
 
 
 def _index(containers: list[Json]) -> int:
