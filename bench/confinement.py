@@ -3,13 +3,15 @@
     python -m bench.confinement [--jobs 100]
 
 Needs the dev cluster with real Nodes (`sunk dev up --real-nodes 3`). Installs the Slurm
-chart twice in a row in namespace `bench-conf`: first with `slurm.confinement.enabled`
-(the default: cgroups per job and step, task affinity, usage sampled from cgroups), then
-without (proctrack/linuxproc, task/none, no sampling), each time with a NodeSet over the
-real Nodes. For each it submits `--jobs` one-CPU jobs that do nothing (`sbatch --wrap
+chart three times in a row in namespace `bench-conf`: with the chart's defaults (cgroups
+per job and step, task affinity, usage sampled from cgroups, and a private /tmp and
+/dev/shm per job), with the cgroups but no private /tmp (`privateTmp: false`), and without
+confinement (proctrack/linuxproc, task/none, no sampling), each time with a NodeSet over
+the real Nodes. For each it submits `--jobs` one-CPU jobs that do nothing (`sbatch --wrap
 true`) from the login Pod in one go and times first submission to empty queue, so the
-figure is Slurm's cost per job (launch, cgroup set-up and tear-down), not kubectl's. It
-prints jobs per second for each and the ratio confined / unconfined. A benchmark, not a
+figure is Slurm's cost per job (launch, cgroup and namespace set-up and tear-down), not
+kubectl's. It prints jobs per second for each and their ratios to the unconfined run, so
+the cost of the cgroups and of the private /tmp can be told apart. A benchmark, not a
 test: it asserts nothing.
 """
 
@@ -48,10 +50,18 @@ def wait_idle(platform: Platform, nodes: int, timeout: float = 240) -> None:
     raise SystemExit(f"the NodeSet's {nodes} members were not idle within {timeout:.0f} s")
 
 
-def measure(cluster: DevCluster, kube: AdminKube, confined: bool, jobs: int) -> float:
-    """Jobs per second with confinement on or off (one install, removed afterwards)."""
+# Each setting measured: its name, and the chart's slurm.confinement values for it.
+SETTINGS = (
+    ("defaults (cgroups + private /tmp)", {"enabled": True, "privateTmp": True}),
+    ("cgroups, no private /tmp", {"enabled": True, "privateTmp": False}),
+    ("no confinement", {"enabled": False}),
+)
+
+
+def measure(cluster: DevCluster, kube: AdminKube, confinement: dict[str, bool], jobs: int) -> float:
+    """Jobs per second with these confinement values (one install, removed afterwards)."""
     platform = Platform(cluster, namespace=NAMESPACE, release="slurm")
-    platform.install({"slurm": {"confinement": {"enabled": confined}}}, scheduler=False)
+    platform.install({"slurm": {"confinement": confinement}}, scheduler=False)
     try:
         platform.apply_nodeset(kube, nodeset("compute", ["main"]))
         wait_idle(platform, platform.real_nodes)
@@ -75,10 +85,12 @@ def main() -> None:
     cluster.require_running()
     kube = AdminKube(cluster.layout)
     rates = {}
-    for confined in (True, False):
-        rates[confined] = measure(cluster, kube, confined, args.jobs)
-        print(f"confinement {'on ' if confined else 'off'}: {args.jobs} jobs, {rates[confined]:.2f} jobs/s")
-    print(f"ratio on/off: {rates[True] / rates[False]:.2f}x")
+    for name, confinement in SETTINGS:
+        rates[name] = measure(cluster, kube, confinement, args.jobs)
+        print(f"{name}: {args.jobs} jobs, {rates[name]:.2f} jobs/s")
+    baseline = rates[SETTINGS[-1][0]]
+    for name, _ in SETTINGS[:-1]:
+        print(f"ratio {name} / no confinement: {rates[name] / baseline:.2f}x")
 
 
 if __name__ == "__main__":
