@@ -53,6 +53,8 @@ def test_issue36_confinement_is_on_by_default(helm: Path, slurm_chart: Path) -> 
         **CONSTRAINTS,
     }
     assert "AutoBasePath=true" in config(objects)["job_container.conf"]
+    # MPI ranks behind a private /tmp cannot open PMIx's shared-memory store.
+    assert "PMIxEnv=PMIX_MCA_gds=hash" in config(objects)["mpi.conf"]
     operator = container(named(objects, "Deployment", "r1-operator"), "operator")
     assert "--confinement=cgroup" in operator["args"]
     assert "--private-tmp=true" in operator["args"]  # slurmd starts where it can pin them
@@ -115,7 +117,7 @@ def test_issue36_private_tmp_can_be_turned_off_alone(helm: Path, slurm_chart: Pa
     assert conf_value(objects, "JobContainerType") is None
     assert conf_value(objects, "PrologFlags") is None
     assert conf_value(objects, "ProctrackType") == "proctrack/cgroup"
-    assert "job_container.conf" not in config(objects)
+    assert "job_container.conf" not in config(objects) and "mpi.conf" not in config(objects)
     operator = container(named(objects, "Deployment", "r1-operator"), "operator")
     assert "--private-tmp=false" in operator["args"]
 

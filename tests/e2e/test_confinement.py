@@ -202,7 +202,7 @@ def test_issue36_two_jobs_on_one_node_each_see_their_own_tmp_and_shm_removed_at_
     names = [member_on(kube, node) for node in ("real-1", "real-2")]
     sbatch = "sbatch --parsable -c1 --mem=16M -o /dev/null --wrap true -w"
     submit = "; ".join(f"{sbatch} {name}" for name in names for _ in range(8))
-    batch = logged_in(platform, submit).split()
+    batch = re.findall(r"^(\d+)$", logged_in(platform, submit), re.M)  # not kubectl's warnings
     assert len(batch) == 16, batch
 
     def all_ended() -> set[str] | None:

@@ -95,6 +95,11 @@ job_container.conf: |
   # Each job's /tmp and /dev/shm, made under slurmd's spool and removed when the job ends.
   AutoBasePath=true
   BasePath=/var/spool/slurmd/job-tmp
+mpi.conf: |
+  # PMIx's shared-memory store is made in slurmstepd's view of /tmp and /dev/shm, which a
+  # job's private ones hide from its ranks (MPI_Init fails: PMIX_ERR_FILE_OPEN_FAILURE in
+  # gds_shmem2); they read the job's data from PMIx's hash store instead.
+  PMIxEnv=PMIX_MCA_gds=hash
 {{- end }}
 oci.conf: |
   {{- include "slurm.ociConf" . | trim | nindent 2 }}
