@@ -89,9 +89,9 @@ exec "$@"
 BOOT = 's=$1; shift; eval "$s"'
 ORDERED_NAMESPACE = (
     FAIL
-    + r"""cpus() {  # this process's CPUs, one per line, from a list such as 0-3,8
-  sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status | tr ',' '\n' |
-    while IFS=- read -r a b; do seq "$a" "${b:-$a}"; done
+    + r"""allowed() { sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status; }  # e.g. 0-3,8
+cpus() {  # the same CPUs, one per line
+  allowed | tr ',' '\n' | while IFS=- read -r a b; do seq "$a" "${b:-$a}"; done
 }
 # Print the first CPU on which a new mount namespace cannot be pinned from this one, as
 # slurmstepd pins each job's; print nothing if every CPU's can. Fails if it cannot probe.
@@ -140,9 +140,8 @@ moves=${SUNK_NS_MOVES:-0}
     "namespace tried, so jobs cannot have a private /tmp here; set" \
     "slurm.confinement.privateTmp=false"
 export SUNK_NS_MOVES=$((moves + 1))
-all=$(sed -n 's/^Cpus_allowed_list:[[:space:]]*//p' /proc/self/status)
 exec taskset -c "$refused" unshare --mount --propagation unchanged \
-  taskset -c "$all" sh -c 's=$1; shift; eval "$s"' ordered "$s" "$@"
+  taskset -c "$(allowed)" sh -c 's=$1; shift; eval "$s"' ordered "$s" "$@"
 """
 )
 
