@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from sunk_dev import DevCluster, images, storage
+from sunk_dev import DevCluster, fileserver, images, storage
 from sunk_dev.images import Built
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.layout import cache_dir
@@ -161,8 +161,9 @@ def test_a_statefulsets_volume_keeps_its_data_when_the_statefulset_is_deleted_an
     dev_cluster: DevCluster, kube: AdminKube, namespace: str, built: dict[str, Built]
 ) -> None:
     """A non-root Pod writes to its claimed volume; the StatefulSet goes and comes back (its
-    Pod may land on another real Node) and finds the file. Deleting the claim then removes
-    the volume and its data."""
+    Pod may land on another real Node) and finds the file. The volume is the dev file server's:
+    the Pod sees a GlusterFS mount, and the file lies on the server's brick with the Pod's
+    user as owner. Deleting the claim then removes the volume and its data."""
     layout = dev_cluster.layout
     token = secrets.token_hex(8)
     sets = f"/apis/apps/v1/namespaces/{namespace}/statefulsets"
@@ -184,7 +185,12 @@ def test_a_statefulsets_volume_keeps_its_data_when_the_statefulset_is_deleted_an
     assert data.parent == layout.volumes
     wait_for(lambda: running(kube, namespace, "keeper-0"), timeout=60, what="keeper-0 to run")
     assert in_pod(dev_cluster, namespace, "keeper-0", "cat /data/token").strip() == token
-    assert (data / "token").stat().st_uid == 4242, "written by the Pod's non-root user"
+    mounts = in_pod(dev_cluster, namespace, "keeper-0", "grep ' /data ' /proc/mounts")
+    assert mounts.split()[2] == fileserver.FSTYPE, mounts
+    served = fileserver.on_server(layout, data)
+    assert (served / "token").read_text().strip() == token, "the write did not reach the file server"
+    assert (served / "token").stat().st_uid == 4242, "written by the Pod's non-root user"
+    assert not data.exists(), "the host itself never mounts the shared volume"
 
     kube.delete(f"{sets}/keeper")
     wait_for(
@@ -203,7 +209,7 @@ def test_a_statefulsets_volume_keeps_its_data_when_the_statefulset_is_deleted_an
         timeout=60,
         what="the Released volume to be deleted",
     )
-    assert not data.exists(), "the deleted claim's data is still on disk"
+    assert not served.exists(), "the deleted claim's data is still on the file server"
 
 
 # -- MariaDB and slurmdbd -------------------------------------------------------------------------

@@ -44,7 +44,8 @@ class PodNetwork:
     """Addresses of one dev cluster's real Nodes: 10.(64+k).0.0/16 for dev cluster k.
 
     The gateway (.0.1) is the host's address on the bridge, where the API server and the
-    cluster DNS listen; Node i has 10.(64+k).255.i and hands its Pods 10.(64+k).i.2-254.
+    cluster DNS listen; Node i has 10.(64+k).255.i and hands its Pods 10.(64+k).i.2-254;
+    the file server (`fileserver`) is the host 10.(64+k).254.1 on the same bridge.
     Clear of kwok's fake Pod addresses (10.128.0.0/9) and the Service range (10.96.0.0/16).
     """
 
@@ -64,6 +65,15 @@ class PodNetwork:
 
     def node_ip(self, number: int) -> str:
         return f"10.{64 + self.index}.255.{number}"
+
+    @property
+    def file_server_ip(self) -> str:
+        return f"10.{64 + self.index}.254.1"
+
+    @property
+    def file_server_ns(self) -> str:
+        """The file server's network namespace, and its link's name on the bridge."""
+        return f"sunkfs{self.index}"
 
     def pod_range(self, number: int) -> tuple[str, str]:
         return f"10.{64 + self.index}.{number}.2", f"10.{64 + self.index}.{number}.254"
@@ -284,6 +294,8 @@ REQUIRED_COMMANDS = {
     "ip": "iproute2",
     "unshare": "util-linux",
     "nsenter": "util-linux",
+    "glusterd": "glusterfs-server",  # the shared volumes' file server (`fileserver`)
+    "glusterfs": "glusterfs-client",  # and its FUSE client on every Node
 }
 CNI_PLUGINS = ("bridge", "host-local", "loopback")
 CNI_DIR = Path("/usr/lib/cni")
@@ -306,6 +318,8 @@ def unusable_reason() -> str | None:
     memory = [h for h in hierarchies() if h.name == "memory"]
     if not memory and not (CGROUP_FS / "cgroup.controllers").exists():
         return "real Nodes need the memory cgroup controller, which this kernel does not offer"
+    if not Path("/dev/fuse").exists():
+        return "real Nodes mount their shared volumes with FUSE, and this machine has no /dev/fuse"
     if not Path("/proc/sys/net/bridge").exists():
         return "real Nodes need bridge netfilter (br_netfilter) for Services: `modprobe br_netfilter`"
     return None

@@ -53,6 +53,8 @@ REAL_NODE_PACKAGES = (
     "nftables",
     "buildah",
     "docker-registry",
+    "glusterfs-server",
+    "glusterfs-client",
 )
 
 

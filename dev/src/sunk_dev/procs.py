@@ -94,12 +94,12 @@ def spawn(
 def stop(proc: Tracked, pid_dir: Path, timeout: float = 15.0) -> None:
     """SIGTERM, wait up to `timeout`, then SIGKILL; forget the PID file either way."""
     if proc.alive():
-        _signal(proc.pid, signal.SIGTERM)
+        signal_quietly(proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + timeout
         while proc.alive() and time.monotonic() < deadline:
             time.sleep(0.05)
         if proc.alive():
-            _signal(proc.pid, signal.SIGKILL)
+            signal_quietly(proc.pid, signal.SIGKILL)
             deadline = time.monotonic() + 5
             while proc.alive() and time.monotonic() < deadline:
                 time.sleep(0.05)
@@ -110,7 +110,7 @@ def stop_many(procs: Sequence[Tracked], pid_dir: Path, timeout: float = 15.0) ->
     """Signal a group at once, then wait for all of it (64 slurmd stop in parallel)."""
     for proc in procs:
         if proc.alive():
-            _signal(proc.pid, signal.SIGTERM)
+            signal_quietly(proc.pid, signal.SIGTERM)
     deadline = time.monotonic() + timeout
     while any(p.alive() for p in procs) and time.monotonic() < deadline:
         time.sleep(0.05)
@@ -118,7 +118,7 @@ def stop_many(procs: Sequence[Tracked], pid_dir: Path, timeout: float = 15.0) ->
         stop(proc, pid_dir, timeout=1)
 
 
-def _signal(pid: int, sig: signal.Signals) -> None:
+def signal_quietly(pid: int, sig: signal.Signals) -> None:
     try:
         os.kill(pid, sig)
     except ProcessLookupError:
@@ -203,4 +203,4 @@ def leftovers_by_argv(needle: str) -> list[int]:
 
 def kill_all(pids: Sequence[int]) -> None:
     for pid in pids:
-        _signal(pid, signal.SIGKILL)
+        signal_quietly(pid, signal.SIGKILL)

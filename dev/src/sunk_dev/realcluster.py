@@ -8,7 +8,8 @@ from their Go modules; CoreDNS listens only on the host's bridge address.
 
 It also starts what Deployments and StatefulSets on real Nodes need: kube-scheduler (the
 default scheduler, which only ever picks real Nodes: kwok's belong to sunk's scheduler),
-and a default StorageClass with its provisioner (`storage`).
+and a default StorageClass with its provisioner (`storage`), whose volumes live on the
+cluster's network file server (`fileserver`), mounted by every Node.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ from typing import Any
 import httpx
 import yaml
 
-from sunk_dev import hostnet, pki, procs, storage
+from sunk_dev import fileserver, hostnet, pki, procs, storage
 from sunk_dev.errors import DevClusterError
 from sunk_dev.kubeapi import AdminKube, is_ready
 from sunk_dev.kubecluster import create_once, write_kubeconfig
@@ -60,6 +61,7 @@ def start(
     nodes = nodes_of(layout, count)
     for node in nodes:
         node.write_config(sandbox_image)
+    fileserver.start_server(layout)
     for node in nodes:
         node.start()
     with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
@@ -302,9 +304,11 @@ def _create(admin: AdminKube, path: str, body: dict[str, Any]) -> None:
 
 def stop(layout: Layout, count: int) -> list[str]:
     """Stop kube-scheduler, the volume provisioner, CoreDNS, kube-proxy (and remove its
-    rules) and every Node; remove the volumes' data; give the host back."""
+    rules), every Node and the file server; remove the volumes' data; give the host back."""
     stopped = []
-    for name in (SCHEDULER, storage.PROCESS, "coredns", "kube-proxy"):
+    if storage.stop(layout):
+        stopped.append(storage.PROCESS)
+    for name in (SCHEDULER, "coredns", "kube-proxy"):
         tracked = procs.load(layout.pids, name)
         if tracked is not None:
             procs.stop(tracked, layout.pids)
@@ -318,8 +322,13 @@ def stop(layout: Layout, count: int) -> list[str]:
     for node in nodes:
         node.stop()
         stopped.append(node.name)
+    if fileserver.stop_server(layout):
+        stopped.append(fileserver.SERVER)
     # Every container is gone now: nothing uses the volumes, images or Pod directories.
-    removals: list[Callable[[], None]] = [lambda: storage.remove_data(layout, layout.volumes)]
+    removals: list[Callable[[], None]] = [
+        lambda: storage.remove_data(layout, layout.volumes),
+        lambda: fileserver.remove_data(layout),
+    ]
     removals += [node.remove_files for node in nodes]
     for remove in removals:
         try:
@@ -352,6 +361,7 @@ def host_leftovers(layout: Layout) -> list[str]:
         found.append(f"the claim {hostnet.CLAIM}")
     if layout.volumes.exists():
         found.append(f"volume data in {layout.volumes}")
+    found += fileserver.leftovers(layout)
     for node in nodes_of(layout, configured_nodes(layout)):
         found += [
             f"{node.name}'s files in {node.dir / sub}" for sub in BULKY_DIRS if (node.dir / sub).exists()

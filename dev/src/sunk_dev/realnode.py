@@ -4,6 +4,7 @@ Several Nodes run side by side on one host. Each gets a private mount namespace 
 its containerd starts; the kubelet joins it) in which per-Node directories are mounted over
 the host paths a kubelet, libcni and containerd's shims always write to, whatever they are
 told: /var/lib/kubelet, /var/log/pods, /var/log/containers, /var/lib/cni, /run/containerd.
+The Node's client of the cluster's file server mounts the volumes there too (`fileserver`).
 The host's mount table never sees them, and they vanish with the Node's processes. Each
 Node also has its own cgroup root in every hierarchy, its own ports, and an address on the
 shared bridge (`hostnet`).
@@ -22,7 +23,7 @@ from pathlib import Path
 
 import yaml
 
-from sunk_dev import hostnet, pki, procs, slurmroot
+from sunk_dev import fileserver, hostnet, pki, procs, slurmroot
 from sunk_dev.errors import DevClusterError
 from sunk_dev.kubecluster import write_kubeconfig
 from sunk_dev.layout import Layout, cache_dir
@@ -72,6 +73,10 @@ class RealNode:
     @property
     def kubelet_proc(self) -> str:
         return f"kubelet-{self.name}"
+
+    @property
+    def file_client(self) -> str:
+        return fileserver.client_name(self.name)
 
     @property
     def kubelet_port(self) -> int:
@@ -229,7 +234,8 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
 
     # -- processes -------------------------------------------------------------------------
     def start(self) -> None:
-        """Start containerd in a fresh private mount namespace, then the kubelet inside it."""
+        """Start containerd in a fresh private mount namespace, mount the shared volumes there,
+        then start the kubelet inside it."""
         hostnet.make_cgroup_root(self.cgroup_root)
         log = self.layout.logs / f"{self.containerd_proc}.log"
         offset = log.stat().st_size if log.exists() else 0
@@ -252,6 +258,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
             watch=[containerd],
             log_dir=self.layout.logs,
         )
+        fileserver.start_client(self.layout, self.name, mount_ns_of=containerd.pid)
         procs.spawn(
             self.kubelet_proc,
             [
@@ -271,9 +278,9 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         )
 
     def processes(self) -> dict[str, bool]:
-        """containerd and kubelet of this Node: alive or not."""
+        """containerd, the file client and kubelet of this Node: alive or not."""
         found = {}
-        for name in (self.containerd_proc, self.kubelet_proc):
+        for name in (self.containerd_proc, self.file_client, self.kubelet_proc):
             tracked = procs.load(self.layout.pids, name)
             found[name] = tracked is not None and tracked.alive()
         return found
@@ -283,7 +290,7 @@ disabled_plugins = ["io.containerd.internal.v1.opt", "io.containerd.snapshotter.
         then remove its cgroups. Safe to call on a Node that is already down."""
         pids = self.layout.pids
         procs.kill_all(hostnet.cgroup_pids(self.cgroup_root))
-        for name in (self.kubelet_proc, self.containerd_proc):
+        for name in (self.kubelet_proc, self.containerd_proc, self.file_client):
             tracked = procs.load(pids, name)
             if tracked is not None:
                 procs.stop(tracked, pids, timeout=10)

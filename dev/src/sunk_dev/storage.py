@@ -11,12 +11,13 @@ container can write it) and a hostPath PersistentVolume already bound to the cla
 binder completes. When a claim is deleted, its volume is Released; we delete the directory
 and then the volume.
 
-Every real Node shares this machine's filesystem, so the data is the same whichever Node a
-Pod lands on: a volume behaves like network storage, and a StatefulSet's Pod finds its data
-wherever it is restarted. The volumes require the real-Node label (kwok's Nodes run no
-containers). Volume directories are never mounted on the host: the kubelet hands hostPath
-volumes to the container runtime, which bind-mounts them inside the container's own mount
-namespace; still, nothing is removed while anything is mounted below it.
+The directory is on the cluster's network file system (`fileserver`): every real Node
+mounts its GlusterFS volume over the run directory's `volumes/`, in the Node's own mount
+namespace, and the provisioner works in a mount namespace of its own with the same volume
+there. So a volume's path names the same network directory on every Node, and a
+StatefulSet's Pod finds its data wherever it is restarted. The volumes require the
+real-Node label (kwok's Nodes run no containers). The host's own `volumes/` stays an empty
+directory; nothing is removed while anything is mounted below it.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from sunk_dev import procs, slurmroot
+from sunk_dev import fileserver, procs, slurmroot
 from sunk_dev.errors import DevClusterError
 from sunk_dev.kubeapi import AdminKube, KubeError
 from sunk_dev.layout import Layout
@@ -42,6 +43,7 @@ Json = dict[str, Any]
 STORAGE_CLASS = "sunk-dev-local"
 PROVISIONER = "sunk.dev/local"
 PROCESS = "volume-provisioner"
+CLIENT = "provisioner"  # its file client: fileclient-provisioner
 DEFAULT_CLASS_ANNOTATION = "storageclass.kubernetes.io/is-default-class"
 # Set by the persistentvolume-binder on a claim it wants an external provisioner to serve
 # (the beta name is still written next to the GA one).
@@ -277,7 +279,8 @@ class Provisioner:
 
 # -- the dev cluster's side ------------------------------------------------------------------
 def start(layout: Layout) -> None:
-    """Create the StorageClass and start the provisioner (real-Node clusters only)."""
+    """Create the StorageClass and start the provisioner in a mount namespace where the
+    shared volume is mounted (real-Node clusters only)."""
     admin = AdminKube(layout)
     try:
         if admin.find(f"{STORAGE_CLASS_PATH}/{STORAGE_CLASS}") is None:
@@ -291,17 +294,25 @@ def start(layout: Layout) -> None:
         SUNK_DEV_PORT_OFFSET=str(layout.ports.offset),
     )
     # `-c` rather than `-m`: this module is imported by the package's __init__ already.
-    argv = [sys.executable, "-c", "from sunk_dev import storage; storage.main()"]
+    client = fileserver.start_client(layout, CLIENT)
+    argv = [
+        "nsenter",
+        f"--mount=/proc/{client.pid}/ns/mnt",
+        "--",
+        sys.executable,
+        "-c",
+        "from sunk_dev import storage; storage.main()",
+    ]
     procs.spawn(PROCESS, argv, layout.pids, layout.logs, env=env)
 
 
 def stop(layout: Layout) -> bool:
-    """Stop the provisioner; True if it was running."""
+    """Stop the provisioner and its file client; True if it was running."""
     tracked = procs.load(layout.pids, PROCESS)
-    if tracked is None:
-        return False
-    procs.stop(tracked, layout.pids)
-    return True
+    if tracked is not None:
+        procs.stop(tracked, layout.pids)
+    fileserver.stop_client(layout, CLIENT)
+    return tracked is not None
 
 
 def main() -> None:

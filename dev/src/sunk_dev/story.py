@@ -4,7 +4,8 @@ The steps a person takes with the example (build the image, install the chart wi
 example's values, apply its NodeSet, train with its batch script, serve with its Deployment),
 done with the example's own files; only what a real cluster would differ in is replaced: the
 image comes from the dev registry, the scheduler's name is the dev release's, and the serving
-namespace's volume names the dev provisioner's directory where storage.yaml names NFS. The
+namespace's volume names the dev provisioner's directory (on the dev file server's volume,
+which every Node mounts) where storage.yaml names NFS. The
 e2e test (tests/e2e/test_train_and_serve.py) and `sunk demo` both walk through these steps.
 """
 
