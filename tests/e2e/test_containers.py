@@ -10,6 +10,7 @@ plus a mark only the image has (tests/e2e/job-image). The tests run in file orde
 
 from __future__ import annotations
 
+import base64
 import re
 import time
 from collections.abc import Iterator
@@ -228,5 +229,39 @@ def test_r10_7_an_open_mpi_program_prints_its_ranks_from_three_nodes(
     rc, said = alice(dev_cluster, kube, f'srun -N{MEMBERS} --chdir=/tmp --mpi=pmix python3 -c "{program}"')
     assert rc == 0, said
     ranks = re.findall(r"rank (\d) of 3 on (compute-\S+) sum 3", said)
+    assert sorted(rank for rank, _ in ranks) == ["0", "1", "2"], said
+    assert len({host for _, host in ranks}) == MEMBERS, said
+
+
+# Builtin reductions only: a user-defined one (mpi4py's `allreduce` of Python objects) still
+# crashes inside a container step (docs/platform.md, Containers in jobs).
+MPI_IN_IMAGE = """\
+from mpi4py import MPI
+import array
+world = MPI.COMM_WORLD
+total = array.array("i", [0])
+world.Allreduce(array.array("i", [world.rank]), total, op=MPI.SUM)
+name = MPI.Get_processor_name()
+peers = set(world.allgather(name))
+print("rank", world.rank, "of", world.size, "on", name, "sum", total[0], "saw", len(peers))
+"""
+
+
+def test_r10_7_an_open_mpi_program_in_a_container_step_wires_up_across_three_nodes(
+    platform: Platform, dev_cluster: DevCluster, kube: AdminKube, node_image: str
+) -> None:
+    """Catches container steps whose ranks cannot reach Slurm's PMIx server or read the job's
+    data from it (PMIx's shared-memory store behind the job's private /tmp: MPI_Init fails),
+    ranks that each think they are alone, or a collective that never completes between
+    containers on different Pods."""
+    program = base64.b64encode(MPI_IN_IMAGE.encode()).decode()
+    rc, said = alice(
+        dev_cluster,
+        kube,
+        f"echo {program} | base64 -d > /shared/mpi-in-image.py && "
+        f"srun -N{MEMBERS} --chdir=/tmp --mpi=pmix --container={node_image} python3 /shared/mpi-in-image.py",
+    )
+    assert rc == 0, said
+    ranks = re.findall(rf"rank (\d) of {MEMBERS} on (compute-\S+) sum 3 saw {MEMBERS}", said)
     assert sorted(rank for rank, _ in ranks) == ["0", "1", "2"], said
     assert len({host for _, host in ranks}) == MEMBERS, said
