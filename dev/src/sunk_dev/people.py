@@ -15,6 +15,7 @@ from sunk_dev import directory, hostnet, procs
 from sunk_dev.cluster import DevCluster
 from sunk_dev.errors import DevClusterError
 from sunk_dev.kubeapi import AdminKube
+from sunk_dev.kubecluster import create_once
 from sunk_dev.platform import Platform
 
 PEOPLE_ACCOUNT = {"group": "people", "account": "people", "qos": ["normal"]}
@@ -42,7 +43,7 @@ def directory_values(cluster: DevCluster) -> dict[str, Any]:
 
 def prepare_namespace(cluster: DevCluster, kube: AdminKube, namespace: str) -> None:
     """The namespace with the reader's Secret in it, once the directory is known to answer
-    on the Nodes' bridge."""
+    on the Nodes' bridge (a namespace prepared before is kept as it is)."""
     layout = cluster.layout
     gateway = hostnet.network_of(layout).gateway
     try:
@@ -54,7 +55,8 @@ def prepare_namespace(cluster: DevCluster, kube: AdminKube, namespace: str) -> N
         ) from None
     kube.create_namespace(namespace)
     password = directory.reader_password_file(layout).read_text()
-    kube.create(
+    create_once(
+        kube,
         f"/api/v1/namespaces/{namespace}/secrets",
         {"metadata": {"name": "ldap-reader"}, "stringData": {"password": password}},
     )

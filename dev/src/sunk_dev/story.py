@@ -106,7 +106,8 @@ def wait_completed(plat: Platform, job: str, timeout: float) -> dict[str, str]:
 
 def serving_volume(plat: Platform, kube: AdminKube) -> None:
     """storage.yaml with the dev cluster's storage: a second volume on the directory the
-    provisioner made for the chart's claim (the dev Nodes share one machine's disk)."""
+    provisioner made for the chart's claim (on the dev file server's volume, which every
+    Node mounts)."""
     claim = kube.get(f"/api/v1/namespaces/{plat.namespace}/persistentvolumeclaims/slurm-checkpoints")
     source = kube.get(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")["spec"]
     volume, serving_claim = example("storage.yaml")
@@ -163,6 +164,29 @@ def ask(plat: Platform, kube: AdminKube, x: float, y: float) -> Json:
     if done.returncode:
         raise DevClusterError(f"curl {url}: exit {done.returncode} {done.stderr.strip()}")
     return dict(json.loads(done.stdout))
+
+
+def reset(plat: Platform, kube: AdminKube) -> None:
+    """What an earlier telling left, gone, while the release and its members stay, and with
+    them the image each node has cached for the person: the Deployment, its Service and
+    serving volume, the person's jobs and their files."""
+    claim = f"/api/v1/namespaces/{plat.tenants}/persistentvolumeclaims/checkpoints"
+    volume = f"/api/v1/persistentvolumes/{plat.tenants}-checkpoints"
+    for path in (
+        f"/apis/apps/v1/namespaces/{plat.tenants}/deployments/serve",
+        f"/api/v1/namespaces/{plat.tenants}/services/serve",
+        claim,  # held by pvc-protection until the Deployment's Pods are gone
+        volume,
+    ):
+        kube.delete(path)
+    plat.login(f"scancel -u {PERSON}")
+    ssh(plat.cluster, kube, plat.namespace, PERSON, f"rm -rf {WORKDIR}", timeout=120)
+    procs.wait_until(
+        lambda: kube.find(claim) is None and kube.find(volume) is None,
+        timeout=180,
+        what=f"the serving Pods and their volume in {plat.tenants} to go",
+        interval=1,
+    )
 
 
 def remove(plat: Platform, kube: AdminKube) -> None:

@@ -4,7 +4,7 @@ Each step is named with the time since the start, and a step that runs long says
 least every HEARTBEAT_S, so a first run that builds Kubernetes and the images is never a
 silent screen. Slurm's view (sinfo, squeue from the login Pod) and Kubernetes' (kubectl)
 are printed side by side after each step. Everything is left running for the person to
-explore; `sunk dev down` stops it.
+explore; `sunk dev down` stops it. A second run tells the story again on the same release.
 """
 
 from __future__ import annotations
@@ -100,18 +100,23 @@ def _cluster(progress: Progress) -> DevCluster:
 
 
 def _fresh(cluster: DevCluster, kube: AdminKube, progress: Progress) -> None:
-    """A previous demo's release and namespace go first: the story starts from nothing."""
-    if kube.find(f"/api/v1/namespaces/{NAMESPACE}") is None:
+    """A previous demo's story goes first; its release stays, to be upgraded in place (no
+    change when the chart and values are the same), so that its members keep the image each
+    node has cached, as a team's cluster would between two runs."""
+    found = kube.find(f"/api/v1/namespaces/{NAMESPACE}")
+    if found is None:
         return
-    with progress.step("removing the previous demo's release"):
-        story.remove(Platform(cluster, namespace=NAMESPACE, release="slurm"), kube)
-        kube.delete(f"/api/v1/namespaces/{NAMESPACE}")
-        procs.wait_until(
-            lambda: kube.find(f"/api/v1/namespaces/{NAMESPACE}") is None,
-            timeout=180,
-            what=f"namespace {NAMESPACE} of the previous demo to go",
-            interval=1,
-        )
+    if found["metadata"].get("deletionTimestamp"):
+        with progress.step(f"waiting for namespace {NAMESPACE} of an earlier demo to go"):
+            procs.wait_until(
+                lambda: kube.find(f"/api/v1/namespaces/{NAMESPACE}") is None,
+                timeout=180,
+                what=f"namespace {NAMESPACE} of the previous demo to go",
+                interval=1,
+            )
+        return
+    with progress.step("clearing the previous run's Deployment, volume and jobs (the release stays)"):
+        story.reset(Platform(cluster, namespace=NAMESPACE, release="slurm"), kube)
 
 
 def run(say: Callable[[str], None] = print) -> int:
@@ -126,7 +131,7 @@ def run(say: Callable[[str], None] = print) -> int:
         ):
             image = story.build_image(cluster)
         with progress.step(
-            "helm install charts/slurm with examples/train-and-serve/values.yaml; NodeSet compute",
+            "helm upgrade --install charts/slurm with examples/train-and-serve/values.yaml; NodeSet compute",
             lambda: _pods_running(kube),
         ):
             plat = story.install(cluster, kube, NAMESPACE)
