@@ -31,23 +31,23 @@ OWNER = "bench"
 WORK = r"""
 set -e
 dir=$1; mib=$2; files=$3
-now() {{ date +%s.%N; }}
+now() { date +%s.%N; }
 s=$(now); dd if=/dev/zero of="$dir/big" bs=1M count="$mib" conv=fsync 2>/dev/null; e=$(now)
-echo "write $(awk "BEGIN {{ print $e - $s }}")"
+echo "write $(awk "BEGIN { print $e - $s }")"
 s=$(now); dd if="$dir/big" of=/dev/null bs=1M 2>/dev/null; e=$(now)
-echo "read $(awk "BEGIN {{ print $e - $s }}")"
+echo "read $(awk "BEGIN { print $e - $s }")"
 mkdir "$dir/small"
 s=$(now); i=0; while [ $i -lt "$files" ]; do echo $i > "$dir/small/f$i"; i=$((i+1)); done; e=$(now)
-echo "create $(awk "BEGIN {{ print $e - $s }}")"
+echo "create $(awk "BEGIN { print $e - $s }")"
 rm -rf "$dir/big" "$dir/small"
 """
 
 
 def timed(client_pid: int, directory: Path, mib: int, files: int) -> dict[str, float]:
     """One run of WORK in `directory`, seen from the client's mount namespace."""
+    argv = ["sh", "-c", WORK, "sh", str(directory), str(mib), str(files)]
     done = subprocess.run(
-        ["nsenter", f"--mount=/proc/{client_pid}/ns/mnt", "--", "sh", "-c", WORK.format(), "sh"]
-        + [str(directory), str(mib), str(files)],
+        ["nsenter", f"--mount=/proc/{client_pid}/ns/mnt", "--", *argv],
         capture_output=True,
         text=True,
         check=True,
