@@ -28,7 +28,7 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
         (proc_sys / name).write_text(value + "\n")
     monkeypatch.setattr(hostnet, "PROC_SYS", proc_sys)
     monkeypatch.setattr(hostnet, "CLAIM", tmp_path / "run" / "claim.json")
-    monkeypatch.setattr(hostnet, "_ip", lambda *argv, check=True: None)
+    monkeypatch.setattr(hostnet, "run_ip", lambda *argv, check=True: None)
     monkeypatch.setattr(hostnet, "_nft", lambda script, check=True, stdin=False: None)
     return proc_sys
 

@@ -78,12 +78,12 @@ def start_server(layout: Layout) -> None:
         (here / sub).mkdir(parents=True, exist_ok=True)
     (here / "glusterd.vol").write_text(GLUSTERD_VOL)
     ns, prefix = net.file_server_ns, net.cidr.split("/")[1]
-    _ip("netns", "add", ns)
-    _ip("link", "add", ns, "type", "veth", "peer", "name", "eth0", "netns", ns)
-    _ip("link", "set", ns, "master", net.bridge, "up")
-    _ip("-n", ns, "addr", "add", f"{net.file_server_ip}/{prefix}", "dev", "eth0")
-    _ip("-n", ns, "link", "set", "eth0", "up")
-    _ip("-n", ns, "link", "set", "lo", "up")
+    hostnet.run_ip("netns", "add", ns)
+    hostnet.run_ip("link", "add", ns, "type", "veth", "peer", "name", "eth0", "netns", ns)
+    hostnet.run_ip("link", "set", ns, "master", net.bridge, "up")
+    hostnet.run_ip("-n", ns, "addr", "add", f"{net.file_server_ip}/{prefix}", "dev", "eth0")
+    hostnet.run_ip("-n", ns, "link", "set", "eth0", "up")
+    hostnet.run_ip("-n", ns, "link", "set", "lo", "up")
     server = procs.spawn(
         SERVER,
         ["ip", "netns", "exec", ns, *procs.in_private_mounts(SERVE, str(here))],
@@ -168,7 +168,7 @@ def _remove_namespace(net: hostnet.PodNetwork) -> bool:
         deadline = time.monotonic() + 5
         while any(procs.is_running(p) for p in ours) and time.monotonic() < deadline:
             time.sleep(0.05)
-    _ip("netns", "delete", net.file_server_ns, check=False)  # takes its link with it
+    hostnet.run_ip("netns", "delete", net.file_server_ns, check=False)  # takes its link with it
     return True
 
 
@@ -192,12 +192,6 @@ def _cli_checked(layout: Layout, *argv: str) -> None:
             f"`gluster {' '.join(argv)}` failed: {(done.stdout + done.stderr).strip()} "
             f"(glusterd's log: {server_dir(layout) / 'log' / 'glusterd.log'})"
         )
-
-
-def _ip(*argv: str, check: bool = True) -> None:
-    done = subprocess.run(["ip", *argv], capture_output=True, text=True)
-    if check and done.returncode:
-        raise DevClusterError(f"`ip {' '.join(argv)}` failed: {done.stderr.strip()}")
 
 
 # -- the clients -----------------------------------------------------------------------------

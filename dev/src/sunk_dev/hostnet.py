@@ -152,7 +152,7 @@ def release(layout: Layout) -> None:
         return
     net = network_of(layout)
     _nft(f"delete table inet {net.nft_table}", check=False)
-    _ip("link", "delete", net.bridge, check=False)
+    run_ip("link", "delete", net.bridge, check=False)
     sysctls = current.get("sysctls")
     if isinstance(sysctls, dict):
         for name, value in sysctls.items():
@@ -196,11 +196,11 @@ def prepare(layout: Layout, nodes: int) -> PodNetwork:
     Pod traffic on it (Pods may reach each other, Services and the host, nothing beyond)."""
     net = network_of(layout)
     prefix = net.cidr.split("/")[1]
-    _ip("link", "delete", net.bridge, check=False)  # a leftover of a crashed run
-    _ip("link", "add", net.bridge, "type", "bridge")
+    run_ip("link", "delete", net.bridge, check=False)  # a leftover of a crashed run
+    run_ip("link", "add", net.bridge, "type", "bridge")
     for address in [net.gateway, *(net.node_ip(i) for i in range(1, nodes + 1))]:
-        _ip("addr", "add", f"{address}/{prefix}", "dev", net.bridge)
-    _ip("link", "set", net.bridge, "up")
+        run_ip("addr", "add", f"{address}/{prefix}", "dev", net.bridge)
+    run_ip("link", "set", net.bridge, "up")
     _nft(f"delete table inet {net.nft_table}", check=False)
     _nft(
         f"table inet {net.nft_table} {{\n"
@@ -215,7 +215,7 @@ def prepare(layout: Layout, nodes: int) -> PodNetwork:
     return net
 
 
-def _ip(*argv: str, check: bool = True) -> None:
+def run_ip(*argv: str, check: bool = True) -> None:
     done = subprocess.run(["ip", *argv], capture_output=True, text=True)
     if check and done.returncode:
         raise DevClusterError(f"`ip {' '.join(argv)}` failed: {done.stderr.strip()}")
