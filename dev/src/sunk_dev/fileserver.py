@@ -137,14 +137,9 @@ def on_server(layout: Layout, path: Path) -> Path:
 
 
 def remove_data(layout: Layout) -> None:
-    """Delete the server's directory (the brick's data with it) once nothing is mounted there."""
-    here = server_dir(layout)
-    if not here.exists():
-        return
-    mounted = slurmroot.mounts_under(here)
-    if mounted:
-        raise DevClusterError(f"not removing {here}: {', '.join(mounted[:3])} is still mounted there")
-    subprocess.run(["rm", "-rf", "--one-file-system", "--", str(here)], check=True)
+    """Delete the server's directory (the brick's data with it) once nothing is mounted
+    there and nothing runs in it."""
+    slurmroot.remove_root(server_dir(layout))
 
 
 def leftovers(layout: Layout) -> list[str]:

@@ -5,8 +5,8 @@ example's values, apply its NodeSet, train with its batch script, serve with its
 done with the example's own files; only what a real cluster would differ in is replaced: the
 image comes from the dev registry, the scheduler's name is the dev release's, and the serving
 namespace's volume names the dev provisioner's directory (on the dev file server's volume,
-which every Node mounts) where storage.yaml names NFS. The
-e2e test (tests/e2e/test_train_and_serve.py) and `sunk demo` both walk through these steps.
+which every Node mounts) where storage.yaml names NFS. The e2e test
+(tests/e2e/test_train_and_serve.py) and `sunk demo` both walk through these steps.
 """
 
 from __future__ import annotations
