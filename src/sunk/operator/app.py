@@ -11,7 +11,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Protocol, TypeVar
 
 from sunk.kube.client import KubeClient
 from sunk.kube.events import Recorder
@@ -21,6 +22,7 @@ from sunk.ldap.reader import read as read_directory
 from sunk.operator import members as m
 from sunk.operator import topology
 from sunk.operator.accounts.sync import AccountSync
+from sunk.operator.census import count_jobs
 from sunk.operator.config import OperatorConfig
 from sunk.operator.controller import NodeSetController
 from sunk.operator.demand import waiting_by_partition
@@ -29,6 +31,7 @@ from sunk.operator.nodeset import API_VERSION, PLURAL
 from sunk.operator.people_sync import PeopleSync
 from sunk.operator.removal import jobs_by_node
 from sunk.operator.selection import member_nodeset
+from sunk.operator.slurm_metrics import SlurmMetrics, install
 from sunk.operator.token_keeper import TokenKeeper
 from sunk.operator.topology import TopologyWriter
 from sunk.operator.view import SlurmView
@@ -37,22 +40,42 @@ from sunk.runtime.manager import Manager
 from sunk.runtime.queue import WorkQueue
 from sunk.slurm.accounts import SlurmAccounts, unsupported
 from sunk.slurm.client import SlurmClient
+from sunk.slurm.diag import SlurmDiag
 from sunk.slurm.errors import SlurmError
+from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.slurm.tokens import MintedTokens
 
 Json = dict[str, Any]
+T = TypeVar("T")
 log = logging.getLogger(__name__)
+
+
+class PolledSlurm(Protocol):
+    """What the poller asks Slurm (the SlurmClient; a fake in tests)."""
+
+    async def nodes(self) -> list[SlurmNode]: ...
+
+    async def partitions(self) -> dict[str, int | None]: ...
+
+    async def jobs(self) -> list[SlurmJob]: ...
+
+    async def diag(self) -> SlurmDiag: ...
 
 
 class SlurmPoller:
     """Lists Slurm's nodes, partitions and jobs every `interval` seconds; the only writer of
     the view. A failed listing makes the view unknown (so nothing is removed on stale facts),
-    and so does one the controller finds too old (NodeSetController.view_now)."""
+    and so does one the controller finds too old (NodeSetController.view_now). Each listing
+    also reads slurmctld's statistics (/diag) and hands all of it to `metrics`; a /diag that
+    fails costs only the scheduler's metrics, never the view."""
 
-    def __init__(self, slurm: SlurmClient, interval: float, changed: Any) -> None:
+    def __init__(
+        self, slurm: PolledSlurm, interval: float, changed: Any, metrics: SlurmMetrics | None = None
+    ) -> None:
         self.slurm = slurm
         self.interval = interval
         self.changed = changed
+        self.metrics = metrics
         self.view = SlurmView()
         self.listed = asyncio.Event()
         self.lock = asyncio.Lock()  # one listing at a time: a newer one is never overwritten
@@ -60,6 +83,8 @@ class SlurmPoller:
     def reset(self) -> None:
         self.view = SlurmView()
         self.listed.clear()
+        if self.metrics is not None:
+            self.metrics.forget()
 
     async def poll_once(self) -> None:
         """One listing, begun after any listing under way ends (the controller asks for one
@@ -69,10 +94,19 @@ class SlurmPoller:
 
     async def _list(self) -> None:
         started = time.monotonic()
+        answered: dict[str, bool] = {}
+
+        async def ask(name: str, call: Callable[[], Awaitable[T]]) -> T:
+            answered[name] = False
+            result = await call()
+            answered[name] = True
+            return result
+
+        diag: SlurmDiag | None = None
         try:
-            nodes = await self.slurm.nodes()
-            partitions = await self.slurm.partitions()
-            jobs = await self.slurm.jobs()
+            nodes = await ask("nodes", self.slurm.nodes)
+            partitions = await ask("partitions", self.slurm.partitions)
+            jobs = await ask("jobs", self.slurm.jobs)
         except SlurmError as err:
             fresh = SlurmView(problem=f"cannot list Slurm's nodes and jobs: {err}")
         else:
@@ -85,11 +119,19 @@ class SlurmPoller:
                 pending_by_feature(jobs),
                 partitions,
                 listed_at=started,
+                census=count_jobs(jobs),
             )
+            if self.metrics is not None:
+                try:
+                    diag = await ask("diag", self.slurm.diag)
+                except SlurmError as err:
+                    log.debug("slurmctld's statistics could not be read: %s", err)
         changed = fresh != self.view
         if fresh.known != self.view.known:
             log.info("Slurm %s", "answers" if fresh.known else f"does not answer: {fresh.problem}")
         self.view = fresh  # even when unchanged: its listed_at is newer
+        if self.metrics is not None:
+            self.metrics.listed(fresh, diag, answered, time.monotonic() - started)
         if changed:
             self.changed()
         self.listed.set()
@@ -117,7 +159,13 @@ class Operator:
         # Every Pod, ended ones too: a member the kubelet rejected must be seen to be replaced.
         self.pods = self.manager.watch(Informer(kube, "/api/v1/pods", name="pods"))
         self.slurm = slurm
-        self.poller = SlurmPoller(slurm, config.poll_s, self._enqueue_all)
+        self.slurm_metrics = SlurmMetrics(
+            native=not config.slurm_native_metrics,
+            membership=self._membership,
+            stale_s=max(60.0, 6 * config.poll_s),
+        )
+        install(self.slurm_metrics)
+        self.poller = SlurmPoller(slurm, config.poll_s, self._enqueue_all, self.slurm_metrics)
         settings = m.Settings(
             config.release,
             config.conf_server,
@@ -224,6 +272,15 @@ class Operator:
         )
         self.manager.run_while_leading("accounts", accounts.run)
 
+    def _membership(self) -> Mapping[str, str]:
+        """Slurm node name → its NodeSet, from the members the NodeSets' statuses list (a
+        scrape reads these few objects, not every Pod of the cluster)."""
+        return {
+            str(entry.get("slurmNode")): obj["metadata"]["name"]
+            for obj in self.nodesets.store.values()
+            for entry in (obj.get("status") or {}).get("members") or ()
+        }
+
     def _members(self) -> list[topology.Member]:
         nodes = {obj["metadata"]["name"]: obj for obj in self.nodes.store.values()}
         return topology.members_of(
@@ -242,7 +299,8 @@ class Operator:
         self._enqueue_all()
 
     async def leadership(self, leading: bool) -> None:
-        return None
+        if not leading:
+            self.slurm_metrics.forget()  # a follower lists nothing: it serves none of it
 
 
 async def run(config: OperatorConfig) -> None:

@@ -51,6 +51,7 @@ class OperatorConfig:
     accounts_interval_s: float = 30.0
     services_configmap: str = ""  # the operator's own services for slurmd Pods (sunk-services)
     services_digest: str = ""  # a digest of them: a change rolls the members
+    slurm_native_metrics: bool = False  # slurmctld serves slurm_* itself: serve only sunk_*
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -134,6 +135,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "",
     )
     flag("services-digest", "a digest of those services: members made before a change are replaced", "")
+    flag(
+        "slurm-native-metrics",
+        "true: slurmctld serves Slurm's metrics itself (MetricsType=metrics/openmetrics, 25.11+), "
+        "so the operator serves only its sunk_* ones; false: it serves slurm_* under the same names",
+        "false",
+    )
     flag(
         "shared-volumes",
         "CLAIM:PATH[:ro],...: claims every slurmd Pod mounts (the chart's sharedVolumes)",
@@ -239,4 +246,5 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         accounts_interval_s=parse_duration(args.accounts_interval),
         services_configmap=args.services_configmap or "",
         services_digest=args.services_digest or "",
+        slurm_native_metrics=true_or_false(args, "slurm-native-metrics"),
     )

@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from sunk.operator.census import JobCensus
 from sunk.operator.removal import busy
 from sunk.slurm.models import SlurmJob, SlurmNode
 
@@ -26,6 +27,8 @@ class SlurmView:
     # Nodes this operator drained or resumed after the listing began: their drain there may be
     # out of date, so none of them is deleted on it (NodeSetController.view_now).
     rewritten: frozenset[str] = frozenset()
+    # The listing's jobs in counts, for the metrics (never for a decision: not compared).
+    census: JobCensus | None = field(default=None, compare=False)
 
     @property
     def known(self) -> bool:

@@ -15,6 +15,7 @@ import httpx
 from sunk.metrics import SLURM_ERRORS, SLURM_LATENCY
 from sunk.slurm.dataparser import VERSIONS as DATA_PARSER_VERSIONS
 from sunk.slurm.dataparser import DataParser
+from sunk.slurm.diag import SlurmDiag, parse_diag
 from sunk.slurm.dialect import Dialect, Submission, partition_time_limits
 from sunk.slurm.errors import (
     INVALID_NODE_NAME,
@@ -261,6 +262,11 @@ class SlurmClient:
 
     async def ping(self) -> None:
         await self._call("GET", "/ping", "ping slurmctld")
+
+    async def diag(self) -> SlurmDiag:
+        """slurmctld's scheduler statistics (what sdiag prints): cheap to ask, no locks on
+        jobs or nodes."""
+        return parse_diag(await self._call("GET", "/diag", "read slurmctld's statistics"))
 
     async def submit(self, submission: Submission) -> SubmitResult:
         """Submit; a reply that carries a job ID means the job exists, whatever else it

@@ -20,6 +20,7 @@ from sunk.operator.nodeset import API_VERSION
 from sunk.operator.removal import jobs_by_node
 from sunk.operator.view import SlurmView
 from sunk.runtime.controller import Outcome
+from sunk.slurm.diag import SlurmDiag
 from sunk.slurm.errors import SlurmError, SlurmUnavailable
 from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.testing.fakes import Failures, MemoryCache
@@ -133,6 +134,7 @@ class FakeOperatorSlurm:
         self.calls: list[tuple[str, ...]] = []
         self.failures = Failures()
         self.clock = NOW_S  # what slurmctld stamps a drain with (epoch seconds)
+        self.statistics = SlurmDiag(server_thread_count=1)  # what /diag answers
 
     def fail(self, call: str, error: SlurmError | None = None, times: int = 1) -> None:
         self.failures.fail(call, error or SlurmUnavailable("slurmrestd is down"), times)
@@ -148,6 +150,10 @@ class FakeOperatorSlurm:
     async def jobs(self) -> list[SlurmJob]:
         self.failures.check("jobs")
         return list(self.running.values())
+
+    async def diag(self) -> SlurmDiag:
+        self.failures.check("diag")
+        return self.statistics
 
     async def cancel(self, job_id: int) -> None:
         self.failures.check("cancel")
