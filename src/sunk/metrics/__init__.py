@@ -67,3 +67,24 @@ TASK_RESTARTS = Counter(
     ["task"],
     registry=REGISTRY,
 )
+# Every controller's passes, counted by the runtime's worker loop (sunk.runtime.controller):
+# a controller that keeps failing, or has not succeeded for long while work waits, is stuck.
+RECONCILES = Counter(
+    "sunk_reconcile_total",
+    "Controller passes, by controller and result (success, error)",
+    ["controller", "result"],
+    registry=REGISTRY,
+)
+RECONCILE_SECONDS = Histogram(
+    "sunk_reconcile_duration_seconds",
+    "How long a controller's pass took, by controller",
+    ["controller"],
+    buckets=(0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+    registry=REGISTRY,
+)
+RECONCILE_LAST_SUCCESS = Gauge(
+    "sunk_reconcile_last_success_timestamp_seconds",
+    "When a controller's last pass succeeded, epoch seconds",
+    ["controller"],
+    registry=REGISTRY,
+)

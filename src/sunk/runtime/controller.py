@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Protocol
 
+from sunk.metrics import RECONCILE_LAST_SUCCESS, RECONCILE_SECONDS, RECONCILES
 from sunk.runtime.queue import WorkQueue
 
 log = logging.getLogger(__name__)
@@ -48,14 +50,20 @@ async def work(
     on_error: Callable[[str, BaseException], None] = lambda _key, _err: None,
 ) -> None:
     """Take keys from `queue` for ever; a failed pass is retried with the key's back-off.
-    An exception from a pass is never fatal: the key waits and the worker goes on."""
+    An exception from a pass is never fatal: the key waits and the worker goes on. Every
+    pass is counted by result and timed (sunk_reconcile_*), so both components' controllers
+    show whether they work without each counting for itself."""
+    name = controller.name
     while True:
         key: Hashable = await queue.get()
+        started = time.perf_counter()
         try:
             outcome = await controller.reconcile(str(key))
         except asyncio.CancelledError:
             raise
         except Exception as err:
+            RECONCILES.labels(name, "error").inc()
+            RECONCILE_SECONDS.labels(name).observe(time.perf_counter() - started)
             on_error(str(key), err)
             delay = queue.retry(key)
             log.warning(
@@ -67,6 +75,9 @@ async def work(
                 delay,
             )
         else:
+            RECONCILES.labels(name, "success").inc()
+            RECONCILE_SECONDS.labels(name).observe(time.perf_counter() - started)
+            RECONCILE_LAST_SUCCESS.labels(name).set(time.time())
             queue.forget(key)
             if outcome.requeue_after is not None:
                 queue.add_after(key, outcome.requeue_after)
