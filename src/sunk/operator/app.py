@@ -28,6 +28,7 @@ from sunk.operator.controller import NodeSetController
 from sunk.operator.demand import waiting_by_partition
 from sunk.operator.features import pending_by_feature
 from sunk.operator.nodeset import API_VERSION, PLURAL
+from sunk.operator.nodeset_metrics import NodeSetMetrics
 from sunk.operator.people_sync import PeopleSync
 from sunk.operator.removal import jobs_by_node
 from sunk.operator.selection import member_nodeset
@@ -208,6 +209,7 @@ class Operator:
             refresh=self.poller.poll_once,
             directory_problem=lambda: people.problem if people is not None else None,
         )
+        install(NodeSetMetrics(self.controller.observed, lambda: self.nodesets.store.keys()), "nodesets")
         self.nodesets.add_handler(lambda _kind, obj: self.queue.add(object_key(obj)))
         self.nodes.add_handler(lambda _kind, _obj: self._enqueue_all())
         self.pods.add_handler(self._pod_event)

@@ -21,6 +21,7 @@ from sunk.operator import actions as a
 from sunk.operator import members as m
 from sunk.operator import plan as p
 from sunk.operator.nodeset import API_VERSION, PLURAL, Invalid, NodeSet, parse
+from sunk.operator.nodeset_metrics import Observed
 from sunk.operator.selection import assign, member_nodeset
 from sunk.operator.view import SlurmView
 from sunk.runtime.controller import DONE, Outcome, after
@@ -109,6 +110,8 @@ class NodeSetController:
         self.deleted: Expectations[bool] = Expectations(within=math.inf)
         # Slurm node → time.monotonic() after this process last drained or resumed it.
         self.slurm_written: dict[str, float] = {}
+        # What the last pass of each NodeSet found, for its metrics (nodeset_metrics).
+        self.observed: dict[str, Observed] = {}
 
     # -- gather -------------------------------------------------------------------------------
     def members(self, namespace: str) -> list[Json]:
@@ -166,6 +169,7 @@ class NodeSetController:
         began = time.monotonic()  # after the caches showed what this pass acts on
         obj = self.nodesets.get(key)
         if obj is None:
+            self.observed.pop(key, None)
             return DONE  # its Pods go with it (owner references); see docs/platform.md
         namespace = obj["metadata"]["namespace"]
         parsed = {
@@ -209,6 +213,12 @@ class NodeSetController:
             # scale-in (or roll-out, or cordon) was seen is known.
             await self.refresh()
             result = decide(self.view_now())
+        share = shares.get(nodeset.name)
+        self.observed[key] = Observed(
+            nodeset if isinstance(nodeset, NodeSet) else None,
+            share.wanted if share is not None else 0,
+            next((x.status for x in result.actions if isinstance(x, a.PatchStatus)), obj.get("status") or {}),
+        )
         await self.execute(obj, result)
         return DONE if result.after is None else after(result.after)
 

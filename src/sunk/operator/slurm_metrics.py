@@ -194,11 +194,12 @@ class SlurmMetrics(Collector):
 _installed: dict[str, Collector] = {}
 
 
-def install(collector: SlurmMetrics) -> None:
-    """Serve `collector` on the process's /metrics, in place of one installed before (an
-    operator built again in the same process must not register its families twice)."""
-    previous = _installed.pop("slurm", None)
+def install(collector: Collector, name: str = "slurm") -> None:
+    """Serve `collector` on the process's /metrics, in place of the one installed before
+    under `name` (an operator built again in the same process must not register its
+    families twice)."""
+    previous = _installed.pop(name, None)
     if previous is not None:
         REGISTRY.unregister(previous)
     REGISTRY.register(collector)
-    _installed["slurm"] = collector
+    _installed[name] = collector
