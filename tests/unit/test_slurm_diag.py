@@ -5,9 +5,12 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import httpx
 import pytest
 
+from sunk.slurm.client import SlurmClient, make_dialect
 from sunk.slurm.diag import SlurmDiag, parse_diag
+from sunk.slurm.tokens import TokenSource
 
 SAMPLES = Path(__file__).parent / "samples"
 RECORDED = sorted(SAMPLES.glob("slurm-*/v*/diag.json"))
@@ -44,6 +47,26 @@ def test_wrapped_numbers_are_unwrapped() -> None:
 
 
 def test_fields_a_version_leaves_out_read_as_zero() -> None:
-    """Catches a KeyError on an older slurmrestd's shorter answer."""
+    """Catches a KeyError (or AttributeError) on an older or odd slurmrestd's answer."""
     assert parse_diag({"statistics": {"agent_queue_size": 3}}) == SlurmDiag(agent_queue_size=3)
     assert parse_diag({}) == SlurmDiag()
+    assert parse_diag({"statistics": []}) == SlurmDiag()
+
+
+async def test_the_client_asks_diag_in_its_rest_version_and_reads_the_answer() -> None:
+    """Catches /diag asked outside the client's version (a 404 on every listing)."""
+    path = SAMPLES / "slurm-24.11.5-4" / "v0.0.42" / "diag.json"
+    asked: list[str] = []
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        asked.append(request.url.path)
+        return httpx.Response(200, json=recorded(path))
+
+    client = SlurmClient("http://slurmrestd", TokenSource("t"), dialect=make_dialect("v0.0.42"))
+    client._http = httpx.AsyncClient(base_url="http://slurmrestd", transport=httpx.MockTransport(answer))
+    try:
+        diag = await client.diag()
+    finally:
+        await client.aclose()
+    assert asked == ["/slurm/v0.0.42/diag"]
+    assert diag == parse_diag(recorded(path))

@@ -11,9 +11,10 @@ from pathlib import Path
 
 from prometheus_client import CollectorRegistry
 
+from sunk.metrics import REGISTRY
 from sunk.operator.app import SlurmPoller
 from sunk.operator.census import count_jobs
-from sunk.operator.slurm_metrics import SlurmMetrics
+from sunk.operator.slurm_metrics import SlurmMetrics, install
 from sunk.operator.view import SlurmView
 from sunk.slurm.client import make_dialect
 from sunk.slurm.diag import parse_diag
@@ -336,3 +337,23 @@ def test_the_operator_serves_slurms_names_unless_told_slurmctld_does() -> None:
     """Catches --slurm-native-metrics defaulting on (no slurm_* at all on 24.11) or ignored."""
     assert operator_config().slurm_native_metrics is False
     assert operator_config("--slurm-native-metrics=true").slurm_native_metrics is True
+
+
+def test_an_operator_built_again_replaces_its_collector_on_metrics() -> None:
+    """Catches an operator rebuilt in one process serving every family twice (or failing)."""
+    first, second = metrics(), metrics()
+    nodes = recorded_nodes()
+    listed(first, view(nodes, []))
+    listed(second, view({"sn-001": nodes["sn-001"]}, []))
+    install(first, "test")
+    install(second, "test")
+    try:
+        served = [
+            sample.value
+            for family in REGISTRY.collect()
+            for sample in family.samples
+            if sample.name == "slurm_nodes"
+        ]
+        assert served == [1]  # the second's listing, once
+    finally:
+        REGISTRY.unregister(second)

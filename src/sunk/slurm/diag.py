@@ -44,6 +44,8 @@ _COUNTS = tuple(name for name in SlurmDiag.__dataclass_fields__ if name != "bf_a
 
 def parse_diag(reply: dict[str, Any]) -> SlurmDiag:
     """The statistics of a `/diag` answer; a field the version leaves out reads as 0."""
-    stats = reply.get("statistics") or {}
+    stats = reply.get("statistics")
+    if not isinstance(stats, dict):
+        stats = {}
     values: dict[str, Any] = {name: number(stats.get(name)) or 0 for name in _COUNTS}
     return SlurmDiag(bf_active=bool(stats.get("bf_active")), **values)
