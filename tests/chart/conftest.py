@@ -25,9 +25,13 @@ def render_text(
     namespace: str = "team",
     release: str = "r1",
     values: dict[str, Any] | None = None,
+    api_versions: tuple[str, ...] = (),
 ) -> str:
-    """`helm template` of `chart` with `--set` items and, optionally, a values file."""
+    """`helm template` of `chart` with `--set` items and, optionally, a values file and API
+    versions the cluster is said to offer (CRDs such as monitoring.coreos.com/v1/ServiceMonitor)."""
     argv = [str(helm), "template", release, str(chart), "--namespace", namespace]
+    for api in api_versions:
+        argv += ["--api-versions", api]
     for value in sets:
         argv += ["--set", value]
     with tempfile.NamedTemporaryFile("w", suffix=".yaml") as file:
@@ -45,8 +49,11 @@ def render_chart(
     namespace: str = "team",
     release: str = "r1",
     values: dict[str, Any] | None = None,
+    api_versions: tuple[str, ...] = (),
 ) -> list[dict[str, Any]]:
-    text = render_text(helm, chart, *sets, namespace=namespace, release=release, values=values)
+    text = render_text(
+        helm, chart, *sets, namespace=namespace, release=release, values=values, api_versions=api_versions
+    )
     return [doc for doc in yaml.safe_load_all(text) if doc]
 
 

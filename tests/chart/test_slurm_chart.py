@@ -181,7 +181,8 @@ def test_r10_1_names_are_cut_to_40_characters(helm: Path, slurm_chart: Path) -> 
     controller = named(objects, "StatefulSet", f"{prefix}-controller")
     assert len(f"{controller['metadata']['name']}-0") <= 63
     assert {s["metadata"]["name"] for s in of_kind(objects, "Service")} == {
-        f"{prefix}-{part}" for part in ("controller", "restapi", "accounting", "mariadb", "login", "hosts")
+        f"{prefix}-{part}"
+        for part in ("controller", "restapi", "accounting", "mariadb", "login", "hosts", "operator-metrics")
     }
 
 
@@ -198,6 +199,7 @@ def test_r10_1_services_carry_the_daemons_ports(helm: Path, slurm_chart: Path) -
         "r1-mariadb": [3306],
         "r1-login": [22],
         "r1-hosts": [],  # names only (templates/hosts.yaml)
+        "r1-operator-metrics": [8080],  # Prometheus's way in (templates/metrics.yaml)
     }
     controller = named(objects, "Service", "r1-controller")["spec"]
     assert controller["clusterIP"] == "None" and controller["publishNotReadyAddresses"] is True
@@ -461,6 +463,7 @@ def test_r10_2_the_operator_gets_the_contracts_arguments(helm: Path, slurm_chart
         "--leader-elect=false",
         "--lease-name=r1-operator",
         "--metrics-port=8080",
+        "--slurm-native-metrics=false",
         "--probes-port=8081",
     ]
     assert pod_spec(operator)["serviceAccountName"] == "r1-operator"

@@ -59,6 +59,10 @@ applied.
 {{- if $s.topology.plugin }}
 {{- $_ := set $conf "TopologyPlugin" (printf "topology/%s" $s.topology.plugin) }}
 {{- end }}
+{{- if include "slurm.slurmctldMetrics" . }}
+{{- /* Slurm's own metrics on slurmctld's port (25.11+): metrics.slurmctld. */}}
+{{- $_ := set $conf "MetricsType" "metrics/openmetrics" }}
+{{- end }}
 {{- range $key, $value := $s.extraConf }}
 {{- if hasKey $conf $key }}
 {{- fail (printf "slurm.extraConf.%s is set by the chart already; use its own value in slurm (see values.yaml) or leave it" $key) }}

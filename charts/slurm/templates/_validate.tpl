@@ -32,6 +32,9 @@ change. Included once, from the Slurm configuration's template.
 {{- if has (lower $key) (list "partitionname" "nodename" "nodeset" "prolog" "epilog") -}}
 {{- fail (printf "slurm.extraConf.%s: partitions are declared in slurm.partitions and nodes come from NodeSets, so the pre-upgrade check and the operator know them; scripts go in slurm.prolog and slurm.epilog" $key) -}}
 {{- end -}}
+{{- if eq (lower $key) "metricstype" -}}
+{{- fail (printf "slurm.extraConf.%s: Slurm's metrics are switched by metrics.slurmctld.enabled, which also tells the operator and the ServiceMonitor" $key) -}}
+{{- end -}}
 {{- end -}}
 {{- with $s.topology -}}
 {{- if and .plugin (not (has .plugin (list "tree" "block"))) -}}
@@ -124,4 +127,5 @@ change. Included once, from the Slurm configuration's template.
 {{- fail "restapi.tls.enabled is false: set scheduler.scheduler.slurm.apiBase to an http URL and scheduler.scheduler.slurm.caSecret.name to \"\"" -}}
 {{- end -}}
 {{- end -}}
+{{- include "slurm.validateMetrics" . -}}
 {{- end -}}
