@@ -78,3 +78,34 @@ def test_host_keys_the_values_name_replace_the_releases_own(helm: Path, slurm_ch
     [login] = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "r1-login"]
     [volume] = [v for v in login["spec"]["template"]["spec"]["volumes"] if v["name"] == "host-keys"]
     assert volume["secret"]["secretName"] == "site-host-keys"
+
+
+DIRECTORY_AND_PASSWORDS = {
+    "directory": {
+        "uri": "ldaps://ldap.example:636",
+        "bindDN": "cn=reader,dc=example,dc=org",
+        "bindPasswordSecret": {"name": "ldap-reader", "key": "password"},
+        "userBase": "ou=people,dc=example,dc=org",
+        "groupBase": "ou=groups,dc=example,dc=org",
+    },
+    "login": {"passwordLogin": True},
+    "sharedVolumes": [{"name": "home", "mountPath": "/home", "size": "1Gi"}],
+}
+
+
+@pytest.mark.parametrize("values", [{}, DIRECTORY_AND_PASSWORDS], ids=["defaults", "directory-people"])
+def test_people_on_the_login_pod_can_write_nothing_another_container_reads(
+    helm: Path, slurm_chart: Path, values: dict[str, object]
+) -> None:
+    """Issue #52: /run/slurm was an emptyDir every person could write (no sticky bit), shared
+    with sackd, so anyone could swap the slurm.conf every later Slurm command on the Pod reads.
+    Only the values' shared volumes (people's own files) may be both writable and shared."""
+    objects = render_chart(helm, slurm_chart, values=values)
+    [login] = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "r1-login"]
+    spec = login["spec"]["template"]["spec"]
+    claims = {v["name"] for v in spec["volumes"] if "persistentVolumeClaim" in v}
+    [sshd] = [c for c in spec["containers"] if c["name"] == "sshd"]
+    others = {m["name"] for c in spec["containers"] if c["name"] != "sshd" for m in c.get("volumeMounts", [])}
+    writable = {m["name"] for m in sshd["volumeMounts"] if not m.get("readOnly")}
+    assert "run-slurm" in {m["name"] for m in sshd["volumeMounts"]}
+    assert (writable & others) - claims == set()

@@ -123,6 +123,26 @@ def test_r10_6_bob_cannot_cancel_alices_job(
         ssh(dev_cluster, kube, NAMESPACE, "alice", f"scancel {job}")  # best effort: the job may have ended
 
 
+def test_issue52_bob_cannot_swap_the_slurm_configuration_alices_commands_read(
+    platform: Platform, dev_cluster: DevCluster, kube: AdminKube
+) -> None:
+    """The login Pod's /run/slurm (sackd's configuration and socket) is read-only where people
+    have shells: renaming the fetched configuration, or planting a file beside it, is refused,
+    and alice's next Slurm command still reads the cluster's own slurm.conf."""
+    attempt = ssh(
+        dev_cluster,
+        kube,
+        NAMESPACE,
+        "bob",
+        "mv /run/slurm/conf /run/slurm/old; echo mv=$?; mkdir /run/slurm/conf2; echo mkdir=$?",
+    )
+    said = attempt.stdout + attempt.stderr
+    assert "mv=1" in said and "mkdir=1" in said, said
+    assert "Read-only file system" in said
+    out = as_user(dev_cluster, kube, NAMESPACE, "alice", "scontrol show config | grep -E '^PluginDir'")
+    assert "/usr/lib/x86_64-linux-gnu/slurm" in out
+
+
 def test_r10_6_a_key_the_directory_does_not_hold_for_her_is_refused(
     platform: Platform, dev_cluster: DevCluster, kube: AdminKube
 ) -> None:

@@ -49,9 +49,43 @@ FAIL = r"""fail() {
 }
 """
 
+# Sets the OOM scores slurmd and slurmstepd start with (Slurm reads SLURMD_OOM_ADJ and
+# SLURMSTEPD_OOM_ADJ), unless the container's environment already sets them. slurmstepd asks
+# for -999, so that the OOM killer of its job's memory cgroup takes the job's tasks first,
+# and resets every task it starts to 0. The kernel lets a process lower its score only down
+# to the floor a writer holding CAP_SYS_RESOURCE gave it; the runtime writes the kubelet's
+# score for the Pod's QoS class (979 for a Burstable member on a large Node) with that
+# capability, and the member has not got it. So -999 was refused, slurmstepd kept slurmd's
+# 979 while its tasks went to 0, and a job past its memory had its slurmstepd killed instead
+# of its task, then sat RUNNING until its time limit (issue #49). Starting both daemons at the
+# lowest score the container may set never leaves them above their tasks: below them where
+# the floor is under 0 (a Guaranteed member: -997), level with them otherwise, where the
+# kernel then takes the process using the most memory, which is the job's.
+OOM_FLOOR = r"""oom_allowed() { (echo "$1" >/proc/self/oom_score_adj) 2>/dev/null; }
+oom_floor() {
+  lo=-999
+  if oom_allowed "$lo"; then echo "$lo"; return; fi
+  hi=$(cat /proc/self/oom_score_adj)
+  while [ $((hi - lo)) -gt 1 ]; do
+    mid=$(((lo + hi) / 2))
+    if oom_allowed "$mid"; then hi=$mid; else lo=$mid; fi
+  done
+  echo "$hi"
+}
+if [ -w /proc/self/oom_score_adj ]; then
+  floor=$(oom_floor)
+  : "${SLURMD_OOM_ADJ:=$floor}" "${SLURMSTEPD_OOM_ADJ:=$floor}"
+  export SLURMD_OOM_ADJ SLURMSTEPD_OOM_ADJ
+  [ "$SLURMSTEPD_OOM_ADJ" -lt 0 ] ||
+    echo "sunk: slurmstepd starts at OOM score $SLURMSTEPD_OOM_ADJ, level with its jobs' tasks" \
+      "(lowest this container may set); a Guaranteed member keeps it strictly below them" >&2
+fi
+"""
+
 # Run by the member's container before slurmd (`sh -c PREFLIGHT preflight slurmd ...`).
 PREFLIGHT = (
     FAIL
+    + OOM_FLOOR
     + r"""cg=/sys/fs/cgroup
 writable() { d="$1/sunk-probe.$$"; mkdir "$d" 2>/dev/null && rmdir "$d"; }
 need_rw() {
