@@ -66,4 +66,26 @@ refuses (or, worse, accepts and never fires).
 {{- fail (printf "metrics.%s is %q: a Prometheus duration such as 30s, 1m or 2m" $key $v) -}}
 {{- end -}}
 {{- end -}}
+{{- if not (regexMatch "^https?://" (toString $m.rules.runbookBaseURL)) -}}
+{{- fail (printf "metrics.rules.runbookBaseURL is %q: an http(s) URL of docs/operations.md (each alert links to its #anchor there)" (toString $m.rules.runbookBaseURL)) -}}
+{{- end -}}
+{{- range $alert, $settings := $m.rules.alerts -}}
+{{- range $key, $value := $settings -}}
+{{- $v := toString $value -}}
+{{- if has $key (list "for" "after") -}}
+{{- if not (regexMatch $duration $v) -}}
+{{- fail (printf "metrics.rules.alerts.%s.%s is %q: a Prometheus duration such as 30s, 5m, 2h or 1d" $alert $key $v) -}}
+{{- end -}}
+{{- else if not (regexMatch $number $v) -}}
+{{- fail (printf "metrics.rules.alerts.%s.%s is %q: a number, zero or more" $alert $key $v) -}}
+{{- else if and (eq $key "percent") (gt (float64 $v) 100.0) -}}
+{{- fail (printf "metrics.rules.alerts.%s.percent is %s: a share of a NodeSet, 0 to 100" $alert $v) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+
+{{/* The alert rules (files/alerts.yaml with the values' thresholds): a list of rule groups. */}}
+{{- define "slurm.alertGroups" -}}
+{{- tpl (.Files.Get "files/alerts.yaml") . -}}
 {{- end -}}
