@@ -22,6 +22,11 @@ class WorkQueue:
     def __len__(self) -> int:
         return len(self._queued)
 
+    def waiting(self) -> int:
+        """Keys due later (a backoff after a failure, or a check set for later) and not queued
+        now: what kube-scheduler would call its backoff queue."""
+        return len(self._timers.keys() - self._queued)
+
     def add(self, key: Hashable) -> None:
         if key in self._active:
             self._dirty.add(key)

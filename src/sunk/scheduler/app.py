@@ -21,6 +21,7 @@ from sunk.kube.events import Recorder
 from sunk.kube.informer import Informer
 from sunk.kube.leader import LeaderElector
 from sunk.kube.nodefilter import node_ready
+from sunk.metrics import kube_scheduler
 from sunk.runtime import shell
 from sunk.runtime.manager import Manager
 from sunk.runtime.queue import WorkQueue
@@ -324,6 +325,9 @@ class Scheduler:
             metrics.PENDING_IN_SLURM.clear()
             for reason, count in pending.items():
                 metrics.PENDING_IN_SLURM.labels(reason).set(count)
+            kube_scheduler.pending_pods(
+                active=len(self.queue), backoff=self.queue.waiting(), unschedulable=sum(pending.values())
+            )
             await asyncio.sleep(2)
 
     async def _check_slurm_config(self) -> None:
@@ -394,7 +398,7 @@ class Scheduler:
 
 
 def _failed_pass(_key: str, _err: BaseException) -> None:
-    metrics.ATTEMPTS.labels("error").inc()
+    kube_scheduler.attempt("error")
 
 
 def node_inputs(node: dict[str, Any]) -> tuple[object, ...]:

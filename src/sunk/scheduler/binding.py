@@ -12,6 +12,7 @@ from typing import Any
 from sunk import metrics
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
+from sunk.metrics import kube_scheduler
 from sunk.runtime.controller import Outcome
 from sunk.scheduler.decide.actions import Event, Said
 from sunk.scheduler.placement import Choice, Placement
@@ -58,11 +59,11 @@ class Binder:
 
 
 def _observe_bound(pod: Json, job: SlurmJob) -> None:
-    metrics.ATTEMPTS.labels("bound").inc()
+    kube_scheduler.attempt("bound")
     now = time.time()
     created = pod["metadata"].get("creationTimestamp")
     if created:
-        metrics.CREATE_TO_BOUND.observe(
+        kube_scheduler.bound_after(
             now - dt.datetime.fromisoformat(created.replace("Z", "+00:00")).timestamp()
         )
     if job.submit_time:

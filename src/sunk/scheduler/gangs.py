@@ -24,9 +24,9 @@ from collections import defaultdict
 from dataclasses import replace
 from typing import Any
 
-from sunk import metrics
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
+from sunk.metrics import kube_scheduler
 from sunk.runtime.controller import Outcome
 from sunk.scheduler import decide
 from sunk.scheduler.binding import Binder
@@ -267,7 +267,7 @@ class Gangs:
                     "that job was cancelled and the group waits for its members again"
                 )
                 return await self.release(ReleaseGroup(leader, ev.GROUP_RELEASED, message, str(group)), said)
-        metrics.ATTEMPTS.labels("submitted").inc(len(jobs))
+        kube_scheduler.attempt("submitted", len(jobs))
         ordered = [components[job.pod.uid] for job in jobs]
         said += group_plan.submitted(group, members, jobs, ordered, leader, submitted.warning)
         return Outcome()
@@ -299,7 +299,7 @@ class Gangs:
                 continue
             members.append(pod)
         if avoid:
-            metrics.ATTEMPTS.labels("placement_rejected").inc()
+            kube_scheduler.attempt("placement_rejected")
         of = f" of PodGroup {action.group}" if action.group else ""  # a claim's release knows only the job
         log.info("cancelling job %s%s: %s", action.leader, of, action.message)
         await self.slurm.cancel(action.leader)

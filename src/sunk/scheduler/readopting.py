@@ -26,9 +26,9 @@ import logging
 import time
 from typing import Any
 
-from sunk import metrics
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
+from sunk.metrics import kube_scheduler
 from sunk.scheduler.decide import actions, submission
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
@@ -127,7 +127,7 @@ class Readopter:
         finally:
             if job_id:
                 await self._cancel(ref, job_id)
-        metrics.ATTEMPTS.labels("readopted").inc()
+        kube_scheduler.attempt("readopted")
         left = f", {action.time_limit_min} min left of its time limit" if action.time_limit_min else ""
         note = (
             f"Slurm lost job {action.old_job} (slurmctld restarted without it) while this Pod ran; "

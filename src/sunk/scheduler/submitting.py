@@ -16,6 +16,7 @@ from typing import Any
 from sunk import metrics
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
+from sunk.metrics import kube_scheduler
 from sunk.runtime.controller import Outcome
 from sunk.scheduler import decide, policy
 from sunk.scheduler.cluster import ClusterView
@@ -95,7 +96,7 @@ class Submitter:
             return False
         job = max(mine, key=lambda j: j.job_id)
         await self.record_job(pod, job.job_id, self.avoid_nodes(pod))
-        metrics.ATTEMPTS.labels("adopted").inc()
+        kube_scheduler.attempt("adopted")
         said.append(
             Event(ev.PLACEHOLDER_ADOPTED, f"Found existing Slurm job {job.job_id} for this Pod", pod=pod)
         )
@@ -115,7 +116,7 @@ class Submitter:
     def refuse(self, pod: Json, reason: str, problems: list[str], said: Said) -> Outcome:
         """A final answer (R2.4): Event + condition, and the Pod is never tried again."""
         message = "; ".join(problems)
-        metrics.ATTEMPTS.labels("rejected_by_slurm" if reason == ev.REJECTED_BY_SLURM else "refused").inc()
+        kube_scheduler.attempt("rejected_by_slurm" if reason == ev.REJECTED_BY_SLURM else "refused")
         said += [
             Event(ev.FAILED_SCHEDULING, message, warning=True, pod=pod),
             SetCondition(reason, message, pod),
@@ -218,7 +219,7 @@ class Submitter:
             log.info("Pod %s changed during submit (%s); cancelling job %s", job.pod, err, job_id)
             await self.slurm.cancel(job_id)
             return Outcome()
-        metrics.ATTEMPTS.labels("submitted").inc()
+        kube_scheduler.attempt("submitted")
         packed = ""
         if packing.towards:  # Slurm takes the first that fits: count the job there for now
             self.cluster.assume(packing.towards[0], job.cpus, job.memory_mib, job.gres)
@@ -259,7 +260,7 @@ class Submitter:
         on (its `avoid-nodes` annotation); else the new job leaves it out, and later jobs and
         widenings only while `excluded_for` still finds the problem (a Node without room
         has room again once other Pods end)."""
-        metrics.ATTEMPTS.labels("placement_rejected").inc()
+        kube_scheduler.attempt("placement_rejected")
         avoiding = bool(slurm_node) and avoid_node
         avoid = self.avoid_nodes(pod) + ((slurm_node,) if slurm_node and avoiding and remember else ())
         leave_out = {slurm_node: problem} if slurm_node and avoiding and not remember else {}
