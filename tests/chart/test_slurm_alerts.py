@@ -7,6 +7,7 @@ text; those are checked by `promtool check rules` and the runbook tests below)."
 
 from __future__ import annotations
 
+import functools
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -35,11 +36,17 @@ def promtool() -> Path:
     return ensure_promtool(cache_dir() / "promtool.log")
 
 
+@functools.cache
+def _rule_file(helm: Path, chart: Path, sets: tuple[str, ...]) -> str:
+    """The ConfigMap's plain rule file (one render per distinct input in this module)."""
+    objects = render_chart(helm, chart, *RULES_CONFIGMAP, *sets)
+    text: str = named(objects, "ConfigMap", "r1-prometheus-rules")["data"]["sunk-alerts.yaml"]
+    return text
+
+
 def rule_groups(helm: Path, chart: Path, *sets: str) -> list[Obj]:
     """The rule groups of the ConfigMap's plain rule file."""
-    objects = render_chart(helm, chart, *RULES_CONFIGMAP, *sets)
-    text = named(objects, "ConfigMap", "r1-prometheus-rules")["data"]["sunk-alerts.yaml"]
-    groups: list[Obj] = yaml.safe_load(text)["groups"]
+    groups: list[Obj] = yaml.safe_load(_rule_file(helm, chart, sets))["groups"]
     return groups
 
 
