@@ -63,6 +63,12 @@ applied.
 {{- /* Slurm's own metrics on slurmctld's port (25.11+): metrics.slurmctld. */}}
 {{- $_ := set $conf "MetricsType" "metrics/openmetrics" }}
 {{- end }}
+{{- if $s.healthChecks.enabled }}
+{{- /* sunk's checks (templates/_health_checks.tpl): slurmd runs the mounted runner. */}}
+{{- $_ := set $conf "HealthCheckProgram" (include "slurm.healthCheckProgram" .) }}
+{{- $_ := set $conf "HealthCheckInterval" (include "slurm.healthCheckInterval" .) }}
+{{- $_ := set $conf "HealthCheckNodeState" (upper (nospace (toString $s.healthChecks.nodeState))) }}
+{{- end }}
 {{- range $key, $value := $s.extraConf }}
 {{- if hasKey $conf $key }}
 {{- fail (printf "slurm.extraConf.%s is set by the chart already; use its own value in slurm (see values.yaml) or leave it" $key) }}

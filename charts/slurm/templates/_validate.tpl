@@ -128,4 +128,5 @@ change. Included once, from the Slurm configuration's template.
 {{- end -}}
 {{- end -}}
 {{- include "slurm.validateMetrics" . -}}
+{{- include "slurm.validateHealthChecks" . -}}
 {{- end -}}

@@ -181,6 +181,8 @@ class Operator:
             shared_volumes=config.shared_volumes,
             services_configmap=config.services_configmap,
             services_digest=config.services_digest,
+            health_checks_configmap=config.health_checks_configmap,
+            health_check_scripts_configmap=config.health_check_scripts_configmap,
         )
         self.people: PeopleSync | None = None
         if config.directory is not None:

@@ -52,6 +52,8 @@ class OperatorConfig:
     services_configmap: str = ""  # the operator's own services for slurmd Pods (sunk-services)
     services_digest: str = ""  # a digest of them: a change rolls the members
     slurm_native_metrics: bool = False  # slurmctld serves slurm_* itself: serve only sunk_*
+    health_checks_configmap: str = ""  # slurmd's health check runner, mounted into members
+    health_check_scripts_configmap: str = ""  # the operator's own check scripts, beside it
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -136,6 +138,18 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     flag("services-digest", "a digest of those services: members made before a change are replaced", "")
     flag(
+        "health-checks-configmap",
+        "the ConfigMap of slurmd's health check runner and its settings (the chart's "
+        "slurm.healthChecks), mounted into every slurmd Pod; empty: no health checks",
+        "",
+    )
+    flag(
+        "health-check-scripts-configmap",
+        "a ConfigMap of your own check scripts, mounted beside the runner (needs "
+        "--health-checks-configmap); empty: none",
+        "",
+    )
+    flag(
         "slurm-native-metrics",
         "true: slurmctld serves Slurm's metrics itself (MetricsType=metrics/openmetrics, 25.11+), "
         "so the operator serves only its sunk_* ones; false: it serves slurm_* under the same names",
@@ -208,6 +222,11 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         raise ValueError(
             "--private-tmp=true needs --confinement=cgroup: a job's own /tmp is part of confining it"
         )
+    health_scripts = args.health_check_scripts_configmap or ""
+    if health_scripts and not args.health_checks_configmap:
+        raise ValueError(
+            "--health-check-scripts-configmap needs --health-checks-configmap: the runner runs the scripts"
+        )
     topology, topology_labels = topology_settings(
         args.topology or "", args.topology_labels or "", args.slurm_configmap or ""
     )
@@ -247,4 +266,6 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         services_configmap=args.services_configmap or "",
         services_digest=args.services_digest or "",
         slurm_native_metrics=true_or_false(args, "slurm-native-metrics"),
+        health_checks_configmap=args.health_checks_configmap or "",
+        health_check_scripts_configmap=health_scripts,
     )

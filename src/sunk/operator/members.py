@@ -53,6 +53,15 @@ PEOPLE_PATH = "/var/lib/extrausers"
 SUPERVISOR = ("sunk-services", "slurmd")
 SERVICES_VOLUME = "sunk-services"
 SERVICES_PATH = "/etc/sunk/services"
+# slurmd's health check runner (the chart's slurm.healthChecks): slurm.conf names
+# HEALTH_CHECKS_PATH/run as HealthCheckProgram, which configless slurmd is not sent, so it
+# is mounted here, executable; the operator's own scripts beside it. The scripts' ConfigMap
+# is optional: a missing one must not keep a member from starting, and the runner reports
+# an empty directory as a configuration problem, not a node fault.
+HEALTH_CHECKS_VOLUME = "sunk-health-checks"
+HEALTH_CHECKS_PATH = "/etc/sunk/health-checks"
+HEALTH_SCRIPTS_VOLUME = "sunk-health-check-scripts"
+HEALTH_SCRIPTS_PATH = "/etc/sunk/health-checks.d"
 
 
 @dataclass(frozen=True)
@@ -74,6 +83,8 @@ class Settings:
     shared_volumes: tuple[shared_volumes.SharedVolume, ...] = ()  # the chart's sharedVolumes
     services_configmap: str = ""  # the operator's services and start-up scripts, if any
     services_digest: str = ""  # of that ConfigMap's contents (a change rolls the members)
+    health_checks_configmap: str = ""  # slurmd's health check runner, if checks are on
+    health_check_scripts_configmap: str = ""  # the operator's own check scripts, if any
 
 
 def selector(settings: Settings, nodeset: str) -> dict[str, str]:
@@ -127,7 +138,7 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
     if settings.confinement:
         confinement.confine(containers[_index(containers)], settings.private_tmp)
     mounts = containers[_index(containers)].setdefault("volumeMounts", [])
-    ours = ("slurm-key", PEOPLE_VOLUME, SERVICES_VOLUME)
+    ours = ("slurm-key", PEOPLE_VOLUME, SERVICES_VOLUME, HEALTH_CHECKS_VOLUME, HEALTH_SCRIPTS_VOLUME)
     mounts[:] = [m for m in mounts if m.get("name") not in ours]
     mounts.append({"name": "slurm-key", "mountPath": KEY_PATH, "subPath": "slurm.key", "readOnly": True})
     volumes = [v for v in spec.get("volumes") or [] if v.get("name") not in ours]
@@ -149,6 +160,7 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
     if settings.services_configmap:
         mounts.append({"name": SERVICES_VOLUME, "mountPath": SERVICES_PATH, "readOnly": True})
         volumes.append({"name": SERVICES_VOLUME, "configMap": {"name": settings.services_configmap}})
+    _mount_health_checks(settings, mounts, volumes)
     spec["volumes"] = volumes
     shared_volumes.mount(spec, containers[_index(containers)], settings.shared_volumes)
     volumes = spec["volumes"]
@@ -206,9 +218,9 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
 def template_hash(nodeset: NodeSet, settings: Settings) -> str:
     """A digest of what every member of the NodeSet shares (image, resources, template,
     partitions and features, whether the directory's people are mounted, the shared
-    volumes, whether jobs are confined, whether steps run in containers and the operator's
-    services): members made from an older spec, or before a directory was set, have a
-    different one."""
+    volumes, whether jobs are confined, whether steps run in containers, the operator's
+    services and health check mounts): members made from an older spec, or before a
+    directory was set, have a different one."""
     shared = {
         "image": nodeset.image,
         "resources": nodeset.resources,
@@ -229,7 +241,34 @@ def template_hash(nodeset: NodeSet, settings: Settings) -> str:
         shared["private_tmp"] = True
     if settings.services_configmap:  # likewise: the services run are fixed at a member's start
         shared["services"] = [settings.services_configmap, settings.services_digest]
+    if settings.health_checks_configmap:  # likewise: a Pod's volumes are fixed at its creation
+        shared["health_checks"] = [settings.health_checks_configmap, settings.health_check_scripts_configmap]
     return hashlib.sha256(json.dumps(shared, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _mount_health_checks(settings: Settings, mounts: list[Json], volumes: list[Json]) -> None:
+    """The runner and the scripts, executable (0555): slurmd executes the runner by its path."""
+    if not settings.health_checks_configmap:
+        return
+    mounts.append({"name": HEALTH_CHECKS_VOLUME, "mountPath": HEALTH_CHECKS_PATH, "readOnly": True})
+    volumes.append(
+        {
+            "name": HEALTH_CHECKS_VOLUME,
+            "configMap": {"name": settings.health_checks_configmap, "defaultMode": 0o555},
+        }
+    )
+    if settings.health_check_scripts_configmap:
+        mounts.append({"name": HEALTH_SCRIPTS_VOLUME, "mountPath": HEALTH_SCRIPTS_PATH, "readOnly": True})
+        volumes.append(
+            {
+                "name": HEALTH_SCRIPTS_VOLUME,
+                "configMap": {
+                    "name": settings.health_check_scripts_configmap,
+                    "defaultMode": 0o555,
+                    "optional": True,
+                },
+            }
+        )
 
 
 def _name_in(spec: Json, domain: str) -> None:

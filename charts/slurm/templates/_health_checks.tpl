@@ -1,0 +1,89 @@
+{{/*
+Node health checks (slurm.healthChecks): slurmd runs files/health-check.sh as its
+HealthCheckProgram. The script is not one Slurm ships to configless slurmd (only Prolog and
+Epilog scripts travel with the configuration), so it reaches every member in the ConfigMap
+<fullname>-health-checks, which the operator mounts at the path below; the operator's own
+scripts (scripts.configMap) are mounted beside it.
+*/}}
+{{- define "slurm.healthCheckProgram" -}}/etc/sunk/health-checks/run{{- end -}}
+{{- define "slurm.healthCheckScriptsDir" -}}/etc/sunk/health-checks.d{{- end -}}
+
+{{/* interval in seconds: a whole number, or one with s, m or h. */}}
+{{- define "slurm.healthCheckInterval" -}}
+{{- $v := toString .Values.slurm.healthChecks.interval -}}
+{{- $m := regexFindAll "^([0-9]+)(s|m|h)?$" $v 1 -}}
+{{- if not $m -}}
+{{- fail (printf "slurm.healthChecks.interval is %q: give seconds (60), or a duration in s, m or h (60s, 5m)" $v) -}}
+{{- end -}}
+{{- $n := int (regexReplaceAll "[smh]$" $v "") -}}
+{{- $n = mul $n (get (dict "s" 1 "m" 60 "h" 3600 "" 1) (regexReplaceAll "^[0-9]+" $v "")) -}}
+{{- if or (lt $n 1) (gt $n 65535) -}}
+{{- fail (printf "slurm.healthChecks.interval is %q: Slurm takes 1 to 65535 seconds" $v) -}}
+{{- end -}}
+{{- $n -}}
+{{- end -}}
+
+{{/*
+What the runner reads (shell assignments, sourced): only values checked here reach it, so
+no quoting can break out. Its budget for all checks together is 34 s: with at most 7 s for
+each of its two scontrol calls, a run ends by 48 s, inside slurmd's 60 s kill.
+*/}}
+{{- define "slurm.healthCheckSettings" -}}
+{{- $h := .Values.slurm.healthChecks -}}
+{{- $c := $h.checks -}}
+{{- $checks := list -}}
+{{- range $name := list "cpus" "memory" "gpus" -}}
+{{- if index $c $name }}{{ $checks = append $checks $name }}{{ end -}}
+{{- end -}}
+{{- if $c.mounts }}{{ $checks = append $checks "mounts" }}{{ end -}}
+{{- if gt (int $c.spool.minFreeMiB) 0 }}{{ $checks = append $checks "spool" }}{{ end -}}
+# Made by the slurm chart from slurm.healthChecks.
+checks='{{ join " " $checks }}'
+timeout_s='{{ int $h.timeoutSeconds }}'
+budget_s='34'
+scontrol_s='5'
+mounts='{{ join " " (default list $c.mounts) }}'
+spool_min_mib='{{ int $c.spool.minFreeMiB }}'
+{{- with $h.scripts.configMap }}
+scripts_dir='{{ include "slurm.healthCheckScriptsDir" $ }}'
+scripts_configmap='{{ . }}'
+{{- end }}
+{{- end -}}
+
+{{/* Values that would give a runner that cannot work, refused with the value's name. */}}
+{{- define "slurm.validateHealthChecks" -}}
+{{- $h := .Values.slurm.healthChecks -}}
+{{- if $h.enabled -}}
+{{- $_ := include "slurm.healthCheckInterval" . -}}
+{{- $t := toString $h.timeoutSeconds -}}
+{{- if not (regexMatch "^[0-9]+$" $t) -}}
+{{- fail (printf "slurm.healthChecks.timeoutSeconds is %q: give whole seconds (10)" $t) -}}
+{{- end -}}
+{{- if or (lt (int $t) 1) (gt (int $t) 30) -}}
+{{- fail (printf "slurm.healthChecks.timeoutSeconds is %s: give 1 to 30 seconds; slurmd kills the whole run at 60 s, and the checks share 34 s of it" $t) -}}
+{{- end -}}
+{{- $states := list "ANY" "ALLOC" "CYCLE" "IDLE" "MIXED" "NONDRAINED_IDLE" -}}
+{{- range (splitList "," (toString $h.nodeState)) -}}
+{{- if not (has (upper (trim .)) $states) -}}
+{{- fail (printf "slurm.healthChecks.nodeState: %q is not one of %s (comma-separated, e.g. ANY,CYCLE)" . (join ", " $states)) -}}
+{{- end -}}
+{{- end -}}
+{{- $c := $h.checks -}}
+{{- if not (kindIs "slice" (default list $c.mounts)) -}}
+{{- fail "slurm.healthChecks.checks.mounts must be a list of absolute paths" -}}
+{{- end -}}
+{{- range $c.mounts -}}
+{{- if not (regexMatch "^/[A-Za-z0-9._/-]*$" (toString .)) -}}
+{{- fail (printf "slurm.healthChecks.checks.mounts: %q must be an absolute path of letters, digits and . _ - /" (toString .)) -}}
+{{- end -}}
+{{- end -}}
+{{- if not (regexMatch "^[0-9]+$" (toString $c.spool.minFreeMiB)) -}}
+{{- fail (printf "slurm.healthChecks.checks.spool.minFreeMiB is %q: give whole MiB (0: no spool check)" (toString $c.spool.minFreeMiB)) -}}
+{{- end -}}
+{{- with $h.scripts.configMap -}}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$" (toString .)) -}}
+{{- fail (printf "slurm.healthChecks.scripts.configMap: %q is not a ConfigMap name" (toString .)) -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}
+{{- end -}}

@@ -1,0 +1,146 @@
+"""Issue #51: the chart's node health checks (slurm.healthChecks). Off by default, so the
+release renders as before; on, slurm.conf names the runner, the runner and its settings
+ship in a ConfigMap the operator mounts into members, and values the runner could not use
+fail the render naming the value."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.chart.test_slurm_chart import conf_value, container, fails, named, of_kind, render
+
+Obj = dict[str, Any]
+RUNNER = Path(__file__).resolve().parents[2] / "charts" / "slurm" / "files" / "health-check.sh"
+ON = "slurm.healthChecks.enabled=true"
+KEYS = ("HealthCheckProgram", "HealthCheckInterval", "HealthCheckNodeState")
+
+
+def _operator_args(objects: list[Obj]) -> list[str]:
+    args: list[str] = container(named(objects, "Deployment", "r1-operator"), "operator")["args"]
+    return args
+
+
+def _settings(objects: list[Obj], tmp_path: Path) -> dict[str, str]:
+    """The settings file as the runner's sh reads it."""
+    text = named(objects, "ConfigMap", "r1-health-checks")["data"]["settings"]
+    path = tmp_path / "settings"
+    path.write_text(text)
+    names = "checks timeout_s budget_s scontrol_s mounts spool_min_mib scripts_dir scripts_configmap"
+    script = f'. "{path}"; for v in {names}; do eval "printf \'%s=%s\\n\' $v \\"\\${{$v:-}}\\""; done'
+    out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
+    return dict(line.split("=", 1) for line in out.splitlines())
+
+
+def test_issue51_off_by_default_nothing_of_the_checks_is_rendered(helm: Path, slurm_chart: Path) -> None:
+    """Catches: the checks reaching clusters that did not turn them on in this release."""
+    objects = render(slurm_chart, helm)
+    assert [conf_value(objects, key) for key in KEYS] == [None, None, None]
+    assert [c for c in of_kind(objects, "ConfigMap") if c["metadata"]["name"] == "r1-health-checks"] == []
+    assert not [a for a in _operator_args(objects) if a.startswith("--health-check")]
+
+
+def test_issue51_on_slurm_conf_names_the_mounted_runner(helm: Path, slurm_chart: Path) -> None:
+    """Catches: a HealthCheckProgram path other than where the operator mounts the runner
+    (sunk.operator.members.HEALTH_CHECKS_PATH), or an interval Slurm would misread."""
+    objects = render(slurm_chart, helm, ON)
+    assert conf_value(objects, "HealthCheckProgram") == "/etc/sunk/health-checks/run"
+    assert conf_value(objects, "HealthCheckInterval") == "60"
+    assert conf_value(objects, "HealthCheckNodeState") == "ANY,CYCLE"
+
+
+def test_issue51_on_the_runner_ships_in_a_configmap_the_operator_mounts(
+    helm: Path, slurm_chart: Path
+) -> None:
+    """Catches: the runner in the ConfigMap differing from files/health-check.sh (the one the
+    unit tests run), or the operator not told to mount it."""
+    objects = render(slurm_chart, helm, ON, "slurm.healthChecks.scripts.configMap=site-checks")
+    data = named(objects, "ConfigMap", "r1-health-checks")["data"]
+    assert data["run"].strip() == RUNNER.read_text().strip()
+    args = _operator_args(objects)
+    assert "--health-checks-configmap=r1-health-checks" in args
+    assert "--health-check-scripts-configmap=site-checks" in args
+
+
+def test_issue51_the_settings_carry_the_chosen_checks(helm: Path, slurm_chart: Path, tmp_path: Path) -> None:
+    """Catches: a check turned off in values still run (or one turned on missing), or a
+    settings file sh cannot read."""
+    values = {
+        "slurm": {
+            "healthChecks": {
+                "enabled": True,
+                "timeoutSeconds": 20,
+                "checks": {"gpus": False, "mounts": ["/home", "/shared"], "spool": {"minFreeMiB": 2048}},
+                "scripts": {"configMap": "site-checks"},
+            }
+        }
+    }
+    settings = _settings(render(slurm_chart, helm, values=values), tmp_path)
+    assert settings == {
+        "checks": "cpus memory mounts spool",
+        "timeout_s": "20",
+        "budget_s": "34",
+        "scontrol_s": "5",
+        "mounts": "/home /shared",
+        "spool_min_mib": "2048",
+        "scripts_dir": "/etc/sunk/health-checks.d",
+        "scripts_configmap": "site-checks",
+    }
+
+
+def test_issue51_no_mounts_and_no_spool_floor_leave_those_checks_out(
+    helm: Path, slurm_chart: Path, tmp_path: Path
+) -> None:
+    """Catches: a mounts check with nothing to check, or a spool floor of 0 still checked."""
+    objects = render(slurm_chart, helm, ON, "slurm.healthChecks.checks.spool.minFreeMiB=0")
+    settings = _settings(objects, tmp_path)
+    assert settings["checks"] == "cpus memory gpus"
+    assert settings["scripts_dir"] == ""
+
+
+def test_issue51_an_interval_in_minutes_is_given_to_slurm_in_seconds(helm: Path, slurm_chart: Path) -> None:
+    """Catches: "5m" written as is (Slurm reads a number of seconds)."""
+    objects = render(slurm_chart, helm, ON, "slurm.healthChecks.interval=5m")
+    assert conf_value(objects, "HealthCheckInterval") == "300"
+
+
+def test_issue51_extra_conf_cannot_replace_the_checks_lines(helm: Path, slurm_chart: Path) -> None:
+    """Catches: a second HealthCheckProgram line in slurm.conf (Slurm takes the last)."""
+    error = fails(slurm_chart, helm, ON, "slurm.extraConf.HealthCheckProgram=/bin/true")
+    assert "slurm.extraConf.HealthCheckProgram" in error
+
+
+@pytest.mark.parametrize(
+    ("value", "named_in_error"),
+    [
+        ("slurm.healthChecks.interval=soon", "slurm.healthChecks.interval"),
+        ("slurm.healthChecks.interval=0", "slurm.healthChecks.interval"),
+        ("slurm.healthChecks.interval=20h", "slurm.healthChecks.interval"),
+        ("slurm.healthChecks.timeoutSeconds=ten", "slurm.healthChecks.timeoutSeconds"),
+        ("slurm.healthChecks.timeoutSeconds=50", "slurm.healthChecks.timeoutSeconds"),
+        ("slurm.healthChecks.timeoutSeconds=31", "slurm.healthChecks.timeoutSeconds"),
+        ("slurm.healthChecks.timeoutSeconds=0", "slurm.healthChecks.timeoutSeconds"),
+        ("slurm.healthChecks.nodeState=ANY\\,BUSY", "slurm.healthChecks.nodeState"),
+        ("slurm.healthChecks.nodeState=START_ONLY", "slurm.healthChecks.nodeState"),
+        ("slurm.healthChecks.checks.mounts={data}", "slurm.healthChecks.checks.mounts"),
+        ("slurm.healthChecks.checks.mounts={/data;rm}", "slurm.healthChecks.checks.mounts"),
+        ("slurm.healthChecks.checks.spool.minFreeMiB=lots", "slurm.healthChecks.checks.spool.minFreeMiB"),
+        ("slurm.healthChecks.scripts.configMap=Site_Checks", "slurm.healthChecks.scripts.configMap"),
+    ],
+)
+def test_issue51_values_the_runner_cannot_use_fail_naming_the_value(
+    helm: Path, slurm_chart: Path, value: str, named_in_error: str
+) -> None:
+    """Catches: an interval or timeout that does not parse reaching slurm.conf or the runner
+    (Slurm would ignore the line; a timeout past the budget would never fail a hang), a
+    START_ONLY (26.05 only, and before registration a dynamic node cannot be drained), or a
+    path or name that would break the sourced settings."""
+    assert named_in_error in fails(slurm_chart, helm, ON, value)
+
+
+def test_issue51_bad_values_are_not_checked_while_the_checks_are_off(helm: Path, slurm_chart: Path) -> None:
+    """Catches: a half-written section breaking installs that leave the checks off."""
+    render(slurm_chart, helm, "slurm.healthChecks.interval=soon")
