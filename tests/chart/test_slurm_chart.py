@@ -379,11 +379,10 @@ def test_r10_1_login_pods_run_sshd_and_fetch_the_configuration_from_slurmctld(
         "--conf-server",
         "r1-controller.team.svc.cluster.local:6817",
     ]
+    # sackd writes the configuration and its socket; people's sshd container only reads them.
     shared = {"name": "run-slurm", "mountPath": "/run/slurm"}
-    assert (
-        shared in container(login, "sshd")["volumeMounts"]
-        and shared in container(login, "sackd")["volumeMounts"]
-    )
+    assert {**shared, "readOnly": True} in container(login, "sshd")["volumeMounts"]
+    assert shared in container(login, "sackd")["volumeMounts"]
     keys = named(objects, "ConfigMap", "r1-login-keys")["data"]["root"]
     assert keys == "ssh-ed25519 AAAAC3 me@laptop\n"
     from_secret = named(
