@@ -176,3 +176,14 @@ def test_every_dashboard_reads_back_through_grafanas_schema_unchanged() -> None:
     for path in sorted(DIR.glob("*.json")):
         text = path.read_text()
         assert decode_and_encode(text) == text, path.name
+
+
+def test_the_runbook_describes_every_dashboard_and_panel() -> None:
+    """docs/operations.md's Dashboards section names each dashboard's uid and each panel's
+    title, so a panel added or renamed without its line in the runbook fails here."""
+    text = (DIR.parents[2] / "docs" / "operations.md").read_text()
+    section = text[text.index("\n## Dashboards\n") :]
+    for name, dashboard in committed().items():
+        assert f"`{dashboard['uid']}`" in section, name
+        for panel in panels(dashboard):
+            assert panel["title"] in section, (name, panel["title"])
