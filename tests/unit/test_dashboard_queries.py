@@ -22,9 +22,12 @@ from typing import Any
 import pytest
 import yaml
 
+from sunk.metrics import REGISTRY, kube_scheduler
+from sunk.operator.nodeset_metrics import NodeSetMetrics
 from sunk_dev.dashboards.reading import Query, metric_names, queries, variable_selectors
 from sunk_dev.layout import cache_dir
 from sunk_dev.promtool import apt_available, ensure_promtool
+from tests.unit.test_slurm_metrics import listed, metrics, recorded_jobs, recorded_nodes, view
 
 Json = dict[str, Any]
 ROOT = Path(__file__).resolve().parents[2]
@@ -123,6 +126,20 @@ def is_documented(name: str, known: set[str]) -> bool:
     return name in known or any(name == base + tail for base in known for tail in HISTOGRAM_SERIES)
 
 
+def served() -> set[str]:
+    """The series names sunk's own code serves: the operator's Slurm collector fed recorded
+    Slurm answers, its NodeSet collector, and the process registry both components share
+    (kube-scheduler's names included)."""
+    assert kube_scheduler.QUEUES  # its families are registered on import
+    slurm = listed(metrics(), view(recorded_nodes(), recorded_jobs())).registry
+    families = [*slurm.collect(), *NodeSetMetrics({}, set).collect(), *REGISTRY.collect()]
+    names = set()
+    for family in families:
+        suffixes = {"counter": ("_total",), "histogram": HISTOGRAM_SERIES}.get(family.type, ("",))
+        names |= {family.name + suffix for suffix in suffixes}
+    return names
+
+
 # -- the tests ----------------------------------------------------------------------------------
 
 
@@ -168,6 +185,14 @@ def test_every_metric_a_panel_reads_is_documented() -> None:
     for query in all_queries():
         missing = {n for n in metric_names(query.expr) if not is_documented(n, known)}
         assert not missing, f"{query.dashboard} / {query.panel}: {sorted(missing)} not in the docs' Metrics"
+
+
+def test_every_metric_a_panel_reads_is_one_sunks_code_serves() -> None:
+    """The docs could lag a rename in the code; the code is what Prometheus will scrape."""
+    serves = served()
+    for query in all_queries():
+        missing = metric_names(query.expr) - serves
+        assert not missing, f"{query.dashboard} / {query.panel}: {sorted(missing)} served by no collector"
 
 
 def test_every_metric_a_variable_reads_is_documented() -> None:
