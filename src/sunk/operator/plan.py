@@ -8,7 +8,8 @@ cannot be read, nothing is created, drained or deleted, and the status says why.
 Members that must go (scale-in, a Node cordoned or no longer selected, an outdated
 template, the NodeSet deleted) all take sunk.operator.removal's path: drain, wait for no
 job, delete the Pod, delete the record. A drain this controller made is lifted when the
-member is wanted again; anyone else's drain is left alone. A deleted NodeSet keeps a
+member is wanted again (with health checks on, only by the checks, after a clean run);
+anyone else's drain is left alone. A deleted NodeSet keeps a
 finalizer until its last member and record are gone.
 """
 
@@ -20,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sunk.kube.nodefilter import node_ready  # any object's Ready condition: here a Pod's
-from sunk.operator import checks, confinement, demand
+from sunk.operator import checks, confinement, demand, health_checks
 from sunk.operator import members as m
 from sunk.operator import removal as r
 from sunk.operator.actions import (
@@ -28,10 +29,10 @@ from sunk.operator.actions import (
     CreatePod,
     DeletePod,
     DeleteSlurmNode,
+    Drain,
     Event,
     LabelBusy,
     PatchStatus,
-    Resume,
     SetFinalizer,
 )
 from sunk.operator.hardware import ShapeError, shape, slurm_node_name
@@ -61,6 +62,7 @@ INFEASIBLE = "NoFeasibleNodes"
 STALE_RECORD = "StaleSlurmNodeDeleted"
 RECORD_DELETED = "SlurmNodeDeleted"
 FAILED_MEMBER = "FailedMember"
+VERIFYING = "VerifyingMember"  # handed to the health checks before it returns
 
 
 @dataclass(frozen=True)
@@ -196,7 +198,7 @@ def plan(
             for member, line in refused
         ]
     _remove(nodeset.name, nodeset.drain, leaving, slurm, now, notes)
-    _resume_kept(nodeset.name, members, leaving, records, notes)
+    _resume_kept(nodeset.name, members, leaving, records, settings, notes)
     _label_busy(members, slurm, notes)
     _clean_records(nodeset.name, members, share, nodes, slurm, unseen, notes)
     _report_conflicts(nodeset, share, notes)
@@ -388,18 +390,29 @@ def _remove(
 
 
 def _resume_kept(
-    name: str, members: list[Json], leaving: list[r.Leaving], records: Mapping[str, SlurmNode], notes: _Notes
+    name: str,
+    members: list[Json],
+    leaving: list[r.Leaving],
+    records: Mapping[str, SlurmNode],
+    settings: m.Settings,
+    notes: _Notes,
 ) -> None:
     """A member this NodeSet drained that is wanted again (a scale back up, an uncordon, a
-    roll-out undone) gets its drain lifted; nobody else's drain is ever touched."""
+    roll-out undone) gets its drain lifted, or with health checks on is handed to them to
+    lift after a clean run (sunk.operator.health_checks); nobody else's drain is touched."""
     going = {member.slurm_name for member in leaving}
+    checks_on = bool(settings.health_checks_configmap)
     for pod in members:
         slurm_name = m.slurm_name_of(pod)
         record = records.get(slurm_name)
         if slurm_name in going or pod["metadata"].get("deletionTimestamp") or record is None:
             continue
-        if r.drained_by(name, record):
-            notes.actions.append(Resume(slurm_name))
+        action = health_checks.give_back(name, slurm_name, record, checks_on)
+        if action is not None:
+            notes.actions.append(action)
+        if isinstance(action, Drain):
+            note = f"member {slurm_name} is wanted back; it returns once its health checks pass"
+            notes.actions.append(Event(VERIFYING, note))
 
 
 def _label_busy(members: list[Json], slurm: SlurmView, notes: _Notes) -> None:

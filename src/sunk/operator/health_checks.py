@@ -1,0 +1,46 @@
+"""How the operator's drains and the node health checks' drains meet (issue #51).
+
+The checks (charts/slurm/files/health-check.sh, run by slurmd) own every drain whose reason
+starts with `sunk-hc: `, and lift only those, only after a run in which every check passed.
+The operator owns its `sunk: NodeSet <name> ...` drains (sunk.operator.removal). Neither
+ever lifts the other's, which keeps a node that failed a check out of service.
+
+That leaves one gap: a member the operator drained (to scale in, for a cordon) that is
+wanted back. Its reason is the operator's, so a check failing meanwhile could not replace
+it, and a plain resume would return the node to jobs without any check having passed since.
+With the checks on, the operator therefore never resumes its own drain itself: it hands the
+node over, rewriting the reason to `sunk-hc: verify: ...`, and the runner resumes it after
+its next clean run, or names the failing check instead. Without the checks (the default),
+the operator resumes as it always did.
+"""
+
+from __future__ import annotations
+
+from sunk.operator import removal as r
+from sunk.operator.actions import Action, Drain, Resume
+from sunk.slurm.models import SlurmNode
+
+OWN_PREFIX = "sunk-hc: "  # the runner's OWN; Slurm-side tools classify reasons by it
+VERIFY = "verify"  # the check name the runner lifts after any clean run
+
+
+def owned_by_checks(record: SlurmNode) -> bool:
+    """Drained under a reason only the health checks may lift."""
+    return record.drained and record.reason.startswith(OWN_PREFIX)
+
+
+def verify_reason(nodeset: str) -> str:
+    return f"{OWN_PREFIX}{VERIFY}: NodeSet {nodeset} wants it back; it returns once every check passes"
+
+
+def give_back(nodeset: str, slurm_name: str, record: SlurmNode, checks_on: bool) -> Action | None:
+    """What returning a member this NodeSet no longer wants drained takes.
+
+    None when the drain is not this NodeSet's (an administrator's, Slurm's, the checks'
+    own: theirs to lift); a Resume without health checks; with them, the hand-over drain
+    that the checks lift after a clean run."""
+    if owned_by_checks(record) or not r.drained_by(nodeset, record):
+        return None
+    if checks_on:
+        return Drain(slurm_name, verify_reason(nodeset))
+    return Resume(slurm_name)

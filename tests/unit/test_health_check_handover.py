@@ -1,0 +1,116 @@
+"""Issue #51 point 3, verify before return: with health checks on, the operator never
+returns a member to jobs itself. A drain of its own that it would lift is handed to the
+checks (`sunk-hc: verify: ...`), which lift it after a clean run; a drain the checks (or
+anyone else) set is never the operator's to lift. Without checks it resumes as before."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import pytest
+
+from sunk.operator import actions as a
+from sunk.operator import health_checks as hc
+from sunk.operator import removal as r
+from sunk.slurm.models import SlurmNode
+from sunk.testing.operator import OperatorWorld
+from tests.unit import test_health_check_runner as runner
+
+NAME = "gpu-001-011"
+
+
+def drained(reason: str, state: str = "idle") -> SlurmNode:
+    return SlurmNode(NAME, state, ("DRAIN",), reason)
+
+
+@dataclass(frozen=True)
+class Row:
+    name: str
+    record: SlurmNode
+    checks_on: bool
+    want: a.Action | None
+
+
+ROWS = [
+    Row(
+        "checks off: our own drain is resumed, as before",
+        drained(r.drain_reason("gpu", r.SCALE_IN)),
+        False,
+        a.Resume(NAME),
+    ),
+    Row(
+        "checks on: our own drain is handed to the checks, not resumed",
+        drained(r.drain_reason("gpu", r.SCALE_IN)),
+        True,
+        a.Drain(NAME, hc.verify_reason("gpu")),
+    ),
+    Row(
+        "checks on: a busy member's drain is handed over the same way",
+        drained(r.drain_reason("gpu", r.SCALE_IN), "mixed"),
+        True,
+        a.Drain(NAME, hc.verify_reason("gpu")),
+    ),
+    Row(
+        "a failing check's drain is the checks' to lift",
+        drained("sunk-hc: gpus: sees 7 of 8 GPUs"),
+        True,
+        None,
+    ),
+    Row(
+        "a hand-over already made is not made again",
+        drained(hc.verify_reason("gpu")),
+        True,
+        None,
+    ),
+    Row(
+        "a check's drain stays even with the checks turned off since",
+        drained("sunk-hc: mounts: /shared is missing"),
+        False,
+        None,
+    ),
+    Row("an administrator's drain is theirs", drained("bad DIMM, ticket 42"), True, None),
+    Row("another NodeSet's drain is its own", drained(r.drain_reason("cpu", r.SCALE_IN)), True, None),
+    Row("Slurm's own drain is Slurm's", drained("Kill task failed"), True, None),
+    Row("an undrained node needs nothing", SlurmNode(NAME, "idle", (), ""), True, None),
+]
+
+
+@pytest.mark.parametrize("row", ROWS, ids=[row.name for row in ROWS])
+def test_issue51_giving_a_member_back(row: Row) -> None:
+    """Catches: a resume that skips the checks (a node back in service without one clean
+    run), or a drain of anyone else's (the checks' included) lifted by the operator."""
+    assert hc.give_back("gpu", NAME, row.record, row.checks_on) == row.want
+
+
+def test_issue51_the_runner_lifts_the_hand_over_after_a_clean_run(tmp_path: Path) -> None:
+    """Catches: the operator and the runner disagreeing on the prefix or the check name,
+    which would leave every handed-over member drained for ever."""
+    member = runner.Node(tmp_path)
+    member.record(runner.node_line("IDLE+DRAIN", hc.verify_reason("gpu")))
+    member.script("10-ok", "exit 0")
+    assert member.run().calls == [runner.RESUME]
+
+
+def world(checks: bool) -> OperatorWorld:
+    base = OperatorWorld().settings
+    w = OperatorWorld(settings=replace(base, health_checks_configmap="r1-health-checks" if checks else ""))
+    w.add_node("node-1", "10.64.1.11")
+    w.add_node("node-2", "10.64.1.12")
+    w.add_nodeset("a", replicas=2)
+    return w
+
+
+async def test_issue51_scaling_back_up_hands_our_drain_to_the_checks_and_never_resumes() -> None:
+    """Catches: the controller resuming a member itself while the checks are on."""
+    w = world(checks=True)
+    await w.settle("a")
+    w.slurm.drain_as_admin("a-001-012", "sunk-hc: gpus: sees 7 of 8 GPUs")
+    w.nodesets.get("slurm/a")["spec"]["replicas"] = 1  # type: ignore[index]
+    await w.reconcile("a")  # drains one member to scale in
+    [(_, scaled_in, _)] = [c for c in w.slurm.calls if c[0] == "drain"]
+    w.nodesets.get("slurm/a")["spec"]["replicas"] = 2  # type: ignore[index]
+    await w.settle("a")
+    assert [c for c in w.slurm.calls if c[0] == "resume"] == []
+    assert w.slurm.records[scaled_in].reason == hc.verify_reason("a")
+    assert w.slurm.records["a-001-012"].reason == "sunk-hc: gpus: sees 7 of 8 GPUs"
