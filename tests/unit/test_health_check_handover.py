@@ -114,3 +114,18 @@ async def test_issue51_scaling_back_up_hands_our_drain_to_the_checks_and_never_r
     assert [c for c in w.slurm.calls if c[0] == "resume"] == []
     assert w.slurm.records[scaled_in].reason == hc.verify_reason("a")
     assert w.slurm.records["a-001-012"].reason == "sunk-hc: gpus: sees 7 of 8 GPUs"
+
+
+async def test_issue51_a_member_made_before_the_checks_were_on_is_resumed_as_before() -> None:
+    """Catches: a hand-over to a member with no runner mounted (made before the checks were
+    turned on; a roll-out skips members drained by someone else), drained for ever."""
+    before = world(checks=False)
+    before.spec("a")["updateStrategy"] = {"type": "OnDelete"}  # the old members stay
+    await before.settle("a")
+    w = before.restarted_with(replace(before.settings, health_checks_configmap="r1-health-checks"))
+    w.nodesets.get("slurm/a")["spec"]["replicas"] = 1  # type: ignore[index]
+    await w.reconcile("a")
+    [(_, scaled_in, _)] = [c for c in w.slurm.calls if c[0] == "drain"]
+    w.nodesets.get("slurm/a")["spec"]["replicas"] = 2  # type: ignore[index]
+    await w.settle("a")
+    assert [c[1] for c in w.slurm.calls if c[0] == "resume"] == [scaled_in]

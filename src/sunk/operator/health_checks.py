@@ -11,11 +11,16 @@ it, and a plain resume would return the node to jobs without any check having pa
 With the checks on, the operator therefore never resumes its own drain itself: it hands the
 node over, rewriting the reason to `sunk-hc: verify: ...`, and the runner resumes it after
 its next clean run, or names the failing check instead. Without the checks (the default),
-the operator resumes as it always did.
+the operator resumes as it always did, and so it does for a member made before the checks
+were turned on (it has no runner to lift a hand-over, and a roll-out skips members drained
+by someone else, so a handed-over one would stay drained for ever).
 """
 
 from __future__ import annotations
 
+from typing import Any
+
+from sunk.operator import members as m
 from sunk.operator import removal as r
 from sunk.operator.actions import Action, Drain, Resume
 from sunk.slurm.models import SlurmNode
@@ -27,6 +32,12 @@ VERIFY = "verify"  # the check name the runner lifts after any clean run
 def owned_by_checks(record: SlurmNode) -> bool:
     """Drained under a reason only the health checks may lift."""
     return record.drained and record.reason.startswith(OWN_PREFIX)
+
+
+def runs_checks(pod: dict[str, Any]) -> bool:
+    """The member has the runner mounted (made while the checks were on)."""
+    volumes = (pod.get("spec") or {}).get("volumes") or []
+    return any(v.get("name") == m.HEALTH_CHECKS_VOLUME for v in volumes)
 
 
 def verify_reason(nodeset: str) -> str:

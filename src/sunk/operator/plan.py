@@ -401,12 +401,12 @@ def _resume_kept(
     roll-out undone) gets its drain lifted, or with health checks on is handed to them to
     lift after a clean run (sunk.operator.health_checks); nobody else's drain is touched."""
     going = {member.slurm_name for member in leaving}
-    checks_on = bool(settings.health_checks_configmap)
     for pod in members:
         slurm_name = m.slurm_name_of(pod)
         record = records.get(slurm_name)
         if slurm_name in going or pod["metadata"].get("deletionTimestamp") or record is None:
             continue
+        checks_on = bool(settings.health_checks_configmap) and health_checks.runs_checks(pod)
         action = health_checks.give_back(name, slurm_name, record, checks_on)
         if action is not None:
             notes.actions.append(action)
