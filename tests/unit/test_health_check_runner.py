@@ -262,6 +262,7 @@ def test_a_clean_run_returns_a_node_the_operator_handed_over(node: Node) -> None
         ("IDLE+DRAIN", "NHC: check_fs_mount: /scratch not mounted"),
         ("DOWN+NOT_RESPONDING", "Not responding"),
         ("DOWN+DRAIN", "sunk-hc: 10-gpu: GPU 3 fell off the bus"),
+        ("IDLE+DRAIN+FAIL", "sunk-hc: 10-gpu: GPU 3 fell off the bus"),
     ],
 )
 def test_a_clean_run_never_lifts_another_owners_drain_or_a_down_node(

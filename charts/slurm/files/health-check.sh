@@ -224,8 +224,8 @@ reason=""
 case "$line" in *" Reason="*) reason=${line#* Reason=} && reason=${reason%% \[*} ;; esac
 drained=false
 case "+$state+" in *+DRAIN+*) drained=true ;; esac
-down=false
-case "$state" in DOWN* | FAIL*) down=true ;; esac
+down=false # DOWN, or failed (FAIL, a flag): Slurm's or an administrator's to return
+case "+$state+" in +DOWN* | *+FAIL+* | +FAIL*) down=true ;; esac
 owned_by="" # the check our drain names, if the reason is ours
 case "$reason" in "$OWN"*)
   owned_by=${reason#"$OWN"}
