@@ -32,6 +32,7 @@ show)
     echo "Node $4 not found" >&2
     exit 1
   fi
+  [ -e "$here/warn" ] && echo "scontrol: warning: Invalid environment variable" >&2
   cat "$here/node"
   ;;
 update)
@@ -311,6 +312,15 @@ def test_a_node_not_registered_yet_does_nothing(node: Node) -> None:
     run = node.run()
     assert run.code == 0 and run.calls == []
     assert "not registered yet" in run.output
+
+
+def test_a_warning_before_the_record_is_not_taken_for_it(node: Node) -> None:
+    """Catches: a warning scontrol prints first read as the node's record (no state, no
+    reason: an own drain never lifted, or another owner's drain taken for none)."""
+    node.flag("warn")
+    node.record(node_line("IDLE+DRAIN", "bad DIMM, ticket 42"))
+    node.script("10-gpu", "echo GPU gone; exit 1")
+    assert node.run().calls == []
 
 
 def test_a_hanging_scontrol_is_bounded_and_does_nothing(node: Node) -> None:

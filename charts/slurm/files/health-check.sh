@@ -208,12 +208,14 @@ run_bounded() { # seconds outfile command...
 
 run_bounded "$scontrol_s" "$work/show" scontrol show node -o "$node"
 rc=$?
-line=$(head -n 1 "$work/show")
-if [ "$rc" -ne 0 ] || [ -z "$line" ]; then
-  case "$line" in
+line=""
+[ "$rc" -eq 0 ] && line=$(grep -m 1 '^NodeName=' "$work/show")
+if [ -z "$line" ]; then
+  said=$(head -n 1 "$work/show" 2>/dev/null)
+  case "$said" in
   *"not found"* | *"Invalid node name"*)
     say "sunk-hc: node $node is not registered yet; nothing checked this round" ;;
-  *) say "sunk-hc: cannot reach slurmctld ($(clean "$line")); nothing checked this round" ;;
+  *) say "sunk-hc: cannot reach slurmctld ($(clean "${said:-no answer}")); nothing checked this round" ;;
   esac
   exit 0
 fi
@@ -233,7 +235,7 @@ case "$reason" in "$OWN"*)
   ;;
 esac
 
-failed="" message="" passed=" " complete=true
+failed="" message="" passed=" " complete=true runs=0
 # Runs one check (a label and its command); records a pass, or the first failure.
 check() { # name command...
   name=$1
@@ -246,7 +248,10 @@ check() { # name command...
   fi
   secs=$timeout_s
   [ "$left" -lt "$secs" ] && secs=$left
-  run_bounded "$secs" "$work/out" "$@"
+  # A file of its own: a check left behind must not answer for the next one.
+  runs=$((runs + 1))
+  out=$work/check.$runs
+  run_bounded "$secs" "$out" "$@"
   rc=$?
   case "$rc" in
   0)
@@ -261,7 +266,7 @@ check() { # name command...
     fi
     text="timed out after ${secs}s"
     ;;
-  *) text=$(clean "$(cat "$work/out")") && text=${text:-exited with status $rc} ;;
+  *) text=$(clean "$(cat "$out")") && text=${text:-exited with status $rc} ;;
   esac
   failed=$name message=$text
   return 1
