@@ -28,8 +28,11 @@ from sunk_dev.kubeapi import AdminKube
 from sunk_dev.layout import HOST, Layout
 from sunk_dev.realnode import RealNode, nodes_of
 
-# Stop order: Slurm's job processes first, the API server's clients before the API server.
+# Stop order: Slurm's job processes first, the API server's clients before the API server
+# (Prometheus and its discovery, started on demand by `sunk dev prometheus`, are among them).
 STOP_ORDER = (
+    "prometheus",
+    "prometheus-sd",
     "sunk-scheduler",
     "slurmrestd",
     "slurmd-*",

@@ -33,6 +33,7 @@ class Ports:
     mariadb: int = 23306
     ldap: int = 23890  # the dev directory's slapd (`--directory`)
     registry: int = 23500  # the OCI registry (with real Nodes, on the bridge's address)
+    prometheus: int = 29090  # the dev Prometheus (`sunk dev prometheus`), started on demand
     slurmd_base: int = 27000
     kubelet_base: int = 28250
 

@@ -1,10 +1,11 @@
-"""promtool, from Debian's prometheus package, unpacked into the cache rather than installed.
+"""Debian's prometheus package, unpacked into the cache rather than installed: promtool,
+and the Prometheus server the dev cluster runs (`sunk_dev.prometheus`).
 
 The chart's alert rules are tested with `promtool test rules` and `promtool check rules`.
 Installing the package would also install, and on most systems start, a Prometheus service
-(its maintainer scripts make a user and enable the unit); the tests need only the one
-binary, so the package is downloaded and unpacked with `dpkg -x` into
-$SUNK_CACHE/prometheus-<version>/, once per version.
+(its maintainer scripts make a user and enable the unit); the tests and the dev cluster need
+only its binaries and web assets, so the package is downloaded and unpacked with `dpkg -x`
+into $SUNK_CACHE/prometheus-<version>/, once per version, for both.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from sunk_dev.errors import DevClusterError
 from sunk_dev.layout import cache_dir
 
 PACKAGE = "prometheus"
+BINARIES = ("promtool", "prometheus")
 
 
 def apt_available() -> bool:
@@ -44,16 +46,23 @@ def candidate_version(log: Path) -> str:
 
 def ensure_promtool(log: Path) -> Path:
     """The path of promtool from Debian's prometheus package, downloaded and unpacked once."""
+    return ensure_unpacked(log) / "usr" / "bin" / "promtool"
+
+
+def ensure_unpacked(log: Path) -> Path:
+    """The root of Debian's prometheus package unpacked into the cache (its usr/bin holds
+    promtool and prometheus), downloaded and unpacked once per version. The tree is renamed
+    into place only once whole, so a root that exists is complete."""
     if not apt_available():
         raise DevClusterError(
-            f"promtool comes from Debian's {PACKAGE} package, and this machine has no apt-get "
-            "and dpkg: run the tests on Debian, or put promtool on PATH and test it by hand"
+            f"promtool and the Prometheus server come from Debian's {PACKAGE} package, and this "
+            "machine has no apt-get and dpkg: run the tests on Debian, or put promtool on PATH "
+            "and test it by hand"
         )
     version = candidate_version(log)
     root = cache_dir() / f"{PACKAGE}-{version.replace(':', '_')}"
-    promtool = root / "usr" / "bin" / "promtool"
-    if os.access(promtool, os.X_OK):
-        return promtool
+    if root.is_dir():
+        return root
     root.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=root.parent, prefix=f".{PACKAGE}-") as work:
         _run(
@@ -65,12 +74,13 @@ def ensure_promtool(log: Path) -> Path:
         [deb] = Path(work).glob(f"{PACKAGE}_*.deb")
         unpacked = Path(work) / "root"
         _run(["dpkg", "-x", str(deb), str(unpacked)], log, f"dpkg -x {deb.name}")
-        if not os.access(unpacked / "usr" / "bin" / "promtool", os.X_OK):
-            raise DevClusterError(f"{deb.name} holds no usr/bin/promtool: see {log}")
+        for binary in BINARIES:
+            if not os.access(unpacked / "usr" / "bin" / binary, os.X_OK):
+                raise DevClusterError(f"{deb.name} holds no usr/bin/{binary}: see {log}")
         # Another run may have unpacked the same version meanwhile: either copy will do.
         if not root.exists():
             unpacked.rename(root)
-    return promtool
+    return root
 
 
 def _policy_candidate() -> str | None:
@@ -86,4 +96,4 @@ def _run(argv: list[str], log: Path, what: str, cwd: str | None = None) -> None:
     env = dict(os.environ, DEBIAN_FRONTEND="noninteractive")
     with open(log, "ab") as out:
         if subprocess.run(argv, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT).returncode:
-            raise DevClusterError(f"`{what}` failed while fetching promtool: see {log}")
+            raise DevClusterError(f"`{what}` failed while fetching Debian's {PACKAGE} package: see {log}")
