@@ -125,6 +125,8 @@ def test_issue51_extra_conf_cannot_replace_the_checks_lines(helm: Path, slurm_ch
         ("slurm.healthChecks.timeoutSeconds=0", "slurm.healthChecks.timeoutSeconds"),
         ("slurm.healthChecks.nodeState=ANY\\,BUSY", "slurm.healthChecks.nodeState"),
         ("slurm.healthChecks.nodeState=START_ONLY", "slurm.healthChecks.nodeState"),
+        ("slurm.healthChecks.nodeState=NONDRAINED_IDLE\\,MIXED", "slurm.healthChecks.nodeState"),
+        ("slurm.healthChecks.nodeState=ALLOC", "slurm.healthChecks.nodeState"),
         ("slurm.healthChecks.checks.mounts={data}", "slurm.healthChecks.checks.mounts"),
         ("slurm.healthChecks.checks.mounts={/data;rm}", "slurm.healthChecks.checks.mounts"),
         ("slurm.healthChecks.checks.spool.minFreeMiB=lots", "slurm.healthChecks.checks.spool.minFreeMiB"),
@@ -136,9 +138,16 @@ def test_issue51_values_the_runner_cannot_use_fail_naming_the_value(
 ) -> None:
     """Catches: an interval or timeout that does not parse reaching slurm.conf or the runner
     (Slurm would ignore the line; a timeout past the budget would never fail a hang), a
-    START_ONLY (26.05 only, and before registration a dynamic node cannot be drained), or a
+    START_ONLY (26.05 only, and before registration a dynamic node cannot be drained), node
+    states under which a drained idle node never runs the checks (never returned), or a
     path or name that would break the sourced settings."""
     assert named_in_error in fails(slurm_chart, helm, ON, value)
+
+
+def test_issue51_idle_with_cycle_is_accepted(helm: Path, slurm_chart: Path) -> None:
+    """Catches: the ANY-or-IDLE rule refusing a state list that does include IDLE."""
+    objects = render(slurm_chart, helm, ON, "slurm.healthChecks.nodeState=idle\\,mixed\\,cycle")
+    assert conf_value(objects, "HealthCheckNodeState") == "IDLE,MIXED,CYCLE"
 
 
 def test_issue51_bad_values_are_not_checked_while_the_checks_are_off(helm: Path, slurm_chart: Path) -> None:

@@ -63,10 +63,17 @@ scripts_configmap='{{ . }}'
 {{- fail (printf "slurm.healthChecks.timeoutSeconds is %s: give 1 to 30 seconds; slurmd kills the whole run at 60 s, and the checks share 34 s of it" $t) -}}
 {{- end -}}
 {{- $states := list "ANY" "ALLOC" "CYCLE" "IDLE" "MIXED" "NONDRAINED_IDLE" -}}
+{{- $given := list -}}
 {{- range (splitList "," (toString $h.nodeState)) -}}
 {{- if not (has (upper (trim .)) $states) -}}
 {{- fail (printf "slurm.healthChecks.nodeState: %q is not one of %s (comma-separated, e.g. ANY,CYCLE)" . (join ", " $states)) -}}
 {{- end -}}
+{{- $given = append $given (upper (trim .)) -}}
+{{- end -}}
+{{- /* slurmctld runs the checks on an idle drained node only for ANY or IDLE, and only a
+run there lifts a drain the checks set once its jobs have ended. */ -}}
+{{- if not (or (has "ANY" $given) (has "IDLE" $given)) -}}
+{{- fail (printf "slurm.healthChecks.nodeState is %q: include ANY or IDLE, or a node the checks drained would never run them again to be returned" (toString $h.nodeState)) -}}
 {{- end -}}
 {{- $c := $h.checks -}}
 {{- if not (kindIs "slice" (default list $c.mounts)) -}}
