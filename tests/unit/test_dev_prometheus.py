@@ -16,6 +16,7 @@ import pytest
 import yaml
 
 from sunk_dev import procs, prometheus, prometheus_sd
+from sunk_dev.cli import dev_parser, run_dev
 from sunk_dev.cluster import DevCluster
 from sunk_dev.errors import DevClusterError
 from sunk_dev.layout import Layout, Ports
@@ -309,3 +310,28 @@ def test_discovery_without_an_api_server_keeps_trying_and_says_why(layout: Layou
     discovery = procs.load(layout.pids, prometheus_sd.PROCESS)
     assert discovery is not None and discovery.alive()
     assert json.loads(prometheus_sd.targets_file(layout).read_text()) == []
+
+
+# -- `sunk dev prometheus` ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("rules", ["slurm-prometheus-rules", "slurm/", "/x", "a/b/c"])
+def test_sunk_dev_prometheus_refuses_rules_that_name_no_namespace_and_configmap(
+    rules: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("SUNK_DEV_DIR", str(tmp_path))  # never this machine's running cluster
+    with pytest.raises(DevClusterError, match="--rules takes NAMESPACE/CONFIGMAP"):
+        run_dev(dev_parser().parse_args(["prometheus", "--rules", rules]))
+
+
+def test_missing_graph_page_scripts_are_noticed(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """Debian's web pages link their scripts from libjs packages unpacking does not bring."""
+    static = tmp_path / "pkg" / "usr" / "share" / "prometheus" / "web" / "static"
+    static.mkdir(parents=True)
+    (tmp_path / "there").mkdir()
+    (static / "jquery").symlink_to(tmp_path / "there")
+    monkeypatch.setattr(prometheus, "ensure_unpacked", lambda _log: tmp_path / "pkg")
+    layout = Layout(tmp_path / "dev")
+    assert prometheus.missing_web_assets(layout) is False
+    (static / "d3").symlink_to("/nonexistent/javascript/d3")
+    assert prometheus.missing_web_assets(layout) is True

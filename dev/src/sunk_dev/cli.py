@@ -17,6 +17,7 @@ from sunk_dev import (
     DevCluster,
     DevClusterError,
     platform,
+    prometheus,
     realcluster,
     report,
     slurmroot,
@@ -67,6 +68,17 @@ def dev_parser() -> argparse.ArgumentParser:
         help="stop every process of the dev cluster; delete its real Nodes' images, containers and volumes "
         "(its logs stay until the next up)",
     )
+    prom = dev_sub.add_parser(
+        "prometheus",
+        help="start a Prometheus (Debian's, on 127.0.0.1) scraping the cluster's annotated Services; "
+        "print its URL",
+    )
+    prom.add_argument(
+        "--rules",
+        metavar="NAMESPACE/CONFIGMAP",
+        help="also evaluate the Slurm chart's alert rules from this ConfigMap (a release installed "
+        "with metrics.rules.configMap=true has <release>-prometheus-rules); without it, no rules",
+    )
     dev_sub.add_parser("status", help="show what runs and whether it answers")
     dev_sub.add_parser("env", help="print `export` lines for kubectl, Slurm's CLI and sunk")
     slurm = dev_sub.add_parser(
@@ -110,12 +122,39 @@ def run_dev(args: argparse.Namespace) -> int:
     elif args.dev_command == "node":
         (cluster.stop_node if args.action == "stop" else cluster.start_node)(args.name)
         print(f"{args.name} {'stopped' if args.action == 'stop' else 'started'}")
+    elif args.dev_command == "prometheus":
+        run_prometheus(cluster, args.rules)
     elif args.dev_command == "env":
         cluster.require_running()
         sys.stdout.write(cluster.env_text())
     elif args.dev_command == "slurm":
         return run_slurm_command(cluster, args.slurm_argv)
     return 0
+
+
+def run_prometheus(cluster: DevCluster, rules: str | None) -> None:
+    """`sunk dev prometheus`: start it (or update its rules) and say where it is."""
+    source = _configmap(rules) if rules else None
+    cluster.require_running()
+    layout = cluster.layout
+    url = prometheus.ensure_running(layout, prometheus.fetch_rules(layout, *source) if source else None)
+    print(url)
+    print(f"graph page: {url}/graph, alerts: {url}/alerts, targets: {url}/targets")
+    if prometheus.missing_web_assets(layout):
+        print(
+            "sunk: the graph page's scripts come from Debian packages that are not installed: "
+            f"apt-get install --no-install-recommends {' '.join(prometheus.WEB_PACKAGES)}",
+            file=sys.stderr,
+        )
+
+
+def _configmap(text: str) -> tuple[str, str]:
+    namespace, _, name = text.partition("/")
+    if not namespace or not name or "/" in name:
+        raise DevClusterError(
+            f"--rules takes NAMESPACE/CONFIGMAP (e.g. slurm/slurm-prometheus-rules), not {text!r}"
+        )
+    return namespace, name
 
 
 def run_slurm_command(cluster: DevCluster, argv: Sequence[str]) -> int:
