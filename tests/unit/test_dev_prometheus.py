@@ -5,9 +5,11 @@ started, reloaded and stopped by PID, on 127.0.0.1 only."""
 
 from __future__ import annotations
 
+import http.server
 import json
 import re
 import socket
+import threading
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -335,3 +337,83 @@ def test_missing_graph_page_scripts_are_noticed(monkeypatch: pytest.MonkeyPatch,
     assert prometheus.missing_web_assets(layout) is False
     (static / "d3").symlink_to("/nonexistent/javascript/d3")
     assert prometheus.missing_web_assets(layout) is True
+
+
+class Exporter(http.server.BaseHTTPRequestHandler):
+    """A metrics endpoint at /custom only, whose series has a `node` label of its own."""
+
+    def do_GET(self) -> None:
+        body = b'sunk_e2e_probe{node="sn-1"} 1\n' if self.path == "/custom" else b""
+        self.send_response(200 if body else 404)
+        self.send_header("Content-Type", "text/plain; version=0.0.4")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *_args: Any) -> None:
+        pass
+
+
+@pytest.fixture
+def exporter() -> Iterator[int]:
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Exporter)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def eventually(probe: Any, what: str, timeout: float = 40) -> Any:
+    """The first truthy value of `probe` (Prometheus scrapes every 5 s)."""
+    found: list[Any] = []
+
+    def ready() -> bool:
+        found[:] = [probe()]
+        return bool(found[0])
+
+    procs.wait_until(ready, timeout=timeout, what=what, interval=0.5)
+    return found[0]
+
+
+def test_a_real_prometheus_scrapes_an_annotated_service_at_its_port_and_path_only(
+    layout: Layout, exporter: int
+) -> None:
+    """The relabelling as Prometheus itself runs it: the endpoint's own port (1) is replaced
+    by the annotated one, the path is the annotated one, the target is labelled with its
+    namespace and Service, the series keeps its own `node`, and an unannotated Service
+    with the same endpoint is not scraped."""
+    base = prometheus.ensure_running(layout, None)
+    annotated = service("probe-metrics", {"scrape": "true", "port": str(exporter), "path": "/custom"})
+    plain = service("probe-plain", {"port": str(exporter), "path": "/custom"})
+    slices = [endpoint_slice(name, ["127.0.0.1"], port=1) for name in ("probe-metrics", "probe-plain")]
+    prometheus_sd.write(
+        prometheus_sd.targets_file(layout), prometheus_sd.target_groups([annotated, plain], slices)
+    )
+    series = eventually(lambda: prometheus.query(base, "sunk_e2e_probe"), what="the probe's series scraped")
+    [labels] = [s["metric"] for s in series]
+    assert {k: labels[k] for k in ("namespace", "service", "node")} == {
+        "namespace": "obs",
+        "service": "probe-metrics",
+        "node": "sn-1",
+    }
+    assert labels["instance"] == f"127.0.0.1:{exporter}"
+    assert {t["labels"]["service"] for t in prometheus.targets(base)} == {"probe-metrics"}
+
+
+def test_discovery_lists_every_service_and_endpointslice_of_the_cluster() -> None:
+    class Kube:
+        def __init__(self) -> None:
+            self.asked: list[str] = []
+
+        def get(self, path: str) -> dict[str, Any]:
+            self.asked.append(path)
+            if path == "/api/v1/services":
+                return {"items": [service("m", CHART_ANNOTATIONS)]}
+            return {"items": [endpoint_slice("m", ["10.64.1.7"])]}
+
+    kube = Kube()
+    groups = prometheus_sd.discover(kube)  # type: ignore[arg-type]
+    assert kube.asked == ["/api/v1/services", "/apis/discovery.k8s.io/v1/endpointslices"]
+    assert [g["targets"] for g in groups] == [["10.64.1.7:8080"]]
