@@ -305,10 +305,14 @@ def test_a_roll_out_held_by_a_running_job_fires_the_not_up_to_date_alert_until_t
 # -- dashboards -----------------------------------------------------------------------------------
 
 
-def placed_pod(platform: Platform, name: str, node: str, cpu: str) -> dict[str, Any]:
+def placed_pod(platform: Platform, name: str, node: str) -> dict[str, Any]:
     """A Pod for sunk's scheduler on `node`, running the slurmd image (already on the Nodes)."""
     pod = make_pod(
-        name, f"{NAMESPACE}-{RELEASE}", cpu=cpu, memory="32Mi", nodeSelector={"kubernetes.io/hostname": node}
+        name,
+        f"{NAMESPACE}-{RELEASE}",
+        cpu="100m",
+        memory="32Mi",
+        nodeSelector={"kubernetes.io/hostname": node},
     )
     pod["spec"]["containers"][0].update(
         image=platform.images["slurmd"].ref, imagePullPolicy="Never", command=["sleep", "infinity"]
@@ -316,12 +320,26 @@ def placed_pod(platform: Platform, name: str, node: str, cpu: str) -> dict[str, 
     return pod
 
 
+def seen_as(prom: str, node: str, state: str) -> None:
+    series = f'sunk_slurm_node_info{{{NS}, node="{node}", state="{state}"}}'
+    wait_for(lambda: values(prom, series) or None, timeout=60, what=f"{node} {state} in Prometheus")
+
+
+def out_and_back(platform: Platform, prom: str, node: str, state: str, shown: str) -> None:
+    """Take `node` out of use (`scontrol ... state=<state>`) and back, each step seen in
+    Prometheus, so the operator observes how long it was out."""
+    logged_in(platform, f"scontrol update nodename={node} state={state} reason='e2e: dashboards'")
+    seen_as(prom, node, shown)
+    logged_in(platform, f"scontrol update nodename={node} state=resume")
+    seen_as(prom, node, "idle")
+
+
 def test_every_dashboard_query_returns_data(platform: Platform, prom: str, kube: AdminKube) -> None:
     """Every panel's query, its variables replaced by this release's values, against the
-    cluster in a state that gives every panel something to show: a node that went down and
-    came back, a drained one, a running job, a held one, a Pod placed by sunk's scheduler
-    and one waiting in Slurm. Catches a panel that reads a metric under a name or label
-    nothing serves (empty for ever, silently); the failure lists every empty query."""
+    cluster in a state that gives every panel something to show: a node drained and back,
+    down and back, then drained again; a running job and a held one; a Pod placed by sunk's
+    scheduler and one waiting in Slurm. Catches a panel that reads a metric under a name or
+    label nothing serves (empty for ever, silently); the failure lists every empty query."""
     found = all_queries()
     if not found:
         pytest.skip(f"no dashboards are committed under {DASHBOARDS}")
@@ -333,15 +351,15 @@ def test_every_dashboard_query_returns_data(platform: Platform, prom: str, kube:
     jobs: list[str] = []
     tenants = f"/api/v1/namespaces/{platform.tenants}/pods"
     try:
-        logged_in(platform, f"scontrol update nodename={out} state=down reason='e2e: dashboards'")
-        down = f'sunk_slurm_node_info{{{NS}, node="{out}", state="down"}}'
-        wait_for(lambda: values(prom, down) or None, timeout=60, what=f"{out} down in Prometheus")
-        logged_in(platform, f"scontrol update nodename={out} state=resume")
+        # Drained and back, down and back: what the duration histograms observe.
+        for state, shown in (("drain", "drained"), ("down", "down")):
+            out_and_back(platform, prom, out, state, shown)
         logged_in(platform, f"scontrol update nodename={out} state=drain reason='e2e: dashboards'")
-        jobs.append(submit(platform, f"-w {busy} -c1 --mem=64 -t 10 --wrap 'sleep 600'"))
+        jobs.append(submit(platform, f"-w {busy} --exclusive -t 10 --wrap 'sleep 600'"))
         jobs.append(submit(platform, "--hold -t 10 --wrap true"))
-        kube.create(tenants, placed_pod(platform, "placed", nodes[free], "100m"))
-        kube.create(tenants, placed_pod(platform, "waiting", nodes[busy], "2"))  # two CPUs: none free
+        kube.create(tenants, placed_pod(platform, "placed", nodes[free]))
+        # Its placeholder job waits in Slurm: the job above holds every CPU of that member.
+        kube.create(tenants, placed_pod(platform, "waiting", nodes[busy]))
         wait_for(
             lambda: containers_running(kube.get(f"{tenants}/placed")) or None,
             timeout=120,
