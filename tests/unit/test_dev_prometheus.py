@@ -19,7 +19,7 @@ import yaml
 
 from sunk_dev import procs, prometheus, prometheus_sd
 from sunk_dev.cli import dev_parser, run_dev
-from sunk_dev.cluster import DevCluster
+from sunk_dev.cluster import STOP_ORDER, DevCluster
 from sunk_dev.errors import DevClusterError
 from sunk_dev.layout import Layout, Ports
 from sunk_dev.promtool import apt_available
@@ -185,15 +185,12 @@ def test_it_listens_on_127_0_0_1_at_the_layouts_port_which_moves_with_the_offset
     assert prometheus.url(layout) == f"http://127.0.0.1:{Ports().prometheus + 1000}"
 
 
-def test_its_tsdb_and_log_are_under_the_run_directory(tmp_path: Path) -> None:
+def test_its_tsdb_is_under_the_run_directory(tmp_path: Path) -> None:
     layout = Layout(tmp_path)
     assert f"--storage.tsdb.path={tmp_path / 'prometheus' / 'data'}" in prometheus.argv(layout, Path("/p"))
-    assert layout.logs == tmp_path / "logs"  # procs.spawn writes logs/prometheus.log
 
 
 def test_sunk_dev_down_stops_it_before_the_api_server_it_watches() -> None:
-    from sunk_dev.cluster import STOP_ORDER
-
     assert STOP_ORDER.index("prometheus") < STOP_ORDER.index("kube-apiserver")
     assert STOP_ORDER.index("prometheus-sd") < STOP_ORDER.index("kube-apiserver")
 
@@ -247,7 +244,7 @@ def test_a_real_prometheus_starts_answers_and_listens_on_loopback_only(layout: L
     assert base == prometheus.url(layout)
     assert prometheus.query(base, "vector(1)")[0]["value"][1] == "1"
     assert listening(layout.ports.prometheus) == {"0100007F"}  # 127.0.0.1, and nothing else
-    assert (layout.logs / "prometheus.log").exists()
+    assert (layout.logs / "prometheus.log").exists()  # its log, in the run directory
 
 
 def test_starting_it_again_keeps_the_running_one(layout: Layout) -> None:
@@ -263,7 +260,7 @@ def test_new_rules_are_loaded_by_a_reload_not_a_restart(layout: Layout, tmp_path
     before = procs.load(layout.pids, prometheus.PROCESS)
     prometheus.ensure_running(layout, rule_file(tmp_path / "b.yaml", "Second"))
     assert procs.load(layout.pids, prometheus.PROCESS) == before
-    names = {r["name"] for g in prometheus._api(base, "rules")["groups"] for r in g["rules"]}
+    names = {r["name"] for g in prometheus.rule_groups(base) for r in g["rules"]}
     assert names == {"Second"}
 
 

@@ -246,6 +246,12 @@ def alerts(base: str) -> list[Json]:
     return found
 
 
+def rule_groups(base: str) -> list[Json]:
+    """The rule groups it evaluates, each rule with its name, state and health."""
+    found: list[Json] = _api(base, "rules")["groups"]
+    return found
+
+
 def targets(base: str) -> list[Json]:
     """The active scrape targets: labels, `health` (up, down, unknown), `lastError`."""
     found: list[Json] = _api(base, "targets", state="active")["activeTargets"]
