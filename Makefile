@@ -19,17 +19,21 @@ VERSION_SUITE = tests/integration/test_slurm_client.py tests/e2e/test_schedule_f
 # confined in cgroups inside slurmd Pods, people from the directory logging in and running jobs as
 # themselves, job steps in container images from the cluster's registry, the train-and-serve
 # example (PyTorch trained with sbatch, served by Pods sunk places, preempted by training),
-# then a short operator fault run (20 faults; no job may be killed).
+# metrics, alerts and dashboards against a real Prometheus scraping the release, then a
+# short operator fault run (20 faults; no job may be killed).
 REAL_SUITE = tests/e2e/test_real_nodes.py tests/e2e/test_dev_platform_support.py tests/e2e/test_platform.py \
 	tests/e2e/test_confinement.py tests/e2e/test_people.py tests/e2e/test_containers.py \
-	tests/e2e/test_train_and_serve.py tests/faults/test_operator_chaos.py
+	tests/e2e/test_train_and_serve.py tests/e2e/test_prometheus.py tests/faults/test_operator_chaos.py
+# Each suite's time is printed at the end (or where one fails): scripts/timed-suite.sh.
+SUITE = scripts/timed-suite.sh
 test: bootstrap lint
-	.venv/bin/pytest
-	SUNK_TEST_CLUSTER=accounting .venv/bin/pytest tests/e2e/test_accounting.py tests/e2e/test_account_sync.py
-	SUNK_TEST_CLUSTER=real .venv/bin/pytest $(REAL_SUITE)
-	SUNK_TEST_SLURM=26.05 .venv/bin/pytest $(VERSION_SUITE)
-	SUNK_TEST_CLUSTER=real SUNK_TEST_SLURM=26.05 .venv/bin/pytest tests/e2e/test_real_nodes.py
-	SUNK_TEST_SLURM=22.05 .venv/bin/pytest $(VERSION_SUITE)
+	@rm -f .suite-times
+	$(SUITE) default .venv/bin/pytest
+	$(SUITE) accounting env SUNK_TEST_CLUSTER=accounting .venv/bin/pytest tests/e2e/test_accounting.py tests/e2e/test_account_sync.py
+	$(SUITE) real-nodes env SUNK_TEST_CLUSTER=real .venv/bin/pytest $(REAL_SUITE)
+	$(SUITE) slurm-26.05 env SUNK_TEST_SLURM=26.05 .venv/bin/pytest $(VERSION_SUITE)
+	$(SUITE) real-nodes-26.05 env SUNK_TEST_CLUSTER=real SUNK_TEST_SLURM=26.05 .venv/bin/pytest tests/e2e/test_real_nodes.py
+	$(SUITE) --last slurm-22.05 env SUNK_TEST_SLURM=22.05 .venv/bin/pytest $(VERSION_SUITE)
 
 lint: bootstrap
 	.venv/bin/ruff check src dev tests bench

@@ -150,6 +150,33 @@ def test_issue36_a_greedy_job_is_held_to_its_cpu_and_memory_and_accounted(
         raise AssertionError(f"{err}; last state: {states}") from None
 
 
+# The first-day job of issue #49: a pipe holding far more than the job's 100 MiB.
+PAST_ITS_MEMORY = "srun -t 2 --mem=100M sh -c 'echo job $SLURM_JOB_ID; head -c 500M /dev/zero | tail'"
+
+
+def test_issue49_a_job_past_its_memory_on_a_burstable_member_loses_its_task_not_slurmstepd(
+    platform: Platform, kube: AdminKube
+) -> None:
+    """Catches slurmstepd chosen by the job's OOM killer before the task: it kept the
+    kubelet's Burstable score while Slurm moved the task to 0, so srun never returned and the
+    job sat RUNNING until its time limit (TIMEOUT, never OUT_OF_MEMORY)."""
+    member = member_on(kube, "real-1")
+    pod = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{member}")
+    assert pod["status"]["qosClass"] == "Burstable"
+    started = time.monotonic()
+    rc, said = login(platform, PAST_ITS_MEMORY.replace("srun", f"srun -w {member}"))
+    FIGURES["job past its memory, srun to its end (s)"] = time.monotonic() - started
+    assert rc != 0 and "Out Of Memory" in said, said
+    [job] = re.findall(r"^job (\d+)$", said, re.M)
+    assert sacct(platform, job)[job]["State"] == "OUT_OF_MEMORY"
+    wait_for(
+        lambda: logged_in(platform, f"sinfo -h -n {member} -o '%T|%E'").strip() == "idle|none" or None,
+        timeout=150,
+        what=f"{member} idle and not drained after the OOM",
+        every=1,
+    )
+
+
 def test_issue36_cpu_bind_cores_places_each_task_on_the_cores_it_reports(
     platform: Platform, kube: AdminKube
 ) -> None:

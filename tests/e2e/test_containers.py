@@ -125,6 +125,27 @@ def test_r10_7_a_step_runs_in_the_image_as_its_user_on_every_node_of_the_job(
     assert rc == 0, said
 
 
+def test_issue49_a_container_step_past_its_memory_ends_out_of_memory_and_frees_its_node(
+    platform: Platform, dev_cluster: DevCluster, kube: AdminKube, job_image: str
+) -> None:
+    """Catches the OOM killer taking slurmstepd rather than the step's process when the step
+    runs in an image (the job then sat RUNNING until its time limit), and a node left
+    drained or completing after it."""
+    step = "sh -c 'echo job $SLURM_JOB_ID; head -c 500M /dev/zero | tail'"
+    rc, said = alice(
+        dev_cluster, kube, f"srun -N1 -t 2 --mem=100M --chdir=/tmp --container={job_image} {step}"
+    )
+    assert rc != 0, said
+    [job] = re.findall(r"^job (\d+)$", said, re.M)
+    state = wait_for(
+        lambda: platform.login(f"sacct -nPX -j {job} --format=State").stdout.strip() or None,
+        timeout=60,
+        what=f"job {job} in sacct",
+    )
+    assert state == "OUT_OF_MEMORY", said
+    wait_all_idle(platform)
+
+
 def test_r10_7_a_file_a_container_step_writes_on_one_node_is_read_on_another_and_on_login(
     platform: Platform, dev_cluster: DevCluster, kube: AdminKube, job_image: str
 ) -> None:

@@ -8,6 +8,7 @@ directory on the Nodes' bridge.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 import pytest
@@ -49,12 +50,17 @@ EXTRA_VALUES = {
 }
 
 
+# The member here is Guaranteed (requests equal limits), the other suites' are Burstable: a
+# job past its memory must lose its task to the OOM killer on both (issue #49).
+GUARANTEED = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "1", "memory": "1Gi"}}
+
+
 @pytest.fixture(scope="module")
 def platform(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[Platform]:
     prepare_namespace(dev_cluster, kube, NAMESPACE)
     plat = Platform(dev_cluster, namespace=NAMESPACE, release="slurm")
     plat.install(merge_values(directory_values(dev_cluster), EXTRA_VALUES), scheduler=False)
-    plat.apply_nodeset(kube, nodeset("compute", ["main"], replicas=1))
+    plat.apply_nodeset(kube, nodeset("compute", ["main"], replicas=1, resources=GUARANTEED))
     wait_for(lambda: people_written(kube), timeout=60, what="the operator writing the directory's people")
     wait_associated(plat, "alice", "bob", "carol")
     yield plat
@@ -94,6 +100,27 @@ def test_r10_6_a_job_of_alice_runs_as_her_with_her_groups_on_a_slurmd_pod(
 ) -> None:
     out = as_user(dev_cluster, kube, NAMESPACE, "alice", "srun -N1 --chdir=/tmp id", within=240)
     assert "uid=20001(alice) gid=30000(people) groups=30000(people),30001(ml)" in out
+
+
+def test_issue49_alices_job_past_its_memory_on_a_guaranteed_member_ends_out_of_memory(
+    platform: Platform, dev_cluster: DevCluster, kube: AdminKube
+) -> None:
+    """Catches the OOM killer taking slurmstepd rather than the task of a directory person's
+    job (the job then sat RUNNING until its time limit), on a member of the Guaranteed class."""
+    pods = kube.get(
+        f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector="sunk.coreweave.com/nodeset=compute"
+    )
+    assert {p["status"].get("qosClass") for p in pods["items"]} == {"Guaranteed"}
+    past = "srun -t 2 --chdir=/tmp --mem=100M sh -c 'echo job $SLURM_JOB_ID; head -c 500M /dev/zero | tail'"
+    out = as_user(dev_cluster, kube, NAMESPACE, "alice", f"{past}; echo srun=$?", within=240)
+    assert "srun=0" not in out, out
+    [job] = re.findall(r"^job (\d+)$", out, re.M)
+    state = wait_for(
+        lambda: platform.login(f"sacct -nPX -j {job} --format=User,State").stdout.strip() or None,
+        timeout=60,
+        what=f"job {job} in sacct",
+    )
+    assert state == "alice|OUT_OF_MEMORY"
 
 
 def test_r10_6_sacct_shows_alices_job_under_her_groups_account(
