@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from tests.chart.conftest import render_chart
+from tests.chart.test_slurm_chart_people import DIRECTORY
 
 
 def sshd_command(helm: Path, chart: Path, *sets: str) -> str:
@@ -81,13 +82,7 @@ def test_host_keys_the_values_name_replace_the_releases_own(helm: Path, slurm_ch
 
 
 DIRECTORY_AND_PASSWORDS = {
-    "directory": {
-        "uri": "ldaps://ldap.example:636",
-        "bindDN": "cn=reader,dc=example,dc=org",
-        "bindPasswordSecret": {"name": "ldap-reader", "key": "password"},
-        "userBase": "ou=people,dc=example,dc=org",
-        "groupBase": "ou=groups,dc=example,dc=org",
-    },
+    **DIRECTORY,
     "login": {"passwordLogin": True},
     "sharedVolumes": [{"name": "home", "mountPath": "/home", "size": "1Gi"}],
 }
