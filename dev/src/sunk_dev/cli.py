@@ -11,11 +11,13 @@ import signal
 import subprocess
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 
 from sunk_dev import (
     ClusterSpec,
     DevCluster,
     DevClusterError,
+    directory_admin,
     platform,
     prometheus,
     realcluster,
@@ -86,7 +88,39 @@ def dev_parser() -> argparse.ArgumentParser:
         help="run a Slurm command (squeue, sinfo, scontrol, sacctmgr...) of the running cluster",
     )
     slurm.add_argument("slurm_argv", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]")
+    _directory_parsers(dev_sub)
     return dev
+
+
+def _directory_parsers(dev_sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    """`sunk dev people ...` and `sunk dev group ...`: the dev directory, changed as its admin."""
+    people = dev_sub.add_parser("people", help="add, remove or list people in the dev cluster's directory")
+    people_sub = people.add_subparsers(dest="people_command", required=True)
+    add = people_sub.add_parser("add", help="add a person (in the `people` group, so with a Slurm account)")
+    add.add_argument("name")
+    add.add_argument("--uid", type=int, help="their UID (the next one above everyone's)")
+    add.add_argument("--group", action="append", default=[], metavar="G", help="also in group G (repeatable)")
+    key = add.add_mutually_exclusive_group()
+    key.add_argument("--key-file", type=Path, metavar="PATH", help="their SSH public key (a .pub file)")
+    key.add_argument(
+        "--generate-key",
+        action="store_true",
+        help="make them a key pair under the run directory (the default without --key-file)",
+    )
+    add.add_argument("--password-file", type=Path, metavar="PATH", help="a file holding their password")
+    people_sub.add_parser("remove", help="remove a person and their groups' mentions of them").add_argument(
+        "name"
+    )
+    people_sub.add_parser("list", help="everyone and every group in the directory")
+    group = dev_sub.add_parser("group", help="add or remove a group in the dev cluster's directory")
+    group_sub = group.add_subparsers(dest="group_command", required=True)
+    gadd = group_sub.add_parser("add", help="add a group")
+    gadd.add_argument("name")
+    gadd.add_argument("--gid", type=int, help="its GID (the next one above every group's)")
+    gadd.add_argument(
+        "--member", nargs="+", default=[], metavar="NAME", help="people already in the directory"
+    )
+    group_sub.add_parser("remove", help="remove a group").add_argument("name")
 
 
 def run_dev(args: argparse.Namespace) -> int:
@@ -129,7 +163,41 @@ def run_dev(args: argparse.Namespace) -> int:
         sys.stdout.write(cluster.env_text())
     elif args.dev_command == "slurm":
         return run_slurm_command(cluster, args.slurm_argv)
+    elif args.dev_command in ("people", "group"):
+        run_directory_command(cluster, args)
     return 0
+
+
+def run_directory_command(cluster: DevCluster, args: argparse.Namespace) -> None:
+    """`sunk dev people ...` / `sunk dev group ...`; each says what changed and when it shows."""
+    layout = cluster.layout
+    later = "on the login and slurmd Pods within about two minutes (docs/devcluster.md)"
+    if args.dev_command == "group":
+        if args.group_command == "add":
+            gid = directory_admin.add_group(layout, args.name, gid=args.gid, members=args.member)
+            print(f"added the group {args.name} (GID {gid}); it shows {later}")
+        else:
+            directory_admin.remove_group(layout, args.name)
+            print(f"removed the group {args.name}; it goes {later}")
+    elif args.people_command == "add":
+        added = directory_admin.add_person(
+            layout,
+            args.name,
+            uid=args.uid,
+            groups=args.group,
+            key_file=args.key_file,
+            password_file=args.password_file,
+        )
+        print(
+            f"added {added.name} (UID {added.uid}, groups {','.join(added.groups)}); they can log in {later}"
+        )
+        if added.private_key:
+            print(f"their private key: {added.private_key}")
+    elif args.people_command == "remove":
+        directory_admin.remove_person(layout, args.name)
+        print(f"removed {args.name}; their logins are refused {later}")
+    else:
+        sys.stdout.write(directory_admin.describe(directory_admin.snapshot(layout)))
 
 
 def run_prometheus(cluster: DevCluster, rules: str | None) -> None:

@@ -11,6 +11,8 @@ The tree:
       ou=groups   people (every person's primary group), ml (alice), hpc (bob);
                   carol is in no group but her own, so no Slurm account is made for her
       cn=reader   the read-only identity clients bind as (its password in the run directory)
+      cn=admin    slapd's rootdn, which may change anything (its password in
+                  `directory/admin.password`, for `sunk dev people` and `sunk dev group`)
 
 Each person's SSH key pair and password are made here; the private keys and the passwords
 stay in the run directory (`directory/keys/<name>`, `directory/passwords/<name>`) for the
@@ -68,6 +70,11 @@ def directory_dir(layout: Layout) -> Path:
 
 def reader_password_file(layout: Layout) -> Path:
     return directory_dir(layout) / "reader.password"
+
+
+def admin_password_file(layout: Layout) -> Path:
+    """The rootdn's password (owner-only), so that an admin can add and remove people."""
+    return directory_dir(layout) / "admin.password"
 
 
 def private_key(layout: Layout, name: str) -> Path:
@@ -138,7 +145,8 @@ def seed_ldif(public_keys: dict[str, str], reader_hash: str, password_hashes: di
     return "\n".join(entries)
 
 
-def _hash(password: str) -> str:
+def hash_password(password: str) -> str:
+    """slapd's salted hash of `password`, given to slappasswd on its stdin (never argv)."""
     done = subprocess.run(
         ["slappasswd", "-T", "/dev/stdin"], input=password, capture_output=True, text=True, check=False
     )
@@ -153,10 +161,21 @@ def _password(path: Path) -> str:
     password = secrets.token_urlsafe(12)
     path.write_text(password)
     path.chmod(0o600)
-    return _hash(password)
+    return hash_password(password)
 
 
-def _key_pair(path: Path, name: str) -> str:
+def keep_secret(path: Path) -> str:
+    """A fresh random secret kept at `path`, made owner-only before it is written and with
+    no line break (ldapmodify's `-y` sends a file's bytes as they are); returns its hash."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.touch(mode=0o600)
+    path.chmod(0o600)
+    secret = secrets.token_hex(16)
+    path.write_text(secret)
+    return hash_password(secret)
+
+
+def make_key_pair(path: Path, name: str) -> str:
     """An ed25519 key pair for `name`; returns the public key line."""
     path.parent.mkdir(parents=True, exist_ok=True)
     subprocess.run(
@@ -174,11 +193,11 @@ def start(layout: Layout, hosts: tuple[str, ...] = (HOST,)) -> None:
     reader_password = secrets.token_hex(16)
     reader_password_file(layout).write_text(reader_password)
     reader_password_file(layout).chmod(0o600)
-    reader_hash = _hash(reader_password)
+    reader_hash = hash_password(reader_password)
     (here / "ssh-key.schema").write_text(_SSH_KEY_SCHEMA)
     conf = here / "slapd.conf"
-    conf.write_text(slapd_conf(layout, _hash(secrets.token_hex(16)), reader_hash))
-    keys = {p.name: _key_pair(private_key(layout, p.name), p.name) for p in PEOPLE_SEEDED}
+    conf.write_text(slapd_conf(layout, keep_secret(admin_password_file(layout)), reader_hash))
+    keys = {p.name: make_key_pair(private_key(layout, p.name), p.name) for p in PEOPLE_SEEDED}
     passwords = {p.name: _password(password_file(layout, p.name)) for p in PEOPLE_SEEDED}
     seed = here / "seed.ldif"
     seed.write_text(seed_ldif(keys, reader_hash, passwords))
