@@ -9,11 +9,14 @@ directory on the Nodes' bridge.
 from __future__ import annotations
 
 import re
+import shutil
+import time
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
-from sunk_dev import DevCluster, directory
+from sunk_dev import DevCluster, directory, directory_admin
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.people import (
     as_user,
@@ -191,6 +194,55 @@ def test_issue35_bobs_password_does_not_open_alices_account(
 ) -> None:
     done = ssh_with_password(dev_cluster, kube, NAMESPACE, "alice", "true", password_of="bob")
     assert done.returncode == 255 and "Permission denied" in done.stderr
+
+
+# How long a change an admin makes in the directory takes to reach the login Pod: the
+# operator reads the directory every `interval` (10 s in directory_values) and rewrites the
+# people ConfigMap at once; the kubelet refreshes a mounted ConfigMap when it next syncs the
+# Pod, every minute plus up to half a minute of jitter (90 s); sshd reads the new files at
+# the next login. 10 + 90 s, plus 20 s for the operator's read and write and for the probe's
+# own SSH attempts (a few seconds apart, 5 s to connect), is the bound each wait must keep.
+DIRECTORY_CHANGE_BOUND_S = 10 + 90 + 20
+
+
+def test_issue49_a_person_an_admin_adds_logs_in_and_once_removed_is_refused_within_the_bound(
+    platform: Platform, dev_cluster: DevCluster, kube: AdminKube, tmp_path: Path
+) -> None:
+    """Catches `sunk dev people` writing an entry the operator skips or refuses (no login),
+    a removal that leaves the person's passwd line or keys behind (still let in), and a
+    change that takes longer to reach the login Pod than the docs say."""
+    layout, name = dev_cluster.layout, "erin"
+    if any(u.name == name for u in directory_admin.snapshot(layout).users):
+        directory_admin.remove_person(layout, name)  # left by a run that was killed
+    try:
+        added = directory_admin.add_person(layout, name)
+        assert added.private_key is not None
+        key = tmp_path / "erin-key"  # kept: removing her forgets the run directory's copy
+        shutil.copyfile(added.private_key, key)
+        key.chmod(0o600)
+        start = time.monotonic()
+
+        def logged_in() -> bool:
+            done = ssh(dev_cluster, kube, NAMESPACE, name, "id", identity=key, timeout=30)
+            return done.returncode == 0 and f"uid={added.uid}({name}) gid=30000(people)" in done.stdout
+
+        wait_for(logged_in, timeout=240, what=f"{name} logging in after being added", every=2)
+        joined = time.monotonic() - start
+        directory_admin.remove_person(layout, name)
+        start = time.monotonic()
+
+        def refused() -> bool:
+            done = ssh(dev_cluster, kube, NAMESPACE, name, "id", identity=key, timeout=30)
+            return done.returncode == 255 and "Permission denied" in done.stderr
+
+        wait_for(refused, timeout=240, what=f"{name}'s login refused after her removal", every=2)
+        left = time.monotonic() - start
+        print(f"\n{name}: logged in {joined:.0f} s after being added, refused {left:.0f} s after removal")
+        assert joined <= DIRECTORY_CHANGE_BOUND_S, f"{name} logged in only after {joined:.0f} s"
+        assert left <= DIRECTORY_CHANGE_BOUND_S, f"{name} was refused only after {left:.0f} s"
+    finally:
+        if any(u.name == name for u in directory_admin.snapshot(layout).users):
+            directory_admin.remove_person(layout, name)
 
 
 def unreadable_events(kube: AdminKube) -> list[str]:

@@ -80,10 +80,12 @@ def ssh(
     command: str,
     *,
     key_of: str | None = None,
+    identity: Path | None = None,
     timeout: float = 120,
 ) -> subprocess.CompletedProcess[str]:
     """`command` in a login shell of `user` on the login Pod, logged in over SSH with the
-    private half of the key the directory holds for them (or for `key_of`)."""
+    private half of the key the directory holds for them (or for `key_of`), or with the
+    private key file `identity` (a copy kept of a removed person's, say)."""
     address = login_address(kube, namespace)
     assert address is not None, "no login Pod has an address"
     options = ["BatchMode=yes", "StrictHostKeyChecking=no", "UserKnownHostsFile=/dev/null"]
@@ -92,7 +94,7 @@ def ssh(
         [
             "ssh",
             "-i",
-            str(directory.private_key(cluster.layout, key_of or user)),
+            str(identity or directory.private_key(cluster.layout, key_of or user)),
             *(arg for option in options for arg in ("-o", option)),
             f"{user}@{address}",
             command,
