@@ -171,14 +171,15 @@ def run_dev(args: argparse.Namespace) -> int:
 def run_directory_command(cluster: DevCluster, args: argparse.Namespace) -> None:
     """`sunk dev people ...` / `sunk dev group ...`; each says what changed and when it shows."""
     layout = cluster.layout
-    later = "on the login and slurmd Pods within about two minutes (docs/devcluster.md)"
+    # The operator's next read, then the kubelet's ConfigMap sync (docs/devcluster.md).
+    later = "within directory.interval + about 90 s (under two minutes with the dev values' 10 s)"
     if args.dev_command == "group":
         if args.group_command == "add":
             gid = directory_admin.add_group(layout, args.name, gid=args.gid, members=args.member)
-            print(f"added the group {args.name} (GID {gid}); it shows {later}")
+            print(f"added the group {args.name} (GID {gid}); it shows on the login and slurmd Pods {later}")
         else:
             directory_admin.remove_group(layout, args.name)
-            print(f"removed the group {args.name}; it goes {later}")
+            print(f"removed the group {args.name}; it is gone from the Pods {later}")
     elif args.people_command == "add":
         added = directory_admin.add_person(
             layout,
