@@ -91,7 +91,8 @@ def test_recorded_nodes_are_counted_under_slurms_native_names() -> None:
 
 
 def test_node_memory_is_served_in_bytes_not_slurms_mb() -> None:
-    """Catches RealMemory (MB) passed on under a _bytes name, as Slurm's endpoint is believed to."""
+    """Catches RealMemory (MB) passed on under a _bytes name, as Slurm's endpoint does (measured
+    on 26.05.5: tests/unit/test_slurmctld_native_metrics.py)."""
     scrape = listed(metrics(), view(recorded_nodes(), []))
     assert scrape.value("slurm_node_memory_bytes", node="sn-001") == 16000 * 1024 * 1024
     assert scrape.value("slurm_node_memory_alloc_bytes", node="sn-001") == 256 * 1024 * 1024
