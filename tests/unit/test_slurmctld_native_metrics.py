@@ -1,7 +1,8 @@
 """slurmctld's own metrics endpoint (`MetricsType=metrics/openmetrics`), as Slurm 26.05.5 from
 Debian sid served it (tests/unit/samples/slurm-26.05.5-1/metrics/, recorded from a real
 slurmctld: three nodes, one running job holding a GPU, two pending; `slurm.conf` and
-`scontrol`/`squeue` output recorded beside it).
+`scontrol`/`squeue` output recorded beside it; `accounting/`: the same cluster a little later
+with slurmdbd and `AccountingStorageTRES=gres/gpu`, and a second GPU job).
 
 The operator serves Slurm's state under these names on releases without the endpoint; these
 tests hold the two to the same names, types and labels, and pin what the endpoint was
@@ -13,6 +14,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+import pytest
 from prometheus_client.metrics_core import Metric
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -20,18 +22,19 @@ from tests.unit.test_slurm_metrics import listed, metrics, recorded_jobs, record
 
 RECORDED = Path(__file__).parent / "samples" / "slurm-26.05.5-1" / "metrics"
 LEAVES = ("nodes", "jobs", "partitions", "scheduler", "jobs-users-accts")
+ACCOUNTING = RECORDED / "accounting"
 CHART_METRICS = Path(__file__).parents[2] / "charts" / "slurm" / "templates" / "_metrics.tpl"
 
 
-def families(name: str) -> dict[str, Metric]:
-    text = (RECORDED / f"{name}.txt").read_text()
+def families(name: str, directory: Path = RECORDED) -> dict[str, Metric]:
+    text = (directory / f"{name}.txt").read_text()
     return {family.name: family for family in text_string_to_metric_families(text)}
 
 
-def slurmctld_families() -> dict[str, Metric]:
+def slurmctld_families(directory: Path = RECORDED) -> dict[str, Metric]:
     found: dict[str, Metric] = {}
     for leaf in LEAVES:
-        leaf_families = families(leaf)
+        leaf_families = families(leaf, directory)
         assert not found.keys() & leaf_families.keys(), f"{leaf} repeats a family of another leaf"
         found |= leaf_families
     return found
@@ -53,20 +56,21 @@ def value(family: Metric, **labels: str) -> float:
     return found
 
 
-def scontrol_nodes(name: str = "scontrol-show-node") -> dict[str, dict[str, str]]:
+def scontrol_nodes(name: str = "scontrol-show-node", directory: Path = RECORDED) -> dict[str, dict[str, str]]:
     """`scontrol show node` as node name -> its KEY=VALUE fields."""
     nodes: dict[str, dict[str, str]] = {}
-    for block in (RECORDED / f"{name}.txt").read_text().split("\n\n"):
+    for block in (directory / f"{name}.txt").read_text().split("\n\n"):
         fields = dict(re.findall(r"(\w+)=(\S*)", block))
         if "NodeName" in fields:
             nodes[fields["NodeName"]] = fields
     return nodes
 
 
-def test_every_slurm_family_the_operator_serves_slurmctld_serves_alike() -> None:
+@pytest.mark.parametrize("directory", [RECORDED, ACCOUNTING], ids=["plain", "accounting"])
+def test_every_slurm_family_the_operator_serves_slurmctld_serves_alike(directory: Path) -> None:
     """A dashboard or alert written once reads the same series from the operator (24.11) and
     from slurmctld (26.05): same name, same type, same label names."""
-    native = slurmctld_families()
+    native = slurmctld_families(directory)
     ours = operator_families()
     assert len(ours) >= 60  # the check below is only as good as what it compares
     differences = []
@@ -81,12 +85,13 @@ def test_every_slurm_family_the_operator_serves_slurmctld_serves_alike() -> None
     assert differences == []
 
 
-def test_slurmctld_serves_every_family_as_a_slurm_gauge_on_exactly_five_leaves() -> None:
-    native = slurmctld_families()
+@pytest.mark.parametrize("directory", [RECORDED, ACCOUNTING], ids=["plain", "accounting"])
+def test_slurmctld_serves_every_family_as_a_slurm_gauge_on_exactly_five_leaves(directory: Path) -> None:
+    native = slurmctld_families(directory)
     assert len(native) == 259
     assert {f.type for f in native.values()} == {"gauge"}
     assert all(name.startswith("slurm_") for name in native)
-    assert [len(families(leaf)) for leaf in LEAVES] == [38, 30, 73, 58, 60]
+    assert [len(families(leaf, directory)) for leaf in LEAVES] == [38, 30, 73, 58, 60]
 
 
 def test_metrics_itself_is_an_index_of_the_leaves_the_chart_scrapes() -> None:
@@ -144,3 +149,19 @@ def test_slurmctld_counts_no_gpus_without_gpu_tres() -> None:
     assert value(nodes["slurm_node_gpus_alloc"], node="n1") == 1
     assert value(families("jobs")["slurm_jobs_gpus_alloc"]) == 0
     assert {s.value for s in families("partitions")["slurm_partition_gpus"].samples} == {0}
+
+
+def test_with_gpu_tres_slurmctld_counts_gpus_as_the_operator_does() -> None:
+    """Measured with slurmdbd and `AccountingStorageTRES=gres/gpu` (what the chart sets with
+    accounting on): the totals follow the GRES, and a job's GPUs count from its allocated
+    TRES (job 1 started before GPUs were tracked, so only job 4's one counts)."""
+    shown = scontrol_nodes(directory=ACCOUNTING)
+    nodes = families("nodes", ACCOUNTING)
+    for node, fields in shown.items():
+        assert value(nodes["slurm_node_gpus"], node=node) == int(fields["Gres"].removeprefix("gpu:"))
+    assert value(nodes["slurm_node_gpus_alloc"], node="n1") == 2
+    assert value(families("jobs", ACCOUNTING)["slurm_jobs_gpus_alloc"]) == 1
+    partitions = families("partitions", ACCOUNTING)
+    assert value(partitions["slurm_partition_gpus"], partition="batch") == 6
+    assert value(partitions["slurm_partition_jobs_gpus_alloc"], partition="batch") == 1
+    assert value(nodes["slurm_node_memory_bytes"], node="n1") == 4000  # still MB
