@@ -40,6 +40,9 @@ def test_r10_6_a_group_lists_only_members_who_are_people_of_the_directory() -> N
         (user("mallory", 999), "user mallory: UID 999 belongs to the images' system accounts"),
         (user("mallory", 20009, gecos="a:b"), "user mallory: 'a:b' holds a ':'"),
         (user("mal:lory", 20009), "user mal:lory: 'mal:lory' is not a name"),
+        # Issue #52: a primary group of root's or Slurm's reads what that group may.
+        (user("mallory", 20009, gid=0), "user mallory: primary GID 0 belongs to the images' system groups"),
+        (user("mallory", 20009, gid=64030), "user mallory: primary GID 64030 belongs to the images'"),
     ],
 )
 def test_r10_6_an_entry_taking_over_a_system_account_is_refused_by_name(entry: User, why: str) -> None:

@@ -39,8 +39,10 @@ def render(directory: Directory) -> People:
     keys: dict[str, str] = {}
     taken_uids: dict[int, str] = {}
     for user in directory.users:
-        why = _refusal(user.name, user.uid, "UID") or _field_problem(
-            user.name, user.home, user.shell, user.gecos
+        why = (
+            _refusal(user.name, user.uid, "UID")
+            or _primary_group_problem(user.gid)
+            or _field_problem(user.name, user.home, user.shell, user.gecos)
         )
         if why is None and user.uid in taken_uids:
             why = f"UID {user.uid} is also {taken_uids[user.uid]}'s"
@@ -72,6 +74,15 @@ def _refusal(name: str, number: int, kind: str) -> str | None:
         return f"{kind} {number} belongs to the images' system accounts (use {FIRST_ID} or more)"
     if not name or any(c in name for c in ":\n/ ") or name.startswith("-"):
         return f"{name!r} is not a name the name service can hold"
+    return None
+
+
+def _primary_group_problem(gid: int) -> str | None:
+    """A person's own group counts as much as their UID: with GID 0 or Slurm's group their
+    processes could read what those groups may (the login host's keys, slurm.key, the
+    directory's bind password), so it is refused as a system UID is (issue #52)."""
+    if gid < FIRST_ID or gid in RESERVED_IDS:
+        return f"primary GID {gid} belongs to the images' system groups (use {FIRST_ID} or more)"
     return None
 
 
