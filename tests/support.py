@@ -3,19 +3,22 @@ slurmrestd client that checks Slurm's side independently of the scheduler's own 
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any, TypeVar
 
 import httpx
 
-from sunk_dev import DevCluster, Layout
+from sunk_dev import DevCluster, Layout, directory, prereqs, procs
 from sunk_dev.kubeapi import AdminKube
+from sunk_dev.layout import Ports
 from sunk_dev.slurmcluster import rest_version
 from sunk_dev.trust import permissive_policy
 
@@ -165,6 +168,21 @@ def free_port() -> int:
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
+
+
+@contextlib.contextmanager
+def running_slapd(root: Path) -> Iterator[Layout]:
+    """The dev package's seeded slapd under `root`, on a free loopback port (never the one of
+    a dev cluster running beside the tests), stopped by its PID afterwards."""
+    layout = Layout(root, Ports().shifted(free_port() - Ports().ldap))
+    for sub in (layout.pids, layout.logs):
+        sub.mkdir(parents=True, exist_ok=True)
+    prereqs.ensure_directory_packages(layout.logs / "setup.log")
+    directory.start(layout)
+    try:
+        yield layout
+    finally:
+        procs.stop_many(procs.tracked(layout.pids), layout.pids, timeout=10)
 
 
 def stop_process(proc: subprocess.Popen[bytes] | None) -> None:

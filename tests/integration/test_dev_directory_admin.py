@@ -6,7 +6,6 @@ temporary run directory on a free loopback port, and stops it by its PID."""
 
 from __future__ import annotations
 
-import socket
 import stat
 from collections.abc import Iterator
 from pathlib import Path
@@ -15,29 +14,17 @@ import ldap3
 import pytest
 
 from sunk.operator.people import render
-from sunk_dev import directory, prereqs, procs
+from sunk_dev import directory
 from sunk_dev import directory_admin as admin
 from sunk_dev.errors import DevClusterError
-from sunk_dev.layout import Layout, Ports
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
+from sunk_dev.layout import Layout
+from tests.support import running_slapd
 
 
 @pytest.fixture
 def slapd(tmp_path: Path) -> Iterator[Layout]:
-    layout = Layout(tmp_path / "run", Ports().shifted(free_port() - Ports().ldap))
-    for sub in (layout.pids, layout.logs):
-        sub.mkdir(parents=True, exist_ok=True)
-    prereqs.ensure_directory_packages(layout.logs / "setup.log")
-    directory.start(layout)
-    try:
+    with running_slapd(tmp_path / "run") as layout:
         yield layout
-    finally:
-        procs.stop_many(procs.tracked(layout.pids), layout.pids, timeout=10)
 
 
 def user(layout: Layout, name: str) -> tuple[int, int, tuple[str, ...]] | None:

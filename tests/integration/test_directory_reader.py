@@ -12,22 +12,15 @@ import pytest
 from sunk.ldap.models import Directory, DirectoryError, DirectorySettings
 from sunk.ldap.reader import read
 from sunk.operator.people import render
-from sunk_dev import directory, prereqs, procs
+from sunk_dev import directory
 from sunk_dev.layout import Layout
+from tests.support import running_slapd
 
 
 @pytest.fixture(scope="module")
 def slapd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Layout]:
-    root = tmp_path_factory.mktemp("directory")
-    layout = Layout(root, Layout.default().ports)
-    for sub in (layout.pids, layout.logs):
-        sub.mkdir(parents=True, exist_ok=True)
-    prereqs.ensure_directory_packages(layout.logs / "setup.log")
-    directory.start(layout)
-    try:
+    with running_slapd(tmp_path_factory.mktemp("directory")) as layout:
         yield layout
-    finally:
-        procs.stop_many(procs.tracked(layout.pids), layout.pids, timeout=10)
 
 
 def settings(layout: Layout, **changes: object) -> DirectorySettings:
