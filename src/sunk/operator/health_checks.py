@@ -22,11 +22,12 @@ from typing import Any
 
 from sunk.operator import members as m
 from sunk.operator import removal as r
-from sunk.operator.actions import Action, Drain, Resume
+from sunk.operator.actions import Action, Drain, Event, Resume
 from sunk.slurm.models import SlurmNode
 
 OWN_PREFIX = "sunk-hc: "  # the runner's OWN; Slurm-side tools classify reasons by it
 VERIFY = "verify"  # the check name the runner lifts after any clean run
+VERIFYING = "VerifyingMember"  # the Event of a member handed to the checks before it returns
 
 
 def owned_by_checks(record: SlurmNode) -> bool:
@@ -55,3 +56,15 @@ def give_back(nodeset: str, slurm_name: str, record: SlurmNode, checks_on: bool)
     if checks_on:
         return Drain(slurm_name, verify_reason(nodeset))
     return Resume(slurm_name)
+
+
+def wanted_back(nodeset: str, slurm_name: str, record: SlurmNode, checks_on: bool) -> list[Action]:
+    """The actions for a member this NodeSet wants back: give_back's, and with a hand-over
+    the Event that says why the member is not in service yet."""
+    action = give_back(nodeset, slurm_name, record, checks_on)
+    if action is None:
+        return []
+    if isinstance(action, Drain):
+        note = f"member {slurm_name} is wanted back; it returns once its health checks pass"
+        return [action, Event(VERIFYING, note)]
+    return [action]

@@ -29,7 +29,6 @@ from sunk.operator.actions import (
     CreatePod,
     DeletePod,
     DeleteSlurmNode,
-    Drain,
     Event,
     LabelBusy,
     PatchStatus,
@@ -62,7 +61,6 @@ INFEASIBLE = "NoFeasibleNodes"
 STALE_RECORD = "StaleSlurmNodeDeleted"
 RECORD_DELETED = "SlurmNodeDeleted"
 FAILED_MEMBER = "FailedMember"
-VERIFYING = "VerifyingMember"  # handed to the health checks before it returns
 
 
 @dataclass(frozen=True)
@@ -407,12 +405,7 @@ def _resume_kept(
         if slurm_name in going or pod["metadata"].get("deletionTimestamp") or record is None:
             continue
         checks_on = bool(settings.health_checks_configmap) and health_checks.runs_checks(pod)
-        action = health_checks.give_back(name, slurm_name, record, checks_on)
-        if action is not None:
-            notes.actions.append(action)
-        if isinstance(action, Drain):
-            note = f"member {slurm_name} is wanted back; it returns once its health checks pass"
-            notes.actions.append(Event(VERIFYING, note))
+        notes.actions += health_checks.wanted_back(name, slurm_name, record, checks_on)
 
 
 def _label_busy(members: list[Json], slurm: SlurmView, notes: _Notes) -> None:
