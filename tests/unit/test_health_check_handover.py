@@ -83,6 +83,16 @@ def test_issue51_giving_a_member_back(row: Row) -> None:
     assert hc.give_back("gpu", NAME, row.record, row.checks_on) == row.want
 
 
+def test_issue51_a_hand_over_says_why_the_member_is_not_back_yet() -> None:
+    """Catches a member left drained by the hand-over with no VerifyingMember Event to say
+    why, and that Event raised on a plain resume."""
+    ours = drained(r.drain_reason("gpu", r.SCALE_IN))
+    handed = hc.wanted_back("gpu", NAME, ours, True)
+    assert handed[0] == a.Drain(NAME, hc.verify_reason("gpu"))
+    assert [type(x) for x in handed] == [a.Drain, a.Event] and handed[1].reason == hc.VERIFYING
+    assert hc.wanted_back("gpu", NAME, ours, False) == [a.Resume(NAME)]
+
+
 def test_issue51_the_runner_lifts_the_hand_over_after_a_clean_run(tmp_path: Path) -> None:
     """Catches: the operator and the runner disagreeing on the prefix or the check name,
     which would leave every handed-over member drained for ever."""
