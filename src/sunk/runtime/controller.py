@@ -54,6 +54,8 @@ async def work(
     pass is counted by result and timed (sunk_reconcile_*), so both components' controllers
     show whether they work without each counting for itself."""
     name = controller.name
+    succeeded, failed = RECONCILES.labels(name, "success"), RECONCILES.labels(name, "error")
+    seconds, last_success = RECONCILE_SECONDS.labels(name), RECONCILE_LAST_SUCCESS.labels(name)
     while True:
         key: Hashable = await queue.get()
         started = time.perf_counter()
@@ -62,8 +64,8 @@ async def work(
         except asyncio.CancelledError:
             raise
         except Exception as err:
-            RECONCILES.labels(name, "error").inc()
-            RECONCILE_SECONDS.labels(name).observe(time.perf_counter() - started)
+            failed.inc()
+            seconds.observe(time.perf_counter() - started)
             on_error(str(key), err)
             delay = queue.retry(key)
             log.warning(
@@ -75,9 +77,9 @@ async def work(
                 delay,
             )
         else:
-            RECONCILES.labels(name, "success").inc()
-            RECONCILE_SECONDS.labels(name).observe(time.perf_counter() - started)
-            RECONCILE_LAST_SUCCESS.labels(name).set(time.time())
+            succeeded.inc()
+            seconds.observe(time.perf_counter() - started)
+            last_success.set(time.time())
             queue.forget(key)
             if outcome.requeue_after is not None:
                 queue.add_after(key, outcome.requeue_after)
