@@ -16,7 +16,6 @@ module; the tests run in file order (the NodeSet grows from 2 to 3 members in th
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,6 +23,7 @@ from typing import Any
 import pytest
 
 from sunk_dev import DevCluster, procs, prometheus
+from sunk_dev.dashboards import reading
 from sunk_dev.dashboards.reading import Query, queries
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.platform import Platform, nodeset
@@ -52,7 +52,6 @@ VALUES = {
 # What Grafana puts in place of its own variables, and the dashboards' (this release's).
 VARIABLES = {"__rate_interval": "2m", "__interval": "1m", "__range": "1h"}
 VARIABLES |= {"namespace": NAMESPACE, "nodeset": "compute", "datasource": "prometheus"}
-VARIABLE = re.compile(r"\$\{?(\w+)\}?")
 # Queries that are empty on this cluster by the metrics' own definition (docs/operations.md).
 EMPTY_HERE = {
     "sunk_nodeset_replicas_max": "absent for a NodeSet not in demand mode, as compute is",
@@ -134,7 +133,7 @@ def alert(prom: str, name: str, state: str | None = None, **labels: str) -> dict
 
 
 def substituted(expr: str) -> str:
-    return VARIABLE.sub(lambda m: VARIABLES.get(m.group(1), m.group(0)), expr)
+    return reading.substituted(expr, VARIABLES)
 
 
 def all_queries() -> list[Query]:

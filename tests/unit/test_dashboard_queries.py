@@ -24,6 +24,7 @@ import yaml
 
 from sunk.metrics import REGISTRY, kube_scheduler
 from sunk.operator.nodeset_metrics import NodeSetMetrics
+from sunk_dev.dashboards import reading
 from sunk_dev.dashboards.reading import Query, metric_names, queries, variable_selectors
 from sunk_dev.layout import cache_dir
 from sunk_dev.promtool import apt_available, ensure_promtool
@@ -37,7 +38,6 @@ METRICS_DOCS = (ROOT / "docs" / "operations.md", ROOT / "docs" / "operator-guide
 # Grafana would use: a duration for the intervals and range, a name for the labels).
 GRAFANA = {"__rate_interval": "2m", "__interval": "1m", "__range": "6h"}
 EXAMPLES = {"namespace": "team", "nodeset": "cpus", "datasource": "prometheus"}
-VARIABLE = re.compile(r"\$\{?(\w+)\}?")
 HISTOGRAM_SERIES = ("_bucket", "_sum", "_count")
 
 
@@ -51,7 +51,7 @@ def all_queries() -> list[Query]:
 
 def substituted(expr: str) -> str:
     """`expr` as Grafana sends it to Prometheus, with the example variable values."""
-    return VARIABLE.sub(lambda m: {**GRAFANA, **EXAMPLES}.get(m.group(1), m.group(0)), expr)
+    return reading.substituted(expr, {**GRAFANA, **EXAMPLES})
 
 
 def rule_file(found: list[Query]) -> str:
@@ -171,7 +171,7 @@ def test_every_variable_a_query_uses_is_defined_by_its_dashboard() -> None:
     for name, dashboard in committed().items():
         defined = {v["name"] for v in dashboard["templating"]["list"]}
         for query in queries(dashboard):
-            used = set(VARIABLE.findall(query.expr)) - set(GRAFANA)
+            used = set(reading.VARIABLE.findall(query.expr)) - set(GRAFANA)
             assert used <= defined, (name, query.panel, used - defined)
 
 

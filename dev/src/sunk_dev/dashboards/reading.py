@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 import re
 import warnings
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,6 +28,8 @@ _LABEL_LIST = re.compile(r"\b(by|without|on|ignoring|group_left|group_right)\s*\
 _MATCHERS = re.compile(r"\{[^}]*\}")
 _RANGE = re.compile(r"\[[^\]]*\]")
 _IDENT = re.compile(r"(?<![\w.:])([A-Za-z_:][\w:]*)(\s*\()?")
+# A dashboard variable in a query: $name or ${name}.
+VARIABLE = re.compile(r"\$\{?(\w+)\}?")
 # Grafana's query variables that are functions of its own, not PromQL.
 _LABEL_VALUES = re.compile(r"^\s*label_values\((.*),\s*\w+\s*\)\s*$")
 
@@ -59,6 +61,12 @@ def queries(dashboard: Json) -> list[Query]:
         for panel in panels(dashboard)
         for target in panel.get("targets") or []
     ]
+
+
+def substituted(expr: str, values: Mapping[str, str]) -> str:
+    """`expr` as Grafana would send it to Prometheus with these variable values (a variable
+    without one is left as it is)."""
+    return VARIABLE.sub(lambda m: values.get(m.group(1), m.group(0)), expr)
 
 
 def variable_selectors(dashboard: Json) -> list[str]:
