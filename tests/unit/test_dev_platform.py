@@ -13,6 +13,7 @@ from sunk_dev import hostnet, kubecluster, realcluster, slurmroot, storage
 from sunk_dev.errors import DevClusterError
 from sunk_dev.kubeapi import KubeError
 from sunk_dev.layout import Layout, Ports
+from sunk_dev.platform import KUBECTL_LOG
 from sunk_dev.realnode import REAL_NODE_LABEL, RealNode
 
 Json = dict[str, Any]
@@ -245,3 +246,11 @@ def test_nothing_with_a_mount_below_it_is_removed(tmp_path: Path, monkeypatch: p
     with pytest.raises(DevClusterError, match="mounted"):
         storage.remove_data(layout, layout.volumes)
     assert (layout.volumes / "pvc-u1").is_dir()
+
+
+def test_kubectl_own_log_lines_are_taken_out_of_what_a_command_said() -> None:
+    """Catches a test reading `idle` from sinfo as `idle` plus kubectl's complaint about a
+    dropped exec stream (a CI run failed on exactly this)."""
+    said = "idle\nE1129 08:29:25.802339   10389 websocket.go:297] Unknown stream id 1, discarding message\n"
+    assert KUBECTL_LOG.sub("", said) == "idle\n"
+    assert KUBECTL_LOG.sub("", "E1129 is a job name\n") == "E1129 is a job name\n"

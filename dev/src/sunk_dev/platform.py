@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import re
 import subprocess
 import tempfile
 import time
@@ -33,6 +34,9 @@ from sunk_dev.realnode import REAL_NODE_LABEL
 Json = dict[str, Any]
 NODESETS = "/apis/sunk.coreweave.com/v1alpha1/namespaces/{ns}/nodesets"
 REAL = {REAL_NODE_LABEL: "true"}
+# A klog line kubectl writes about itself, e.g. on a dropped exec stream:
+# "E1129 08:29:25.802339   10389 websocket.go:297] Unknown stream id 1, discarding message".
+KUBECTL_LOG = re.compile(r"^[EWI]\d{4} \d\d:\d\d:\d\d\.\d+ +\d+ [\w.-]+:\d+\] .*\n?", re.M)
 # Each slurmd Pod asks its Node for one CPU and may use two: Slurm gets 2 CPUs (a job and a
 # Pod placed by sunk fit side by side) and 1 GiB less the reserve.
 MEMBER_RESOURCES = {"requests": {"cpu": "1", "memory": "1Gi"}, "limits": {"cpu": "2", "memory": "1Gi"}}
@@ -240,13 +244,16 @@ class Platform:
             "HOME": str(self.cluster.layout.root),
             "PATH": "/usr/bin:/bin",
         }
-        return subprocess.run(
+        done = subprocess.run(
             [str(kubectl), "-n", self.namespace, *argv],
             capture_output=True,
             text=True,
             env=env,
             timeout=timeout,
         )
+        # kubectl's own log lines are about kubectl, never about the command it ran.
+        done.stderr = KUBECTL_LOG.sub("", done.stderr)
+        return done
 
     def login(self, command: str, timeout: float = 120) -> subprocess.CompletedProcess[str]:
         """A shell command in the login Pod, as a user who logged in would run it."""
