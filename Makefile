@@ -24,16 +24,27 @@ VERSION_SUITE = tests/integration/test_slurm_client.py tests/e2e/test_schedule_f
 REAL_SUITE = tests/e2e/test_real_nodes.py tests/e2e/test_dev_platform_support.py tests/e2e/test_platform.py \
 	tests/e2e/test_confinement.py tests/e2e/test_people.py tests/e2e/test_containers.py \
 	tests/e2e/test_train_and_serve.py tests/e2e/test_prometheus.py tests/faults/test_operator_chaos.py
-# Each suite's time is printed at the end (or where one fails): scripts/timed-suite.sh.
+# Two lanes side by side, as most of the real-Node suite's time is spent waiting on kubelets and
+# Slurm: the real-Node suites on the one cluster with real Nodes a machine may hold, and the
+# kwok-only suites on their own cluster (state dir and ports apart). Each lane's output is
+# printed whole when it ends; each suite's time is printed at the end (scripts/timed-suite.sh).
 SUITE = scripts/timed-suite.sh
+KWOK_LANE = env SUNK_DEV_DIR=/tmp/sunk-kwok-lane SUNK_DEV_PORT_OFFSET=5000
+.PHONY: test-real-lane test-kwok-lane
 test: bootstrap lint
 	@rm -f .suite-times
-	$(SUITE) default .venv/bin/pytest
-	$(SUITE) accounting env SUNK_TEST_CLUSTER=accounting .venv/bin/pytest tests/e2e/test_accounting.py tests/e2e/test_account_sync.py
-	$(SUITE) real-nodes env SUNK_TEST_CLUSTER=real .venv/bin/pytest $(REAL_SUITE)
-	$(SUITE) slurm-26.05 env SUNK_TEST_SLURM=26.05 .venv/bin/pytest $(VERSION_SUITE)
+	@$(MAKE) --no-print-directory -j2 --output-sync=target test-real-lane test-kwok-lane; rc=$$?; \
+	  echo "time per suite:"; cat .suite-times; exit $$rc
+
+test-real-lane:
+	$(SUITE) real-nodes env SUNK_TEST_CLUSTER=real .venv/bin/pytest --durations=25 $(REAL_SUITE)
 	$(SUITE) real-nodes-26.05 env SUNK_TEST_CLUSTER=real SUNK_TEST_SLURM=26.05 .venv/bin/pytest tests/e2e/test_real_nodes.py
-	$(SUITE) --last slurm-22.05 env SUNK_TEST_SLURM=22.05 .venv/bin/pytest $(VERSION_SUITE)
+
+test-kwok-lane:
+	$(SUITE) default $(KWOK_LANE) .venv/bin/pytest --durations=15
+	$(SUITE) accounting $(KWOK_LANE) SUNK_TEST_CLUSTER=accounting .venv/bin/pytest tests/e2e/test_accounting.py tests/e2e/test_account_sync.py
+	$(SUITE) slurm-26.05 $(KWOK_LANE) SUNK_TEST_SLURM=26.05 .venv/bin/pytest $(VERSION_SUITE)
+	$(SUITE) slurm-22.05 $(KWOK_LANE) SUNK_TEST_SLURM=22.05 .venv/bin/pytest $(VERSION_SUITE)
 
 lint: bootstrap
 	.venv/bin/ruff check src dev tests bench

@@ -11,6 +11,10 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${SUNK_CACHE:-$HOME/.cache/sunk}/bin
 mkdir -p "$bin"
+# One build at a time: `make test` runs its kwok and real-Node suites side by side, and both
+# may find a tool missing on a cold machine.
+exec 9>"$bin/.build.lock"
+flock 9
 
 if ! command -v go >/dev/null 2>&1; then
   echo "Go is not installed: install Go 1.24 or newer (https://go.dev/doc/install) and run this again." >&2
