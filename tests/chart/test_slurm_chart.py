@@ -459,6 +459,7 @@ def test_r10_2_the_operator_gets_the_contracts_arguments(helm: Path, slurm_chart
         "--private-tmp=true",
         "--allow-host-access=false",
         "--container-steps=true",
+        "--health-checks-configmap=r1-health-checks",
         "--leader-elect=false",
         "--lease-name=r1-operator",
         "--metrics-port=8080",

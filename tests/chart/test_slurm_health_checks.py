@@ -1,5 +1,5 @@
-"""Issue #51: the chart's node health checks (slurm.healthChecks). Off by default, so the
-release renders as before; on, slurm.conf names the runner, the runner and its settings
+"""Issue #51: the chart's node health checks (slurm.healthChecks). On by default (off, the
+release renders without them); on, slurm.conf names the runner, the runner and its settings
 ship in a ConfigMap the operator mounts into members, and values the runner could not use
 fail the render naming the value."""
 
@@ -35,9 +35,11 @@ def _settings(objects: list[Obj], tmp_path: Path) -> dict[str, str]:
     return dict(line.split("=", 1) for line in out.splitlines())
 
 
-def test_issue51_off_by_default_nothing_of_the_checks_is_rendered(helm: Path, slurm_chart: Path) -> None:
-    """Catches: the checks reaching clusters that did not turn them on in this release."""
-    objects = render(slurm_chart, helm)
+def test_issue51_on_by_default_and_off_renders_nothing_of_the_checks(helm: Path, slurm_chart: Path) -> None:
+    """Catches: a default install without checks (a failing node would keep taking jobs), or
+    checks turned off still reaching slurm.conf, the ConfigMap or the operator."""
+    assert conf_value(render(slurm_chart, helm), "HealthCheckProgram") == "/etc/sunk/health-checks/run"
+    objects = render(slurm_chart, helm, "slurm.healthChecks.enabled=false")
     assert [conf_value(objects, key) for key in KEYS] == [None, None, None]
     assert [c for c in of_kind(objects, "ConfigMap") if c["metadata"]["name"] == "r1-health-checks"] == []
     assert not [a for a in _operator_args(objects) if a.startswith("--health-check")]
@@ -152,4 +154,4 @@ def test_issue51_idle_with_cycle_is_accepted(helm: Path, slurm_chart: Path) -> N
 
 def test_issue51_bad_values_are_not_checked_while_the_checks_are_off(helm: Path, slurm_chart: Path) -> None:
     """Catches: a half-written section breaking installs that leave the checks off."""
-    render(slurm_chart, helm, "slurm.healthChecks.interval=soon")
+    render(slurm_chart, helm, "slurm.healthChecks.enabled=false", "slurm.healthChecks.interval=soon")

@@ -85,7 +85,13 @@ def dev_values(
     slurmd = _image(images["slurmd"])
     return {
         "defaults": {"nodeSelector": REAL},
-        "slurm": {"gresConf": "# no GPUs on the dev cluster's Nodes\n", "maxNodeCount": 64},
+        "slurm": {
+            "gresConf": "# no GPUs on the dev cluster's Nodes\n",
+            "maxNodeCount": 64,
+            # Three members: a run every 20 s costs little, and a member the operator hands
+            # back to the checks returns within 20 s rather than a minute.
+            "healthChecks": {"interval": "20s"},
+        },
         "controller": {"image": _image(images["slurmctld"]), "resources": small},
         "restapi": {"image": _image(images["slurmrestd"]), "resources": small},
         "accounting": {
