@@ -45,80 +45,105 @@ def annotation(world: World, key: str, name: str) -> str | None:
 
 async def test_r4_3_a_pod_whose_node_has_no_room_in_the_kubelets_count_is_not_bound_there() -> None:
     """Catches the OutOfcpu storm: the Node filled up after the job was submitted and Slurm,
-    which counts the slurmd Pod's limit, started the job there anyway; sunk must not bind."""
+    which counts the slurmd Pod's limit, started the job there anyway; sunk must not bind.
+    The job keeps its node (issue #53): the Pod waits for the kubelet's room, saying so."""
     world = cluster()
     key = world.create(web())
     await world.reconcile(key)
     assert world.job_id(key) == 100
     running_on(world, "other", "n1")  # 1 CPU (slurmd) + 550m: 450m left of 2
     world.slurm.start(100, "sn-1")
-    await world.reconcile(key)
+    outcome = await world.reconcile(key)
     assert "nodeName" not in world.pod(key)["spec"]
     assert ("bind", key, "n1") not in world.kube.calls
-    note = world.kube.notes("PlacementRejected")[-1]
-    assert "Slurm started job 100 on sn-1 but Node n1 has no room for the Pod in the kubelet's count" in note
+    assert world.slurm.cancelled() == [] and world.job_id(key) == 100
+    condition = world.condition(key) or {}
+    assert condition["reason"] == "WaitingForNodeRoom"
+    assert condition["message"] == (
+        "Slurm job 100 runs on sn-1; waiting for the kubelet's room on Node n1, "
+        "which other Pods hold until they are gone"
+    )
+    [note] = world.kube.notes("WaitingForNodeRoom")
+    assert note.startswith(
+        "Slurm job 100 runs on sn-1, but Node n1 has no room for the Pod in the kubelet's count"
+    )
     assert (
         "it asks cpu 500m, 450m is free of 2 allocatable (1550m requested by the slurmd and placed Pods)"
         in note
     )
-    assert note.endswith("submitting a new job that avoids it")
-    assert (100, None) in world.slurm.cancelled()
-    assert world.job_id(key) == 101
-    assert world.slurm.raw_jobs[101]["excluded_nodes"] == "sn-1"
+    assert outcome.requeue_after is not None and outcome.requeue_after > 0
+    await world.reconcile(key)
+    assert len(world.kube.notes("WaitingForNodeRoom")) == 1  # said once
 
 
-async def test_r4_3_a_node_without_room_is_left_out_only_while_it_has_none() -> None:
-    """Catches a Pod refused once for want of room avoiding that node for good (the
-    `avoid-nodes` annotation a cordoned Node gets): room comes back when other Pods end, and
-    a small cluster would otherwise be ruled out node by node until the Pod waits forever."""
+async def test_issue53_a_job_started_where_the_kubelet_has_no_room_yet_binds_once_the_room_is_back() -> None:
+    """Catches a Pod whose job Slurm started on a node still held by other Pods (a
+    preempted one terminating) never being bound there, or being bound too soon."""
     world = cluster()
+    going = running_on(world, "victim", "n1")
     key = world.create(web())
     await world.reconcile(key)
-    other = running_on(world, "other", "n1")
     world.slurm.start(100, "sn-1")
+    world.kube.delete_by_user("ns", "victim")  # terminating: the kubelet still counts it
     await world.reconcile(key)
-    assert annotation(world, key, "avoid-nodes") is None
-    world.slurm.wait(101, "Resources")
-    world.finish(other)  # its 550m are free again
+    assert "nodeName" not in world.pod(key)["spec"]
+    assert (world.condition(key) or {})["reason"] == "WaitingForNodeRoom"
+    world.remove(going)
     await world.reconcile(key)
-    assert world.slurm.raw_jobs[101]["excluded_nodes"] == ""
-    assert (
-        "Slurm job 101 may now use 1 node(s) it had left out (sn-1)"
-        in world.kube.notes("PlacementWidened")[-1]
-    )
+    assert world.pod(key)["spec"]["nodeName"] == "n1"
+    assert world.slurm.submitted() == [100] and world.slurm.cancelled() == []
+    assert "to n1 (Slurm job 100 on node sn-1" in world.kube.notes("Scheduled")[-1]
 
 
-async def test_r4_3_a_new_job_leaves_out_slurm_nodes_whose_node_has_no_room() -> None:
-    """Catches submitting where the kubelet would refuse the Pod: Slurm, counting the slurmd
-    Pod's limit, would choose that node, and the binding would then be refused."""
-    world = cluster()
-    running_on(world, "other", "n1")
-    key = world.create(web())
-    await world.reconcile(key)
-    assert world.slurm.raw_jobs[100]["excluded_nodes"] == "sn-1"
-
-
-async def test_r4_3_a_pod_no_node_has_room_for_waits_unschedulable_saying_why() -> None:
-    """Catches a Pod submitted (and then refused at binding, again and again) while no Node
-    has room for it: it waits without a job, with the reason on its condition and an Event."""
+async def test_issue53_a_busy_node_does_not_keep_a_new_pod_out_of_slurms_queue() -> None:
+    """Catches a Pod that arrives while every Node is full in the kubelet's count getting no
+    job at all (no place in Slurm's queue, no preemption): it gets a job that may use them."""
     world = cluster()
     running_on(world, "other-1", "n1")
     running_on(world, "other-2", "n2", cpu="900m")
     key = world.create(web())
+    await world.reconcile(key)
+    assert world.slurm.submitted() == [100] and world.job_id(key) == 100
+    assert world.slurm.raw_jobs[100]["excluded_nodes"] == ""
+    assert world.kube.notes("FailedScheduling") == [] and world.condition(key) is None
+
+
+async def test_issue53_a_node_whose_allocatable_never_holds_the_pod_still_refuses_it_saying_why() -> None:
+    """Catches the protection lost: a Pod that can never fit beside the slurmd Pod on any
+    Node waits without a job, with the reason on its condition and an Event."""
+    world = cluster()
+    key = world.create(pod("big", cpu="1500m", memory="256Mi"))  # 1 of 2 CPUs is the slurmd Pod's
     outcome = await world.reconcile(key)
     assert world.slurm.submitted() == []
     condition = world.condition(key) or {}
     assert (condition.get("reason"), outcome.requeue_after) == ("Unschedulable", 5)
     assert condition["message"].startswith("no Slurm node can host this Pod: ")
     assert (
-        "Node n1 has no room for the Pod in the kubelet's count: it asks cpu 500m, 450m is free"
+        "Node n1 has no room for the Pod in the kubelet's count: it asks cpu 1500m, 1 is free"
         in condition["message"]
     )
-    assert (
-        "Node n2 has no room" in condition["message"]
-        and "lower the NodeSet's requests" in condition["message"]
-    )
+    assert "Node n2 has no room" in condition["message"]
+    assert "lower the NodeSet's requests" in condition["message"]
     assert world.kube.notes("FailedScheduling") == [condition["message"]]
+
+
+async def test_issue53_a_node_the_slurmd_pod_alone_leaves_no_room_on_is_left_out_not_waited_for() -> None:
+    """Catches a Pod waiting for ever for room that never comes: the slurmd Pod grew after
+    the job was submitted, so only a new job that leaves the node out can place the Pod."""
+    world = cluster()
+    key = world.create(web())
+    await world.reconcile(key)
+    world.slurmd.put(slurmd_pod("sn-1", "n1", requests={"cpu": "1900m"}))
+    world.slurm.start(100, "sn-1")
+    await world.reconcile(key)
+    assert "nodeName" not in world.pod(key)["spec"]
+    assert world.kube.notes("WaitingForNodeRoom") == []
+    assert (
+        "Slurm started job 100 on sn-1 but Node n1 has no room" in world.kube.notes("PlacementRejected")[-1]
+    )
+    assert (100, None) in world.slurm.cancelled()
+    assert world.slurm.raw_jobs[101]["excluded_nodes"] == "sn-1"
+    assert annotation(world, key, "avoid-nodes") is None  # left out only while the slurmd Pod is so big
 
 
 async def test_r4_3_the_second_of_two_jobs_slurm_starts_on_one_node_is_not_bound_beside_the_first() -> None:
@@ -134,8 +159,10 @@ async def test_r4_3_the_second_of_two_jobs_slurm_starts_on_one_node_is_not_bound
     await world.reconcile(second)
     assert world.pod(first)["spec"]["nodeName"] == "n1"
     assert "nodeName" not in world.pod(second)["spec"]
-    assert "Node n1 has no room" in world.kube.notes("PlacementRejected")[-1]
-    assert world.slurm.raw_jobs[102]["excluded_nodes"] == "sn-1"
+    assert "Node n1 has no room" in world.kube.notes("WaitingForNodeRoom")[-1]
+    world.finish(first)
+    await world.reconcile(second)
+    assert world.pod(second)["spec"]["nodeName"] == "n1"
 
 
 async def test_r4_3_a_pod_being_bound_counts_before_the_informer_shows_it() -> None:
@@ -149,7 +176,7 @@ async def test_r4_3_a_pod_being_bound_counts_before_the_informer_shows_it() -> N
     world.slurm.start(100, "sn-1")
     await world.reconcile(key)
     assert "nodeName" not in world.pod(key)["spec"]
-    assert "(1600m requested by the slurmd and placed Pods)" in world.kube.notes("PlacementRejected")[-1]
+    assert "(1600m requested by the slurmd and placed Pods)" in world.kube.notes("WaitingForNodeRoom")[-1]
 
 
 async def test_r4_3_terminating_pods_still_take_room_and_finished_ones_do_not() -> None:
@@ -160,12 +187,13 @@ async def test_r4_3_terminating_pods_still_take_room_and_finished_ones_do_not() 
     world.kube.delete_by_user("ns", "other")
     key = world.create(web())
     await world.reconcile(key)
-    assert world.slurm.raw_jobs[100]["excluded_nodes"] == "sn-1"
+    world.slurm.start(100, "sn-1")
+    await world.reconcile(key)
     assert world.pod(other)["metadata"].get("deletionTimestamp")
+    assert "nodeName" not in world.pod(key)["spec"]
     world.finish(other, "Failed")
-    second = world.create(pod("web2", cpu="500m", memory="256Mi"))
-    await world.reconcile(second)
-    assert world.slurm.raw_jobs[101]["excluded_nodes"] == ""
+    await world.reconcile(key)
+    assert world.pod(key)["spec"]["nodeName"] == "n1"
 
 
 async def test_r4_3_a_slurmd_pod_requesting_the_whole_node_leaves_no_room() -> None:

@@ -42,6 +42,8 @@ WAITING_FOR_START = "WaitingForPlaceholder"
 UNSCHEDULABLE = "Unschedulable"
 SLURM_UNAVAILABLE = "SlurmUnavailable"
 WAITING_FOR_GROUP = "WaitingForPodGroup"
+# Also an Event reason: the job runs on a node whose Node the kubelet has no room on yet.
+WAITING_FOR_ROOM = "WaitingForNodeRoom"
 
 
 def _now() -> str:

@@ -188,12 +188,16 @@ class Scheduler:
             )
 
     def _look_again_for_room(self) -> None:
-        """Pods left Nodes: pending jobs that leave nodes out may have room there now (the
-        Pod controller widens them)."""
+        """Pods left Nodes: a Pod whose job runs but waits for the kubelet's room on its
+        Node may be bound now, and pending jobs that leave nodes out may use them."""
         self._room_look = None
         for ref, job in self.index.items():
-            if job.pending and job.excluded_nodes:
+            if (job.pending and job.excluded_nodes) or (job.running and self._unbound(ref)):
                 self._job_changed(ref)
+
+    def _unbound(self, ref: PodRef) -> bool:
+        pod = self.pods.get(f"{ref.namespace}/{ref.name}")
+        return pod is not None and not (pod.get("spec") or {}).get("nodeName")
 
     def _placement_input_event(
         self,

@@ -208,7 +208,7 @@ class Gangs:
     async def _submit(self, group: gang.PodGroup, members: tuple[Json, ...], said: Said) -> Outcome:
         jobs: list[PlaceholderJob] = []
         for pod in members:
-            prepared = self.submitter.prepare(pod, self.submitter.avoid_nodes(pod), said, in_group=True)
+            prepared = self.submitter.prepare(pod, self.submitter.avoid_nodes(pod), said)
             if not isinstance(prepared, PlaceholderJob):
                 return Outcome(requeue_after=GROUP_WAIT_S)  # that member says why; the rest wait
             jobs.append(prepared)

@@ -46,6 +46,10 @@ class Choice(NamedTuple):
     problem: str = ""
     avoid_node: bool = False  # the Slurm node is the problem: the next job leaves it out
     remember: bool = True  # ... and the Pod remembers it (avoid-nodes); False: only while it lasts
+    # The Node (`waits_on`) has room for the Pod beside the slurmd Pods, but other Pods hold
+    # it for now (ended, preempted or still running): the job keeps its node and the Pod is
+    # bound once they are gone.
+    waits_on: str | None = None
 
 
 class Placement:
@@ -67,9 +71,12 @@ class Placement:
     async def choose(self, pod: Json, job: SlurmJob, company: list[tuple[str, Json]] | None = None) -> Choice:
         """The Node to bind `pod` to, or why not. Strict node locking: never a doubtful node
         or allocation. A Node chosen is counted as placed at once, before the informer shows
-        the binding. `company`: (Node, Pod) of a group's members placed before `pod`; a
-        Node without room is then remembered only where `pod` lacks room beside the slurmd
-        Pods and those members alone."""
+        the binding. A Node without room in the kubelet's count is never chosen: where the
+        Pod would fit beside the slurmd Pods alone, other Pods hold the room for now and a
+        single Pod waits for it (`Choice.waits_on`); where it would not, the node is left out
+        of its next job. `company`: (Node, Pod) of a group's members placed before `pod`;
+        a group never waits, and a Node without room is remembered only where `pod` lacks
+        room beside the slurmd Pods and those members alone."""
         if len(job.nodes) != 1:
             return Choice(None, f"Slurm allocated {len(job.nodes)} nodes, not one", True)
         slurm_node = job.nodes[0]
@@ -90,11 +97,16 @@ class Placement:
             # From the room check to `placing` nothing awaits: no other binding comes between.
             placed = self.placed(pod) if rules_apply else []
             target = self.cluster.target(slurm_node, pod, placed, room=self.room_check(pod))
-            problem = target.problem or decide.slurm_node_problem(slurm_node, state)
+            node_problem = decide.slurm_node_problem(slurm_node, state)
+            problem = target.problem or node_problem
             if problem is not None or target.node is None:
                 lasting = target.problem is None or target.lasting
-                if not lasting and company is not None and target.node is not None:
-                    lasting = self.room_check(pod, with_mine=False, beside=company)(target.node) is not None
+                if not lasting and target.node is not None:
+                    beside = self.room_check(pod, with_mine=False, beside=company or ())(target.node)
+                    if company is None and beside is None and node_problem is None:
+                        name = target.node["metadata"]["name"]
+                        return Choice(None, problem or "", False, waits_on=name)
+                    lasting = company is not None and beside is not None
                 return Choice(None, problem or "no Node", True, remember=lasting)
             node_name: str = target.node["metadata"]["name"]
             self.placing(pod, node_name)
@@ -112,19 +124,18 @@ class Placement:
         """The binding of Pod `uid` failed: it no longer counts as placed."""
         self._placing.pop(uid, None)
 
-    def excluded_for(self, pod: Json, *, room_now: bool = True) -> dict[str, str]:
+    def excluded_for(self, pod: Json) -> dict[str, str]:
         """The Slurm nodes the Pod's own constraints rule out, with why: those of the Node
-        (`ClusterView.target`), and Nodes without room for it in the kubelet's count. Only
-        Pods with affinity or spread rules gather the Pods already placed.
+        (`ClusterView.target`), and Nodes where it can never fit in the kubelet's count:
+        where the slurmd Pods alone leave too little of the Node's allocatable. Only Pods
+        with affinity or spread rules gather the Pods already placed.
 
-        `room_now` False: only Nodes where the slurmd Pods alone leave too little room are
-        ruled out, not those this scheduler's own Pods fill for now. That is for a group's
-        job, which is never widened: Slurm counts those Pods' jobs on the node as well and
-        starts the group there once they end, where a node left out for them would keep the
-        group waiting until its timeout (and a binding the kubelet would refuse is still
-        caught by `choose`)."""
+        A Node this scheduler's own Pods fill for now is not ruled out: Slurm counts their
+        jobs on the node as well, so the Pod's job waits in Slurm's queue for it (in line,
+        able to preempt), and a binding the kubelet would refuse is held back by `choose`
+        until those Pods are gone."""
         placed = self.placed(pod) if podaffinity.has_rules(pod) else []
-        return self.cluster.excluded_for(pod, placed, room=self.room_check(pod, with_mine=room_now))
+        return self.cluster.excluded_for(pod, placed, room=self.room_check(pod, with_mine=False))
 
     def placed(self, pod: Json) -> list[Json]:
         """The Pods of this scheduler on a Node (or being bound to one), but `pod`: what its

@@ -448,6 +448,9 @@ class Reconciler:
     # -- binding (R4.3, R4.4) -------------------------------------------------------------
     async def _bind(self, pod: Json, job: SlurmJob, said: actions.Said) -> Outcome:
         choice = await self.binder.target(pod, job)
+        if choice.waits_on is not None:
+            plan = pod_actions.waiting_for_room(pod, job, choice.waits_on, choice.problem)
+            return await self._carry_out(PodRef.of(pod), pod, job, plan, said)
         if choice.node is None:
             return await self.submitter.reject_placement(
                 pod,

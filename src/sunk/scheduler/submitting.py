@@ -78,11 +78,11 @@ class Submitter:
         raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(self.prefix + "avoid-nodes")
         return tuple(n for n in str(raw or "").split(",") if n)
 
-    def excluded_for(self, pod: Json, *, widened_later: bool = True) -> dict[str, str]:
-        """The Slurm nodes the Pod's own constraints rule out, with why. Only Pods with
-        affinity or spread rules gather the Pods already placed. `widened_later`: False for
-        a group's member, whose job is never widened (see `Placement.excluded_for`)."""
-        return self.places.excluded_for(pod, room_now=widened_later)
+    def excluded_for(self, pod: Json) -> dict[str, str]:
+        """The Slurm nodes the Pod's own constraints rule out, with why (never a Node that
+        is only busy now: see `Placement.excluded_for`). Only Pods with affinity or spread
+        rules gather the Pods already placed."""
+        return self.places.excluded_for(pod)
 
     async def adopt(self, pod: Json, said: Said) -> bool:
         """After a restart, a job may exist that the Pod does not name yet: use it."""
@@ -129,13 +129,10 @@ class Submitter:
         avoid: tuple[str, ...],
         said: Said,
         leave_out: dict[str, str] | None = None,
-        *,
-        in_group: bool = False,
     ) -> PlaceholderJob | Outcome:
         """The job to submit for `pod`, or what was done instead: refused for good (invalid,
         forbidden, unsupported) or told why no node can take it now. `leave_out`: Slurm
-        nodes this job leaves out besides, with why (not remembered on the Pod); `in_group`:
-        the Pod is a PodGroup's member."""
+        nodes this job leaves out besides, with why (not remembered on the Pod)."""
         vetting = submission.vet(
             pod,
             translate(pod, self.settings),
@@ -149,7 +146,7 @@ class Submitter:
         said += [Event(notice.reason, notice.note, warning=True, pod=pod) for notice in vetting.notices]
         assert vetting.job is not None
         job = vetting.job
-        excluded = {**self.excluded_for(pod, widened_later=not in_group), **(leave_out or {})}
+        excluded = {**self.excluded_for(pod), **(leave_out or {})}
         message = decide.placement_problem(
             job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes
         )
@@ -258,8 +255,8 @@ class Submitter:
         """Strict node locking: never bind to a doubtful node or allocation; resubmit (without
         the node, when the node is the problem). `remember`: the Pod avoids the node from now
         on (its `avoid-nodes` annotation); else the new job leaves it out, and later jobs and
-        widenings only while `excluded_for` still finds the problem (a Node without room
-        has room again once other Pods end)."""
+        widenings only while `excluded_for` still finds the problem (a slurmd Pod that
+        leaves no room may be made smaller)."""
         kube_scheduler.attempt("placement_rejected")
         avoiding = bool(slurm_node) and avoid_node
         avoid = self.avoid_nodes(pod) + ((slurm_node,) if slurm_node and avoiding and remember else ())

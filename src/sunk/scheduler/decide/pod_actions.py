@@ -5,6 +5,7 @@ typed actions the executor carries out in order (R5.2, R5.3, R8.2).
   back, say why, delete the Pod, drain the node if the Pod outlives KillWait.
 - `for_bound_pod`: a bound Pod's job now runs on a Slurm node another Node hosts.
 - `for_missing_job`: Slurm has no record of a bound Pod's job: re-adopt it or end the Pod.
+- `waiting_for_room`: the job runs, but the kubelet has no room for the Pod on its Node yet.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from sunk.scheduler.decide.actions import (
     PodAction,
     PodPlan,
     Readopt,
+    SetCondition,
 )
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.models import SlurmJob, SlurmNode
@@ -118,6 +120,31 @@ def for_missing_job(
         return Plan((Event(ev.JOB_ENDED, f"{gone}{why_not}; deleting the Pod", warning=True), DeletePod()))
     assert last is not None
     return Plan((Readopt(last.job_id, last.nodes[0], _time_left_min(last, now)),))
+
+
+# How soon a Pod waiting for room on its Node is looked at again, should no Pod's leaving
+# the Node say so first (the scheduler looks again whenever one of its Pods leaves a Node).
+ROOM_RECHECK_S = 5.0
+
+
+def waiting_for_room(pod: Json, job: SlurmJob, node: str, shortfall: str) -> PodPlan:
+    """Slurm started the Pod's job, but the kubelet of `node` counts too little room for
+    the Pod yet (`shortfall`), while the slurmd Pods alone would leave enough: other Pods
+    hold it (preempted or ended ones still terminating, or ones Slurm counts differently).
+    The Pod is not bound, which the kubelet would refuse (`OutOfcpu`); the job keeps its
+    place and the Pod is bound once they are gone. Said once: the condition, and an Event
+    with what is short."""
+    slurm_node = ",".join(job.nodes) or "?"
+    message = (
+        f"Slurm job {job.job_id} runs on {slurm_node}; waiting for the kubelet's room on Node {node}, "
+        "which other Pods hold until they are gone"
+    )
+    if not ev.condition_changes(pod, False, ev.WAITING_FOR_ROOM, message):
+        return Plan(after=ROOM_RECHECK_S)
+    note = f"Slurm job {job.job_id} runs on {slurm_node}, but {shortfall}; the Pod is bound once it fits"
+    return Plan(
+        (SetCondition(ev.WAITING_FOR_ROOM, message), Event(ev.WAITING_FOR_ROOM, note)), ROOM_RECHECK_S
+    )
 
 
 def readoption_failed(action: Readopt, why: str) -> PodPlan:
