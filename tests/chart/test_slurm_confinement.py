@@ -1,5 +1,6 @@
 """Issue #36: job confinement in the Slurm chart's rendered configuration (cgroup v1, v2 and
-autodetect, off, GPUs' devices, private /tmp), and the upgrade check's cgroup.conf parse."""
+autodetect, off, GPUs' devices, private /tmp), and the upgrade check's cgroup.conf parse;
+issue #49: a PID namespace per job where Slurm has one (namespace/linux, 25.11 and later)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.chart.test_slurm_chart import conf_value, container, fails, named, render
 
@@ -120,6 +122,100 @@ def test_issue36_private_tmp_can_be_turned_off_alone(helm: Path, slurm_chart: Pa
     assert "job_container.conf" not in config(objects) and "mpi.conf" not in config(objects)
     operator = container(named(objects, "Deployment", "r1-operator"), "operator")
     assert "--private-tmp=false" in operator["args"]
+
+
+NAMESPACE_YAML = {
+    "defaults": {
+        "auto_base_path": True,
+        "base_path": "/var/spool/slurmd/job-tmp",  # where job_container/tmpfs keeps them too
+        "dirs": "/tmp,/dev/shm",
+        "clone_ns_flags": ["CLONE_NEWPID"],
+    }
+}
+
+
+def tags(controller: str, slurmd: str) -> Obj:
+    return {"controller": {"image": {"tag": controller}}, "slurmd": {"image": {"tag": slurmd}}}
+
+
+def job_namespaces(objects: list[Obj]) -> tuple[str | None, str | None, str | None]:
+    """(NamespaceType, JobContainerType, PrologFlags), checking that the file each plugin reads
+    is written exactly when it is loaded, with the MPI setting both need."""
+    data = config(objects)
+    namespace, container = conf_value(objects, "NamespaceType"), conf_value(objects, "JobContainerType")
+    assert ("namespace.yaml" in data) == (namespace == "namespace/linux")
+    assert ("job_container.conf" in data) == (container == "job_container/tmpfs")
+    assert ("mpi.conf" in data) == bool(namespace or container)
+    return namespace, container, conf_value(objects, "PrologFlags")
+
+
+@pytest.mark.parametrize(
+    ("controller", "slurmd"),
+    [("26.05", "26.05"), ("25.11", "25.11.3"), ("v26.05.5", "26.05-8e6ae5515eba"), ("27.05", "26.05")],
+)
+def test_issue49_from_slurm_25_11_each_job_gets_its_own_pid_namespace(
+    helm: Path, slurm_chart: Path, controller: str, slurmd: str
+) -> None:
+    """Catches a job on 25.11+ that still sees every other job's processes on its node in
+    /proc (job_container/tmpfs makes no PID namespace), and a namespace.yaml that keeps the
+    jobs' /tmp anywhere but where slurmd's spool (and the e2e tests) expect it."""
+    objects = render(slurm_chart, helm, values=tags(controller, slurmd))
+    assert job_namespaces(objects) == ("namespace/linux", None, "Contain")
+    assert yaml.safe_load(config(objects)["namespace.yaml"]) == NAMESPACE_YAML
+    assert "PMIxEnv=PMIX_MCA_gds=hash" in config(objects)["mpi.conf"]
+    operator = container(named(objects, "Deployment", "r1-operator"), "operator")
+    assert "--private-tmp=true" in operator["args"]  # slurmd still pins mount namespaces
+
+
+@pytest.mark.parametrize(
+    ("controller", "slurmd"),
+    [("24.11", "24.11"), ("26.05", "24.11"), ("24.11", "26.05"), ("25.05", "25.05"), ("latest", "26.05")],
+)
+def test_issue49_before_slurm_25_11_jobs_keep_job_container_tmpfs(
+    helm: Path, slurm_chart: Path, controller: str, slurmd: str
+) -> None:
+    """Catches NamespaceType written for a Slurm that does not know it (24.11's daemons stop at
+    start on the line), including where only one of the two images is older or a tag does not
+    say its version: those keep the private /tmp and /dev/shm of job_container/tmpfs."""
+    objects = render(slurm_chart, helm, values=tags(controller, slurmd))
+    assert job_namespaces(objects) == (None, "job_container/tmpfs", "Contain")
+    assert "BasePath=/var/spool/slurmd/job-tmp" in config(objects)["job_container.conf"]
+
+
+@pytest.mark.parametrize(
+    ("version", "pid_namespace", "expected"),
+    [
+        ("26.05", False, (None, "job_container/tmpfs", "Contain")),
+        ("24.11", True, ("namespace/linux", None, "Contain")),  # said outright: tags not read
+    ],
+)
+def test_issue49_pid_namespace_can_be_set_outright(
+    helm: Path, slurm_chart: Path, version: str, pid_namespace: bool, expected: tuple[str | None, ...]
+) -> None:
+    values = tags(version, version)
+    values["slurm"] = {"confinement": {"pidNamespace": pid_namespace}}
+    assert job_namespaces(render(slurm_chart, helm, values=values)) == expected
+
+
+def test_issue49_no_private_tmp_means_no_pid_namespace(helm: Path, slurm_chart: Path) -> None:
+    """Catches namespace/linux left on a 26.05 cluster whose private /tmp is off (the plugin
+    always makes the mount namespace) or with confinement off altogether."""
+    for off in ("privateTmp", "enabled"):
+        values = {**tags("26.05", "26.05"), "slurm": {"confinement": {off: False}}}
+        assert job_namespaces(render(slurm_chart, helm, values=values)) == (None, None, None)
+
+
+@pytest.mark.parametrize(
+    ("confinement", "said"),
+    [
+        ({"pidNamespace": "yes"}, 'pidNamespace is "yes": use auto (on from Slurm 25.11), true or false'),
+        ({"pidNamespace": True, "privateTmp": False}, "pidNamespace=true needs slurm.confinement.enabled"),
+    ],
+)
+def test_issue49_a_pid_namespace_setting_that_cannot_work_is_refused(
+    helm: Path, slurm_chart: Path, confinement: Obj, said: str
+) -> None:
+    assert said in fails(slurm_chart, helm, values={"slurm": {"confinement": confinement}})
 
 
 def test_issue36_a_cgroup_conf_of_ones_own_replaces_the_written_one(helm: Path, slurm_chart: Path) -> None:

@@ -51,7 +51,12 @@ applied.
 {{- $_ := set $conf "AccountingStorageEnforce" (join "," .) }}
 {{- end }}
 {{- end }}
-{{- if and $c.enabled $c.privateTmp }}
+{{- $jobNamespaces := include "slurm.jobNamespaces" . }}
+{{- if eq $jobNamespaces "namespace/linux" }}
+{{- /* Slurm 25.11+: namespace.yaml below; Slurm refuses it without the extern step Contain makes. */}}
+{{- $_ := set $conf "NamespaceType" "namespace/linux" }}
+{{- $_ := set $conf "PrologFlags" "Contain" }}
+{{- else if $jobNamespaces }}
 {{- /* Slurm refuses job_container/tmpfs without the extern step Contain makes. */}}
 {{- $_ := set $conf "JobContainerType" "job_container/tmpfs" }}
 {{- $_ := set $conf "PrologFlags" "Contain" }}
@@ -100,11 +105,24 @@ slurm.conf: |
   {{- end }}
 cgroup.conf: |
   {{- $s.cgroupConf | default (include "slurm.cgroupConf" .) | trim | nindent 2 }}
-{{- if and $c.enabled $c.privateTmp }}
+{{- if eq $jobNamespaces "namespace/linux" }}
+namespace.yaml: |
+  # Each job's /tmp and /dev/shm, made under slurmd's spool and removed when the job ends,
+  # and a PID namespace of its own with its own /proc: a job sees only its own processes.
+  defaults:
+    auto_base_path: true
+    base_path: /var/spool/slurmd/job-tmp
+    dirs: /tmp,/dev/shm
+    clone_ns_flags:
+      - CLONE_NEWPID
+{{- else if $jobNamespaces }}
 job_container.conf: |
   # Each job's /tmp and /dev/shm, made under slurmd's spool and removed when the job ends.
+  # (Slurm 24.11 has no PID namespace per job: jobs on one node see each other's processes.)
   AutoBasePath=true
   BasePath=/var/spool/slurmd/job-tmp
+{{- end }}
+{{- if $jobNamespaces }}
 mpi.conf: |
   # PMIx's shared-memory store is made in slurmstepd's view of /tmp and /dev/shm, which a
   # job's private ones hide from its ranks (MPI_Init fails: PMIX_ERR_FILE_OPEN_FAILURE in
@@ -121,6 +139,47 @@ gres.conf: |
   {{- $script | trim | nindent 2 }}
 {{- end }}
 {{- end }}
+{{- end -}}
+
+
+{{/*
+The plugin that gives each job namespaces of its own, from slurm.confinement: "" (none:
+confinement or privateTmp off), "job_container/tmpfs" (a private /tmp and /dev/shm; the only
+one Slurm 24.11 has) or "namespace/linux" (the same, plus a PID namespace and its own /proc;
+Slurm 25.11 and later). pidNamespace auto picks namespace/linux where both the controller's
+and slurmd's image tags read as 25.11 or newer (<year>.<month>[anything], as
+metrics.slurmctld.enabled reads them): a Slurm older than that stops at start on the
+NamespaceType line, so a tag that does not read so (latest, digest only) keeps
+job_container/tmpfs, which 25.11 and 26.05 still take under its old name.
+*/}}
+{{- define "slurm.jobNamespaces" -}}
+{{- $c := .Values.slurm.confinement -}}
+{{- $want := toString $c.pidNamespace -}}
+{{- if not (has $want (list "auto" "true" "false")) -}}
+{{- fail (printf "slurm.confinement.pidNamespace is %q: use auto (on from Slurm 25.11), true or false" $want) -}}
+{{- end -}}
+{{- if and (eq $want "true") (not (and $c.enabled $c.privateTmp)) -}}
+{{- fail "slurm.confinement.pidNamespace=true needs slurm.confinement.enabled and privateTmp: Slurm's namespace/linux makes the PID namespace along with the private /tmp" -}}
+{{- end -}}
+{{- if and $c.enabled $c.privateTmp -}}
+{{- $pid := eq $want "true" -}}
+{{- if eq $want "auto" -}}
+{{- $pid = and (include "slurm.tagFrom2511" .Values.controller.image.tag) (include "slurm.tagFrom2511" .Values.slurmd.image.tag) -}}
+{{- end -}}
+{{- ternary "namespace/linux" "job_container/tmpfs" (not (not $pid)) -}}
+{{- end -}}
+{{- end -}}
+
+{{/* "true" when an image tag reads as Slurm 25.11 or newer (<year>.<month>[anything]), else "". */}}
+{{- define "slurm.tagFrom2511" -}}
+{{- $m := regexFindAll "[0-9]+" (regexFind "^v?[0-9]+\\.[0-9]+" (toString .)) -1 -}}
+{{- if eq (len $m) 2 -}}
+{{- $major := atoi (index $m 0) -}}
+{{- $minor := atoi (index $m 1) -}}
+{{- if or (gt $major 25) (and (eq $major 25) (ge $minor 11)) -}}
+true
+{{- end -}}
+{{- end -}}
 {{- end -}}
 
 
