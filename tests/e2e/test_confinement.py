@@ -20,6 +20,7 @@ from sunk.operator.confinement import CONFINED, CONFINEMENT_UNAVAILABLE
 from sunk_dev import DevCluster
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.platform import Platform, nodeset
+from tests.conftest import SLURM
 from tests.e2e.slurm_in_pods import containers_running, delete_namespace
 from tests.support import make_pod, wait_for
 
@@ -242,6 +243,72 @@ def test_issue36_two_jobs_on_one_node_each_see_their_own_tmp_and_shm_removed_at_
     assert wait_for(all_ended, timeout=180, what="sixteen short jobs to end") == {"COMPLETED"}
     for name in names:
         assert logged_in(platform, f"sinfo -h -n {name} -o %T").strip() == "idle"
+
+
+# Slurm 25.11 and later give each job a PID namespace (namespace/linux, which the chart writes
+# for those versions); 24.11's job_container/tmpfs gives none (docs/platform.md, Confinement).
+PID_NAMESPACES = tuple(int(part) for part in SLURM.split(".")[:2]) >= (25, 11)
+
+
+def looking_at_proc(meeting: str) -> str:
+    """A job that starts a marker process (`sleep 300.<job id>`), meets its twin in `meeting`
+    (under /var/tmp, which the jobs of one member share: their /tmp is private), says what its
+    /proc shows (PID 1's name, how many processes, which markers), and ends once the twin has
+    looked too, so each looks while the other's marker runs. No single quotes: it goes in some."""
+
+    def until_both(stage: str) -> str:  # up to a minute
+        count = f'"$(ls $d | grep -c "^{stage}\\.")"'
+        return f"n=0; while [ {count} -lt 2 ] && [ $n -lt 300 ]; do sleep 0.2; n=$((n+1)); done; "
+
+    markers = 'cat /proc/[0-9]*/cmdline 2>/dev/null | tr "\\0" "\\n" | grep "^300\\.[0-9]*$" | sort -u'
+    return "".join(
+        [
+            f"d={meeting}; mkdir -p $d; sleep 300.$SLURM_JOB_ID & touch $d/up.$SLURM_JOB_ID; ",
+            until_both("up"),
+            'met=no; [ "$(ls $d | grep -c "^up\\.")" -ge 2 ] && met=yes; ',
+            "init=$(cat /proc/1/comm); pids=$(ls -d /proc/[0-9]* 2>/dev/null | wc -l); ",
+            f'markers=$({markers} | tr "\\n" " "); ',
+            "touch $d/looked.$SLURM_JOB_ID; ",
+            until_both("looked"),
+            'kill $!; echo "job $SLURM_JOB_ID met=$met init=$init pids=$pids markers=$markers"',
+        ]
+    )
+
+
+def test_issue49_two_jobs_on_one_member_see_each_others_processes_only_without_pid_namespaces(
+    platform: Platform, kube: AdminKube
+) -> None:
+    """Catches, on Slurm 25.11 and later, a job that lists another job's processes in /proc
+    (no PID namespace: namespace.yaml missing CLONE_NEWPID, or the chart still writing
+    job_container/tmpfs) or whose /proc is the container's (PID 1 not Slurm's holder of the
+    namespace); on 24.11, docs that promise more than job_container/tmpfs gives (a job there
+    sees its twin's processes, as docs/platform.md says)."""
+    member = member_on(kube, "real-1")
+    config = logged_in(platform, "scontrol show config")
+    plugin = (
+        r"^NamespaceType\s*=\s*namespace/linux\s*$"
+        if PID_NAMESPACES
+        else r"^JobContainerType\s*=\s*job_container/tmpfs\s*$"
+    )
+    assert re.search(plugin, config, re.M), config
+    meeting = f"/var/tmp/sunk-issue49-{int(time.time())}"
+    srun = f"srun -w {member} -c1 --mem=32M"
+    script = looking_at_proc(meeting)
+    try:
+        said = logged_in(platform, f"{srun} sh -c '{script}' & {srun} sh -c '{script}' & wait")
+    finally:
+        platform.kubectl("exec", member, "-c", "slurmd", "--", "rm", "-rf", meeting)
+    seen = re.findall(r"^job (\d+) met=(\w+) init=(\S+) pids=(\d+) markers=(.*)$", said, re.M)
+    assert len(seen) == 2 and seen[0][0] != seen[1][0], said
+    assert all(met == "yes" for _, met, _, _, _ in seen), said  # both ran at once
+    jobs = {job for job, *_ in seen}
+    for job, _, init, pids, markers in seen:
+        if PID_NAMESPACES:
+            # Its own few: Slurm's holder, the shell, its marker and the look's own commands.
+            assert (init, markers.split()) == ("slurmstepd", [f"300.{job}"]), said
+            assert int(pids) <= 12, said
+        else:
+            assert init != "slurmstepd" and set(markers.split()) == {f"300.{j}" for j in jobs}, said
 
 
 def test_issue36_a_pod_placed_by_sunk_binds_and_runs_beside_a_confined_job(
