@@ -12,17 +12,19 @@ run as the job's user, and binding another user's process needs it (without it e
 of a user other than root failed to start: "task_g_set_affinity: Operation not
 permitted"). CAP_SYS_ADMIN is needed three times over: to make the read-only cgroup mounts the runtime
 gives every unprivileged container writable again (a remount), to write the v1 devices
-controller's allow and deny lists (v2: to load its eBPF device filter), and for
-job_container/tmpfs's mount namespaces. A privileged container is not needed: it would
-also hand slurmd every device of the host and every other capability.
+controller's allow and deny lists (v2: to load its eBPF device filter), and for the
+namespaces of each job's private /tmp: job_container/tmpfs's mount namespace on Slurm 24.11,
+namespace/linux's on 25.11 and later, which also makes the job a PID namespace and mounts
+its own /proc there (the chart's slurm.confinement.pidNamespace). A privileged container is
+not needed: it would also hand slurmd every device of the host and every other capability.
 
 Before slurmd starts, the member's command checks all of that (PREFLIGHT). A container
 that cannot give it stops with a `confinement unavailable: ...` termination message, so
 the member never serves jobs unconfined; the operator names its Node in the NodeSet's
 `Confined` condition and a ConfinementUnavailable Event.
 
-A private /tmp per job (job_container/tmpfs) has one more need, set by the kernel rather
-than the container. slurmstepd keeps each job's mount namespace by bind-mounting it, and
+A private /tmp per job (either plugin) has one more need, set by the kernel rather than
+the container. slurmstepd keeps each job's mount namespace by bind-mounting it, and
 Linux refuses to bind a mount namespace whose number is not above the binding process's
 own (its guard against namespace loops). Since Linux 6.18 those numbers come from per-CPU
 batches, so a namespace made later on another CPU may have a smaller one, and the bind then
