@@ -222,8 +222,11 @@ def test_issue36_two_jobs_on_one_node_each_see_their_own_tmp_and_shm_removed_at_
     jobs = {job for job, _, _ in seen}
 
     def removed() -> bool | None:
-        left = platform.kubectl("exec", member, "-c", "slurmd", "--", "ls", "/var/spool/slurmd/job-tmp")
-        return (left.returncode == 0 and not jobs & set(left.stdout.split())) or None
+        # Debian's Slurm (built for several slurmd per host) keeps them in job-tmp/<node>/<job>.
+        find = ("find", "/var/spool/slurmd/job-tmp", "-mindepth", "1", "-maxdepth", "2", "-type", "d")
+        left = platform.kubectl("exec", member, "-c", "slurmd", "--", *find)
+        names = {path.rsplit("/", 1)[-1] for path in left.stdout.split()}
+        return (left.returncode == 0 and not jobs & names) or None
 
     wait_for(removed, timeout=60, what=f"the private /tmp of jobs {sorted(jobs)} removed from {member}")
     # Every job boots, whichever CPU its namespace is made on: eight on each node.
