@@ -169,6 +169,17 @@ fails the install naming it.
 {{- end -}}
 
 {{/*
+The shared volume mounted at /home, which holds people's homes: "rw" (the login Pods make
+each person's home on it), "ro" (homes are made elsewhere) or "" (none: homes are on each
+login Pod's own disk and do not follow people).
+*/}}
+{{- define "slurm.sharedHome" -}}
+{{- range (include "slurm.sharedVolumes" . | fromJsonArray) }}
+{{- if eq .path "/home" }}{{ ternary "ro" "rw" .readOnly }}{{ end }}
+{{- end }}
+{{- end -}}
+
+{{/*
 The services and start-up scripts of one component ("slurmd" or "login"), checked, as the
 data of its ConfigMap (JSON; {} when there are none). A name must be a short lower-case word
 that makes a file name, unique within its list, and a service may not take the name of the
@@ -189,7 +200,7 @@ container's own daemon.
 {{- if not (regexMatch "^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$" $name) -}}
 {{- fail (printf "%s.name is %q: use lower-case letters, digits and -, as in node-exporter" $where $name) -}}
 {{- end -}}
-{{- if and (eq $kind "services") (has $name (list $component "nslcd" "people-status")) -}}
+{{- if and (eq $kind "services") (has $name (list $component "nslcd" "people-status" "homes")) -}}
 {{- fail (printf "%s.name is %q, the name of one of the container's own services: choose another" $where $name) -}}
 {{- end -}}
 {{- if not $entry.run -}}
@@ -205,6 +216,10 @@ container's own daemon.
 {{- if and (eq $component "login") $v.passwordLogin -}}
 {{- /* the chart's own: nslcd, which sshd's PAM asks to check directory passwords */ -}}
 {{- $_ := set $data "service.nslcd" "exec /usr/local/sbin/sunk-nslcd\n" -}}
+{{- end -}}
+{{- if and (eq $component "login") (index . 1).Values.directory.uri (eq (include "slurm.sharedHome" (index . 1)) "rw") -}}
+{{- /* the chart's own: the people's homes on the shared /home (files/homes.sh) */ -}}
+{{- $_ := set $data "service.homes" "exec /bin/sh /etc/sunk/homes/homes.sh /home /var/lib/extrausers/passwd /run/sunk-homes\n" -}}
 {{- end -}}
 {{- toJson $data -}}
 {{- end -}}

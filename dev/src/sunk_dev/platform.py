@@ -72,6 +72,10 @@ def _image(built: Built) -> Json:
     return {"repository": repository, "tag": tag, "pullPolicy": "Never"}
 
 
+# The shared /home of every release on the dev cluster.
+HOME_VOLUME = {"name": "home", "mountPath": "/home", "size": "1Gi"}
+
+
 def dev_values(
     images: dict[str, Built], *, scheduler: bool = True, tenants: str = "apps", strangers: str = ""
 ) -> Json:
@@ -104,6 +108,10 @@ def dev_values(
             },
         },
         "login": {"image": _image(images["login"]), "resources": small},
+        # People's homes on a shared volume (issue #49): the login Pod makes each home there,
+        # and every slurmd Pod mounts it, so a home follows its person to every node. The dev
+        # cluster's default StorageClass serves ReadWriteMany from GlusterFS.
+        "sharedVolumes": [dict(HOME_VOLUME)],
         "operator": {"image": _image(images["sunk"]), "resources": small},
         "slurmd": {"image": {"repository": slurmd["repository"], "tag": slurmd["tag"]}},
         "scheduler": {
