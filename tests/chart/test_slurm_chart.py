@@ -460,6 +460,7 @@ def test_r10_2_the_operator_gets_the_contracts_arguments(helm: Path, slurm_chart
         "--allow-host-access=false",
         "--container-steps=true",
         "--health-checks-configmap=r1-health-checks",
+        "--node-conditions=KernelDeadlock,ReadonlyFilesystem,FrequentKubeletRestart,FrequentContainerdRestart",
         "--leader-elect=false",
         "--lease-name=r1-operator",
         "--metrics-port=8080",
@@ -508,7 +509,8 @@ def test_r10_2_the_operators_rights_are_exactly_the_narrow_set(helm: Path, slurm
     ]
     [cluster_role] = of_kind(objects, "ClusterRole")
     assert cluster_role["rules"] == [
-        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]}
+        {"apiGroups": [""], "resources": ["nodes", "pods"], "verbs": ["get", "list", "watch"]},
+        {"apiGroups": [""], "resources": ["nodes/status"], "verbs": ["patch"]},  # SlurmHealthCheck
     ]
     subject = {"kind": "ServiceAccount", "name": "r1-operator", "namespace": "team"}
     assert named(objects, "RoleBinding", "r1-operator")["subjects"] == [subject]

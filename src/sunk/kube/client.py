@@ -207,6 +207,16 @@ class KubeClient:
             "PATCH", f"{path}/status", body={"status": status}, content_type="application/merge-patch+json"
         )
 
+    async def patch_node_status(self, name: str, status: Json) -> Json:
+        """Strategic merge on a Node's status: conditions merge by type, so the kubelet's
+        and other tools' conditions stay."""
+        return await self.request(
+            "PATCH",
+            f"/api/v1/nodes/{name}/status",
+            body={"status": status},
+            content_type="application/strategic-merge-patch+json",
+        )
+
 
 def _unreachable(err: BaseException) -> KubeError:
     return KubeError(0, f"{type(err).__name__}: {err}" if str(err) else type(err).__name__)

@@ -39,6 +39,22 @@ class Resume:
 
 
 @dataclass(frozen=True)
+class MarkDown:
+    """Mark a Slurm node DOWN (its machine is lost: sunk.operator.node_faults)."""
+
+    name: str
+    reason: str
+
+
+@dataclass(frozen=True)
+class SetNodeCondition:
+    """Write one condition on a Kubernetes Node's status (merged by type; others stay)."""
+
+    node: str
+    condition: Json
+
+
+@dataclass(frozen=True)
 class LabelBusy:
     """Mark a member busy or idle in Kubernetes (what the chart's PodDisruptionBudget reads)."""
 
@@ -80,6 +96,8 @@ Action = (
     | DeleteSlurmNode
     | Drain
     | Resume
+    | MarkDown
+    | SetNodeCondition
     | LabelBusy
     | CancelJob
     | SetFinalizer

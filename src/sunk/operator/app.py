@@ -183,6 +183,7 @@ class Operator:
             services_digest=config.services_digest,
             health_checks_configmap=config.health_checks_configmap,
             health_check_scripts_configmap=config.health_check_scripts_configmap,
+            node_conditions=config.node_conditions,
         )
         self.people: PeopleSync | None = None
         if config.directory is not None:

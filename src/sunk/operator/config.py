@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -54,6 +55,7 @@ class OperatorConfig:
     slurm_native_metrics: bool = False  # slurmctld serves slurm_* itself: serve only sunk_*
     health_checks_configmap: str = ""  # slurmd's health check runner, mounted into members
     health_check_scripts_configmap: str = ""  # the operator's own check scripts, beside it
+    node_conditions: tuple[str, ...] = ()  # Node condition types that name a fault when True
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -144,6 +146,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "",
     )
     flag(
+        "node-conditions",
+        "comma-separated Node condition types that name a fault when their status is True "
+        "(Node Problem Detector's KernelDeadlock...): a member's Slurm node is drained while its "
+        "Node has one; empty: none",
+        "",
+    )
+    flag(
         "health-check-scripts-configmap",
         "a ConfigMap of your own check scripts, mounted beside the runner (needs "
         "--health-checks-configmap); empty: none",
@@ -214,6 +223,16 @@ def account_settings(args: argparse.Namespace, people: bool) -> tuple[GroupMappi
     return found
 
 
+def node_conditions(text: str) -> tuple[str, ...]:
+    """The --node-conditions list; Ready (True is well) and the operator's own
+    SlurmHealthCheck (it mirrors a drain, it does not cause one) are refused."""
+    kinds = tuple(k.strip() for k in text.split(",") if k.strip())
+    for kind in kinds:
+        if kind in ("Ready", "SlurmHealthCheck") or not re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9_./-]*", kind):
+            raise ValueError(f"--node-conditions: {kind!r} is not a fault condition type")
+    return kinds
+
+
 def from_args(args: argparse.Namespace) -> OperatorConfig:
     if args.confinement not in ("cgroup", "off"):
         raise ValueError(f"--confinement must be cgroup or off, not {args.confinement!r}")
@@ -268,4 +287,5 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         slurm_native_metrics=true_or_false(args, "slurm-native-metrics"),
         health_checks_configmap=args.health_checks_configmap or "",
         health_check_scripts_configmap=health_scripts,
+        node_conditions=node_conditions(args.node_conditions or ""),
     )

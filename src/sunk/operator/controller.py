@@ -47,6 +47,8 @@ class OperatorKube(Protocol):
 
     async def create_event(self, namespace: str, event: Json) -> None: ...
 
+    async def patch_node_status(self, name: str, status: Json) -> Json: ...
+
 
 class OperatorSlurm(Protocol):
     async def nodes(self) -> list[SlurmNode]: ...
@@ -62,6 +64,8 @@ class OperatorSlurm(Protocol):
     async def drain(self, node: str, reason: str) -> str | None: ...
 
     async def resume(self, node: str) -> str | None: ...
+
+    async def mark_down(self, node: str, reason: str) -> str | None: ...
 
 
 def nodeset_path(namespace: str, name: str) -> str:
@@ -288,6 +292,15 @@ class NodeSetController:
                     await self.change_node(node, self.slurm.drain(node, reason))
                 case a.Resume(name=node):
                     await self.change_node(node, self.slurm.resume(node))
+                case a.MarkDown(name=node, reason=reason):
+                    await self.change_node(node, self.slurm.mark_down(node, reason))
+                    log.warning("%s/%s: marked Slurm node %s DOWN: %s", namespace, name, node, reason)
+                case a.SetNodeCondition(node=node, condition=condition):
+                    try:
+                        await self.kube.patch_node_status(node, {"conditions": [condition]})
+                    except KubeError as err:
+                        if not err.not_found:  # a Node gone has nothing to show
+                            raise
                 case a.LabelBusy(name=pod_name, uid=uid, busy=now_busy):
                     try:
                         labels = {m.BUSY_LABEL: str(now_busy).lower()}

@@ -85,6 +85,9 @@ class Settings:
     services_digest: str = ""  # of that ConfigMap's contents (a change rolls the members)
     health_checks_configmap: str = ""  # slurmd's health check runner, if checks are on
     health_check_scripts_configmap: str = ""  # the operator's own check scripts, if any
+    # Node condition types that name a fault when "True": a member's Slurm node is drained
+    # while its Node has one (sunk.operator.node_faults).
+    node_conditions: tuple[str, ...] = ()
 
 
 def selector(settings: Settings, nodeset: str) -> dict[str, str]:

@@ -35,6 +35,7 @@ from sunk.operator.actions import (
     SetFinalizer,
 )
 from sunk.operator.hardware import ShapeError, shape, slurm_node_name
+from sunk.operator.node_faults import actions as node_fault_actions
 from sunk.operator.nodeset import API_VERSION, KIND, DrainPolicy, Invalid, NodeSet
 from sunk.operator.removal import busy
 from sunk.operator.rollout import roll_out
@@ -197,6 +198,8 @@ def plan(
         ]
     _remove(nodeset.name, nodeset.drain, leaving, slurm, now, notes)
     _resume_kept(nodeset.name, members, leaving, records, settings, notes)
+    in_hand = {x.slurm_name for x in leaving}  # lost machines, faults: sunk.operator.node_faults
+    notes.actions += node_fault_actions(nodeset.name, members, nodes, records, settings, now, in_hand)
     _label_busy(members, slurm, notes)
     _clean_records(nodeset.name, members, share, nodes, slurm, unseen, notes)
     _report_conflicts(nodeset, share, notes)

@@ -6,7 +6,9 @@ internal address (for the member's name), and the slurmd container's requests fi
 the Pods already bound there. A Node that hosts a member keeps it while the member could
 stay: selection and taints still allow it and it is not cordoned (a cordon is the first
 step of a Node's maintenance, so its member is drained and goes once idle); Readiness and
-fit no longer matter.
+fit no longer matter, nor do the taints the node lifecycle controller puts on a Node that
+is not Ready (not-ready, unreachable): a lost machine's member is marked DOWN and comes
+back with it (sunk.operator.node_faults).
 
 The assignment is computed for every NodeSet at once, from the caches alone, and comes out
 the same whoever computes it: Nodes held by a member stay with their NodeSet; free Nodes
@@ -29,6 +31,8 @@ from sunk.operator.nodeset import NodeSet
 
 Json = dict[str, Any]
 NODESET_LABEL = "sunk.coreweave.com/nodeset"
+# Readiness as taints (the node lifecycle controller's): no reason for a member to leave.
+READINESS_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
 
 
 @dataclass
@@ -63,7 +67,9 @@ def may_stay(nodeset: NodeSet, node: Json) -> str | None:
     name = node.get("metadata", {}).get("name", "?")
     if not affinity_allows(nodeset.selection, node):
         return f"Node {name} no longer matches nodeSelector/affinity"
-    taints = untolerated_taints(nodeset.selection, node)
+    taints = [
+        t for t in untolerated_taints(nodeset.selection, node) if t.split("=", 1)[0] not in READINESS_TAINTS
+    ]
     if taints:
         return f"Node {name} has taints the NodeSet does not tolerate: {', '.join(taints)}"
     if (node.get("spec") or {}).get("unschedulable"):

@@ -405,6 +405,23 @@ class SlurmClient:
             return f"could not resume {node}: {err}"
         return None
 
+    async def mark_down(self, node: str, reason: str) -> str | None:
+        """Mark `node` DOWN with `reason` (its jobs are requeued or failed by their own
+        settings); None on success, otherwise what went wrong."""
+        if not self.dialect.drains_over_rest:
+            return await self._scontrol.mark_down(node, reason)
+        try:
+            await self._call(
+                "POST",
+                f"/node/{node}",
+                f"mark node {node} down",
+                json={"state": ["DOWN"], "reason": reason},
+                endpoint="/node/{name}",
+            )
+        except SlurmError as err:
+            return f"could not mark {node} down: {err}"
+        return None
+
     async def reconfigure(self) -> None:
         """Make slurmctld read its configuration files again and hand them to every slurmd
         (configless); no daemon restarts. Raises SlurmError when slurmctld refuses."""

@@ -50,6 +50,14 @@ class Scontrol:
             return f"could not resume {node}: {err}"
         return None
 
+    async def mark_down(self, node: str, reason: str) -> str | None:
+        """`scontrol update state=down`; None on success, otherwise what went wrong."""
+        code, _, err = await self._run("update", f"nodename={node}", "state=down", f"reason={reason}")
+        if code:
+            return f"could not mark {node} down: {err}"
+        log.warning("marked Slurm node %s DOWN: %s", node, reason)
+        return None
+
     async def reconfigure(self) -> str | None:
         """`scontrol reconfigure` (22.05's REST has no such call); None on success."""
         code, _, err = await self._run("reconfigure")

@@ -37,8 +37,9 @@ _uids = itertools.count(1)
 class FakeOperatorKube:
     """Writes land in the caches at once (as a watch would bring them)."""
 
-    def __init__(self, pods: MemoryCache, nodesets: MemoryCache) -> None:
+    def __init__(self, pods: MemoryCache, nodesets: MemoryCache, nodes: MemoryCache | None = None) -> None:
         self.pods, self.nodesets = pods, nodesets
+        self.nodes = nodes if nodes is not None else MemoryCache()
         self.events: list[Json] = []
         self.calls: list[tuple[str, ...]] = []
         self.failures = Failures()
@@ -110,6 +111,19 @@ class FakeOperatorKube:
             self.nodesets.store.pop(f"{NAMESPACE}/{name}")
         return obj
 
+    async def patch_node_status(self, name: str, status: Json) -> Json:
+        """A strategic merge of conditions by type, as the API server does."""
+        self.failures.check("patch_node_status")
+        self.calls.append(("patch_node_status", name))
+        node = self.nodes.get(name)
+        if node is None:
+            raise KubeError(404, f'nodes "{name}" not found')
+        conditions = node.setdefault("status", {}).setdefault("conditions", [])
+        for condition in status.get("conditions") or []:
+            kept = [c for c in conditions if c.get("type") != condition["type"]]
+            conditions[:] = [*kept, copy.deepcopy(condition)]
+        return node
+
     async def create_event(self, namespace: str, event: Json) -> None:
         name = event["metadata"]["name"]
         if any(e["metadata"]["name"] == name for e in self.events):
@@ -176,9 +190,19 @@ class FakeOperatorSlurm:
         return None
 
     async def resume(self, node: str) -> str | None:
+        """Lifts a drain and a DOWN alike, as `scontrol update state=resume` does."""
         self.calls.append(("resume", node))
         record = self.records[node]
-        self.records[node] = replace(record, flags=tuple(f for f in record.flags if f != "DRAIN"), reason="")
+        state = "idle" if record.state.lower() == "down" else record.state
+        flags = tuple(f for f in record.flags if f not in ("DRAIN", "NOT_RESPONDING"))
+        self.records[node] = replace(record, state=state, flags=flags, reason="")
+        return None
+
+    async def mark_down(self, node: str, reason: str) -> str | None:
+        """DOWN under `reason`; a drain flag stays (slurmctld keeps it)."""
+        self.calls.append(("mark_down", node, reason))
+        record = self.records[node]
+        self.records[node] = replace(record, state="down", reason=reason, reason_changed_at=self.clock)
         return None
 
     def register(
@@ -291,7 +315,7 @@ class OperatorWorld:
     directory_problem: str | None = None  # what the people sync says of its last read
 
     def __post_init__(self) -> None:
-        self.kube = FakeOperatorKube(self.pods, self.nodesets)
+        self.kube = FakeOperatorKube(self.pods, self.nodesets, self.nodes)
         self.controller = self.new_controller()
 
     def restarted_with(self, settings: m.Settings) -> OperatorWorld:
