@@ -187,7 +187,7 @@ class DevCluster:
                 directory.start(layout, (HOST, *bridge))
             if spec.real_nodes:
                 registry.start(layout, hostnet.network_of(layout).gateway)
-            kubecluster.start(layout, tools)
+            kubecluster.start(layout, tools, node_lifecycle=spec.real_nodes > 0)
             slurmcluster.start(
                 slurmcluster.SlurmSpec(
                     nodes,

@@ -1,6 +1,6 @@
 """The Kubernetes half of the dev cluster: etcd, kube-apiserver, kube-controller-manager's
-workload controllers (Deployment, ReplicaSet, StatefulSet, Job...), kwok as the kubelets,
-and the Nodes and slurmd Pods."""
+workload controllers (Deployment, ReplicaSet, StatefulSet, Job...; with real Nodes also its
+node lifecycle), kwok as the kubelets, and the Nodes and slurmd Pods."""
 
 from __future__ import annotations
 
@@ -42,6 +42,50 @@ CONTROLLERS = (
     "pvc-protection",
     "pv-protection",
 )
+# With real Nodes only: a stopped machine's Node goes Unknown once its kubelet stops
+# renewing its Lease, gets the unreachable taints, and its Pods are evicted when their
+# toleration runs out (300 s, DefaultTolerationSeconds, per Pod), as on a real cluster.
+# The kwok Nodes there keep Leases of their own (KWOK_LEASE_S) so they are never lost.
+NODE_LIFECYCLE_CONTROLLERS = ("node-lifecycle-controller", "taint-eviction-controller")
+# A kubelet renews its Lease every 10 s: 30 s is three missed renewals, so a busy 2-core
+# machine does not lose a Node that lives, and a lost one is Unknown within about 32 s
+# (the operator then marks its member DOWN: the e2e allows 60 s). The monitor looks every 2 s.
+NODE_LIFECYCLE_FLAGS = ("--node-monitor-grace-period=30s", "--node-monitor-period=2s")
+KWOK_LEASE_S = 20  # kwok renews every quarter of it: 5 s, well inside the grace period
+
+
+def controller_manager_args(layout: Layout, binary: Path, *, node_lifecycle: bool) -> list[str]:
+    """kube-controller-manager's command line; `node_lifecycle`: the cluster has real Nodes."""
+    controllers = CONTROLLERS + (NODE_LIFECYCLE_CONTROLLERS if node_lifecycle else ())
+    return [
+        str(binary),
+        f"--kubeconfig={layout.kubeconfig}",
+        # The workload controllers users deploy inference and batch with, and what keeps
+        # namespaces and owners tidy; the node lifecycle only next to real Nodes: on kwok
+        # alone it has nothing to watch, and a loaded benchmark's kwok would lose Nodes.
+        "--controllers=" + ",".join(controllers),
+        *(NODE_LIFECYCLE_FLAGS if node_lifecycle else ()),
+        "--leader-elect=false",
+        f"--bind-address={HOST}",
+        "--secure-port=0",
+        f"--root-ca-file={layout.kube / 'ca.crt'}",
+        "--v=1",
+    ]
+
+
+def kwok_args(layout: Layout, binary: Path, stages: Path, *, node_lifecycle: bool) -> list[str]:
+    """kwok's command line: with the node lifecycle controller running, its Nodes hold
+    Leases (without, kwok neither renews one nor updates their status after the first)."""
+    return [
+        str(binary),
+        f"--kubeconfig={layout.kubeconfig}",
+        f"--config={stages}",
+        "--manage-all-nodes=false",
+        f"--manage-nodes-with-label-selector={topology.KWOK_NODE_LABEL}=true",
+        "--cidr=10.128.0.0/9",
+        f"--node-ip={HOST}",
+        *((f"--node-lease-duration-seconds={KWOK_LEASE_S}",) if node_lifecycle else ()),
+    ]
 
 
 def write_kubeconfig(layout: Layout, path: Path | None = None, cert: Path | None = None) -> None:
@@ -76,8 +120,9 @@ def write_kubeconfig(layout: Layout, path: Path | None = None, cert: Path | None
     target.chmod(0o600)
 
 
-def start(layout: Layout, tools: dict[str, Path]) -> None:
-    """Start etcd, kube-apiserver, kube-controller-manager and kwok; return when ready."""
+def start(layout: Layout, tools: dict[str, Path], *, node_lifecycle: bool = False) -> None:
+    """Start etcd, kube-apiserver, kube-controller-manager and kwok; return when ready.
+    `node_lifecycle`: the cluster has real Nodes, whose machines may stop (see above)."""
     ports, kube = layout.ports, layout.kube
     host = layout.api_host
     make_pki(kube, api_ips=(host,) if host != HOST else ())
@@ -134,8 +179,8 @@ def start(layout: Layout, tools: dict[str, Path]) -> None:
             f"--kubelet-client-key={kube / 'kubelet-client.key'}",
             f"--kubelet-certificate-authority={kube / 'ca.crt'}",
             "--kubelet-preferred-address-types=InternalIP",
-            # Nothing here runs the node-lifecycle controller that lifts the not-ready taint
-            # this plugin puts on new Nodes; kwok keeps the Nodes Ready instead.
+            # Without real Nodes nothing runs the node-lifecycle controller that lifts the
+            # not-ready taint this plugin puts on new Nodes; kwok keeps the Nodes Ready.
             "--disable-admission-plugins=TaintNodesByCondition",
             "--profiling=false",
             "--v=1",
@@ -157,36 +202,12 @@ def start(layout: Layout, tools: dict[str, Path]) -> None:
 
     procs.spawn(
         "kube-controller-manager",
-        [
-            str(tools["kube-controller-manager"]),
-            f"--kubeconfig={layout.kubeconfig}",
-            # The workload controllers users deploy inference and batch with, and what
-            # keeps namespaces and owners tidy. Not the node lifecycle controller: kwok keeps
-            # the Nodes Ready, and under a loaded benchmark it would taint and evict them.
-            "--controllers=" + ",".join(CONTROLLERS),
-            "--leader-elect=false",
-            f"--bind-address={HOST}",
-            "--secure-port=0",
-            f"--root-ca-file={kube / 'ca.crt'}",
-            "--v=1",
-        ],
+        controller_manager_args(layout, tools["kube-controller-manager"], node_lifecycle=node_lifecycle),
         *dirs,
     )
     stages = layout.kube / "kwok-stages.yaml"
     stages.write_text(resources.files("sunk_dev").joinpath("kwok-stages.yaml").read_text())
-    procs.spawn(
-        "kwok",
-        [
-            str(tools["kwok"]),
-            f"--kubeconfig={layout.kubeconfig}",
-            f"--config={stages}",
-            "--manage-all-nodes=false",
-            f"--manage-nodes-with-label-selector={topology.KWOK_NODE_LABEL}=true",
-            "--cidr=10.128.0.0/9",
-            f"--node-ip={HOST}",
-        ],
-        *dirs,
-    )
+    procs.spawn("kwok", kwok_args(layout, tools["kwok"], stages, node_lifecycle=node_lifecycle), *dirs)
 
 
 def node_manifest(node: topology.NodePlan) -> dict[str, object]:
