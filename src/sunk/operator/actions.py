@@ -83,6 +83,7 @@ class Event:
     note: str
     warning: bool = False
     once_as: str | None = None  # a name that makes the Event unique (recorded once)
+    about: tuple[str, str] | None = None  # (name, uid) of the member Pod it is about; None: the NodeSet
 
 
 @dataclass(frozen=True)

@@ -184,6 +184,8 @@ class Operator:
             health_checks_configmap=config.health_checks_configmap,
             health_check_scripts_configmap=config.health_check_scripts_configmap,
             node_conditions=config.node_conditions,
+            health_replace_after_s=config.health_replace_after_s,
+            health_replace_max_unavailable=config.health_replace_max_unavailable,
         )
         self.people: PeopleSync | None = None
         if config.directory is not None:

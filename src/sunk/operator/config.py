@@ -56,6 +56,8 @@ class OperatorConfig:
     health_checks_configmap: str = ""  # slurmd's health check runner, mounted into members
     health_check_scripts_configmap: str = ""  # the operator's own check scripts, beside it
     node_conditions: tuple[str, ...] = ()  # Node condition types that name a fault when True
+    health_replace_after_s: int = 0  # a member a check drained this long is replaced (0: never)
+    health_replace_max_unavailable: int = 1  # members of a NodeSet away at once, for that
 
 
 def _env(name: str, default: str | None = None) -> str | None:
@@ -159,6 +161,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "",
     )
     flag(
+        "health-replace-after",
+        "replace a member its health checks have drained this long, once it runs no job (30m, 1h; 0: never)",
+        "0",
+    )
+    flag(
+        "health-replace-max-unavailable",
+        "at most this many members of a NodeSet away at once, whatever the cause, for a "
+        "replacement to start (0: never replace)",
+        "1",
+    )
+    flag(
         "slurm-native-metrics",
         "true: slurmctld serves Slurm's metrics itself (MetricsType=metrics/openmetrics, 25.11+), "
         "so the operator serves only its sunk_* ones; false: it serves slurm_* under the same names",
@@ -246,6 +259,12 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         raise ValueError(
             "--health-check-scripts-configmap needs --health-checks-configmap: the runner runs the scripts"
         )
+    replace_after_s = int(parse_duration(args.health_replace_after))
+    if replace_after_s and not args.health_checks_configmap:
+        raise ValueError("--health-replace-after needs --health-checks-configmap: only checks drain that way")
+    budget = str(args.health_replace_max_unavailable)
+    if not budget.isdigit():
+        raise ValueError(f"--health-replace-max-unavailable must be a whole number, not {budget!r}")
     topology, topology_labels = topology_settings(
         args.topology or "", args.topology_labels or "", args.slurm_configmap or ""
     )
@@ -288,4 +307,6 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         health_checks_configmap=args.health_checks_configmap or "",
         health_check_scripts_configmap=health_scripts,
         node_conditions=node_conditions(args.node_conditions or ""),
+        health_replace_after_s=replace_after_s,
+        health_replace_max_unavailable=int(budget),
     )

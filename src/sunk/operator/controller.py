@@ -212,9 +212,10 @@ class NodeSetController:
         result = decide(view)
         if self.refresh is not None and view.listed_at < began and _drains(result):
             # Which members go was chosen on a listing from before this pass: a job that
-            # started on an "idle" member since would be missed and a busy member drained.
-            # Choose again on a listing begun now, so every job started before the
-            # scale-in (or roll-out, or cordon) was seen is known.
+            # started on an "idle" member since would be missed and a busy member drained
+            # (or one whose health checks lifted their drain meanwhile deleted). Choose
+            # again on a listing begun now, so every job started before the scale-in (or
+            # roll-out, or cordon, or replacement) was seen is known.
             await self.refresh()
             result = decide(self.view_now())
         share = shares.get(nodeset.name)
@@ -313,10 +314,9 @@ class NodeSetController:
                     log.warning("%s/%s: cancelled Slurm job %s: %s", namespace, name, job_id, why)
                 case a.SetFinalizer(present=present):
                     await self.set_finalizer(obj, present)
-                case a.Event(reason=reason, note=note, warning=warning, once_as=once_as):
-                    await self.recorder.event_on(
-                        p.regarding(obj), reason, note, warning=warning, name=once_as
-                    )
+                case a.Event(reason=reason, note=note, warning=warning, once_as=once_as, about=about):
+                    subject = p.regarding(obj) if about is None else _pod(namespace, *about)
+                    await self.recorder.event_on(subject, reason, note, warning=warning, name=once_as)
                 case a.PatchStatus(status=status):
                     try:
                         await self.kube.patch_status(nodeset_path(namespace, name), status)
@@ -326,4 +326,11 @@ class NodeSetController:
 
 
 def _drains(result: p.Plan) -> bool:
-    return any(isinstance(action, a.Drain) for action in result.actions)
+    """The plan drains a member or deletes one (a member a check drained is deleted without
+    a drain of ours: sunk.operator.unhealthy)."""
+    return any(isinstance(action, (a.Drain, a.DeletePod)) for action in result.actions)
+
+
+def _pod(namespace: str, name: str, uid: str) -> Json:
+    """A member Pod as an Event's subject (`kubectl describe pod` shows it)."""
+    return {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid or None}

@@ -88,6 +88,10 @@ class Settings:
     # Node condition types that name a fault when "True": a member's Slurm node is drained
     # while its Node has one (sunk.operator.node_faults).
     node_conditions: tuple[str, ...] = ()
+    # A member a check has drained this long is replaced once idle (0: never), at most
+    # `health_replace_max_unavailable` members of a NodeSet away at once (sunk.operator.unhealthy).
+    health_replace_after_s: int = 0
+    health_replace_max_unavailable: int = 1
 
 
 def selector(settings: Settings, nodeset: str) -> dict[str, str]:

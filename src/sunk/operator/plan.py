@@ -6,11 +6,11 @@ and the status to write. Every "is it safe?" question fails closed: when Slurm's
 cannot be read, nothing is created, drained or deleted, and the status says why.
 
 Members that must go (scale-in, a Node cordoned or no longer selected, an outdated
-template, the NodeSet deleted) all take sunk.operator.removal's path: drain, wait for no
-job, delete the Pod, delete the record. A drain this controller made is lifted when the
-member is wanted again (with health checks on, only by the checks, after a clean run);
-anyone else's drain is left alone. A deleted NodeSet keeps a
-finalizer until its last member and record are gone.
+template, one the health checks keep drained, the NodeSet deleted) all take
+sunk.operator.removal's path: drain, wait for no job, delete the Pod, delete the record. A
+drain this controller made is lifted when the member is wanted again (with health checks
+on, only by the checks, after a clean run); anyone else's drain is left alone. A deleted
+NodeSet keeps a finalizer until its last member and record are gone.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sunk.kube.nodefilter import node_ready  # any object's Ready condition: here a Pod's
-from sunk.operator import checks, confinement, demand, health_checks
+from sunk.operator import checks, confinement, demand, health_checks, unhealthy
 from sunk.operator import members as m
 from sunk.operator import removal as r
 from sunk.operator.actions import (
@@ -81,6 +81,7 @@ class _Notes:
     unlabelled: list[str] = field(default_factory=list)  # members' Nodes missing a topology label
     unconfined: list[str] = field(default_factory=list)  # members whose Node refused confinement
     directory: str | None = None  # why the directory's people could not be read, if so
+    health: unhealthy.Review = field(default_factory=unhealthy.Review)  # members a check drained
 
     def findings(self) -> Findings:
         return Findings(
@@ -90,6 +91,8 @@ class _Notes:
             tuple(self.unlabelled),
             tuple(self.unconfined),
             self.directory,
+            self.health.since,
+            self.health.message,
         )
 
 
@@ -155,15 +158,7 @@ def plan(
             )
         )
         status = nodeset_status(
-            obj,
-            nodeset.name,
-            nodeset,
-            members,
-            settings,
-            now,
-            slurm,
-            invalid=[too_short],
-            share=share,
+            obj, nodeset.name, nodeset, members, settings, now, slurm, invalid=[too_short], share=share
         )
         return _finish(obj, notes, status, after=RECHECK_S)
 
@@ -178,6 +173,9 @@ def plan(
     _replace_failed(members, notes)
     _create(nodeset, share, nodes, slurm, settings, unseen, notes)
     leaving = _leaving(nodeset, share, members, nodes, slurm, settings, now, notes)
+    notes.health = unhealthy.review(obj, members, leaving, len(share.new), slurm, settings, now)
+    leaving += notes.health.leaving
+    notes.actions += notes.health.actions
     for line, event in checks.gres_mismatches(members, slurm):
         notes.waiting.append(line)
         notes.actions.append(event)
@@ -215,10 +213,10 @@ def plan(
         notes.actions += [Event(reason, note) for reason, note in decision.events]
     settled = not notes.waiting and not [a for a in notes.actions if not isinstance(a, Event)]
     pending_members = any(not node_ready(p) for p in members)
-    # Demand mode watches the clock too: an idle member's delay runs out with nothing changing.
-    watching = bool(status.get("demand", {}).get("idleSince")) or bool(
-        status.get("demand", {}).get("waitingJobs")
-    )
+    # Demand mode and replacing the unhealthy watch the clock too: an idle member's delay, or
+    # a check's drain, runs out with nothing changing.
+    asked = status.get("demand", {})
+    watching = bool(asked.get("idleSince") or asked.get("waitingJobs") or notes.health.due)
     return _finish(
         obj, notes, status, after=None if settled and not pending_members and not watching else RECHECK_S
     )

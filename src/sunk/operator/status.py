@@ -1,14 +1,16 @@
 """A NodeSet's status, made without I/O from what one pass of its plan found: members
-counted by their Slurm state, removals under way, and the Valid, SlurmReachable,
-Feasible, TopologyLabeled, Confined, DirectoryRead, Ready and UpToDate conditions."""
+counted by their Slurm state and those a health check drained, removals under way, and the
+Valid, SlurmReachable, Feasible, TopologyLabeled, Confined, DirectoryRead, Healthy, Ready and
+UpToDate conditions."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from sunk.kube.nodefilter import node_ready  # any object's Ready condition: here a Pod's
-from sunk.operator import confinement
+from sunk.operator import confinement, unhealthy
 from sunk.operator import members as m
 from sunk.operator.nodeset import NodeSet
 from sunk.operator.selection import Share
@@ -29,6 +31,8 @@ class Findings:
     unlabelled: tuple[str, ...] = ()  # members' Nodes missing a topology label
     unconfined: tuple[str, ...] = ()  # members whose Node refused confinement
     directory: str | None = None  # why the directory's people could not be read, if so
+    unhealthy: Mapping[str, str] = field(default_factory=dict)  # members a check drained → since when
+    health: str = ""  # what the Healthy condition says of them
 
 
 def nodeset_status(
@@ -50,6 +54,9 @@ def nodeset_status(
     live = [p for p in members if not (p.get("metadata") or {}).get("deletionTimestamp")]
     counts = dict.fromkeys(("idle", "allocated", "mixed", "draining", "drained", "down", "unknown"), 0)
     listed = []
+    sick = found.unhealthy if found else {}
+    if slurm.nodes is None:  # unknown is not healthy: what the last listing showed stands
+        sick = {e["slurmNode"]: e[unhealthy.SINCE] for e in _previous_members(obj) if unhealthy.SINCE in e}
     for pod in sorted(members, key=lambda p: m.slurm_name_of(p)):
         record = records.get(m.slurm_name_of(pod)) if slurm.nodes is not None else None
         state = slurm_state(record) if slurm.nodes is not None else "unknown"
@@ -63,7 +70,10 @@ def nodeset_status(
         }
         if record is not None and record.reason:
             entry["reason"] = record.reason
+        if entry["slurmNode"] in sick:
+            entry[unhealthy.SINCE] = sick[entry["slurmNode"]]
         listed.append(entry)
+    sick = {e["slurmNode"]: e[unhealthy.SINCE] for e in listed if unhealthy.SINCE in e}  # members only
     ready = sum(1 for p in live if node_ready(p))
     previous = {c.get("type"): c for c in (obj.get("status") or {}).get("conditions") or []}
     generation = (obj.get("metadata") or {}).get("generation")
@@ -141,6 +151,15 @@ def nodeset_status(
                 if problem is None
                 else f"{problem}; members keep the people last read (ConfigMap {settings.people_configmap})",
             )
+        if settings.health_checks_configmap or sick:  # a check's drain outlives turning them off
+            condition(
+                unhealthy.HEALTHY,
+                not sick,
+                "HealthChecksFailing" if sick else "HealthChecksPassing",
+                (found.health if found else "")
+                or "; ".join(f"member {n} (since {t})" for n, t in sick.items())
+                or "no member is drained by a health check",
+            )
         condition(
             "Ready",
             all_ready,
@@ -172,12 +191,17 @@ def nodeset_status(
         "partitions": ",".join(nodeset.partitions) if nodeset is not None else "",
         "summary": summary[:300],
         "slurm": counts,
+        "unhealthy": len(sick),
         "members": listed,
         "removals": list(found.removals) if found else [],
         "updated": _updated(nodeset, live, settings),
         "conditions": conditions,
     }
     return status
+
+
+def _previous_members(obj: Json) -> list[Json]:
+    return list((obj.get("status") or {}).get("members") or [])
 
 
 def _updated(nodeset: NodeSet | None, live: list[Json], settings: m.Settings) -> int:
