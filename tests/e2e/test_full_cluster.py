@@ -12,8 +12,8 @@ from sunk_dev import topology
 from sunk_dev.kubeapi import AdminKube
 from tests.e2e.conftest import SCHEDULER
 from tests.e2e.test_lifecycle import reasons
-from tests.e2e.test_schedule_flow import P, create, get, job_of, slurm_nodes, wait_bound
-from tests.support import SchedulerProcess, SlurmRest, make_pod, wait_for
+from tests.e2e.test_schedule_flow import P, create, get, host_of, job_of, slurm_nodes, wait_bound
+from tests.support import SchedulerProcess, SlurmRest, condition, make_pod, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -74,3 +74,41 @@ def test_issue53_a_high_priority_pod_on_a_full_cluster_preempts_a_low_one_and_ta
     assert "was preempted" in reasons(kube, namespace, gone[0]).get("Preempted", "")
     victim = next(p for p in low if p["metadata"]["name"] == gone[0])
     assert pod["spec"]["nodeName"] == victim["spec"]["nodeName"]
+
+
+def test_issue53_a_started_job_whose_node_a_leaving_pod_still_holds_binds_once_it_is_gone(
+    kube: AdminKube, slurm: SlurmRest, namespace: str, scheduler: SchedulerProcess
+) -> None:
+    """The OutOfcpu case the kubelet's count guards against, kept: Slurm starts a job on a
+    node the kubelet still counts a terminating Pod on (here one Slurm never knew of, as a
+    preempted Pod may outlive its job). The Pod is not bound there while it would not fit,
+    says so, keeps its job, and is bound once the other Pod is gone."""
+    node = slurm_nodes(kube)[0]
+    host = host_of(kube, node)
+    leaving = make_pod("leaving", SCHEDULER, cpu=CPU, grace=15, nodeName=host)
+    leaving["metadata"]["annotations"]["sunk.dev/ignore-sigterm"] = "true"  # lives its full grace
+    create(kube, namespace, leaving)
+    kube.delete(f"/api/v1/namespaces/{namespace}/pods/leaving")
+    whole = make_pod(
+        "whole", SCHEDULER, cpu=str(topology.CPUS_PER_NODE), annotations={P + "required-nodes": node}
+    )
+    create(kube, namespace, whole)
+    waiting = wait_for(
+        lambda: (
+            (p := get(kube, namespace, "whole")) and condition(p).get("reason") == "WaitingForNodeRoom" and p
+        ),
+        timeout=20,
+        what="the Pod to wait for the kubelet's room",
+    )
+    assert not waiting["spec"].get("nodeName")
+    assert f"waiting for the kubelet's room on Node {host}" in condition(waiting)["message"]
+    job_id = int(waiting["metadata"]["annotations"][P + "job-id"])
+    assert slurm.job(job_id)["job_state"] == "RUNNING"
+    assert (
+        "no room for the Pod in the kubelet's count"
+        in reasons(kube, namespace, "whole")["WaitingForNodeRoom"]
+    )
+    assert get(kube, namespace, "leaving") is not None
+    pod = wait_bound(kube, namespace, "whole", timeout=40)
+    assert get(kube, namespace, "leaving") is None
+    assert (pod["spec"]["nodeName"], job_of(pod, slurm)["job_id"]) == (host, job_id)
