@@ -460,6 +460,8 @@ def test_r10_2_the_operator_gets_the_contracts_arguments(helm: Path, slurm_chart
         "--allow-host-access=false",
         "--container-steps=true",
         "--health-checks-configmap=r1-health-checks",
+        "--health-replace-after=1800s",
+        "--health-replace-max-unavailable=1",
         "--node-conditions=KernelDeadlock,ReadonlyFilesystem,FrequentKubeletRestart,FrequentContainerdRestart",
         "--leader-elect=false",
         "--lease-name=r1-operator",

@@ -133,6 +133,11 @@ def test_issue51_extra_conf_cannot_replace_the_checks_lines(helm: Path, slurm_ch
         ("slurm.healthChecks.checks.mounts={/data;rm}", "slurm.healthChecks.checks.mounts"),
         ("slurm.healthChecks.checks.spool.minFreeMiB=lots", "slurm.healthChecks.checks.spool.minFreeMiB"),
         ("slurm.healthChecks.scripts.configMap=Site_Checks", "slurm.healthChecks.scripts.configMap"),
+        ("slurm.healthChecks.replace.after=later", "slurm.healthChecks.replace.after"),
+        ("slurm.healthChecks.replace.after=30x", "slurm.healthChecks.replace.after"),
+        ("slurm.healthChecks.replace.after=30s", "slurm.healthChecks.replace.after"),
+        ("slurm.healthChecks.replace.maxUnavailable=-1", "slurm.healthChecks.replace.maxUnavailable"),
+        ("slurm.healthChecks.replace.maxUnavailable=one", "slurm.healthChecks.replace.maxUnavailable"),
     ],
 )
 def test_issue51_values_the_runner_cannot_use_fail_naming_the_value(
@@ -141,8 +146,9 @@ def test_issue51_values_the_runner_cannot_use_fail_naming_the_value(
     """Catches: an interval or timeout that does not parse reaching slurm.conf or the runner
     (Slurm would ignore the line; a timeout past the budget would never fail a hang), a
     START_ONLY (26.05 only, and before registration a dynamic node cannot be drained), node
-    states under which a drained idle node never runs the checks (never returned), or a
-    path or name that would break the sourced settings."""
+    states under which a drained idle node never runs the checks (never returned), a path
+    or name that would break the sourced settings, or a replacement delay shorter than the
+    interval (a member replaced before its checks ran again) or one the operator cannot read."""
     assert named_in_error in fails(slurm_chart, helm, ON, value)
 
 
@@ -155,3 +161,43 @@ def test_issue51_idle_with_cycle_is_accepted(helm: Path, slurm_chart: Path) -> N
 def test_issue51_bad_values_are_not_checked_while_the_checks_are_off(helm: Path, slurm_chart: Path) -> None:
     """Catches: a half-written section breaking installs that leave the checks off."""
     render(slurm_chart, helm, "slurm.healthChecks.enabled=false", "slurm.healthChecks.interval=soon")
+
+
+def test_issue51_the_operator_is_told_when_to_replace_a_member_the_checks_keep_drained(
+    helm: Path, slurm_chart: Path
+) -> None:
+    """Catches: the replacement values not reaching the operator, or reaching it in a form
+    its flags do not read (minutes where it expects a duration)."""
+    args = _operator_args(render(slurm_chart, helm, ON))
+    assert "--health-replace-after=1800s" in args
+    assert "--health-replace-max-unavailable=1" in args
+    objects = render(
+        slurm_chart,
+        helm,
+        ON,
+        "slurm.healthChecks.replace.after=2h",
+        "slurm.healthChecks.replace.maxUnavailable=0",
+    )
+    args = _operator_args(objects)
+    assert {"--health-replace-after=7200s", "--health-replace-max-unavailable=0"} <= set(args)
+
+
+def test_issue51_no_replacement_flags_while_the_checks_are_off(helm: Path, slurm_chart: Path) -> None:
+    """Catches: members replaced for checks that do not run (the operator refuses the flag
+    without the runner's ConfigMap, so the release would not start)."""
+    args = _operator_args(render(slurm_chart, helm, "slurm.healthChecks.enabled=false"))
+    assert not [a for a in args if a.startswith("--health-replace")]
+
+
+def test_issue51_kubectl_get_nodesets_shows_the_unhealthy_members(helm: Path, slurm_chart: Path) -> None:
+    """Catches: an UNHEALTHY column reading a field the operator does not write, or a status
+    schema that prunes the count or a member's unhealthySince (the API server drops fields a
+    structural schema does not name, and the drain's start would be lost between passes)."""
+    [crd] = [c for c in render(slurm_chart, helm) if c["kind"] == "CustomResourceDefinition"]
+    [version] = crd["spec"]["versions"]
+    columns = {c["name"]: c for c in version["additionalPrinterColumns"]}
+    assert columns["Unhealthy"] == {"name": "Unhealthy", "type": "integer", "jsonPath": ".status.unhealthy"}
+    status = version["schema"]["openAPIV3Schema"]["properties"]["status"]["properties"]
+    assert status["unhealthy"]["type"] == "integer"
+    member = status["members"]["items"]["properties"]
+    assert member["unhealthySince"]["format"] == "date-time"

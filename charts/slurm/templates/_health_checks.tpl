@@ -23,6 +23,21 @@ scripts (scripts.configMap) are mounted beside it.
 {{- $n -}}
 {{- end -}}
 
+{{/* replace.after in seconds: a whole number, or one with s, m or h; at least the interval. */}}
+{{- define "slurm.healthCheckReplaceAfter" -}}
+{{- $v := toString .Values.slurm.healthChecks.replace.after -}}
+{{- if not (regexMatch "^[0-9]+(s|m|h)?$" $v) -}}
+{{- fail (printf "slurm.healthChecks.replace.after is %q: give seconds (1800), or a duration in s, m or h (30m, 2h)" $v) -}}
+{{- end -}}
+{{- $n := int (regexReplaceAll "[smh]$" $v "") -}}
+{{- $n = mul $n (get (dict "s" 1 "m" 60 "h" 3600 "" 1) (regexReplaceAll "^[0-9]+" $v "")) -}}
+{{- $interval := include "slurm.healthCheckInterval" . | int -}}
+{{- if lt $n $interval -}}
+{{- fail (printf "slurm.healthChecks.replace.after is %q: give at least the interval (%d s), so the checks run again before a member is replaced" $v $interval) -}}
+{{- end -}}
+{{- $n -}}
+{{- end -}}
+
 {{/*
 What the runner reads (shell assignments, sourced): only values checked here reach it, so
 no quoting can break out. Its budget for all checks together is 34 s: with at most 7 s for
@@ -86,6 +101,10 @@ run there lifts a drain the checks set once its jobs have ended. */ -}}
 {{- end -}}
 {{- if not (regexMatch "^[0-9]+$" (toString $c.spool.minFreeMiB)) -}}
 {{- fail (printf "slurm.healthChecks.checks.spool.minFreeMiB is %q: give whole MiB (0: no spool check)" (toString $c.spool.minFreeMiB)) -}}
+{{- end -}}
+{{- $_ = include "slurm.healthCheckReplaceAfter" . -}}
+{{- if not (regexMatch "^[0-9]+$" (toString $h.replace.maxUnavailable)) -}}
+{{- fail (printf "slurm.healthChecks.replace.maxUnavailable is %q: give a whole number of members (0: never replace)" (toString $h.replace.maxUnavailable)) -}}
 {{- end -}}
 {{- with $h.scripts.configMap -}}
 {{- if not (regexMatch "^[a-z0-9]([-a-z0-9.]{0,251}[a-z0-9])?$" (toString .)) -}}
