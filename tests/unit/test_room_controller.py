@@ -172,11 +172,27 @@ async def test_r4_3_a_pod_being_bound_counts_before_the_informer_shows_it() -> N
     key = world.create(web())
     await world.reconcile(key)
     elsewhere = pod("elsewhere", cpu="600m", memory="256Mi")
-    world.pod_controller.binder.places.placing(elsewhere, "n1")  # bound a moment ago, not in the cache
+    world.create(elsewhere)  # the cache shows it unbound still
+    world.pod_controller.binder.places.placing(elsewhere, "n1")  # bound a moment ago
     world.slurm.start(100, "sn-1")
     await world.reconcile(key)
     assert "nodeName" not in world.pod(key)["spec"]
     assert "(1600m requested by the slurmd and placed Pods)" in world.kube.notes("WaitingForNodeRoom")[-1]
+
+
+async def test_issue53_a_pod_bound_and_gone_before_the_next_look_holds_no_room() -> None:
+    """Catches a phantom on a Node: a Pod this process bound, deleted before any room check
+    looked again, was counted there until PLACING_TTL_S (30 s) had passed, so the next Pod
+    Slurm started on that node waited that long for room that was free."""
+    world = cluster()
+    key = world.create(web())
+    await world.reconcile(key)
+    gone = world.create(pod("gone", cpu="600m", memory="256Mi"))
+    world.pod_controller.binder.places.placing(world.pod(gone), "n1")
+    world.remove(gone)
+    world.slurm.start(100, "sn-1")
+    await world.reconcile(key)
+    assert world.pod(key)["spec"]["nodeName"] == "n1"
 
 
 async def test_r4_3_terminating_pods_still_take_room_and_finished_ones_do_not() -> None:

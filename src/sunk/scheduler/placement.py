@@ -202,17 +202,16 @@ class Placement:
 
     def _in_flight(self) -> dict[str, Json]:
         """UID → each Pod being bound that the informer does not show on its Node yet (those
-        it shows, or older than PLACING_TTL_S, are forgotten here)."""
+        it shows, those gone from it, and those older than PLACING_TTL_S are forgotten
+        here). A Pod bound and then deleted before any room check looked again would
+        otherwise hold its room on the Node for PLACING_TTL_S after it is gone."""
         now = time.monotonic()
         for uid, (at, pod) in list(self._placing.items()):
             meta = pod["metadata"]
             shown = self.pods.get(f"{meta.get('namespace')}/{meta.get('name')}")
-            on_node = (
-                shown is not None
-                and shown["metadata"].get("uid") == uid
-                and bool((shown.get("spec") or {}).get("nodeName"))
-            )
-            if on_node or now - at > PLACING_TTL_S:
+            gone = shown is None or shown["metadata"].get("uid") != uid
+            on_node = not gone and bool(((shown or {}).get("spec") or {}).get("nodeName"))
+            if gone or on_node or now - at > PLACING_TTL_S:
                 del self._placing[uid]
         return {uid: pod for uid, (_, pod) in self._placing.items()}
 
