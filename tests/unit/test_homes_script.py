@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -98,6 +99,13 @@ def test_each_persons_home_is_made_theirs_with_mode_0700_and_the_skeleton(world:
         assert (home / ".profile").stat().st_uid == uid
         assert f"made {home} for {name} ({uid}:30000, mode 0700)" in done.stderr
     assert list(world.status.iterdir()) == []
+
+
+@as_root
+def test_a_last_line_without_its_newline_is_still_a_person(world: World) -> None:
+    world.passwd.write_text(person(ALICE, world))
+    world.run()
+    assert (world.root / "alice").is_dir()
 
 
 @as_root
@@ -196,6 +204,7 @@ def test_no_people_yet_is_no_error(world: World) -> None:
     done = world.run()
     assert done.returncode == 0
     assert not world.passwd.exists()
+    assert "passwd" not in done.stderr  # no complaint about the file (it would repeat every 10 s)
 
 
 # The login notice, sourced by a login shell (sh here) as the person, with HOME theirs.
@@ -268,3 +277,28 @@ def test_the_notice_says_a_home_that_will_not_follow_its_person(
     os.chown(home, 20001, 30000)
     said = notice(tmp_path, home, shared_root)
     assert says in said and "your jobs on the compute nodes will not find it" in said
+
+
+@as_root
+def test_the_service_makes_the_home_of_a_person_added_while_it_runs(world: World) -> None:
+    """Catches a service that reads the people once: the kubelet brings the operator's new
+    passwd while it runs, and the pass it triggers makes the new person's home."""
+    world.people(person(ALICE, world))
+    env = {**os.environ, "SUNK_HOMES_SKEL": str(world.skel), "SUNK_HOMES_TICK_S": "1"}
+    service = subprocess.Popen(
+        ["sh", str(HOMES), str(world.root), str(world.passwd), str(world.status)],
+        env=env,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 10
+        while not (world.root / "alice").is_dir() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        world.people(person(ALICE, world), person(BOB, world))
+        while not (world.root / "bob").is_dir() and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert (world.root / "bob").stat().st_uid == 20002
+    finally:
+        service.terminate()
+        service.wait(timeout=10)

@@ -108,7 +108,7 @@ pass() {
     mkdir -p -m 0755 "$status"
     wrong=" "
     if [ -r "$passwd" ]; then
-        while IFS=: read -r name _ uid gid _ home _; do
+        while IFS=: read -r name _ uid gid _ home _ || [ -n "$name" ]; do
             case "$name" in "" | *[!A-Za-z0-9._-]* | -*) continue ;; esac
             case "$uid$gid" in "" | *[!0-9]*) continue ;; esac
             # The operator writes no system IDs; a line that has one is not a person's.
@@ -138,7 +138,8 @@ pass() {
 last=""
 since=0
 while :; do
-    sum="$(cksum <"$passwd" 2>/dev/null || echo none)"
+    sum=none
+    if [ -r "$passwd" ]; then sum="$(cksum <"$passwd")"; fi
     if [ "$sum" != "$last" ] || [ "$since" -ge "$full" ]; then
         pass
         last="$sum"
