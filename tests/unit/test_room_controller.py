@@ -327,12 +327,13 @@ async def test_r9_1_a_groups_job_leaves_out_a_node_whose_slurmd_pod_leaves_no_ro
     assert job["excluded_nodes"] == "sn-1"
 
 
-async def test_r9_1_a_member_kept_out_by_a_terminating_pod_does_not_avoid_the_node_for_good() -> None:
+async def test_r9_1_a_member_kept_out_by_a_terminating_pod_waits_for_it_with_the_group() -> None:
     """Catches a group whose members were told to avoid, for good, each node where a Pod of
     an earlier test or job was still terminating when Slurm started the group: node by
-    node, the group ran out of nodes and never bound."""
+    node, the group ran out of nodes and never bound. Nor is the group's job given up for
+    room that comes back once that Pod is gone (issue #53): no member is bound until then."""
     world = cluster()
-    running_on(world, "going", "n1", cpu="900m")
+    going = running_on(world, "going", "n1", cpu="900m")
     world.kube.delete_by_user("ns", "going")
     world.add_podgroup("g", 2)
     member, other = (world.create(pod(n, cpu="600m", labels={gang.GROUP_LABEL: "g"})) for n in ("a", "b"))
@@ -341,9 +342,13 @@ async def test_r9_1_a_member_kept_out_by_a_terminating_pod_does_not_avoid_the_no
     world.slurm.start(101, "sn-2")
     await world.reconcile(member)
     assert [world.pod(k)["spec"].get("nodeName") for k in (member, other)] == [None, None]
-    note = world.kube.notes("PlacementRejected")[-1]
-    assert "Node n1 has no room" in note and note.endswith("the group gets a new job")
+    assert world.kube.notes("PlacementRejected") == [] and world.slurm.cancelled() == []
+    assert "Node n1 has no room" in world.kube.notes("WaitingForNodeRoom")[-1]
+    assert (world.condition(member) or {})["reason"] == "WaitingForNodeRoom"
     assert annotation(world, member, "avoid-nodes") is None
+    world.remove(going)
+    await world.reconcile(member)
+    assert [world.pod(k)["spec"].get("nodeName") for k in (member, other)] == ["n1", "n2"]
 
 
 async def test_r9_1_a_member_without_room_beside_its_own_group_avoids_the_node() -> None:

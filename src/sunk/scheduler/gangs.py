@@ -359,11 +359,18 @@ class Gangs:
             # A member refused for want of room is remembered on it (its next job avoids the
             # node) when it lacks room beside the slurmd Pods and the members checked before
             # it alone, as Slurm's count never shows: Slurm would put the group there again.
-            # Room that other Pods hold for now (terminating ones too) is not remembered.
+            # Room that other Pods hold for now (terminating ones too) is waited for.
             company = [(t.node, t.pod) for t in targets if t.node]
             choice = await self.binder.target(member, component, company=company)
             targets.append(
-                group_plan.Target(member, component, choice.node, choice.problem, remember=choice.remember)
+                group_plan.Target(
+                    member,
+                    component,
+                    choice.node,
+                    choice.problem,
+                    remember=choice.remember,
+                    waits_on=choice.waits_on,
+                )
             )
             if choice.node is None:
                 # None is bound: the members checked before stop counting as placed.

@@ -72,11 +72,10 @@ class Placement:
         """The Node to bind `pod` to, or why not. Strict node locking: never a doubtful node
         or allocation. A Node chosen is counted as placed at once, before the informer shows
         the binding. A Node without room in the kubelet's count is never chosen: where the
-        Pod would fit beside the slurmd Pods alone, other Pods hold the room for now and a
-        single Pod waits for it (`Choice.waits_on`); where it would not, the node is left out
-        of its next job. `company`: (Node, Pod) of a group's members placed before `pod`;
-        a group never waits, and a Node without room is remembered only where `pod` lacks
-        room beside the slurmd Pods and those members alone."""
+        Pod would fit beside the slurmd Pods alone, other Pods hold the room for now and the
+        Pod waits for it (`Choice.waits_on`); where it would not, the node is left out of its
+        next job. `company`: (Node, Pod) of a group's members placed before `pod`, counted
+        beside the slurmd Pods; a Node without room even so is remembered on the member."""
         if len(job.nodes) != 1:
             return Choice(None, f"Slurm allocated {len(job.nodes)} nodes, not one", True)
         slurm_node = job.nodes[0]
@@ -103,7 +102,7 @@ class Placement:
                 lasting = target.problem is None or target.lasting
                 if not lasting and target.node is not None:
                     beside = self.room_check(pod, with_mine=False, beside=company or ())(target.node)
-                    if company is None and beside is None and node_problem is None:
+                    if beside is None and node_problem is None:
                         name = target.node["metadata"]["name"]
                         return Choice(None, problem or "", False, waits_on=name)
                     lasting = company is not None and beside is not None

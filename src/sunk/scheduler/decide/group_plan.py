@@ -30,6 +30,7 @@ from sunk.scheduler.decide.actions import (
     SubmitAlone,
     SubmitGroup,
 )
+from sunk.scheduler.decide.pod_actions import ROOM_RECHECK_S, room_reports
 from sunk.scheduler.translate import PlaceholderJob, gang
 from sunk.slurm.models import SlurmJob
 
@@ -135,13 +136,15 @@ def released(members: list[Json], action: ReleaseGroup) -> tuple[Report, ...]:
 @dataclass(frozen=True)
 class Target:
     """Where an unbound member may go: `node` (a Node) or None, with `problem` and whether
-    its next job should avoid that node for good (`remember`)."""
+    its next job should avoid that node for good (`remember`), or whether the member waits
+    for the kubelet's room on Node `waits_on`, which other Pods hold for now."""
 
     pod: Json
     job: SlurmJob
     node: str | None
     problem: str = ""
     remember: bool = True
+    waits_on: str | None = None
 
 
 @dataclass(frozen=True)
@@ -159,12 +162,16 @@ class BindFacts:
 
 def for_bind(facts: BindFacts) -> GroupPlan:
     """If any member cannot go where Slurm put it, none is bound and the group gets a new
-    job that avoids that node; else all are bound together."""
+    job that avoids that node, unless the member only waits for room other Pods hold on its
+    Node: then none is bound yet, and the group keeps its job. Else all are bound together."""
     if group_bind(list(facts.components)) or any(m is None for m in facts.members):
         return Plan(after=1.0)  # not all started yet; a member gone settles its claim on its own pass
     if facts.targets is None:
         return Plan((CheckNodes(),))
     for target in facts.targets:
+        if target.node is None and target.waits_on is not None:
+            said = room_reports(target.pod, target.job, target.waits_on, target.problem)
+            return Plan(said, ROOM_RECHECK_S)
         if target.node is None:
             slurm_node = target.job.nodes[0]
             note = (

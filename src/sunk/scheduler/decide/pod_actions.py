@@ -132,19 +132,22 @@ def waiting_for_room(pod: Json, job: SlurmJob, node: str, shortfall: str) -> Pod
     the Pod yet (`shortfall`), while the slurmd Pods alone would leave enough: other Pods
     hold it (preempted or ended ones still terminating, or ones Slurm counts differently).
     The Pod is not bound, which the kubelet would refuse (`OutOfcpu`); the job keeps its
-    place and the Pod is bound once they are gone. Said once: the condition, and an Event
-    with what is short."""
+    place and the Pod is bound once they are gone."""
+    return Plan(room_reports(pod, job, node, shortfall), ROOM_RECHECK_S)
+
+
+def room_reports(pod: Json, job: SlurmJob, node: str, shortfall: str) -> tuple[SetCondition | Event, ...]:
+    """What a Pod waiting for the kubelet's room on `node` is told, once per wait: the
+    condition, and an Event with what is short (a PodGroup's member as a single Pod)."""
     slurm_node = ",".join(job.nodes) or "?"
     message = (
         f"Slurm job {job.job_id} runs on {slurm_node}; waiting for the kubelet's room on Node {node}, "
         "which other Pods hold until they are gone"
     )
     if not ev.condition_changes(pod, False, ev.WAITING_FOR_ROOM, message):
-        return Plan(after=ROOM_RECHECK_S)
+        return ()
     note = f"Slurm job {job.job_id} runs on {slurm_node}, but {shortfall}; the Pod is bound once it fits"
-    return Plan(
-        (SetCondition(ev.WAITING_FOR_ROOM, message), Event(ev.WAITING_FOR_ROOM, note)), ROOM_RECHECK_S
-    )
+    return (SetCondition(ev.WAITING_FOR_ROOM, message, pod), Event(ev.WAITING_FOR_ROOM, note, pod=pod))
 
 
 def readoption_failed(action: Readopt, why: str) -> PodPlan:
