@@ -8,7 +8,7 @@ from typing import Any
 
 from sunk.kube.client import KubeError
 from sunk.ldap.models import Directory, DirectoryError, Group, User
-from sunk.operator.people_sync import CURRENT, READ_FAILED, REFUSED, PeopleSync
+from sunk.operator.people_sync import CURRENT, HOME_OFF_VOLUME, READ_FAILED, REFUSED, PeopleSync
 
 Json = dict[str, Any]
 PATH = "/api/v1/namespaces/slurm/configmaps/slurm-people"
@@ -145,3 +145,29 @@ async def test_issue35_a_directory_read_again_makes_the_status_current_and_tells
     await sync.sync_once()
     assert kube.objects[PATH]["data"]["status"] == CURRENT
     assert changes == ["refused", None]
+
+
+async def test_issue49_a_home_off_the_shared_home_volume_is_told_by_an_event() -> None:
+    """Catches a person whose home the login Pods will never make on the shared /home (their
+    jobs on the members would start in /tmp) going unsaid; people whose homes are there,
+    and releases without a shared /home, get no such Event."""
+    dave = User("dave", 20004, 30000, "/u/dave", "/bin/bash")
+    erin = User("erin", 20005, 30000, "/home/team/erin", "/bin/bash")
+    kube, recorder = FakeConfigMaps(), FakeRecorder()
+    directory = ChangingDirectory((alice(), dave, erin))
+    sync = PeopleSync(kube, recorder, directory.read, "slurm", "slurm-people", 60, homes_root="/home")
+    await sync.sync_once()
+    await sync.sync_once()
+    told = [(reason, note) for reason, note in recorder.events.values() if reason == HOME_OFF_VOLUME]
+    assert told == [
+        (
+            HOME_OFF_VOLUME,
+            f"user {name}: home {home} is not directly under /home, the shared volume: no home is made "
+            "for them there, and their jobs on the compute nodes will not find it",
+        )
+        for name, home in (("dave", "/u/dave"), ("erin", "/home/team/erin"))
+    ]
+    assert "dave:*:20004" in kube.objects[PATH]["data"]["passwd"]  # still a person, with a warning
+    without, _, plain = sync_for(ChangingDirectory((dave,)))
+    await without.sync_once()
+    assert [r for r, _ in plain.events.values() if r == HOME_OFF_VOLUME] == []

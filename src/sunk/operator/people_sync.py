@@ -31,6 +31,7 @@ Json = dict[str, Any]
 READ_FAILED = "DirectoryUnreadable"
 REFUSED = "DirectoryEntryRefused"
 UPDATED = "PeopleUpdated"
+HOME_OFF_VOLUME = "HomeNotOnSharedVolume"
 # The ConfigMap's key that says whether its people are current; mounted in every login and
 # slurmd container, whose logs repeat it when it changes.
 STATUS_KEY = "status"
@@ -62,6 +63,8 @@ class PeopleSync:
         namespace: str,
         configmap: str,
         interval_s: float,
+        *,
+        homes_root: str | None = None,
     ) -> None:
         self.kube = kube
         self.recorder = recorder
@@ -69,6 +72,10 @@ class PeopleSync:
         self.namespace = namespace
         self.configmap = configmap
         self.interval_s = interval_s
+        # The writable shared volume the login Pods make homes on (the chart's sharedVolumes
+        # entry at /home), if any: a person whose home is not directly under it gets none
+        # there, and their jobs on the members would not find it (issue #49), said by an Event.
+        self.homes_root = homes_root
         self.path = f"/api/v1/namespaces/{namespace}/configmaps/{configmap}"
         self.told: set[str] = set()  # named Events this process recorded: not sent again
         self.problem: str | None = None  # why the last read failed (None: it worked, or none yet)
@@ -96,7 +103,26 @@ class PeopleSync:
         for line in (*people.refused, *snapshot.skipped):
             await self._event(REFUSED, f"{line}; left out of the cluster's people", warning=True)
         PEOPLE.set(people.passwd.count("\n"))
+        for line in self._homes_off_volume(people):
+            await self._event(HOME_OFF_VOLUME, line, warning=True)
         return await self._write(people)
+
+    def _homes_off_volume(self, people: People) -> list[str]:
+        """One line per person whose home the login Pods will not make on the shared /home."""
+        root = self.homes_root
+        if not root:
+            return []
+        said = []
+        for line in people.passwd.splitlines():
+            fields = line.split(":")
+            name, home = fields[0], fields[5]
+            parent, _, leaf = home.rpartition("/")
+            if parent != root or leaf in ("", ".", ".."):
+                said.append(
+                    f"user {name}: home {home} is not directly under {root}, the shared volume: "
+                    "no home is made for them there, and their jobs on the compute nodes will not find it"
+                )
+        return said
 
     def _set_problem(self, problem: str | None) -> None:
         if problem != self.problem:
