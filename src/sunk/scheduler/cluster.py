@@ -25,9 +25,10 @@ class Target:
     slurm_node: str
     node: Json | None
     problem: str | None
-    # False: the problem passes by itself (no room while other Pods run there), so a Pod
-    # refused there leaves the node out of its next job only while the problem lasts,
-    # instead of remembering it (the `avoid-nodes` annotation).
+    # False: the problem may pass (no room in the kubelet's count), so a Pod refused there
+    # is not told to avoid the node for good (the `avoid-nodes` annotation): it waits for
+    # the room, or leaves the node out of its next job only while the problem lasts
+    # (`Placement.choose` says which).
     lasting: bool = True
 
 
