@@ -23,7 +23,11 @@ VERSION_SUITE = tests/integration/test_slurm_client.py tests/e2e/test_schedule_f
 # short operator fault run (20 faults; no job may be killed).
 REAL_SUITE = tests/e2e/test_real_nodes.py tests/e2e/test_dev_platform_support.py tests/e2e/test_platform.py \
 	tests/e2e/test_confinement.py tests/e2e/test_people.py tests/e2e/test_containers.py \
-	tests/e2e/test_train_and_serve.py tests/e2e/test_prometheus.py tests/faults/test_operator_chaos.py
+	tests/e2e/test_train_and_serve.py tests/e2e/test_prometheus.py tests/e2e/test_node_health.py \
+	tests/faults/test_operator_chaos.py
+# On 26.05 the chart's jobs also get a PID namespace each (namespace/linux): proven there too.
+CONFINEMENT_26_05 = test_issue36_two_jobs_on_one_node_each_see_their_own_tmp_and_shm_removed_at_the_end \
+	test_issue49_two_jobs_on_one_member_see_each_others_processes_only_without_pid_namespaces
 # Two lanes side by side, as most of the real-Node suite's time is spent waiting on kubelets and
 # Slurm: the real-Node suites on the one cluster with real Nodes a machine may hold, and the
 # kwok-only suites on their own cluster (state dir and ports apart). Each lane's output is
@@ -38,7 +42,8 @@ test: bootstrap lint
 
 test-real-lane:
 	$(SUITE) real-nodes env SUNK_TEST_CLUSTER=real .venv/bin/pytest --durations=25 $(REAL_SUITE)
-	$(SUITE) real-nodes-26.05 env SUNK_TEST_CLUSTER=real SUNK_TEST_SLURM=26.05 .venv/bin/pytest tests/e2e/test_real_nodes.py
+	$(SUITE) real-nodes-26.05 env SUNK_TEST_CLUSTER=real SUNK_TEST_SLURM=26.05 .venv/bin/pytest tests/e2e/test_real_nodes.py \
+	  $(addprefix tests/e2e/test_confinement.py::,$(CONFINEMENT_26_05))
 
 test-kwok-lane:
 	$(SUITE) default $(KWOK_LANE) .venv/bin/pytest --durations=15

@@ -30,7 +30,7 @@ def test_with_real_nodes_a_lost_machine_is_noticed_and_its_pods_evicted(tmp_path
     controllers = (_flag(kcm, "controllers") or "").split(",")
     assert {"node-lifecycle-controller", "taint-eviction-controller"} <= set(controllers)
     assert set(kubecluster.CONTROLLERS) <= set(controllers)
-    assert _flag(kcm, "node-monitor-grace-period") == "30s"
+    assert _flag(kcm, "node-monitor-grace-period") == "40s"
 
 
 def test_with_real_nodes_kwok_nodes_renew_leases_well_inside_the_grace_period(tmp_path: Path) -> None:

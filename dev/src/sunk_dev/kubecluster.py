@@ -47,10 +47,11 @@ CONTROLLERS = (
 # toleration runs out (300 s, DefaultTolerationSeconds, per Pod), as on a real cluster.
 # The kwok Nodes there keep Leases of their own (KWOK_LEASE_S) so they are never lost.
 NODE_LIFECYCLE_CONTROLLERS = ("node-lifecycle-controller", "taint-eviction-controller")
-# A kubelet renews its Lease every 10 s: 30 s is three missed renewals, so a busy 2-core
-# machine does not lose a Node that lives, and a lost one is Unknown within about 32 s
-# (the operator then marks its member DOWN: the e2e allows 60 s). The monitor looks every 2 s.
-NODE_LIFECYCLE_FLAGS = ("--node-monitor-grace-period=30s", "--node-monitor-period=2s")
+# A kubelet renews its Lease every 10 s: 40 s (Kubernetes' own default before 1.32) is four
+# missed renewals, so a 2-core machine running two test lanes does not lose a Node that
+# lives, and a lost one is Unknown within about 42 s (the operator then marks its member
+# DOWN: the e2e allows 60 s). The monitor looks every 2 s.
+NODE_LIFECYCLE_FLAGS = ("--node-monitor-grace-period=40s", "--node-monitor-period=2s")
 KWOK_LEASE_S = 20  # kwok renews every quarter of it: 5 s, well inside the grace period
 
 

@@ -1,11 +1,17 @@
-"""Issue #51 points 5 and 6 end to end, on real Nodes: a Node fault condition drains its
-member and clearing it returns the member; a machine that stops has its member marked DOWN
-in Slurm within a minute, and it is idle again once the machine is back.
+"""Issue #51 end to end on the dev cluster's real Nodes: node health checks as the chart
+installs them by default, Node conditions both ways, and a machine that goes down.
 
-Runs on the dev cluster with real Nodes (`SUNK_TEST_CLUSTER=real`, which `make test` runs):
-one install with its control plane kept off real-3 (the machine phase 2 stops), NodeSet
-`compute` on real-1..3. Health checks are on (the chart's default; 20 s in the dev values),
-so a member comes back through a clean check run. The tests run in file order.
+A check made to fail drains its member with the check's words (an Event on the member's Pod,
+the NodeSet's unhealthy count); the member returns only after the same check passes again;
+a check that hangs is killed and counts as failed; an administrator's drain is never lifted.
+A Node fault condition drains its member and clearing it returns the member; a stopped
+machine has its member DOWN in Slurm within a minute, and idle again once it is back.
+
+Runs with `SUNK_TEST_CLUSTER=real` (part of `make test`): one install in namespace `health`,
+its control plane kept off real-3 (the machine the last test stops), NodeSet `compute` on
+real-1..3, and two site checks from a ConfigMap driven by flag files in a member's spool
+(`10-flag` fails while `hc-fail` is there, `20-hang` sleeps past its limit while `hc-hang`
+is). The dev platform runs the checks every 20 s. The tests run in file order.
 """
 
 from __future__ import annotations
@@ -22,14 +28,22 @@ from sunk_dev import DevCluster, realcluster
 from sunk_dev.kubeapi import AdminKube, KubeError
 from sunk_dev.platform import Platform, nodeset
 from tests.e2e.slurm_in_pods import delete_namespace
-from tests.support import wait_for
+from tests.support import events_for, holds_for, wait_for
 
 pytestmark = pytest.mark.real_nodes
-NAMESPACE = "faults"
-LOST = "real-3"  # the machine phase 2 stops: nothing of the control plane runs there
-FAULTY = "real-2"  # the Node phase 1 gives a fault condition
+NAMESPACE = "health"
+LOST = "real-3"  # the machine the last test stops: nothing of the control plane runs there
+FAULTY = "real-2"  # the Node given a fault condition
 HOSTNAME = "kubernetes.io/hostname"
 FIGURES: dict[str, float] = {}
+SPOOL = "/var/spool/slurmd"
+CHECKS = {
+    "10-flag": f'#!/bin/sh\nif [ -e {SPOOL}/hc-fail ]; then echo "flag present"; exit 1; fi\n',
+    "20-hang": f"#!/bin/sh\nif [ -e {SPOOL}/hc-hang ]; then sleep 100; fi\n",
+}
+TIMEOUT_S = 4
+# One interval (20 s) plus the run's own time and slurmctld's view catching up.
+WITHIN = 75
 
 
 def member_on(kube: AdminKube, node: str) -> dict[str, Any]:
@@ -78,14 +92,40 @@ def set_node_condition(kube: AdminKube, node: str, condition: dict[str, Any]) ->
         raise KubeError(resp.status_code, resp.text)
 
 
+def state(platform: Platform, name: str) -> str:
+    """`<state>|<reason>` of one Slurm node, as sinfo prints them."""
+    found = state_and_reason(platform, name)
+    return "|".join(found) if found else ""
+
+
+def flag(platform: Platform, member: str, name: str, *, present: bool) -> None:
+    change = f"touch {SPOOL}/{name}" if present else f"rm -f {SPOOL}/{name}"
+    done = platform.kubectl("exec", member, "-c", "slurmd", "--", "sh", "-c", change)
+    assert done.returncode == 0, done.stderr
+
+
+def nodeset_status(platform: Platform, kube: AdminKube) -> dict[str, Any]:
+    return platform.nodeset(kube, "compute").get("status") or {}
+
+
 @pytest.fixture(scope="module")
 def platform(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[Platform]:
     plat = Platform(dev_cluster, namespace=NAMESPACE, release="slurm")
+    # The site checks exist before the members, so the kubelet mounts them from the start.
+    kube.create_namespace(NAMESPACE)
+    configmaps = f"/api/v1/namespaces/{NAMESPACE}/configmaps"
+    if kube.find(f"{configmaps}/site-checks") is None:
+        kube.create(configmaps, {"metadata": {"name": "site-checks"}, "data": CHECKS})
+    else:  # left by a run that was stopped
+        kube.patch(f"{configmaps}/site-checks", {"data": CHECKS})
     off_lost = {"key": HOSTNAME, "operator": "NotIn", "values": [LOST]}
     required = {"nodeSelectorTerms": [{"matchExpressions": [off_lost]}]}
     keep_off = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
-    # slurmctld, slurmdbd, MariaDB, slurmrestd, login and the operator all stay up in phase 2.
-    FIGURES["helm install (s)"] = plat.install({"defaults": {"affinity": keep_off}}, scheduler=False)
+    checks = {"timeoutSeconds": TIMEOUT_S, "scripts": {"configMap": "site-checks"}}
+    # slurmctld, slurmdbd, MariaDB, slurmrestd, login and the operator all stay up when real-3 stops.
+    values = {"defaults": {"affinity": keep_off}, "slurm": {"healthChecks": checks}}
+    FIGURES["helm install (s)"] = plat.install(values, scheduler=False)
+    started = time.monotonic()
     plat.apply_nodeset(kube, nodeset("compute", ["main"]))
     wait_for(
         lambda: plat.login("sinfo -h -t idle -o %D").stdout.strip() == "3" or None,
@@ -93,10 +133,83 @@ def platform(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[Platform]:
         what="the three members idle",
         every=1,
     )
+    FIGURES["NodeSet applied -> 3 members idle (s)"] = time.monotonic() - started
     yield plat
-    print("\nnode fault figures:", {k: round(v, 1) for k, v in FIGURES.items()})
+    print("\nnode health figures:", {k: round(v, 1) for k, v in FIGURES.items()})
     plat.uninstall()
     delete_namespace(kube, NAMESPACE, timeout=180)
+
+
+def test_issue51_a_failing_check_drains_its_member_and_only_it_lifts_that_drain_never_an_admins(
+    platform: Platform, kube: AdminKube
+) -> None:
+    """Catches: a failing check that drains nothing (or with no reason, or unseen by
+    Kubernetes), a drain lifted while the check still fails or never lifted once it passes,
+    and a check lifting an administrator's drain on a node whose checks pass."""
+    sick_pod, kept_pod = member_on(kube, "real-1"), member_on(kube, "real-2")
+    sick, kept = slurm_name(sick_pod), slurm_name(kept_pod)
+    platform.login(f"scontrol update nodename={kept} state=drain reason='admin: bad fan'")
+    flag(platform, sick_pod["metadata"]["name"], "hc-fail", present=True)
+    flag(
+        platform, kept_pod["metadata"]["name"], "hc-fail", present=True
+    )  # fails too: the admin's reason stays
+    started = time.monotonic()
+    wait_for(
+        lambda: state(platform, sick) == "drained|sunk-hc: 10-flag: flag present" or None,
+        timeout=WITHIN,
+        what=f"{sick} drained by the failing check",
+        every=1,
+    )
+    FIGURES["check fails -> drained (s)"] = time.monotonic() - started
+    wait_for(
+        lambda: nodeset_status(platform, kube).get("unhealthy") == 1 or None,
+        timeout=30,
+        what="the NodeSet's status counting one unhealthy member",
+        every=1,
+    )
+    notes = [
+        e.get("note", "")
+        for e in events_for(kube, NAMESPACE, sick_pod["metadata"]["name"])
+        if e.get("reason") == "HealthCheckFailed"
+    ]
+    assert len(notes) == 1 and "10-flag: flag present" in notes[0], notes
+    flag(platform, sick_pod["metadata"]["name"], "hc-fail", present=False)
+    flag(platform, kept_pod["metadata"]["name"], "hc-fail", present=False)
+    started = time.monotonic()
+    wait_for(
+        lambda: state(platform, sick) == "idle|none" or None, timeout=WITHIN, what=f"{sick} back", every=1
+    )
+    FIGURES["check passes -> idle (s)"] = time.monotonic() - started
+    # A whole interval more of clean runs on the admin's node: its drain is still the admin's.
+    holds_for(
+        lambda: state(platform, kept) == "drained|admin: bad fan",
+        seconds=25,
+        what=f"the administrator's drain on {kept}",
+        every=2,
+    )
+    platform.login(f"scontrol update nodename={kept} state=resume")
+
+
+def test_issue51_a_check_that_hangs_is_killed_and_counts_as_failed(
+    platform: Platform, kube: AdminKube
+) -> None:
+    """Catches: a hanging check taken for healthy (or one that makes slurmd kill the whole
+    run at 60 s, so nothing is drained)."""
+    pod = member_on(kube, "real-1")
+    sick = slurm_name(pod)
+    flag(platform, pod["metadata"]["name"], "hc-hang", present=True)
+    started = time.monotonic()
+    reason = f"drained|sunk-hc: 20-hang: timed out after {TIMEOUT_S}s"
+    try:
+        wait_for(
+            lambda: state(platform, sick) == reason or None, timeout=WITHIN, what="the hang drained", every=1
+        )
+        FIGURES["check hangs -> drained (s)"] = time.monotonic() - started
+    finally:
+        flag(platform, pod["metadata"]["name"], "hc-hang", present=False)
+    wait_for(
+        lambda: state(platform, sick) == "idle|none" or None, timeout=WITHIN, what=f"{sick} back", every=1
+    )
 
 
 def test_issue51_a_node_condition_drains_its_member_and_clearing_it_returns_it(
