@@ -197,6 +197,9 @@ class Operator:
                 config.namespace,
                 config.people_configmap,
                 config.directory_interval_s,
+                homes_root=next(
+                    (v.path for v in config.shared_volumes if v.path == "/home" and not v.read_only), None
+                ),
             )
             self.people.on_change = self._enqueue_all  # the NodeSets' DirectoryRead condition
         people = self.people
