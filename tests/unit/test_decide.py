@@ -454,6 +454,17 @@ PLACEMENTS = [
 ]
 
 
+def test_issue53_a_pod_no_node_can_host_hears_first_what_the_largest_node_lacks() -> None:
+    """Catches a Pod too big for every Node told only of the first few by name, none of
+    them the one that comes closest."""
+    excluded = {f"sn-{i}": f"Node n{i} lacks {i} CPUs" for i in range(1, 8)}
+    problem = decide.placement_problem((), excluded, (), set(excluded), largest="sn-7")
+    assert problem == (
+        "no Slurm node can host this Pod: Node n7 lacks 7 CPUs (the largest Node); Node n1 lacks 1 CPUs; "
+        "Node n2 lacks 2 CPUs; Node n3 lacks 3 CPUs; Node n4 lacks 4 CPUs"
+    )
+
+
 @pytest.mark.parametrize(("required", "excluded", "avoid", "nodes", "problem"), PLACEMENTS)
 def test_the_placement_problem_before_a_submit(
     required: tuple[str, ...],

@@ -146,6 +146,20 @@ async def test_issue53_a_node_the_slurmd_pod_alone_leaves_no_room_on_is_left_out
     assert annotation(world, key, "avoid-nodes") is None  # left out only while the slurmd Pod is so big
 
 
+async def test_issue53_a_pod_too_big_for_every_node_is_told_what_the_largest_lacks_first() -> None:
+    world = cluster()
+    world.add_node("n3", slurm_node="sn-3", allocatable={"cpu": "4", "memory": "8Gi", "pods": "110"})
+    key = world.create(pod("huge", cpu="6", memory="256Mi"))
+    await world.reconcile(key)
+    assert world.slurm.submitted() == []
+    message = (world.condition(key) or {})["message"]
+    assert message.startswith(
+        "no Slurm node can host this Pod: Node n3 has no room for the Pod in the kubelet's count: it asks "
+        "cpu 6, 4 is free of 4 allocatable"
+    )
+    assert "(the largest Node); Node n1 has no room" in message
+
+
 async def test_r4_3_the_second_of_two_jobs_slurm_starts_on_one_node_is_not_bound_beside_the_first() -> None:
     """Catches the storm's start: both jobs were submitted while the node had room for one,
     Slurm started both there, and the second binding must count the first."""

@@ -88,6 +88,12 @@ def tally(pods: Iterable[Json]) -> Tally:
     return total
 
 
+def size(node: Json) -> tuple[Decimal, Decimal]:
+    """A Node's allocatable cpu and memory, for comparing Nodes (what it does not report
+    counts as nothing)."""
+    return (_allocatable(node, "cpu") or Decimal(0), _allocatable(node, "memory") or Decimal(0))
+
+
 def _allocatable(node: Json, resource: str) -> Decimal | None:
     value = ((node.get("status") or {}).get("allocatable") or {}).get(resource)
     if value is None:

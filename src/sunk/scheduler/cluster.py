@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from decimal import Decimal
 from typing import Any
 
+from sunk.kube import noderoom
 from sunk.kube.nodefilter import affinity_allows, node_ready, why_not
 from sunk.runtime.ports import Cache
 from sunk.scheduler.translate import podaffinity
@@ -72,6 +74,16 @@ class ClusterView:
             if name and spec.get("nodeName") and not meta.get("deletionTimestamp"):
                 mapping.setdefault(name, set()).add(spec["nodeName"])
         return mapping
+
+    def largest(self) -> str | None:
+        """The Slurm node whose Node has the most allocatable (cpu, then memory; the first
+        name on a tie), of those hosted by exactly one Node; None when there is none."""
+        best: tuple[tuple[Decimal, Decimal], str] | None = None
+        for slurm_node, hosts in sorted(self.host_map().items()):
+            node = self.nodes.get(next(iter(hosts))) if len(hosts) == 1 else None
+            if node is not None and (best is None or noderoom.size(node) > best[0]):
+                best = (noderoom.size(node), slurm_node)
+        return best[1] if best is not None else None
 
     def target(
         self,

@@ -150,7 +150,11 @@ class Submitter:
         message = decide.placement_problem(
             job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes
         )
-        if message:
+        if message:  # said again with the largest Node's reason first (found only when needed)
+            message = decide.placement_problem(
+                job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes, self.cluster.largest()
+            )
+            assert message is not None
             if ev.condition_changes(pod, False, ev.UNSCHEDULABLE, message):
                 said += [
                     SetCondition(ev.UNSCHEDULABLE, message, pod),

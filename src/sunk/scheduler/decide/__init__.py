@@ -303,11 +303,18 @@ def _has_room(node: SlurmNode, job: PlaceholderJob) -> bool:
 
 # -- where a Pod may go, and when its node must be drained -----------------------------------
 def placement_problem(
-    required: tuple[str, ...], excluded: dict[str, str], avoid: tuple[str, ...], slurm_nodes: set[str]
+    required: tuple[str, ...],
+    excluded: dict[str, str],
+    avoid: tuple[str, ...],
+    slurm_nodes: set[str],
+    largest: str | None = None,
 ) -> str | None:
     """Why no job should be submitted for the Pod now (R4.3), or None. `excluded` maps the
     Slurm nodes the Pod's own constraints rule out to the reason; `avoid` lists nodes where
-    a placement was rejected before; `required` are the nodes the Pod insists on."""
+    a placement was rejected before; `required` are the nodes the Pod insists on;
+    `largest`, the Slurm node on the Node with the most allocatable: when no node can host
+    the Pod, its reason comes first, so a Pod too big for every Node hears what the largest
+    lacks."""
     ruled_out = set(excluded) | set(avoid)
     unusable_required = sorted(set(required) & ruled_out)
     if unusable_required:
@@ -316,8 +323,11 @@ def placement_problem(
         )
         return f"required Slurm node(s) cannot host this Pod ({why})"
     if slurm_nodes and not slurm_nodes - ruled_out:
-        reasons = {excluded.get(n, f"a placement on {n} was rejected before") for n in slurm_nodes}
-        return "no Slurm node can host this Pod: " + "; ".join(sorted(reasons)[:5])
+        reasons = sorted({excluded.get(n, f"a placement on {n} was rejected before") for n in slurm_nodes})
+        if largest in excluded:
+            lead = excluded[largest]
+            reasons = [f"{lead} (the largest Node)"] + [r for r in reasons if r != lead]
+        return "no Slurm node can host this Pod: " + "; ".join(reasons[:5])
     return None
 
 
