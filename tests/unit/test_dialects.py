@@ -384,3 +384,17 @@ def test_r11_3_an_error_answer_without_a_job_list_is_decoded_in_full() -> None:
     reply = decode(body, job_reply_decoder(frozenset({"job_id"})))
     assert reply == {"jobs": None, "errors": [{"error_number": 2017, "error": "Invalid job id"}]}
     assert decode(b"<html>bad gateway</html>", job_reply_decoder(frozenset({"job_id"}))) is None
+
+
+@pytest.mark.parametrize("directory", RECORDED, ids=IDS)
+def test_issue51_a_nodes_comment_is_read_where_the_health_checks_runner_leaves_its_problems(
+    directory: Path,
+) -> None:
+    """Catches: the node comment (the runner's `sunk-hc-config:` note) dropped by a dialect,
+    so a check that cannot run never reaches the NodeSet. The recordings carry none: one is
+    put in the recorded shape."""
+    dialect = make_dialect(directory.name)
+    raw = dict(sample(directory, "nodes")[1]["nodes"][0])
+    assert "comment" in raw  # every recorded version lists the field
+    raw["comment"] = "sunk-hc-config: no check scripts"
+    assert dialect.parse_node(raw).comment == "sunk-hc-config: no check scripts"

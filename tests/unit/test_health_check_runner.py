@@ -101,6 +101,7 @@ class Node:
             "cgroup_root": str(self.cgroup),
             "meminfo": str(self.meminfo),
             "dev_dir": str(self.dev),
+            "spool_dir": str(tmp_path),
         }
 
     def record(self, line: str) -> None:
@@ -138,6 +139,16 @@ def node(tmp_path: Path) -> Node:
 
 def drain(reason: str) -> str:
     return f"nodename={NODE}|state=drain|reason={reason}"
+
+
+CLEARED = f"nodename={NODE}|comment="
+
+
+def says_no_scripts(call: str) -> bool:
+    """The comment update naming the missing ConfigMap (the path in it is the test's own)."""
+    return call.startswith(f"{CLEARED}sunk-hc-config: no check scripts in ") and call.endswith(
+        "(ConfigMap site-checks missing or empty)"
+    )
 
 
 RESUME = f"nodename={NODE}|state=resume"
@@ -339,7 +350,7 @@ def test_no_scripts_where_the_configmap_should_be_drains_nothing_and_says_so(nod
     """Catches: a missing ConfigMap taken for a node fault (a whole NodeSet drained)."""
     node.record(node_line("IDLE+DRAIN", "sunk-hc: verify: NodeSet gpu wants it back"))
     run = node.run()
-    assert run.calls == []  # nor is the drain lifted: not every check ran
+    assert len(run.calls) == 1 and says_no_scripts(run.calls[0])  # no drain lifted: not every check ran
     assert "sunk-hc-config: no check scripts" in run.output and "site-checks" in run.output
     assert run.code == 1  # so slurmd logs it
 
@@ -348,7 +359,7 @@ def test_a_script_that_is_not_executable_drains_nothing_and_says_so(node: Node) 
     """Catches: a wrong file mode taken for a node fault."""
     node.script("10-gpu", "exit 1", mode=0o644)
     run = node.run()
-    assert run.calls == []
+    assert [c for c in run.calls if "state=" in c] == []
     assert "sunk-hc-config: check script 10-gpu" in run.output
 
 
@@ -358,8 +369,32 @@ def test_a_script_whose_interpreter_is_missing_drains_nothing_and_says_so(node: 
     path.write_text("#!/usr/bin/python9\nprint('hi')\n")
     path.chmod(0o755)
     run = node.run()
-    assert run.calls == []
+    assert [c for c in run.calls if "state=" in c] == []
     assert "sunk-hc-config: check script 10-python" in run.output and "127" in run.output
+
+
+def test_a_configuration_problem_is_written_to_the_nodes_comment_once_and_cleared_once_fixed(
+    node: Node,
+) -> None:
+    """Catches: a problem the operator cannot see (the NodeSet's HealthChecksConfigured
+    condition reads the comment), scontrol called on every run though nothing changed, and
+    a comment left once the scripts are back."""
+    first = node.run().calls
+    assert len(first) == 1 and says_no_scripts(first[0])
+    assert node.run().calls == first  # unchanged: scontrol not called again
+    node.script("10-ok", "exit 0")
+    run = node.run()
+    assert run.calls == [*first, CLEARED] and run.code == 0
+    assert node.run().calls == [*first, CLEARED]
+
+
+def test_a_failing_check_before_the_scripts_leaves_the_comment_as_it_was(node: Node) -> None:
+    """Catches: a comment cleared by a run that never looked at the scripts."""
+    node.run()  # no scripts: the comment says so
+    node.settings["checks"] = "memory"
+    node.record(node_line(memory_mib=999_999_999))
+    run = node.run()
+    assert CLEARED not in run.calls and any("state=drain" in c for c in run.calls), run.calls
 
 
 # ---- The bound -----------------------------------------------------------------------------

@@ -291,3 +291,29 @@ def test_issue51_the_plan_says_what_it_replaces_in_typed_actions() -> None:
     [member] = found.leaving
     assert (member.slurm_name, member.node) == (FIRST, "node-1")
     assert [type(x) for x in found.actions] == [a.Event, a.Event]  # HealthCheckFailed, Replacing
+
+
+# -- checks that cannot run --------------------------------------------------------------------
+
+
+async def test_issue51_a_check_script_that_cannot_run_is_named_on_the_nodeset_and_drains_nothing() -> None:
+    """Catches: a missing or non-executable site script told only in slurmd's log (the
+    runner's comment on the node unread), or taken for a failing member."""
+    w = await world(members=2)
+    problem = "check script 10-ib (ConfigMap site-checks) is not an executable file; it was not run"
+    record = w.slurm.records[SECOND]
+    w.slurm.records[SECOND] = replace(record, comment=hc.CONFIG_PREFIX + problem)
+    await w.reconcile("a")
+    configured = w.condition("a", hc.CONFIGURED)
+    assert configured["status"] == "False" and configured["reason"] == "ChecksMisconfigured"
+    assert configured["message"] == f"member {SECOND}: {problem}"
+    assert w.status("a")["unhealthy"] == 0 and w.condition("a", u.HEALTHY)["status"] == "True"
+    w.slurm.records[SECOND] = replace(record, comment="")  # the runner clears it once fixed
+    await w.reconcile("a")
+    assert w.condition("a", hc.CONFIGURED)["status"] == "True"
+
+
+async def test_issue51_without_checks_the_nodeset_has_no_configured_condition() -> None:
+    """Catches: a condition about checks on a NodeSet whose members run none."""
+    w = await world(settings=SETTINGS)
+    assert hc.CONFIGURED not in [c["type"] for c in w.status("a")["conditions"]]

@@ -235,7 +235,14 @@ case "$reason" in "$OWN"*)
   ;;
 esac
 
-failed="" message="" passed=" " complete=true runs=0
+failed="" message="" passed=" " complete=true runs=0 config_note=""
+# A configuration problem: said in slurmd's log, counted, and the first one kept for the
+# node's comment (below).
+config() { # words
+  say "sunk-hc-config: $1"
+  problems=$((problems + 1))
+  [ -n "$config_note" ] || config_note=$(clean "$1")
+}
 # Runs one check (a label and its command); records a pass, or the first failure.
 check() { # name command...
   name=$1
@@ -282,15 +289,13 @@ if [ -z "$failed" ] && [ "$complete" = true ] && [ -n "$scripts_dir" ]; then
     found=true
     base=${script##*/}
     if [ ! -f "$script" ] || [ ! -x "$script" ]; then
-      say "sunk-hc-config: check script $base (ConfigMap $scripts_configmap) is not an executable file; it was not run"
-      problems=$((problems + 1))
+      config "check script $base (ConfigMap $scripts_configmap) is not an executable file; it was not run"
       continue
     fi
     if ! check "$base" "$script"; then
       [ -n "$failed" ] || break # out of time
       case "$rc" in 126 | 127)
-        say "sunk-hc-config: check script $base (ConfigMap $scripts_configmap) could not run (status $rc: $message); it is not counted against the node"
-        problems=$((problems + 1))
+        config "check script $base (ConfigMap $scripts_configmap) could not run (status $rc: $message); it is not counted against the node"
         failed="" message=""
         continue
         ;;
@@ -299,8 +304,7 @@ if [ -z "$failed" ] && [ "$complete" = true ] && [ -n "$scripts_dir" ]; then
     fi
   done
   if [ "$found" = false ]; then
-    say "sunk-hc-config: no check scripts in $scripts_dir (ConfigMap ${scripts_configmap:-?} missing or empty)"
-    problems=$((problems + 1))
+    config "no check scripts in $scripts_dir (ConfigMap ${scripts_configmap:-?} missing or empty)"
   fi
 fi
 
@@ -311,6 +315,21 @@ scontrol_update() { # what reason...
   say "sunk-hc: scontrol update $* on $node failed: $(clean "$(cat "$work/update")")"
   return 1
 }
+
+# The first configuration problem travels to the operator in the node's comment, which the
+# NodeSet's HealthChecksConfigured condition reads; it is cleared by a run that went through
+# every script without one. What was last written is kept in the spool, so scontrol is
+# called only when it changes.
+note_config() { # the comment wanted ("" clears it)
+  have=$(cat "$spool_dir/.sunk-hc-config" 2>/dev/null)
+  [ "$1" = "$have" ] && return 0
+  scontrol_update comment="$1" && printf '%s' "$1" >"$spool_dir/.sunk-hc-config"
+}
+if [ -n "$config_note" ]; then
+  note_config "sunk-hc-config: $config_note"
+elif [ -z "$failed" ] && [ "$complete" = true ]; then
+  note_config ""
+fi
 
 if [ -n "$failed" ]; then
   why="$OWN$failed: $message"

@@ -18,6 +18,7 @@ by someone else, so a handed-over one would stay drained for ever).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 from sunk.operator import members as m
@@ -68,3 +69,20 @@ def wanted_back(nodeset: str, slurm_name: str, record: SlurmNode, checks_on: boo
         note = f"member {slurm_name} is wanted back; it returns once its health checks pass"
         return [action, Event(VERIFYING, note)]
     return [action]
+
+
+CONFIG_PREFIX = "sunk-hc-config: "  # the runner's comment on a node whose checks cannot all run
+CONFIGURED = "HealthChecksConfigured"  # the NodeSet condition that names such members
+
+
+def config_problems(records: Mapping[str, SlurmNode], names: list[str]) -> list[str]:
+    """One line per member whose runner says, in its node's comment, that a check of the
+    operator's could not run (a script that is missing or not executable, an interpreter
+    the image lacks). Such a problem drains nothing, so without this line only slurmd's log
+    would tell."""
+    said = []
+    for name in names:
+        record = records.get(name)
+        if record is not None and record.comment.startswith(CONFIG_PREFIX):
+            said.append(f"member {name}: {record.comment.removeprefix(CONFIG_PREFIX)}")
+    return said

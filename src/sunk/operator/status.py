@@ -1,7 +1,7 @@
 """A NodeSet's status, made without I/O from what one pass of its plan found: members
 counted by their Slurm state and those a health check drained, removals under way, and the
-Valid, SlurmReachable, Feasible, TopologyLabeled, Confined, DirectoryRead, Healthy, Ready and
-UpToDate conditions."""
+Valid, SlurmReachable, Feasible, TopologyLabeled, Confined, DirectoryRead,
+HealthChecksConfigured, Healthy, Ready and UpToDate conditions."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sunk.kube.nodefilter import node_ready  # any object's Ready condition: here a Pod's
-from sunk.operator import confinement, unhealthy
+from sunk.operator import confinement, health_checks, unhealthy
 from sunk.operator import members as m
 from sunk.operator.nodeset import NodeSet
 from sunk.operator.selection import Share
@@ -150,6 +150,14 @@ def nodeset_status(
                 f"members know the directory's people (ConfigMap {settings.people_configmap})"
                 if problem is None
                 else f"{problem}; members keep the people last read (ConfigMap {settings.people_configmap})",
+            )
+        if settings.health_checks_configmap and slurm.nodes is not None:
+            problems = health_checks.config_problems(records, [e["slurmNode"] for e in listed])
+            condition(
+                health_checks.CONFIGURED,
+                not problems,
+                "ChecksMisconfigured" if problems else "ChecksRunnable",
+                "; ".join(problems)[:1000] or "every member runs all of its health checks",
             )
         if settings.health_checks_configmap or sick:  # a check's drain outlives turning them off
             condition(

@@ -167,6 +167,7 @@ class DataParser:
             flags=tuple(w for w in words if w != base),
             reason=raw.get("reason") or "",
             reason_changed_at=number(raw.get("reason_changed_at")) or 0,
+            comment=str(raw.get("comment") or ""),
             **node_usage(raw),
         )
 

@@ -148,6 +148,7 @@ class SlurmNode:
     gres_used: tuple[tuple[str, int], ...] = ()
     address: str = ""  # where slurmctld reaches its slurmd (a dynamic node's Pod IP)
     features: tuple[str, ...] = ()  # what it offers to jobs' --constraint
+    comment: str = ""  # the node's comment: the health checks' configuration problems (sunk-hc-config:)
 
     @property
     def drained(self) -> bool:

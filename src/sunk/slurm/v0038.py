@@ -135,6 +135,7 @@ class V0038:
             flags=tuple(raw.get("state_flags") or ()),
             reason=raw.get("reason") or "",
             reason_changed_at=int(raw.get("reason_changed_at") or 0),
+            comment=str(raw.get("comment") or ""),
             **node_usage(raw),
         )
 
