@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Builds the upstream Go tools the dev cluster runs (etcd, kube-apiserver,
-# kube-controller-manager, kwok, kube-scheduler, kubelet, kube-proxy, kubectl, coredns, helm) from the modules pinned under hack/tools/<group>/go.mod.
+# kube-controller-manager, kwok, kube-scheduler, kubelet, kube-proxy, kubectl, coredns, helm) from the modules pinned under hack/tools/<group>/go.mod,
+# and the dev cluster's own small Go programs (sunk-netpol, from dev/netpol) that reuse Go libraries.
 #
 # Each binary lands in $SUNK_CACHE/bin (default ~/.cache/sunk/bin) under a name keyed by a
 # hash of its go.mod and go.sum, so a changed pin rebuilds and an unchanged one is reused.
 # A stable symlink (bin/<tool>) points at the current build. Nothing is written to the
-# checkout. Usage: hack/build-tools.sh [tool...]   (default: all)
+# checkout. A program of our own (its module-dir has a slash: a path from the repository root)
+# is keyed by its Go sources too. Usage: hack/build-tools.sh [tool...]   (default: all)
 set -euo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -33,6 +35,7 @@ catalog=(
   "kubectl        kubernetes  k8s.io/kubernetes/cmd/kubectl"
   "coredns        coredns     github.com/coredns/coredns"
   "helm           helm        helm.sh/helm/v3/cmd/helm"
+  "sunk-netpol    dev/netpol  sunk.local/dev/netpol"
 )
 
 # Kubernetes binaries report their version from link-time variables; without them the API
@@ -49,13 +52,18 @@ wanted=("$@")
 for row in "${catalog[@]}"; do
   read -r tool dir pkg <<<"$row"
   if ((${#wanted[@]})) && [[ " ${wanted[*]} " != *" $tool "* ]]; then continue; fi
-  key=$(cat "$here/tools/$dir/go.mod" "$here/tools/$dir/go.sum" | sha256sum | cut -c1-12)
+  moddir=$here/tools/$dir sources=()
+  if [[ $dir == */* ]]; then
+    moddir=$here/../$dir
+    sources=("$moddir"/*.go)
+  fi
+  key=$(cat "$moddir/go.mod" "$moddir/go.sum" "${sources[@]}" | sha256sum | cut -c1-12)
   out="$bin/$tool-$key"
   if [ ! -x "$out" ]; then
     echo "building $tool from $pkg (once per pinned version; minutes on a cold machine)" >&2
     start=$SECONDS
     ldflags="-s -w $(version_ldflags "$dir")"
-    (cd "$here/tools/$dir" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -ldflags="$ldflags" -o "$out.partial" "$pkg")
+    (cd "$moddir" && CGO_ENABLED=0 GOFLAGS=-buildvcs=false go build -trimpath -ldflags="$ldflags" -o "$out.partial" "$pkg")
     mv "$out.partial" "$out"
     echo "built $tool in $((SECONDS - start)) s" >&2
   fi
