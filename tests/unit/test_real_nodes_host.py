@@ -4,11 +4,12 @@ down` leaves the host as it found it), and their addresses never collide."""
 from __future__ import annotations
 
 import ipaddress
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from sunk_dev import ClusterSpec, DevCluster, hostnet, realcluster, slurmroot
+from sunk_dev import ClusterSpec, DevCluster, hostnet, netpol, realcluster, slurmroot
 from sunk_dev.errors import DevClusterError
 from sunk_dev.layout import Layout, Ports
 from sunk_dev.realnode import RealNode
@@ -16,7 +17,7 @@ from sunk_dev.realnode import RealNode
 
 @pytest.fixture
 def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A stand-in /proc/sys and claim file; `ip` and `nft` calls are recorded, not run."""
+    """A stand-in /proc/sys and claim file; `ip`, `nft` and `iptables` calls are not run."""
     proc_sys = tmp_path / "sys"
     for name, value in {
         "vm/overcommit_memory": "0",
@@ -30,6 +31,9 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.setattr(hostnet, "CLAIM", tmp_path / "run" / "claim.json")
     monkeypatch.setattr(hostnet, "run_ip", lambda *argv, check=True: None)
     monkeypatch.setattr(hostnet, "_nft", lambda script, check=True, stdin=False: None)
+    monkeypatch.setattr(
+        netpol, "iptables", lambda *argv, check=True: subprocess.CompletedProcess(argv, 1, "", "")
+    )
     return proc_sys
 
 

@@ -14,6 +14,7 @@ from sunk_dev import (
     hostnet,
     images,
     kubecluster,
+    netpol,
     prereqs,
     procs,
     realcluster,
@@ -115,6 +116,7 @@ class Status:
     processes: dict[str, bool] = field(default_factory=dict)
     ready_nodes: int = 0
     real_nodes: dict[str, str] = field(default_factory=dict)  # name -> Ready/NotReady/missing
+    network_policies: str = ""  # with real Nodes: whether NetworkPolicies are enforced
     idle_slurm_nodes: int = 0
     rest_ok: bool = False
     slurm_version: str = ""
@@ -282,6 +284,11 @@ class DevCluster:
                 admin.close()
         except Exception:
             pass
+        if status.spec is not None and status.spec.real_nodes:
+            try:
+                status.network_policies = netpol.state(self.layout)
+            except OSError:  # no iptables to ask
+                status.network_policies = "unknown (iptables cannot be run)"
         rt = slurmrun.runtime(self.layout)
         status.slurm_version, status.slurm_release = rt.version, rt.release
         status.rest_versions = rt.rest_versions

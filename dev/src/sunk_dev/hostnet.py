@@ -291,6 +291,7 @@ REQUIRED_COMMANDS = {
     "runc": "runc",
     "ctr": "containerd",
     "nft": "nftables",
+    "iptables": "iptables",  # NFQUEUE for NetworkPolicies (`netpol`): this kernel has no nft queue
     "ip": "iproute2",
     "unshare": "util-linux",
     "nsenter": "util-linux",

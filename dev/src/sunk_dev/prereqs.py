@@ -51,6 +51,7 @@ REAL_NODE_PACKAGES = (
     "runc",
     "containernetworking-plugins",
     "nftables",
+    "iptables",
     "buildah",
     "docker-registry",
     "glusterfs-server",

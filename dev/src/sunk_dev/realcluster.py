@@ -4,7 +4,8 @@
 kube-proxy for all of them (they share the host's network namespace, so one set of
 nftables rules serves every Node) and CoreDNS answering cluster names behind the usual
 `kube-dns` Service. Both run as host processes like the rest of the control plane, built
-from their Go modules; CoreDNS listens only on the host's bridge address.
+from their Go modules; CoreDNS listens only on the host's bridge address. Right after
+kube-proxy comes one NetworkPolicy enforcer for all of them (`netpol`), for the same reason.
 
 It also starts what Deployments and StatefulSets on real Nodes need: kube-scheduler (the
 default scheduler, which only ever picks real Nodes: kwok's belong to sunk's scheduler),
@@ -27,14 +28,14 @@ from typing import Any
 import httpx
 import yaml
 
-from sunk_dev import fileserver, hostnet, pki, procs, storage
+from sunk_dev import fileserver, hostnet, netpol, pki, procs, storage
 from sunk_dev.errors import DevClusterError
 from sunk_dev.kubeapi import AdminKube, is_ready
 from sunk_dev.kubecluster import create_once, write_kubeconfig
 from sunk_dev.layout import HOST, Layout, cache_dir
 from sunk_dev.realnode import BULKY_DIRS, PRIVATE_DIRS, REAL_NODE_LABEL, RealNode, nodes_of
 
-TOOLS = ("kubelet", "kube-proxy", "kubectl", "coredns", "kube-scheduler")
+TOOLS = ("kubelet", "kube-proxy", "kubectl", "coredns", "kube-scheduler", netpol.TOOL)
 DNS_NAMESPACE = "kube-system"
 
 
@@ -49,6 +50,7 @@ def prepare_host(layout: Layout, count: int) -> None:
     """Before the API server starts: claim the host, make the bridge it will listen on."""
     hostnet.claim(layout, PRIVATE_DIRS)
     net = hostnet.prepare(layout, count)
+    netpol.remove_rules(net.bridge)  # a crashed run's: they would drop Pod traffic until netpol starts
     layout.kube.mkdir(parents=True, exist_ok=True)
     (layout.kube / "api-host").write_text(net.gateway + "\n")
 
@@ -57,7 +59,8 @@ def start(
     layout: Layout, count: int, sandbox_image: str, load_images: Callable[[RealNode], None]
 ) -> list[RealNode]:
     """Start the Nodes (each gets the images from `load_images` before its kubelet asks for
-    them), kube-proxy and CoreDNS; return once every Node is Ready."""
+    them), kube-proxy, the NetworkPolicy enforcer and CoreDNS; return once every Node is
+    Ready."""
     nodes = nodes_of(layout, count)
     for node in nodes:
         node.write_config(sandbox_image)
@@ -67,6 +70,7 @@ def start(
     with ThreadPoolExecutor(max_workers=len(nodes)) as pool:
         list(pool.map(load_images, nodes))
     _start_kube_proxy(layout, nodes[0])
+    netpol.start(layout)
     _start_dns(layout)
     scheduler = _start_scheduler(layout)
     storage.start(layout)
@@ -303,9 +307,12 @@ def _create(admin: AdminKube, path: str, body: dict[str, Any]) -> None:
 
 
 def stop(layout: Layout, count: int) -> list[str]:
-    """Stop kube-scheduler, the volume provisioner, CoreDNS, kube-proxy (and remove its
-    rules), every Node and the file server; remove the volumes' data; give the host back."""
+    """Stop kube-scheduler, the volume provisioner, CoreDNS, the NetworkPolicy enforcer and
+    kube-proxy (and remove their rules), every Node and the file server; remove the volumes'
+    data; give the host back."""
     stopped = []
+    if netpol.stop(layout):  # its rules go first: without it they drop new connections
+        stopped.append(netpol.PROCESS)
     if storage.stop(layout):
         stopped.append(storage.PROCESS)
     for name in (SCHEDULER, "coredns", "kube-proxy"):
@@ -355,6 +362,7 @@ def host_leftovers(layout: Layout) -> list[str]:
         for line in tables.splitlines()
         if net.nft_table in line.split() or ("kube-proxy" in line.split() and not theirs)
     ]
+    found += netpol.leftovers(layout, shared=not theirs)
     prefix = f"sunk-{net.index}-real-"
     found += [str(p) for h in hostnet.hierarchies() for p in h.glob(f"{prefix}*")]
     if hostnet.owned_by(layout):

@@ -30,6 +30,8 @@ def print_status(cluster: DevCluster, status: Status) -> None:
     for name, state in status.real_nodes.items():
         hint = "" if state == "Ready" else f" (`sunk dev node stop {name} && sunk dev node start {name}`)"
         print(f"  {'real Node ' + name:<24} {state}{hint}")
+    if status.network_policies:
+        print(f"  {'NetworkPolicies':<24} {status.network_policies}")
     print(f"  Slurm nodes idle         {status.idle_slurm_nodes}/{spec.nodes}")
     print(f"  slurmrestd               {'answers' if status.rest_ok else 'NOT ANSWERING'}")
     print(f"  API server               {cluster.layout.apiserver_url}")
