@@ -14,14 +14,15 @@ demo: bootstrap
 ## change that breaks one of them fails here.
 VERSION_SUITE = tests/integration/test_slurm_client.py tests/e2e/test_schedule_flow.py \
 	tests/e2e/test_lifecycle.py tests/e2e/test_workloads.py tests/e2e/test_gangs.py tests/e2e/test_packing.py
-# On real kubelet Nodes: Slurm in Pods from plain manifests, what the chart needs of the dev
+# On real kubelet Nodes: Slurm in Pods from plain manifests, NetworkPolicies enforced (a canary), what the chart needs of the dev
 # cluster (kube-scheduler, volumes, the sunk and MariaDB images), the Slurm chart itself, jobs
 # confined in cgroups inside slurmd Pods, people from the directory logging in and running jobs as
 # themselves, job steps in container images from the cluster's registry, the train-and-serve
 # example (PyTorch trained with sbatch, served by Pods sunk places, preempted by training),
 # metrics, alerts and dashboards against a real Prometheus scraping the release, then a
 # short operator fault run (20 faults; no job may be killed).
-REAL_SUITE = tests/e2e/test_real_nodes.py tests/e2e/test_dev_platform_support.py tests/e2e/test_platform.py \
+REAL_SUITE = tests/e2e/test_real_nodes.py tests/e2e/test_network_policies.py tests/e2e/test_dev_platform_support.py \
+	tests/e2e/test_platform.py \
 	tests/e2e/test_confinement.py tests/e2e/test_people.py tests/e2e/test_containers.py \
 	tests/e2e/test_train_and_serve.py tests/e2e/test_prometheus.py tests/e2e/test_node_health.py \
 	tests/faults/test_operator_chaos.py
