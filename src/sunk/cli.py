@@ -83,6 +83,7 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--slurm-user", default="slurm", help="the Slurm user the applier's tokens name")
     apply.add_argument("--interval", type=float, default=5.0, help="seconds between passes")
     apply.add_argument("--alive-file", type=Path, help="touched every pass (for a liveness probe)")
+    apply.add_argument("--metrics-port", type=int, default=0, help="serve /metrics on this port (0: none)")
     apply.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     apply.add_argument("--log-format", default="json", choices=["json", "text"])
     remove = sub.add_parser(
@@ -201,6 +202,7 @@ def run_apply_config(args: argparse.Namespace) -> int:
             args.interval,
             args.alive_file,
             args.slurm_ca_file,
+            args.metrics_port,
         )
     )
     return 0

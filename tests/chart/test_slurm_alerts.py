@@ -374,6 +374,21 @@ CASES = [
         ],
     ),
     Case(
+        "SunkSlurmConfigNotApplied",
+        [
+            # Seen at minute 5 and never applied: 15 minutes later it fires.
+            Scenario(
+                {s("sunk_slurm_config_unapplied_since_timestamp_seconds", pod="ctl-0"): "0x4 300x30"},
+                {20: [], 21: [WARN]},
+            ),
+            # Applied after a few minutes (back to 0): a change taking its time is no alert.
+            Scenario(
+                {s("sunk_slurm_config_unapplied_since_timestamp_seconds", pod="ctl-0"): "300x12 0x20"},
+                {25: []},
+            ),
+        ],
+    ),
+    Case(
         "SunkMetricsCollectorErrors",
         [
             Scenario(

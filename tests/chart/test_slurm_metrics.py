@@ -102,8 +102,7 @@ def test_issue50_the_operators_servicemonitor_carries_the_labels_and_interval(
         "metrics.serviceMonitor.interval=15s",
         crds=True,
     )
-    [monitor] = of_kind(objects, "ServiceMonitor")
-    assert monitor["metadata"]["name"] == "r1-operator"
+    monitor = named(objects, "ServiceMonitor", "r1-operator")
     assert monitor["metadata"]["labels"]["release"] == "kube-prometheus"
     assert monitor["spec"]["namespaceSelector"] == {"matchNames": ["team"]}
     assert (
@@ -189,7 +188,26 @@ def test_issue50_per_user_series_only_when_asked(helm: Path, slurm_chart: Path) 
 
 def test_issue50_before_25_11_slurmctld_gets_no_servicemonitor(helm: Path, slurm_chart: Path) -> None:
     monitors = of_kind(_render(slurm_chart, helm, *_monitors_on("24.11"), crds=True), "ServiceMonitor")
-    assert [m["metadata"]["name"] for m in monitors] == ["r1-operator"]
+    assert sorted(m["metadata"]["name"] for m in monitors) == ["r1-config", "r1-operator"]
+
+
+def test_issue50_the_config_sidecars_metrics_are_scraped_where_it_serves_them(
+    helm: Path, slurm_chart: Path
+) -> None:
+    """Catches: the apply-config metrics (a configuration Slurm does not run) behind a port
+    the sidecar does not open, a Service selecting another Pod, or no ServiceMonitor."""
+    objects = _render(slurm_chart, helm, *_monitors_on("24.11"), crds=True)
+    sidecar = container(named(objects, "StatefulSet", "r1-controller"), "apply-config")
+    assert "--metrics-port=8082" in sidecar["args"]
+    assert {"name": "config-metrics", "containerPort": 8082} in sidecar["ports"]
+    service = named(objects, "Service", "r1-config-metrics")
+    assert service["metadata"]["annotations"]["prometheus.io/port"] == "8082"
+    [port] = service["spec"]["ports"]
+    assert port == {"name": "config-metrics", "port": 8082, "targetPort": "config-metrics"}
+    pod_labels = named(objects, "StatefulSet", "r1-controller")["spec"]["template"]["metadata"]["labels"]
+    assert service["spec"]["selector"].items() <= pod_labels.items()
+    [endpoint] = named(objects, "ServiceMonitor", "r1-config")["spec"]["endpoints"]
+    assert endpoint["port"] == "config-metrics"
 
 
 @pytest.mark.parametrize("key", ["MetricsType", "metricstype"])
@@ -224,11 +242,13 @@ def test_issue50_metrics_allowfrom_lets_prometheus_reach_slurmctlds_port(
     values = {"controller": {"image": {"tag": "25.11"}}, "metrics": {"allowFrom": [PROMETHEUS]}}
     rules = _slurmctld_rules(_render(slurm_chart, helm, values=values))
     assert {"from": [PROMETHEUS], "ports": [{"port": 6817, "protocol": "TCP"}]} in rules
-    assert len(rules) == 2
+    assert len(rules) == 3  # Slurm's nodes and clients, the config sidecar's metrics, Prometheus
 
 
 def test_issue50_allowfrom_opens_nothing_while_slurmctld_serves_no_metrics(
     helm: Path, slurm_chart: Path
 ) -> None:
     values = {"controller": {"image": {"tag": "24.11"}}, "metrics": {"allowFrom": [PROMETHEUS]}}
-    assert len(_slurmctld_rules(_render(slurm_chart, helm, values=values))) == 1
+    rules = _slurmctld_rules(_render(slurm_chart, helm, values=values))
+    assert [r["ports"] for r in rules if "from" in r] == [[{"port": 6817, "protocol": "TCP"}]]
+    assert {"ports": [{"port": 8082, "protocol": "TCP"}]} in rules  # the config sidecar's metrics

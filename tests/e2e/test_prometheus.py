@@ -183,6 +183,16 @@ def test_the_pod_scheduler_is_found_by_its_annotations(platform: Platform, prom:
     wait_value(prom, f'max(up{{{NS}, service="{RELEASE}-sunk-scheduler-metrics"}})', 1, timeout=90)
 
 
+def test_the_config_sidecar_is_found_and_says_slurm_runs_the_releases_configuration(
+    platform: Platform, prom: str
+) -> None:
+    """Catches the apply-config sidecar's metrics unreachable (its port, the Service, the
+    policy) or saying a configuration waits when Slurm runs the release's."""
+    wait_value(prom, f'max(up{{{NS}, service="{RELEASE}-config-metrics"}})', 1, timeout=90)
+    wait_value(prom, f"max(sunk_slurm_config_unapplied_since_timestamp_seconds{{{NS}}})", 0, timeout=90)
+    wait_value(prom, f"count(sunk_slurm_config_last_applied_timestamp_seconds{{{NS}}} > 0)", 1, timeout=90)
+
+
 def test_replicas_ready_and_slurm_nodes_move_when_the_nodeset_scales_from_2_to_3(
     platform: Platform, prom: str, kube: AdminKube
 ) -> None:

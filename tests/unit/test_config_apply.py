@@ -248,3 +248,45 @@ def test_r10_4_a_topology_plugin_is_not_applied_before_its_topology_conf_exists(
     mount(tmp_path, written)
     step(a)
     assert slurm.reconfigures == 1
+
+
+# -- what Prometheus reads (issue #50: the configuration wanted against the one applied) ----
+
+
+def metric(a: ConfigApplier, name: str) -> float:
+    value = a.metrics.registry.get_sample_value(name)
+    assert value is not None, name
+    return value
+
+
+def test_issue50_a_change_slurm_does_not_run_yet_is_dated_from_when_it_was_first_seen(tmp_path: Path) -> None:
+    """Catches: a change waiting on the kubelet (or anything) looking applied, or its wait
+    restarting on every pass, so an alert on a long wait would never fire."""
+    kube, slurm = old_applied_new_wanted()
+    mount(tmp_path, OLD)  # the kubelet has not copied NEW yet
+    now = [1000.0]
+    a = ConfigApplier(kube, slurm, "plat", "slurm-config", tmp_path, "ctl-0", clock=lambda: now[0])
+    step(a)
+    now[0] = 1060.0
+    step(a)
+    assert metric(a, "sunk_slurm_config_unapplied_since_timestamp_seconds") == 1000.0
+    mount(tmp_path, NEW)
+    now[0] = 1120.0
+    step(a)
+    assert metric(a, "sunk_slurm_config_unapplied_since_timestamp_seconds") == 0
+    assert metric(a, "sunk_slurm_config_last_applied_timestamp_seconds") == 1120.0
+
+
+def test_issue50_a_held_change_and_a_failed_reconfigure_are_counted(tmp_path: Path) -> None:
+    """Catches: a change held for a running job, or slurmctld refusing to reconfigure,
+    invisible to Prometheus."""
+    kube, slurm = old_applied_new_wanted()
+    mount(tmp_path, NEW)
+    slurm.running = [job(7, "extra")]
+    a = applier(tmp_path, kube, slurm)
+    step(a)
+    assert metric(a, "sunk_slurm_config_held") == 1
+    slurm.running, slurm.reconfigure_fails = [], True
+    step(a)
+    assert metric(a, "sunk_slurm_config_held") == 0
+    assert metric(a, "sunk_slurm_config_reconfigure_failures_total") == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from aiohttp import web
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
 
 from sunk.metrics import REGISTRY
 
@@ -17,9 +17,9 @@ async def _start(app: web.Application, host: str, port: int) -> web.AppRunner:
     return runner
 
 
-async def serve_metrics(host: str, port: int) -> web.AppRunner:
+async def serve_metrics(host: str, port: int, registry: CollectorRegistry = REGISTRY) -> web.AppRunner:
     async def metrics(_request: web.Request) -> web.Response:
-        return web.Response(body=generate_latest(REGISTRY), headers={"Content-Type": CONTENT_TYPE_LATEST})
+        return web.Response(body=generate_latest(registry), headers={"Content-Type": CONTENT_TYPE_LATEST})
 
     app = web.Application()
     app.router.add_get("/metrics", metrics)

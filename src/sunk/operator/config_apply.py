@@ -34,13 +34,16 @@ import logging
 import re
 import socket
 import time
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
+from prometheus_client import CollectorRegistry, Counter, Gauge
+
 from sunk.kube.client import KubeClient, KubeError
 from sunk.kube.events import event_object
+from sunk.metrics.server import serve_metrics
 from sunk.operator.upgrade_check import refusals
 from sunk.slurm.client import SlurmClient, SlurmVersionError
 from sunk.slurm.errors import SlurmError
@@ -104,6 +107,48 @@ class ConfigSlurm(Protocol):
     async def reconfigure(self) -> None: ...
 
 
+class ApplyMetrics:
+    """What Prometheus reads of this sidecar's work: whether Slurm runs the ConfigMap's
+    configuration, since when it has not, whether a change is held for jobs, and failed
+    reconfigures. A registry of its own: this process serves nothing else."""
+
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.unapplied_since = Gauge(
+            "sunk_slurm_config_unapplied_since_timestamp_seconds",
+            "When the ConfigMap's configuration that Slurm does not run yet was first seen (Unix time); "
+            "0 while Slurm runs the ConfigMap's",
+            registry=self.registry,
+        )
+        self.held = Gauge(
+            "sunk_slurm_config_held",
+            "1 while a change is held because unfinished jobs use a partition it drops",
+            registry=self.registry,
+        )
+        self.applied_at = Gauge(
+            "sunk_slurm_config_last_applied_timestamp_seconds",
+            "When this sidecar last applied (or found in place) a configuration (Unix time)",
+            registry=self.registry,
+        )
+        self.failures = Counter(
+            "sunk_slurm_config_reconfigure_failures",
+            "Reconfigures that slurmctld refused or that failed",
+            registry=self.registry,
+        )
+        self._pending: tuple[str, float] | None = None
+
+    def current(self) -> None:
+        self._pending = None
+        self.unapplied_since.set(0)
+        self.held.set(0)
+
+    def waiting(self, target: str, now: float, *, held: bool = False) -> None:
+        if self._pending is None or self._pending[0] != target:
+            self._pending = (target, now)
+        self.unapplied_since.set(self._pending[1])
+        self.held.set(1 if held else 0)
+
+
 @dataclass
 class ConfigApplier:
     kube: ConfigKube
@@ -115,6 +160,8 @@ class ConfigApplier:
     # When this sidecar process began (wall clock), for files the Pod started with; None:
     # never assume slurmctld read the files at its start (always reconfigure).
     process_started: float | None = None
+    metrics: ApplyMetrics = field(default_factory=ApplyMetrics)
+    clock: Callable[[], float] = time.time
 
     @property
     def path(self) -> str:
@@ -133,7 +180,9 @@ class ConfigApplier:
         # slurmctld last read, so the mounted copy is applied once more (a no-op if it matches).
         applied = annotations.get(APPLIED_HASH)
         if applied == target:
+            self.metrics.current()
             return "up to date"
+        self.metrics.waiting(target, self.clock())
         if mounted(self.directory, wanted) != wanted:
             return f"waiting for the kubelet to copy configuration {target}"
         if applied is None and self._read_at_start():
@@ -152,6 +201,7 @@ class ConfigApplier:
             return f"cannot list Slurm's jobs, so configuration {target} waits: {err}"
         held = refusals(jobs, partitions_in(wanted.get("slurm.conf", "")))
         if held:
+            self.metrics.waiting(target, self.clock(), held=True)
             if annotations.get(HELD_HASH) != target:
                 note = f"configuration {target} is held: " + "; ".join(held)
                 await self._event(cm, "ConfigurationHeld", note, warning=True, name=f"held-{target}")
@@ -160,6 +210,7 @@ class ConfigApplier:
         try:
             await self.slurm.reconfigure()
         except SlurmError as err:
+            self.metrics.failures.inc()
             note = f"configuration {target}: {err}"
             await self._event(cm, "ReconfigureFailed", note, warning=True, name=f"failed-{target}")
             return f"reconfigure failed: {err}"
@@ -186,6 +237,8 @@ class ConfigApplier:
     async def _record(self, cm: Json, target: str, note: str) -> None:
         at = dt.datetime.now(dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         await self._annotate({APPLIED_HASH: target, APPLIED_AT: at, HELD_HASH: None})
+        self.metrics.current()
+        self.metrics.applied_at.set(self.clock())
         await self._event(cm, "ConfigurationApplied", note)  # each application is news
         log.info("%s", note)
 
@@ -232,8 +285,11 @@ async def run_forever(
     interval_s: float,
     alive_file: Path | None,
     ca_file: str | None = None,
+    metrics_port: int = 0,
 ) -> None:
     started = time.time()
+    metrics = ApplyMetrics()
+    server = await serve_metrics("", metrics_port, metrics.registry) if metrics_port else None
     kube = await KubeClient.connect(None)
     tokens = MintedTokens(key_file, user)
     slurm: SlurmClient | None = None
@@ -246,7 +302,7 @@ async def run_forever(
                 if applier is None:
                     slurm = await SlurmClient.connect(api_base, tokens, user=user, ca_file=ca_file)
                     applier = ConfigApplier(
-                        kube, slurm, namespace, configmap, directory, socket.gethostname(), started
+                        kube, slurm, namespace, configmap, directory, socket.gethostname(), started, metrics
                     )
                 outcome = await applier.step()
             except (SlurmError, SlurmVersionError) as err:
@@ -261,3 +317,5 @@ async def run_forever(
         if slurm is not None:
             await slurm.aclose()
         await kube.close()
+        if server is not None:
+            await server.cleanup()
