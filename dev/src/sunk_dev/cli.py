@@ -13,6 +13,8 @@ import sys
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
+import yaml
+
 from sunk_dev import (
     ClusterSpec,
     DevCluster,
@@ -21,12 +23,15 @@ from sunk_dev import (
     platform,
     prometheus,
     realcluster,
+    registry,
     report,
     slurmroot,
     slurmrun,
+    story,
     storydemo,
 )
 from sunk_dev.demo import demo
+from sunk_dev.kubeapi import AdminKube
 
 
 def dev_parser() -> argparse.ArgumentParser:
@@ -88,6 +93,28 @@ def dev_parser() -> argparse.ArgumentParser:
         help="run a Slurm command (squeue, sinfo, scontrol, sacctmgr...) of the running cluster",
     )
     slurm.add_argument("slurm_argv", nargs=argparse.REMAINDER, metavar="CMD [ARGS...]")
+    image = dev_sub.add_parser(
+        "image",
+        help="build a Dockerfile FROM the slurmd image the real Nodes run, push it to the dev registry, "
+        "print its reference (what Nodes and `srun --container` pull)",
+    )
+    image.add_argument("context", type=Path, help="the build context: a directory with a Dockerfile")
+    image.add_argument("name", help="the image's name in the registry: sunk/NAME:<Slurm version>")
+    release = dev_sub.add_parser(
+        "release",
+        help="helm upgrade --install the Slurm chart as release `slurm` in NAMESPACE on the real Nodes, "
+        "with the dev values (images, directory, registry) and then each -f file on top",
+    )
+    release.add_argument("namespace")
+    release.add_argument(
+        "-f",
+        "--values",
+        type=Path,
+        action="append",
+        default=[],
+        metavar="FILE",
+        help="a values file, merged as helm merges -f files: maps key by key, lists whole (repeatable)",
+    )
     _directory_parsers(dev_sub)
     return dev
 
@@ -165,7 +192,44 @@ def run_dev(args: argparse.Namespace) -> int:
         return run_slurm_command(cluster, args.slurm_argv)
     elif args.dev_command in ("people", "group"):
         run_directory_command(cluster, args)
+    elif args.dev_command == "image":
+        run_image(cluster, args.context, args.name)
+    elif args.dev_command == "release":
+        run_release(cluster, args.namespace, args.values)
     return 0
+
+
+def run_image(cluster: DevCluster, context: Path, name: str) -> None:
+    """`sunk dev image`: the reference alone on stdout, so `IMAGE=$(sunk dev image ...)`."""
+    cluster.require_running()
+    if not (context / "Dockerfile").is_file():
+        raise DevClusterError(f"no Dockerfile in {context}")
+    log = cluster.layout.logs / f"{name}-image.log"
+    print(f"building {context} FROM the Nodes' slurmd image (log: {log})...", file=sys.stderr)
+    print(registry.build_from_slurmd(cluster.layout, context, name))
+
+
+def run_release(cluster: DevCluster, namespace: str, files: Sequence[Path]) -> None:
+    """`sunk dev release`: say what was installed, and where the values went."""
+    extra = []
+    for path in files:
+        try:
+            extra.append(yaml.safe_load(path.read_text()) or {})
+        except (OSError, yaml.YAMLError) as err:
+            raise DevClusterError(f"cannot read the values file {path}: {err}") from None
+    kube = AdminKube(cluster.layout)
+    try:
+        plat, seconds = story.release(cluster, kube, namespace, *extra)
+    finally:
+        kube.close()
+    print(
+        f"helm upgrade --install {plat.release} charts/slurm -n {namespace} -f {plat.values_file}: "
+        f"ready in {seconds:.0f} s\n"
+        f"  {plat.values_file}: the dev values (images, real Nodes, directory, registry), then "
+        f"{', '.join(map(str, files)) or 'nothing more'} merged on top (lists replace lists)\n"
+        f"  the scheduler {namespace}-{plat.release} places Pods of the namespaces in its values' scope "
+        f"(made: {plat.tenants}, {plat.strangers})"
+    )
 
 
 def run_directory_command(cluster: DevCluster, args: argparse.Namespace) -> None:

@@ -160,17 +160,17 @@ def as_user(
     return output[0]
 
 
-def wait_associated(plat: Platform, *users: str) -> None:
+def wait_associated(plat: Platform, *users: str, account: str = str(PEOPLE_ACCOUNT["account"])) -> None:
     """Accounting enforces associations (issue #38): people run jobs once the operator has
-    given their directory group's Slurm account to them (issue #35)."""
+    given their directory group's Slurm account (`account`) to them (issue #35)."""
 
     def associated(user: str) -> bool:
         done = plat.login(f"sacctmgr -nP show associations user={user} format=account")
-        return done.returncode == 0 and PEOPLE_ACCOUNT["account"] in done.stdout.split()
+        return done.returncode == 0 and account in done.stdout.split()
 
     procs.wait_until(
         lambda: all(associated(user) for user in users),
         timeout=90,
-        what=f"the operator giving {', '.join(users)} the people group's Slurm account",
+        what=f"the operator giving {', '.join(users)} the Slurm account {account}",
         interval=1,
     )

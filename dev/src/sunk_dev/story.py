@@ -1,12 +1,11 @@
-"""examples/train-and-serve on the dev cluster's real Nodes, one step at a time.
+"""examples/train-and-serve on the dev cluster's real Nodes, one step at a time, for
+`sunk demo`; and `release`, what `sunk dev release` (the README's step 2) runs.
 
 The steps a person takes with the example (build the image, install the chart with the
 example's values, apply its NodeSet, train with its batch script, serve with its Deployment),
-done with the example's own files; only what a real cluster would differ in is replaced: the
-image comes from the dev registry, the scheduler's name is the dev release's, and the serving
-namespace's volume names the dev provisioner's directory (on the dev file server's volume,
-which every Node mounts) where storage.yaml names NFS. The e2e test
-(tests/e2e/test_train_and_serve.py) and `sunk demo` both walk through these steps.
+done with the example's own files; only the names differ from the README's: the demo's own
+namespace, its serving namespace and scheduler in place of `tns`, `tns-apps` and
+`tns-slurm`. The README's own commands are what tests/e2e/test_train_and_serve.py runs.
 """
 
 from __future__ import annotations
@@ -17,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from sunk_dev import procs, registry
+from sunk_dev import directory_admin, procs, registry
 from sunk_dev.cluster import DevCluster
 from sunk_dev.errors import DevClusterError
 from sunk_dev.kubeapi import AdminKube
@@ -30,6 +29,12 @@ EXAMPLE = Path(__file__).resolve().parents[3] / "examples" / "train-and-serve"
 MEMBERS = 3
 WORKDIR = "/shared/train-and-serve"
 PERSON = "alice"
+# The README's release namespace; its serving namespace is `tns-apps`.
+README_NAMESPACE = "tns"
+# Who the serving Pods' Slurm jobs run as (values.yaml's policy): a service user of the
+# directory in the group `inference`, whose Slurm account of that name the operator keeps.
+SERVICE_USER, SERVICE_UID = "serving", 20100
+SERVICE_GROUP, SERVICE_GID = "inference", 30100
 
 
 def example(name: str) -> list[Json]:
@@ -42,14 +47,46 @@ def build_image(cluster: DevCluster) -> str:
     return registry.build_from_slurmd(cluster.layout, EXAMPLE / "image", "train-and-serve")
 
 
+def release(cluster: DevCluster, kube: AdminKube, namespace: str, *extra: Json) -> tuple[Platform, float]:
+    """`sunk dev release`: the chart as release `slurm` in `namespace` with the dev values,
+    the dev directory's (its people, their `people` account) and the dev registry, and then
+    `extra` on top, as helm merges `-f` files (maps key by key, lists whole); the Platform
+    and the seconds the install took."""
+    prepare_namespace(cluster, kube, namespace)
+    plat = Platform(cluster, namespace=namespace, release="slurm")
+    values = directory_values(cluster)
+    values["slurm"]["containers"] = {"insecureRegistries": [registry.running_address(cluster.layout)]}
+    for more in extra:
+        values = merge_values(values, more)
+    return plat, plat.install(values)
+
+
+def service_user(cluster: DevCluster) -> None:
+    """The example's service user and group in the dev directory (README, step platform),
+    unless they are there already."""
+    known = directory_admin.snapshot(cluster.layout)
+    if not any(g.name == SERVICE_GROUP for g in known.groups):
+        directory_admin.add_group(cluster.layout, SERVICE_GROUP, gid=SERVICE_GID)
+    if not any(u.name == SERVICE_USER for u in known.users):
+        directory_admin.add_person(cluster.layout, SERVICE_USER, uid=SERVICE_UID, groups=[SERVICE_GROUP])
+
+
+def example_values(namespace: str) -> Json:
+    """values.yaml for a release in `namespace` rather than the README's `tns`: the serving
+    namespace it names (in the scheduler's scope and policy) becomes `<namespace>-apps`."""
+    values: Json = yaml.safe_load((EXAMPLE / "values.yaml").read_text())
+    scheduler = values["scheduler"]["scheduler"]
+    scheduler["scope"]["namespaces"] = f"{namespace}-apps"
+    rules = scheduler["policy"]["namespaces"]
+    rules[f"{namespace}-apps"] = rules.pop(f"{README_NAMESPACE}-apps")
+    return values
+
+
 def install(cluster: DevCluster, kube: AdminKube, namespace: str) -> Platform:
     """The chart with the directory's people and the example's values, the example's
     NodeSet, its members idle and the person's Slurm account made."""
-    prepare_namespace(cluster, kube, namespace)
-    plat = Platform(cluster, namespace=namespace, release="slurm")
-    values = merge_values(directory_values(cluster), yaml.safe_load((EXAMPLE / "values.yaml").read_text()))
-    values["slurm"]["containers"] = {"insecureRegistries": [registry.running_address(cluster.layout)]}
-    plat.install(values)
+    service_user(cluster)
+    plat, _ = release(cluster, kube, namespace, example_values(namespace))
     [members] = example("nodeset.yaml")
     spec = members["spec"]
     plat.apply_nodeset(
@@ -62,6 +99,7 @@ def install(cluster: DevCluster, kube: AdminKube, namespace: str) -> Platform:
         interval=1,
     )
     wait_associated(plat, PERSON)
+    wait_associated(plat, SERVICE_USER, account=SERVICE_GROUP)
     return plat
 
 
@@ -105,24 +143,24 @@ def wait_completed(plat: Platform, job: str, timeout: float) -> dict[str, str]:
 
 
 def serving_volume(plat: Platform, kube: AdminKube) -> None:
-    """storage.yaml with the dev cluster's storage: a second volume on the directory the
-    provisioner made for the chart's claim (on the dev file server's volume, which every
-    Node mounts)."""
+    """storage.yaml, filled in as the README fills it in: a second volume on the directory
+    the provisioner made for the chart's claim (on the dev file server's volume, which
+    every Node mounts), for the release's serving namespace."""
     claim = kube.get(f"/api/v1/namespaces/{plat.namespace}/persistentvolumeclaims/slurm-checkpoints")
     source = kube.get(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")["spec"]
     volume, serving_claim = example("storage.yaml")
     volume["metadata"]["name"] = f"{plat.tenants}-checkpoints"
     volume["spec"]["claimRef"]["namespace"] = plat.tenants
-    del volume["spec"]["nfs"]
-    volume["spec"]["hostPath"] = source["hostPath"]
-    volume["spec"]["nodeAffinity"] = source["nodeAffinity"]
+    volume["spec"]["hostPath"]["path"] = source["hostPath"]["path"]
+    serving_claim["metadata"]["namespace"] = plat.tenants
     serving_claim["spec"]["volumeName"] = volume["metadata"]["name"]
     kube.create("/api/v1/persistentvolumes", volume)
     kube.create(f"/api/v1/namespaces/{plat.tenants}/persistentvolumeclaims", serving_claim)
 
 
 def serve(plat: Platform, kube: AdminKube, image: str) -> None:
-    """The claim, the example's Deployment (placed by the release's scheduler) and Service."""
+    """The claim, the example's Deployment (placed by the release's scheduler, the image
+    filled in) and Service."""
     serving_volume(plat, kube)
     deployment, service = example("serve.yaml")
     pod = deployment["spec"]["template"]["spec"]
