@@ -29,7 +29,10 @@ def _settings(objects: list[Obj], tmp_path: Path) -> dict[str, str]:
     text = named(objects, "ConfigMap", "r1-health-checks")["data"]["settings"]
     path = tmp_path / "settings"
     path.write_text(text)
-    names = "checks timeout_s budget_s scontrol_s mounts spool_min_mib scripts_dir scripts_configmap"
+    names = (
+        "checks timeout_s budget_s scontrol_s mounts spool_min_mib nvidia_smi dcgm_level "
+        "scripts_dir scripts_configmap"
+    )
     script = f'. "{path}"; for v in {names}; do eval "printf \'%s=%s\\n\' $v \\"\\${{$v:-}}\\""; done'
     out = subprocess.run(["sh", "-c", script], capture_output=True, text=True, check=True).stdout
     return dict(line.split("=", 1) for line in out.splitlines())
@@ -82,12 +85,14 @@ def test_issue51_the_settings_carry_the_chosen_checks(helm: Path, slurm_chart: P
     }
     settings = _settings(render(slurm_chart, helm, values=values), tmp_path)
     assert settings == {
-        "checks": "cpus memory mounts spool",
+        "checks": "cpus memory nvidia mounts spool",
         "timeout_s": "20",
         "budget_s": "34",
         "scontrol_s": "5",
         "mounts": "/home /shared",
         "spool_min_mib": "2048",
+        "nvidia_smi": "auto",
+        "dcgm_level": "1",
         "scripts_dir": "/etc/sunk/health-checks.d",
         "scripts_configmap": "site-checks",
     }
@@ -99,8 +104,43 @@ def test_issue51_no_mounts_and_no_spool_floor_leave_those_checks_out(
     """Catches: a mounts check with nothing to check, or a spool floor of 0 still checked."""
     objects = render(slurm_chart, helm, ON, "slurm.healthChecks.checks.spool.minFreeMiB=0")
     settings = _settings(objects, tmp_path)
-    assert settings["checks"] == "cpus memory gpus"
+    assert settings["checks"] == "cpus memory gpus nvidia"
     assert settings["scripts_dir"] == ""
+
+
+@pytest.mark.parametrize(
+    ("values", "checks", "nvidia_smi", "dcgm_level"),
+    [
+        ({}, "cpus memory gpus nvidia spool", "auto", "1"),
+        ({"nvidia": {"enabled": True}}, "cpus memory gpus nvidia spool", "required", "1"),
+        ({"nvidia": {"enabled": False}}, "cpus memory gpus spool", "auto", "1"),
+        ({"nvidia": False}, "cpus memory gpus spool", "auto", "1"),
+        ({"dcgm": {"enabled": True, "level": 1}}, "cpus memory gpus nvidia dcgm spool", "auto", "1"),
+        ({"dcgm": True}, "cpus memory gpus nvidia dcgm spool", "auto", "1"),
+    ],
+    ids=["default", "nvidia-required", "nvidia-off", "nvidia-false", "dcgm-on", "dcgm-true"],
+)
+def test_issue51_the_gpu_checks_follow_their_values(
+    helm: Path,
+    slurm_chart: Path,
+    tmp_path: Path,
+    values: dict[str, Any],
+    checks: str,
+    nvidia_smi: str,
+    dcgm_level: str,
+) -> None:
+    """Catches: nvidia-smi's check not on by default (auto: where it is installed), `true`
+    not reaching the runner as required, a check turned off still run, or DCGM's diagnostic
+    run without being asked for (it needs nv-hostengine)."""
+    objects = render(
+        slurm_chart, helm, values={"slurm": {"healthChecks": {"enabled": True, "checks": values}}}
+    )
+    settings = _settings(objects, tmp_path)
+    assert (settings["checks"], settings["nvidia_smi"], settings["dcgm_level"]) == (
+        checks,
+        nvidia_smi,
+        dcgm_level,
+    )
 
 
 def test_issue51_an_interval_in_minutes_is_given_to_slurm_in_seconds(helm: Path, slurm_chart: Path) -> None:
@@ -133,6 +173,9 @@ def test_issue51_extra_conf_cannot_replace_the_checks_lines(helm: Path, slurm_ch
         ("slurm.healthChecks.checks.mounts={/data;rm}", "slurm.healthChecks.checks.mounts"),
         ("slurm.healthChecks.checks.spool.minFreeMiB=lots", "slurm.healthChecks.checks.spool.minFreeMiB"),
         ("slurm.healthChecks.scripts.configMap=Site_Checks", "slurm.healthChecks.scripts.configMap"),
+        ("slurm.healthChecks.checks.nvidia.enabled=sometimes", "slurm.healthChecks.checks.nvidia.enabled"),
+        ("slurm.healthChecks.checks.dcgm.enabled=yes", "slurm.healthChecks.checks.dcgm.enabled"),
+        ("slurm.healthChecks.checks.dcgm.level=3", "slurm.healthChecks.checks.dcgm.level"),
         ("slurm.healthChecks.replace.after=later", "slurm.healthChecks.replace.after"),
         ("slurm.healthChecks.replace.after=30x", "slurm.healthChecks.replace.after"),
         ("slurm.healthChecks.replace.after=30s", "slurm.healthChecks.replace.after"),

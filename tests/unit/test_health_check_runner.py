@@ -497,3 +497,256 @@ def test_built_in_checks_run_before_the_scripts(node: Node) -> None:
     node.record(node_line(cpus=2))
     node.script("10-gpu", "echo later; exit 1")
     assert node.run().calls == [drain("sunk-hc: cpus: sees 1 CPUs, registered with 2")]
+
+
+# ---- GPU checks: nvidia-smi and dcgmi ------------------------------------------------------
+# Stand-ins on PATH answer from tests/unit/samples/gpu (see its README: the documented
+# formats, not recordings), and note the arguments they were called with.
+
+GPU_SAMPLES = Path(__file__).parent / "samples" / "gpu"
+GPU_TOOL = r"""#!/bin/sh
+here=$(dirname "$0")
+me=$(basename "$0")
+printf '%s\n' "$*" >>"$here/$me.args"
+[ -e "$here/$me.hang" ] && exec sleep 100
+case "$1" in
+--query-gpu=*) kind=query-gpu ;;
+--query-remapped-rows=*) kind=remapped-rows ;;
+diag) kind=diag ;;
+*)
+  echo "$me: unexpected arguments: $*" >&2
+  exit 2
+  ;;
+esac
+[ -e "$here/$me.$kind" ] && cat "$here/$me.$kind"
+exit "$(cat "$here/$me.$kind.rc" 2>/dev/null || echo 0)"
+"""
+QUERY_GPU = (
+    "--query-gpu=index,pci.bus_id,ecc.errors.uncorrected.volatile.total,retired_pages.pending "
+    "--format=csv,noheader,nounits"
+)
+QUERY_ROWS = (
+    "--query-remapped-rows=gpu_bus_id,remapped_rows.pending,remapped_rows.failure --format=csv,noheader"
+)
+H100X8 = "gpu:h100:8(S:0-1)"
+HEALTHY = {
+    "query-gpu": "nvidia-smi-query-gpu-8-healthy.csv",
+    "remapped-rows": "nvidia-smi-remapped-rows-8-healthy.csv",
+}
+# The runner looks in the usual directories too: where the machine running these tests has
+# the real tool there, a test of its absence cannot run.
+REAL_NVIDIA_SMI = any(
+    Path(d, "nvidia-smi").exists()
+    for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+)
+REAL_DCGMI = any(
+    Path(d, "dcgmi").exists()
+    for d in ("/usr/local/sbin", "/usr/local/bin", "/usr/sbin", "/usr/bin", "/sbin", "/bin")
+)
+
+
+def gpu_tool(node: Node, tool: str, answers: dict[str, str], rc: dict[str, int] | None = None) -> None:
+    """Put the stand-in `tool` on the member's PATH, answering each kind of call with a sample."""
+    path = node.bin / tool
+    path.write_text(GPU_TOOL)
+    path.chmod(0o755)
+    for kind, sample in answers.items():
+        (node.bin / f"{tool}.{kind}").write_text((GPU_SAMPLES / sample).read_text())
+    for kind, status in (rc or {}).items():
+        (node.bin / f"{tool}.{kind}.rc").write_text(f"{status}\n")
+
+
+def gpu_node(node: Node, checks: str, gres: str = H100X8) -> Node:
+    node.settings.update(checks=checks, scripts_dir="")
+    node.record(node_line(gres=gres))
+    return node
+
+
+def args_of(node: Node, tool: str) -> list[str]:
+    path = node.bin / f"{tool}.args"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+def test_nvidia_passes_eight_healthy_gpus_with_the_documented_queries(node: Node) -> None:
+    """Catches: a healthy GPU node drained, or query fields nvidia-smi does not know (it
+    would refuse the whole query on a real machine)."""
+    gpu_tool(gpu_node(node, "nvidia"), "nvidia-smi", HEALTHY)
+    run = node.run()
+    assert run.calls == [] and run.code == 0, run.output
+    assert args_of(node, "nvidia-smi") == [QUERY_GPU, QUERY_ROWS]
+
+
+def test_nvidia_passes_gpus_that_do_not_report_ecc_or_remapping(node: Node) -> None:
+    """Catches: [N/A] (MIG on, a part that does not count) read as an error count."""
+    gpu_tool(gpu_node(node, "nvidia"), "nvidia-smi", {"query-gpu": "nvidia-smi-query-gpu-8-not-reported.csv"})
+    assert node.run().calls == []
+
+
+@pytest.mark.parametrize(
+    ("answers", "reason"),
+    [
+        ({"query-gpu": "nvidia-smi-query-gpu-7-of-8.csv"}, "nvidia-smi sees 7 of 8 GPUs"),
+        (
+            {**HEALTHY, "query-gpu": "nvidia-smi-query-gpu-ecc.csv"},
+            "GPU 3 (0000:5D:00.0) has 2 uncorrected ECC errors",
+        ),
+        (
+            {**HEALTHY, "query-gpu": "nvidia-smi-query-gpu-retired-pending.csv"},
+            "GPU 6 (0000:BA:00.0) has retired pages pending a reset",
+        ),
+        (
+            {**HEALTHY, "remapped-rows": "nvidia-smi-remapped-rows-pending.csv"},
+            "GPU 4 (0000:9A:00.0) has a row remap pending a reset",
+        ),
+        (
+            {**HEALTHY, "remapped-rows": "nvidia-smi-remapped-rows-failure.csv"},
+            "GPU 1 (0000:2A:00.0) failed to remap a row",
+        ),
+    ],
+    ids=["7-of-8", "ecc", "retired-pages", "remap-pending", "remap-failure"],
+)
+def test_nvidia_drains_a_gpu_fault_naming_the_gpu(node: Node, answers: dict[str, str], reason: str) -> None:
+    """Catches: a GPU gone from the driver's list, one with uncorrected ECC errors, or one
+    waiting for a reset to retire pages or remap rows (or failed to) left taking jobs, or a
+    reason that does not say which GPU."""
+    gpu_tool(gpu_node(node, "nvidia"), "nvidia-smi", answers)
+    assert node.run().calls == [drain(f"sunk-hc: nvidia: {reason}")]
+
+
+def test_nvidia_drains_when_nvidia_smi_cannot_reach_a_gpu(node: Node) -> None:
+    """Catches: a lost GPU (nvidia-smi's "Unable to determine the device handle", status 15)
+    passed over, or reported without nvidia-smi's own words."""
+    gpu_tool(
+        gpu_node(node, "nvidia"),
+        "nvidia-smi",
+        {"query-gpu": "nvidia-smi-query-gpu-lost.txt"},
+        {"query-gpu": 15},
+    )
+    assert node.run().calls == [
+        drain(
+            "sunk-hc: nvidia: nvidia-smi: "
+            "Unable to determine the device handle for GPU0000:5D:00.0: Unknown Error"
+        )
+    ]
+
+
+def test_nvidia_drains_when_the_driver_does_not_answer(node: Node) -> None:
+    """Catches: a member whose driver is gone (nvidia-smi status 9) counted healthy."""
+    gpu_tool(
+        gpu_node(node, "nvidia"), "nvidia-smi", {"query-gpu": "nvidia-smi-no-driver.txt"}, {"query-gpu": 9}
+    )
+    (call,) = node.run().calls
+    assert call.startswith(
+        drain("sunk-hc: nvidia: nvidia-smi: NVIDIA-SMI has failed because it couldn t communicate")
+    )
+
+
+def test_nvidia_drains_on_an_unexplained_error_status(node: Node) -> None:
+    """Catches: a non-zero status without a known error line read as healthy."""
+    gpu_tool(
+        gpu_node(node, "nvidia"),
+        "nvidia-smi",
+        {"query-gpu": "nvidia-smi-query-gpu-8-healthy.csv"},
+        {"query-gpu": 255},
+    )
+    assert node.run().calls == [
+        drain("sunk-hc: nvidia: nvidia-smi exited with status 255: 0, 00000000:18:00.0, 0, No")
+    ]
+
+
+def test_a_hanging_nvidia_smi_is_killed_at_the_timeout_and_counts_as_failed(node: Node) -> None:
+    """Catches: nvidia-smi stuck on a wedged GPU holding the runner until slurmd's kill, or
+    read as healthy."""
+    node.settings["timeout_s"] = "1"
+    gpu_tool(gpu_node(node, "nvidia"), "nvidia-smi", HEALTHY)
+    node.flag("nvidia-smi.hang")
+    run = node.run()
+    assert run.calls == [drain("sunk-hc: nvidia: timed out after 1s")]
+    assert run.seconds < 6
+
+
+def test_nvidia_and_dcgm_are_skipped_on_a_node_without_gpu_gres(node: Node) -> None:
+    """Catches: a CPU-only node drained for having no GPUs to ask about (the tools are not
+    even called)."""
+    gpu_node(node, "nvidia dcgm", gres="(null)")
+    gpu_tool(node, "nvidia-smi", {"query-gpu": "nvidia-smi-query-gpu-lost.txt"}, {"query-gpu": 15})
+    gpu_tool(node, "dcgmi", {"diag": "dcgmi-diag-r1-fail.txt"}, {"diag": 226})
+    assert node.run().calls == []
+    assert args_of(node, "nvidia-smi") == [] and args_of(node, "dcgmi") == []
+
+
+@pytest.mark.skipif(REAL_NVIDIA_SMI, reason="this machine has nvidia-smi where the runner looks")
+def test_nvidia_without_nvidia_smi_is_skipped_on_auto_and_fails_when_required(node: Node) -> None:
+    """Catches: every GPU member drained where the image has no nvidia-smi although the
+    values only asked to use it where present (auto), and the opposite: a member without it
+    passing when the values require it."""
+    gpu_node(node, "nvidia")
+    assert node.run().calls == []
+    node.settings["nvidia_smi"] = "required"
+    assert node.run().calls == [
+        drain("sunk-hc: nvidia: nvidia-smi is not installed on this member (8 GPUs registered)")
+    ]
+
+
+def test_dcgm_passes_a_clean_level_1_diagnostic(node: Node) -> None:
+    """Catches: a passing diagnostic read as failed (the table's Pass rows, its metadata)."""
+    gpu_tool(gpu_node(node, "dcgm"), "dcgmi", {"diag": "dcgmi-diag-r1-pass.txt"})
+    run = node.run()
+    assert run.calls == [] and run.code == 0, run.output
+    assert args_of(node, "dcgmi") == ["diag -r 1"]
+
+
+def test_dcgm_drains_with_the_failed_test_and_its_warning(node: Node) -> None:
+    """Catches: a failed DCGM test taken for a pass, or a reason that does not say which
+    test failed and why."""
+    gpu_tool(gpu_node(node, "dcgm"), "dcgmi", {"diag": "dcgmi-diag-r1-fail.txt"}, {"diag": 226})
+    assert node.run().calls == [
+        drain(
+            "sunk-hc: dcgm: dcgmi diag -r 1: Page Retirement/Row Remap failed: "
+            "GPU 3 There is a pending row remap on GPU 3."
+        )
+    ]
+
+
+def test_dcgm_drains_when_dcgmi_cannot_run_the_diagnostic(node: Node) -> None:
+    """Catches: a diagnostic that never ran (no nv-hostengine) counted as passed."""
+    gpu_tool(gpu_node(node, "dcgm"), "dcgmi", {"diag": "dcgmi-diag-no-hostengine.txt"}, {"diag": 255})
+    assert node.run().calls == [
+        drain(
+            "sunk-hc: dcgm: dcgmi diag -r 1 exited with status 255: "
+            "Error: unable to establish a connection to the specified host: localhost"
+        )
+    ]
+
+
+@pytest.mark.skipif(REAL_DCGMI, reason="this machine has dcgmi where the runner looks")
+def test_dcgm_without_dcgmi_fails_on_a_gpu_node(node: Node) -> None:
+    """Catches: a diagnostic the values turned on silently not run."""
+    gpu_node(node, "dcgm")
+    assert node.run().calls == [
+        drain("sunk-hc: dcgm: dcgmi is not installed on this member (8 GPUs registered)")
+    ]
+
+
+def test_a_hanging_dcgmi_is_killed_at_the_timeout_and_counts_as_failed(node: Node) -> None:
+    """Catches: a diagnostic that never ends holding the runner past its bound."""
+    node.settings["timeout_s"] = "1"
+    gpu_tool(gpu_node(node, "dcgm"), "dcgmi", {"diag": "dcgmi-diag-r1-pass.txt"})
+    node.flag("dcgmi.hang")
+    run = node.run()
+    assert run.calls == [drain("sunk-hc: dcgm: timed out after 1s")]
+    assert run.seconds < 6
+
+
+def test_a_clean_gpu_run_lifts_the_drain_the_nvidia_check_set(node: Node) -> None:
+    """Catches: a node the GPU check drained never returned once the GPU is fixed (reset)."""
+    gpu_node(node, "gpus nvidia")
+    node.record(
+        node_line(
+            "IDLE+DRAIN", "sunk-hc: nvidia: GPU 4 (0000:9A:00.0) has a row remap pending a reset", gres=H100X8
+        )
+    )
+    for n in range(8):
+        (node.dev / f"nvidia{n}").touch()
+    gpu_tool(node, "nvidia-smi", HEALTHY)
+    assert node.run().calls == [RESUME]

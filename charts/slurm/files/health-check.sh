@@ -43,6 +43,8 @@ scripts_configmap=""      # that ConfigMap's name, for messages
 cgroup_root=/sys/fs/cgroup
 meminfo=/proc/meminfo
 dev_dir=/dev
+nvidia_smi=auto           # the nvidia check without nvidia-smi: auto (skipped) or required (fails)
+dcgm_level=1              # the dcgm check's `dcgmi diag -r` level
 settings=${SUNK_HC_SETTINGS:-$(dirname "$self")/settings}
 # shellcheck disable=SC1090 # the chart writes it
 [ -r "$settings" ] && . "$settings"
@@ -112,8 +114,8 @@ check_memory() {
   return 1
 }
 
-# GPU devices present against the node's gpu GRES count (gpu:8, gpu:h100:8(S:0-1), ...).
-check_gpus() {
+# GPUs the node registered with: the sum of its gpu GRES counts (gpu:8, gpu:h100:8(S:0-1), ...).
+gpus_registered() {
   gres=$(field "$(cat "$NODE_FILE")" Gres)
   want=0
   for item in $(printf '%s' "$gres" | tr ',' ' '); do
@@ -125,6 +127,12 @@ check_gpus() {
       ;;
     esac
   done
+  printf '%s' "$want"
+}
+
+# GPU devices present against the node's gpu GRES count.
+check_gpus() {
+  want=$(gpus_registered)
   [ "$want" -eq 0 ] && return 0 # no GPUs registered: nothing to compare
   seen=0
   for dev in "$dev_dir"/nvidia[0-9]*; do
@@ -132,6 +140,131 @@ check_gpus() {
   done
   [ "$seen" -ge "$want" ] && return 0
   say "sees $seen of $want GPUs ($dev_dir/nvidiaN devices)"
+  return 1
+}
+
+trim() { printf '%s' "$1" | sed 's/^[[:space:]]*//; s/[[:space:]]*$//'; }
+yes_() { case "$(trim "$1")" in Yes | yes | YES | 1 | True | true) return 0 ;; esac; return 1; }
+
+# The first line of a file that says a GPU, or the driver, cannot be used.
+gpu_error() { # file
+  grep -m 1 -i -e 'unable to determine the device handle' -e 'gpu is lost' -e 'fallen off the bus' \
+    -e 'communicate with the nvidia driver' -e 'failed to initialize nvml' "$1"
+}
+
+# "GPU 3 (0000:3B:00.0)": nvidia-smi's index and its bus id as lspci writes it.
+gpu_name() { # index bus-id
+  printf 'GPU %s (%s)' "$(trim "$1")" "$(trim "$2" | sed 's/^0000\([0-9A-Fa-f]\{4\}:\)/\1/')"
+}
+
+# What the driver says of each GPU (nvidia-smi): every registered GPU answers, none has had
+# an uncorrected ECC error since the driver loaded, none waits for a reset to retire pages
+# or remap rows, and none has failed to remap a row. A hang is the runner's timeout.
+check_nvidia() {
+  want=$(gpus_registered)
+  [ "$want" -eq 0 ] && return 0 # no GPUs registered: nothing to ask
+  if ! command -v nvidia-smi >/dev/null 2>&1; then
+    [ "$nvidia_smi" = required ] || return 0
+    say "nvidia-smi is not installed on this member ($want GPUs registered)"
+    return 1
+  fi
+  gpus=$NODE_FILE.gpus
+  nvidia-smi --query-gpu=index,pci.bus_id,ecc.errors.uncorrected.volatile.total,retired_pages.pending \
+    --format=csv,noheader,nounits >"$gpus" 2>&1
+  rc=$?
+  if said=$(gpu_error "$gpus"); then
+    say "nvidia-smi: $said"
+    return 1
+  fi
+  if [ "$rc" -ne 0 ]; then
+    say "nvidia-smi exited with status $rc: $(head -n 1 "$gpus")"
+    return 1
+  fi
+  seen=$(grep -c '^[0-9]' "$gpus")
+  if [ "$seen" -lt "$want" ]; then
+    say "nvidia-smi sees $seen of $want GPUs"
+    return 1
+  fi
+  # index, bus id, uncorrected ECC errors (volatile), retired pages pending; [N/A] where a
+  # GPU does not count them.
+  while IFS=, read -r index bus ecc pages; do
+    case "$index" in [0-9]*) ;; *) continue ;; esac
+    ecc=$(trim "$ecc")
+    case "$ecc" in '' | *[!0-9]* | 0) ;; *)
+      say "$(gpu_name "$index" "$bus") has $ecc uncorrected ECC errors"
+      return 1
+      ;;
+    esac
+    if yes_ "$pages"; then
+      say "$(gpu_name "$index" "$bus") has retired pages pending a reset"
+      return 1
+    fi
+  done <"$gpus"
+  # Row remapping (A100 and later; other GPUs answer [N/A] or nothing).
+  rows=$NODE_FILE.rows
+  nvidia-smi --query-remapped-rows=gpu_bus_id,remapped_rows.pending,remapped_rows.failure \
+    --format=csv,noheader >"$rows" 2>&1
+  if said=$(gpu_error "$rows"); then
+    say "nvidia-smi: $said"
+    return 1
+  fi
+  while IFS=, read -r bus pending failure; do
+    bus=$(trim "$bus")
+    case "$bus" in [0-9A-Fa-f]*:*) ;; *) continue ;; esac
+    index=$(grep -m 1 -F ", $bus," "$gpus" | cut -d , -f 1)
+    if yes_ "$failure"; then
+      say "$(gpu_name "${index:-?}" "$bus") failed to remap a row"
+      return 1
+    fi
+    if yes_ "$pending"; then
+      say "$(gpu_name "${index:-?}" "$bus") has a row remap pending a reset"
+      return 1
+    fi
+  done <"$rows"
+  return 0
+}
+
+# DCGM's diagnostic (`dcgmi diag -r LEVEL`, through the node's nv-hostengine): no test in
+# its table failed. Level 1 takes seconds; the check's timeout bounds it.
+check_dcgm() {
+  want=$(gpus_registered)
+  [ "$want" -eq 0 ] && return 0 # no GPUs registered: nothing to ask
+  if ! command -v dcgmi >/dev/null 2>&1; then
+    say "dcgmi is not installed on this member ($want GPUs registered)"
+    return 1
+  fi
+  out=$NODE_FILE.dcgm
+  dcgmi diag -r "$dcgm_level" >"$out" 2>&1
+  rc=$?
+  # Rows are "| <test> | <result> |"; a failed test's row may be followed by rows of its
+  # own, with no test named (a GPU's result, "GPU3: Fail"), and by its "| Warning | ..."
+  # (or Error) row, which says why.
+  test="" detail=""
+  while IFS='|' read -r _ name result _; do
+    name=$(trim "$name") result=$(trim "$result")
+    if [ -z "$test" ]; then
+      case "$result" in *Fail* | *FAIL*) test=$name ;; esac
+      continue
+    fi
+    case "$name" in
+    Warning* | Error*)
+      detail=$result
+      break
+      ;;
+    '') case "$result" in *Fail* | *FAIL*) detail=${detail:-$result} ;; esac ;;
+    *) break ;;
+    esac
+  done <"$out"
+  if [ -n "$test" ]; then
+    say "dcgmi diag -r $dcgm_level: $test failed${detail:+: $detail}"
+    return 1
+  fi
+  if said=$(gpu_error "$out"); then
+    say "dcgmi: $said"
+    return 1
+  fi
+  [ "$rc" -eq 0 ] && return 0
+  say "dcgmi diag -r $dcgm_level exited with status $rc: $(grep -m 1 . "$out")"
   return 1
 }
 
@@ -166,7 +299,7 @@ check_spool() {
 # Called as `health-check.sh --check NAME`, under timeout(1), by run_bounded below.
 if [ "${1:-}" = --check ]; then
   case "$2" in
-  cpus | memory | gpus | mounts | spool) "check_$2" ;;
+  cpus | memory | gpus | nvidia | dcgm | mounts | spool) "check_$2" ;;
   *)
     say "unknown built-in check $2"
     exit 127

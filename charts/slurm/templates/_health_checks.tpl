@@ -38,6 +38,41 @@ scripts (scripts.configMap) are mounted beside it.
 {{- $n -}}
 {{- end -}}
 
+{{/* checks.nvidia.enabled as "auto", "true" or "false" (nvidia: false and nvidia: auto say the same). */}}
+{{- define "slurm.healthCheckNvidia" -}}
+{{- $v := .Values.slurm.healthChecks.checks.nvidia -}}
+{{- $e := "auto" -}}
+{{- if kindIs "map" $v -}}
+{{- if hasKey $v "enabled" }}{{ $e = toString $v.enabled }}{{ end -}}
+{{- else if not (kindIs "invalid" $v) -}}
+{{- $e = toString $v -}}
+{{- end -}}
+{{- if not (has $e (list "auto" "true" "false")) -}}
+{{- fail (printf "slurm.healthChecks.checks.nvidia.enabled is %q: give auto (where nvidia-smi is installed), true (required on GPU members) or false" $e) -}}
+{{- end -}}
+{{- $e -}}
+{{- end -}}
+
+{{/* checks.dcgm as its level ("1"), or "off" (dcgm: false says the same). */}}
+{{- define "slurm.healthCheckDcgm" -}}
+{{- $v := .Values.slurm.healthChecks.checks.dcgm -}}
+{{- $e := "false" -}}
+{{- $level := "1" -}}
+{{- if kindIs "map" $v -}}
+{{- if hasKey $v "enabled" }}{{ $e = toString $v.enabled }}{{ end -}}
+{{- if hasKey $v "level" }}{{ $level = toString $v.level }}{{ end -}}
+{{- else if not (kindIs "invalid" $v) -}}
+{{- $e = toString $v -}}
+{{- end -}}
+{{- if not (has $e (list "true" "false")) -}}
+{{- fail (printf "slurm.healthChecks.checks.dcgm.enabled is %q: give true or false" $e) -}}
+{{- end -}}
+{{- if ne $level "1" -}}
+{{- fail (printf "slurm.healthChecks.checks.dcgm.level is %q: only 1 (dcgmi diag -r 1, seconds) fits inside slurmd's 60 s health check run; run longer levels as Slurm jobs" $level) -}}
+{{- end -}}
+{{- ternary $level "off" (eq $e "true") -}}
+{{- end -}}
+
 {{/*
 What the runner reads (shell assignments, sourced): only values checked here reach it, so
 no quoting can break out. Its budget for all checks together is 34 s: with at most 7 s for
@@ -50,6 +85,10 @@ each of its two scontrol calls, a run ends by 48 s, inside slurmd's 60 s kill.
 {{- range $name := list "cpus" "memory" "gpus" -}}
 {{- if index $c $name }}{{ $checks = append $checks $name }}{{ end -}}
 {{- end -}}
+{{- $nvidia := include "slurm.healthCheckNvidia" . -}}
+{{- if ne $nvidia "false" }}{{ $checks = append $checks "nvidia" }}{{ end -}}
+{{- $dcgm := include "slurm.healthCheckDcgm" . -}}
+{{- if ne $dcgm "off" }}{{ $checks = append $checks "dcgm" }}{{ end -}}
 {{- if $c.mounts }}{{ $checks = append $checks "mounts" }}{{ end -}}
 {{- if gt (int $c.spool.minFreeMiB) 0 }}{{ $checks = append $checks "spool" }}{{ end -}}
 # Made by the slurm chart from slurm.healthChecks.
@@ -59,6 +98,8 @@ budget_s='34'
 scontrol_s='5'
 mounts='{{ join " " (default list $c.mounts) }}'
 spool_min_mib='{{ int $c.spool.minFreeMiB }}'
+nvidia_smi='{{ ternary "required" "auto" (eq $nvidia "true") }}'
+dcgm_level='{{ ternary 1 $dcgm (eq $dcgm "off") }}'
 {{- with $h.scripts.configMap }}
 scripts_dir='{{ include "slurm.healthCheckScriptsDir" $ }}'
 scripts_configmap='{{ . }}'
@@ -99,6 +140,8 @@ run there lifts a drain the checks set once its jobs have ended. */ -}}
 {{- fail (printf "slurm.healthChecks.checks.mounts: %q must be an absolute path of letters, digits and . _ - /" (toString .)) -}}
 {{- end -}}
 {{- end -}}
+{{- $_ = include "slurm.healthCheckNvidia" . -}}
+{{- $_ = include "slurm.healthCheckDcgm" . -}}
 {{- if not (regexMatch "^[0-9]+$" (toString $c.spool.minFreeMiB)) -}}
 {{- fail (printf "slurm.healthChecks.checks.spool.minFreeMiB is %q: give whole MiB (0: no spool check)" (toString $c.spool.minFreeMiB)) -}}
 {{- end -}}

@@ -5,6 +5,10 @@ starts with `sunk-hc: `, and lift only those, only after a run in which every ch
 The operator owns its `sunk: NodeSet <name> ...` drains (sunk.operator.removal). Neither
 ever lifts the other's, which keeps a node that failed a check out of service.
 
+A new member starts the same way: with the checks on it registers drained under
+`sunk-hc: verify: ...` (sunk.operator.members.FIRST_CHECK_REASON), so it takes no job before
+their first clean run.
+
 That leaves one gap: a member the operator drained (to scale in, for a cordon) that is
 wanted back. Its reason is the operator's, so a check failing meanwhile could not replace
 it, and a plain resume would return the node to jobs without any check having passed since.
@@ -34,6 +38,12 @@ VERIFYING = "VerifyingMember"  # the Event of a member handed to the checks befo
 def owned_by_checks(record: SlurmNode) -> bool:
     """Drained under a reason only the health checks may lift."""
     return record.drained and record.reason.startswith(OWN_PREFIX)
+
+
+def handed_over(record: SlurmNode) -> bool:
+    """Drained only to wait for a clean run (the operator's hand-over, or a new member's
+    first run): no fault of the node, so another owner's fault reason may replace it."""
+    return record.drained and record.reason.startswith(f"{OWN_PREFIX}{VERIFY}: ")
 
 
 def runs_checks(pod: dict[str, Any]) -> bool:

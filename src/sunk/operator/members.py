@@ -62,6 +62,13 @@ HEALTH_CHECKS_VOLUME = "sunk-health-checks"
 HEALTH_CHECKS_PATH = "/etc/sunk/health-checks"
 HEALTH_SCRIPTS_VOLUME = "sunk-health-check-scripts"
 HEALTH_SCRIPTS_PATH = "/etc/sunk/health-checks.d"
+# With the checks on, a member registers drained, under the checks' hand-over reason
+# (sunk.operator.health_checks: `sunk-hc: verify:`), so that it takes no job before one full
+# clean run, which resumes it. slurmctld creates a dynamic node in the State its `--conf`
+# names, with its Reason (DRAIN and DOWN, Slurm 23.11 on); a slurmd that registers again
+# (a restart) finds its node and keeps its state. The reason is quoted: Slurm's parser takes
+# a value "in double quotes" whole, so it must hold none.
+FIRST_CHECK_REASON = "sunk-hc: verify: a new member; it takes jobs once every health check passes"
 
 
 @dataclass(frozen=True)
@@ -116,6 +123,9 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
         BUSY_LABEL: "false",  # a new slurmd has no job yet; the operator keeps it current
     }
     conf = shape.conf()
+    registered = conf  # what slurmd registers with: its shape, and with the checks on, drained
+    if settings.health_checks_configmap:
+        registered = f'{conf} State=DRAIN Reason="{FIRST_CHECK_REASON}"'
     slurmd = {
         "name": CONTAINER,
         "image": nodeset.image,
@@ -129,7 +139,7 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
             "--conf-server",
             settings.conf_server,
             "--conf",
-            conf,
+            registered,
         ],
         "resources": nodeset.resources,
         "ports": [{"name": "slurmd", "containerPort": 6818}],

@@ -18,8 +18,11 @@ Three rules, decided without I/O for one NodeSet's members each pass (sunk.opera
 The operator owns only reasons that start with `sunk-node: `. A node drained or downed
 under anyone else's reason (an administrator's, Slurm's own "Not responding", the health
 checks', the operator's removal path) is left as it is: marking it DOWN would replace
-their reason, and lifting it would undo their decision. Members that are leaving, or
-terminating, are the removal path's.
+their reason, and lifting it would undo their decision. The one exception is a member only
+waiting for the checks' clean run (`sunk-hc: verify: `: a new member, or one handed over):
+that wait is no fault, so a lost Node or a fault condition takes it over, and the checks
+cannot return it to jobs meanwhile. Members that are leaving, or terminating, are the
+removal path's.
 
 The other way round, a member drained by a failing health check (`sunk-hc: <check>: ...`,
 not the operator's own `verify` hand-over) shows on its Node as the condition
@@ -92,15 +95,19 @@ def member_actions(
     """What one member's Node asks of its Slurm node this pass."""
     slurm_name = m.slurm_name_of(pod)
     ours = owned(record)
+    # Someone else's drain or DOWN stays theirs; a member only waiting for the checks' clean
+    # run (a new one, or handed over) is no one's fault, and a Node fault takes it over, or
+    # the checks would return it to jobs while its Node says it is not well.
+    theirs = record.draining and not ours and not hc.handed_over(record)
     if not node_ready(node):
-        if (is_down(record) and ours) or (record.draining and not ours):
+        if (is_down(record) and ours) or theirs:
             return []  # marked already, or someone else's drain or DOWN: theirs
         reason = lost_reason(node)
         note = f"member {slurm_name}: Node {_name(node)} is lost; its Slurm node is marked DOWN ({reason})"
         return [MarkDown(slurm_name, reason), Event(NODE_LOST, note, warning=True)]
     fault = fault_reason(node, settings.node_conditions)
     if fault is not None:
-        if (record.draining and not ours) or record.reason == fault:
+        if theirs or record.reason == fault:
             return []
         note = f"member {slurm_name}: Node {_name(node)} reports a fault; its Slurm node is drained ({fault})"
         return [Drain(slurm_name, fault), Event(NODE_FAULT, note, warning=True)]

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -412,15 +413,25 @@ class OperatorWorld:
                 await self.reconcile(name)
             self.kubelet()
             self.slurmd()
+            self.first_checks()
 
     def kubelet(self) -> None:
         """Every member Pod runs and is ready."""
         for pod in self.pods.store.values():
             pod["status"] = {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}
 
+    def first_checks(self) -> None:
+        """Every member registered drained for its first health check run has had a clean
+        one: the runner lifts that drain itself (scontrol, not the operator's call). The
+        operator's own hand-overs (`sunk-hc: verify: NodeSet ...`) stay for a test to lift."""
+        for name, record in list(self.slurm.records.items()):
+            if record.drained and record.reason == m.FIRST_CHECK_REASON:
+                flags = tuple(f for f in record.flags if f != "DRAIN")
+                self.slurm.records[name] = replace(record, flags=flags, reason="")
+
     def slurmd(self) -> None:
         """Every running member registers (its record appears, idle, with the GRES of its
-        `--conf`)."""
+        `--conf`; drained when its `--conf` says State=DRAIN, as slurmctld makes it)."""
         for pod in self.pods.store.values():
             name = pod["metadata"]["labels"].get(m.SLURM_NODE_LABEL)
             if name and pod["status"].get("phase") == "Running" and name not in self.slurm.records:
@@ -431,3 +442,8 @@ class OperatorWorld:
                     gres=tuple(gres_in_conf(conf)),
                     features=tuple(sorted(in_conf(conf))),
                 )
+                args = [a for c in pod["spec"].get("containers") or [] for a in c.get("args") or []]
+                registered = args[args.index("--conf") + 1] if "--conf" in args[:-1] else ""
+                drained = re.search(r'(?:^| )State=DRAIN Reason="([^"]*)"', registered)
+                if drained:
+                    self.slurm.drain_as_admin(name, drained.group(1))
