@@ -85,3 +85,21 @@ def test_a_node_no_longer_listed_ends_nothing() -> None:
 def test_a_node_in_use_opens_nothing() -> None:
     change = advance({}, {"a": node("a", "allocated"), "b": node("b", "idle")}, 1.0)
     assert change.open == {} and change.started == ()
+
+
+def test_a_wait_for_the_checks_clean_run_is_no_failure() -> None:
+    """Catches every new member (it registers drained until its first clean health check
+    run) counted as a health-check failure, and the operator's hand-over counted as a second
+    failure after its own drain; a check that then fails is one."""
+    waiting = "sunk-hc: verify: a new member; it takes jobs once every health check passes"
+    change = advance({}, {"a": node("a", "idle", "DRAIN", reason=waiting)}, 1000.0)
+    assert change.open == {} and change.started == ()
+    handed = advance(
+        {"b": Episode(DRAIN, "operator", 400.0)},
+        {"b": node("b", "idle", "DRAIN", reason="sunk-hc: verify: NodeSet gpu wants it back; ...")},
+        1000.0,
+    )
+    assert [(x.node, x.episode.owner, x.seconds) for x in handed.ended] == [("b", "operator", 600.0)]
+    assert handed.open == {}
+    failed = advance({}, {"a": node("a", "idle", "DRAIN", reason="sunk-hc: gpus: sees 7 of 8 GPUs")}, 1030.0)
+    assert failed.started == (("a", Episode(DRAIN, "health-check", 1030.0)),)

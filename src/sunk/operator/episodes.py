@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from sunk.operator import health_checks as hc
 from sunk.operator.removal import DRAIN_PREFIX
 from sunk.operator.view import slurm_state
 from sunk.slurm.models import SlurmNode
@@ -61,12 +62,15 @@ def reason_owner(reason: str) -> str:
 
 def out_of_use(record: SlurmNode) -> str | None:
     """DOWN (not answering counts as down, as sinfo shows it), DRAIN (drained or draining),
-    or None for a node in use or ready for it. Down wins over a drain."""
+    or None for a node in use or ready for it. Down wins over a drain. A drain that only
+    waits for the health checks' next clean run (`sunk-hc: verify: `: a new member's first
+    run, or a member the operator handed back) is no failure: the operator's drain it
+    replaced has ended, and a check that then fails starts an episode of its own."""
     state = slurm_state(record)
     if state == "down":
         return DOWN
     if state in ("drained", "draining"):
-        return DRAIN
+        return None if hc.handed_over(record) else DRAIN
     return None
 
 
