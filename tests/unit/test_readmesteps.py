@@ -6,8 +6,9 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+import yaml
 
-from sunk_dev import readmesteps
+from sunk_dev import readmesteps, story
 from sunk_dev.readmesteps import ReadmeError, Shell, Step, steps
 
 README = """\
@@ -119,3 +120,18 @@ def test_readonly_and_bash_own_variables_do_not_break_the_next_block(tmp_path: P
     assert shell.run(Step("a", "readonly FIXED=1\nLIST=(a 'b c')\n", 1), timeout=30).returncode == 0
     done = shell.run(Step("b", 'echo "${LIST[1]}" "${FIXED:-gone}"\n', 1), timeout=30)
     assert (done.returncode, done.stdout) == (0, "b c gone\n")
+
+
+def test_the_demo_gets_the_examples_values_for_its_own_serving_namespace() -> None:
+    """`sunk demo` installs the example in namespace demo: its scheduler must serve
+    demo-apps, under the policy the README's tns-apps has (the service user, never root)."""
+    values = story.example_values("demo")
+    scheduler = values["scheduler"]["scheduler"]
+    assert scheduler["scope"]["namespaces"] == "demo-apps"
+    assert list(scheduler["policy"]["namespaces"]) == ["demo-apps"]
+    rules = scheduler["policy"]["namespaces"]["demo-apps"]
+    assert (rules["defaultUid"], rules["defaultGid"]) == (story.SERVICE_UID, story.SERVICE_GID)
+    assert rules["accounts"] == [story.SERVICE_GROUP]
+    assert story.example_values(story.README_NAMESPACE) == yaml.safe_load(
+        (story.EXAMPLE / "values.yaml").read_text()
+    )
