@@ -157,6 +157,7 @@ def test_issue49_inference_pods_jobs_run_as_the_service_user_in_its_account_and_
     assert accounted == "serving|inference|serve", accounted
     assert "serving" in output and "inference" in output, output  # the README's squeue shows it
     answer = answer_in(output)
+    print(f"\n/predict answered (README, step serve): {json.dumps(answer)}")
     assert answer["checkpoint"].startswith(f"job{variable(shell, 'JOB')}-epoch"), answer
     assert abs(answer["truth"] - 1.0287) < 1e-3, answer  # what the README says it is
     assert abs(answer["prediction"] - answer["truth"]) < 0.1, answer
