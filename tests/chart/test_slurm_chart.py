@@ -182,7 +182,16 @@ def test_r10_1_names_are_cut_to_40_characters(helm: Path, slurm_chart: Path) -> 
     assert len(f"{controller['metadata']['name']}-0") <= 63
     assert {s["metadata"]["name"] for s in of_kind(objects, "Service")} == {
         f"{prefix}-{part}"
-        for part in ("controller", "restapi", "accounting", "mariadb", "login", "hosts", "operator-metrics")
+        for part in (
+            "controller",
+            "restapi",
+            "accounting",
+            "mariadb",
+            "login",
+            "hosts",
+            "operator-metrics",
+            "config-metrics",
+        )
     }
 
 
@@ -200,6 +209,7 @@ def test_r10_1_services_carry_the_daemons_ports(helm: Path, slurm_chart: Path) -
         "r1-login": [22],
         "r1-hosts": [],  # names only (templates/hosts.yaml)
         "r1-operator-metrics": [8080],  # Prometheus's way in (templates/metrics.yaml)
+        "r1-config-metrics": [8082],  # ... and to the configuration slurmctld runs
     }
     controller = named(objects, "Service", "r1-controller")["spec"]
     assert controller["clusterIP"] == "None" and controller["publishNotReadyAddresses"] is True
