@@ -14,11 +14,12 @@ from __future__ import annotations
 import os
 import stat
 import subprocess
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests.support import wait_for
 
 FILES = Path(__file__).resolve().parents[2] / "charts" / "slurm" / "files"
 HOMES = FILES / "homes.sh"
@@ -291,14 +292,16 @@ def test_the_service_makes_the_home_of_a_person_added_while_it_runs(world: World
         stderr=subprocess.PIPE,
         text=True,
     )
+
+    def owner(name: str) -> int | None:
+        """The home's owner once it is handed over (it is made as root, then given away)."""
+        home = world.root / name
+        return home.stat().st_uid if home.is_dir() and home.stat().st_uid != 0 else None
+
     try:
-        deadline = time.monotonic() + 10
-        while not (world.root / "alice").is_dir() and time.monotonic() < deadline:
-            time.sleep(0.1)
+        wait_for(lambda: owner("alice"), timeout=30, what="alice's home made at start")
         world.people(person(ALICE, world), person(BOB, world))
-        while not (world.root / "bob").is_dir() and time.monotonic() < deadline:
-            time.sleep(0.1)
-        assert (world.root / "bob").stat().st_uid == 20002
+        assert wait_for(lambda: owner("bob"), timeout=30, what="bob's home made once he is added") == 20002
     finally:
         service.terminate()
         service.wait(timeout=10)
