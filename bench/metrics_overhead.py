@@ -51,6 +51,7 @@ import httpx
 import yaml
 
 from bench.observe import percentile
+from bench.run import rest_client
 from sunk.flags import parse_duration
 from sunk_dev import ClusterSpec, DevCluster, procs
 from sunk_dev.kubeapi import AdminKube
@@ -58,7 +59,6 @@ from sunk_dev.slurmcluster import rest_version
 from sunk_dev.slurmrun import run_cli
 
 NODESET_CRD = Path(__file__).resolve().parents[1] / "charts" / "slurm" / "files" / "nodeset-crd.yaml"
-CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 NAMESPACE, RELEASE = "default", "bench"
 # What Prometheus (2.x and 3.x) asks for; sunk's server answers the text format anyway.
 ACCEPT = (
@@ -112,16 +112,6 @@ def wait_until(what: str, check: Callable[[], bool], within: float) -> None:
 
 # -- the jobs ------------------------------------------------------------------------------------
 RUNNING_SCRIPT = "#!/bin/bash\nexec sleep infinity\n"
-
-
-def rest_client(cluster: DevCluster) -> httpx.Client:
-    layout = cluster.layout
-    return httpx.Client(
-        base_url=f"{layout.rest_url}/slurm/{rest_version(layout)}",
-        headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": layout.slurm_token.read_text().strip()},
-        timeout=60,
-        trust_env=False,
-    )
 
 
 def submit_jobs(cluster: DevCluster, count: int, ids: dict[str, list[int]]) -> None:
@@ -190,16 +180,7 @@ def states(cluster: DevCluster) -> dict[str, int]:
 # -- the operator ---------------------------------------------------------------------------------
 def serve_nodesets(kube: AdminKube) -> None:
     """The chart's NodeSet CRD, which the operator watches before it does anything."""
-    crd = yaml.safe_load(NODESET_CRD.read_text())
-    path = f"{CRDS}/{crd['metadata']['name']}"
-    if kube.find(path) is None:
-        kube.create(CRDS, crd)
-
-    def established() -> bool:
-        conditions = ((kube.find(path) or {}).get("status") or {}).get("conditions") or []
-        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
-
-    wait_until("the NodeSet CRD to be served", established, 30)
+    kube.serve_crd(yaml.safe_load(NODESET_CRD.read_text()))
 
 
 def start_operator(

@@ -149,22 +149,12 @@ def test_a_groups_member_gets_its_account_and_loses_it_when_she_leaves(
 
 
 NODESET_CRD = Path(__file__).resolve().parents[2] / "charts" / "slurm" / "files" / "nodeset-crd.yaml"
-CRDS = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
 
 
 def serve_nodesets(kube: AdminKube) -> None:
     """The chart's NodeSet CRD, which the operator watches before it does anything (the dev
     cluster serves only the scheduler's PodGroup)."""
-    crd = yaml.safe_load(NODESET_CRD.read_text())
-    path = f"{CRDS}/{crd['metadata']['name']}"
-    if kube.find(path) is None:
-        kube.create(CRDS, crd)
-
-    def established() -> bool:
-        conditions = ((kube.find(path) or {}).get("status") or {}).get("conditions") or []
-        return any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions)
-
-    wait_for(established, timeout=30, what="the NodeSet CRD to be served")
+    kube.serve_crd(yaml.safe_load(NODESET_CRD.read_text()))
 
 
 def test_the_operator_process_keeps_a_directory_groups_account_from_the_charts_flags(

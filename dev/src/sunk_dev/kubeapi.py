@@ -106,6 +106,24 @@ class AdminKube:
             time.sleep(0.1)
         return name
 
+    def serve_crd(self, crd: Json, *, within: float = 30) -> None:
+        """Create a CustomResourceDefinition (or keep the one there) and wait until the API
+        server serves it: a controller that watches its kind fails until then."""
+        crds = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
+        path = f"{crds}/{crd['metadata']['name']}"
+        if self.find(path) is None:
+            self.create(crds, crd)
+        deadline = time.monotonic() + within
+        while True:
+            conditions = ((self.find(path) or {}).get("status") or {}).get("conditions") or []
+            if any(c.get("type") == "Established" and c.get("status") == "True" for c in conditions):
+                return
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"CustomResourceDefinition {crd['metadata']['name']} not served after {within:.0f} s"
+                )
+            time.sleep(0.1)
+
     def ready(self) -> bool:
         return self.http.get("/readyz").status_code == 200
 
