@@ -16,7 +16,7 @@ module; the tests run in file order (the NodeSet grows from 2 to 3 members in th
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -329,16 +329,26 @@ def placed_pod(platform: Platform, name: str, node: str) -> dict[str, Any]:
     return pod
 
 
-def seen_as(prom: str, node: str, state: str) -> None:
+def seen_as(prom: str, node: str, state: str, keep: Callable[[], object] = lambda: None) -> None:
+    """Wait until Prometheus shows `node` in `state`; `keep` runs before each look."""
     series = f'sunk_slurm_node_info{{{NS}, node="{node}", state="{state}"}}'
-    wait_for(lambda: values(prom, series) or None, timeout=60, what=f"{node} {state} in Prometheus")
+
+    def shown() -> list[float] | None:
+        keep()
+        return values(prom, series) or None
+
+    wait_for(shown, timeout=90, what=f"{node} {state} in Prometheus", every=2)
 
 
 def out_and_back(platform: Platform, prom: str, node: str, state: str, shown: str) -> None:
     """Take `node` out of use (`scontrol ... state=<state>`) and back, each step seen in
-    Prometheus, so the operator observes how long it was out."""
-    logged_in(platform, f"scontrol update nodename={node} state={state} reason='e2e: dashboards'")
-    seen_as(prom, node, shown)
+    Prometheus, so the operator observes how long it was out. The state is set again while
+    Prometheus has not seen it: with ReturnToService=2 slurmctld returns a DOWN node whose
+    slurmd answers at its next registration, which on a busy machine came before the
+    operator's next listing."""
+    out = f"scontrol update nodename={node} state={state} reason='e2e: dashboards'"
+    logged_in(platform, out)
+    seen_as(prom, node, shown, keep=lambda: platform.login(out))
     logged_in(platform, f"scontrol update nodename={node} state=resume")
     seen_as(prom, node, "idle")
 
