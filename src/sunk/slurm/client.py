@@ -377,49 +377,30 @@ class SlurmClient:
         """Drain `node` with `reason`; None on success, otherwise what went wrong."""
         if not self.dialect.drains_over_rest:
             return await self._scontrol.drain(node, reason)
-        try:
-            await self._call(
-                "POST",
-                f"/node/{node}",
-                f"drain node {node}",
-                json=self.dialect.drain_body(reason),
-                endpoint="/node/{name}",
-            )
-        except SlurmError as err:
-            return f"could not drain {node}: {err}"
-        return None
+        body = self.dialect.drain_body(reason)
+        return await self._update_node(node, body, f"drain node {node}", f"drain {node}")
 
     async def resume(self, node: str) -> str | None:
         """Resume a drained `node`; None on success, otherwise what went wrong."""
         if not self.dialect.drains_over_rest:
             return await self._scontrol.resume(node)
-        try:
-            await self._call(
-                "POST",
-                f"/node/{node}",
-                f"resume node {node}",
-                json={"state": ["RESUME"]},
-                endpoint="/node/{name}",
-            )
-        except SlurmError as err:
-            return f"could not resume {node}: {err}"
-        return None
+        return await self._update_node(node, {"state": ["RESUME"]}, f"resume node {node}", f"resume {node}")
 
     async def mark_down(self, node: str, reason: str) -> str | None:
         """Mark `node` DOWN with `reason` (its jobs are requeued or failed by their own
         settings); None on success, otherwise what went wrong."""
         if not self.dialect.drains_over_rest:
             return await self._scontrol.mark_down(node, reason)
+        body = {"state": ["DOWN"], "reason": reason}
+        return await self._update_node(node, body, f"mark node {node} down", f"mark {node} down")
+
+    async def _update_node(self, node: str, body: dict[str, Any], doing: str, failed: str) -> str | None:
+        """One node update over REST (`doing` names the call); None on success, otherwise
+        "could not <failed>: <why>"."""
         try:
-            await self._call(
-                "POST",
-                f"/node/{node}",
-                f"mark node {node} down",
-                json={"state": ["DOWN"], "reason": reason},
-                endpoint="/node/{name}",
-            )
+            await self._call("POST", f"/node/{node}", doing, json=body, endpoint="/node/{name}")
         except SlurmError as err:
-            return f"could not mark {node} down: {err}"
+            return f"could not {failed}: {err}"
         return None
 
     async def reconfigure(self) -> None:
