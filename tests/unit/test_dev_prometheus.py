@@ -336,6 +336,23 @@ def test_missing_graph_page_scripts_are_noticed(monkeypatch: pytest.MonkeyPatch,
     assert prometheus.missing_web_assets(layout) is True
 
 
+def test_the_packages_relative_links_reach_the_hosts_scripts_once_linked(tmp_path: Path) -> None:
+    """Debian's links are relative (../../../javascript/d3): unpacked into the cache they lead
+    into the tree's own usr/share. Catches a graph page left without its scripts after the
+    libjs packages are installed on the host."""
+    package = tmp_path / "pkg"
+    static = package / "usr" / "share" / "prometheus" / "web" / "static"
+    static.mkdir(parents=True)
+    (static / "d3").symlink_to("../../../javascript/d3")
+    host = tmp_path / "host-share"
+    (host / "javascript" / "d3").mkdir(parents=True)
+    assert not (static / "d3").exists()
+    prometheus.link_web_assets(package, host)
+    assert (static / "d3").is_dir()
+    assert not (package / "usr" / "share" / "fonts-glyphicons").is_symlink()  # the host has none
+    prometheus.link_web_assets(package, host)  # again: nothing to do, no error
+
+
 class Exporter(http.server.BaseHTTPRequestHandler):
     """A metrics endpoint at /custom only, whose series has a `node` label of its own."""
 

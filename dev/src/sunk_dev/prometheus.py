@@ -47,6 +47,8 @@ WEB_PACKAGES = (
     "libjs-popper.js",
     "libjs-rickshaw",
 )
+# The host's /usr/share folders those links lead into (scripts and styles; the icon font).
+LINKED_SHARES = ("javascript", "fonts-glyphicons")
 INTERVAL = "5s"
 RULES_KEY = "sunk-alerts.yaml"  # the key of the chart's <fullname>-prometheus-rules ConfigMap
 Json = dict[str, Any]
@@ -142,6 +144,7 @@ def ensure_running(layout: Layout, rules: Path | None) -> str:
             reload(base)
         return base
     package = ensure_unpacked(layout.logs / "prometheus-package.log")
+    link_web_assets(package)
     proc = procs.spawn(PROCESS, argv(layout, package), layout.pids, layout.logs)
     procs.wait_until(
         lambda: ready(base),
@@ -172,8 +175,21 @@ def _ensure_discovery(layout: Layout) -> None:
 def missing_web_assets(layout: Layout) -> bool:
     """Whether the web pages' scripts are missing (links into WEB_PACKAGES that lead nowhere):
     the API, and so the tests, work without them; the graph page does not."""
-    static = ensure_unpacked(layout.logs / "prometheus-package.log") / "usr/share/prometheus/web/static"
+    package = ensure_unpacked(layout.logs / "prometheus-package.log")
+    link_web_assets(package)
+    static = package / "usr/share/prometheus/web/static"
     return any(path.is_symlink() and not path.exists() for path in static.rglob("*"))
+
+
+def link_web_assets(package: Path, host_share: Path = Path("/usr/share")) -> None:
+    """Debian's web pages reach their scripts by relative links (`static/d3` is
+    `../../../javascript/d3`), which in the unpacked tree lead into its own usr/share, where
+    nothing is: link those folders to the host's, where the WEB_PACKAGES put them. A folder
+    the host lacks is left unlinked (`missing_web_assets` then says so)."""
+    for name in LINKED_SHARES:
+        link, there = package / "usr" / "share" / name, host_share / name
+        if there.is_dir() and not link.exists() and not link.is_symlink():
+            link.symlink_to(there)
 
 
 def stop(layout: Layout) -> list[str]:
