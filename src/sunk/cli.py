@@ -7,6 +7,7 @@ only when named, so `sunk scheduler` and `sunk operator` load nothing of them.""
 from __future__ import annotations
 
 import argparse
+import os
 import signal
 import sys
 from collections.abc import Callable, Sequence
@@ -84,6 +85,11 @@ def build_parser() -> argparse.ArgumentParser:
     apply.add_argument("--interval", type=float, default=5.0, help="seconds between passes")
     apply.add_argument("--alive-file", type=Path, help="touched every pass (for a liveness probe)")
     apply.add_argument("--metrics-port", type=int, default=0, help="serve /metrics on this port (0: none)")
+    apply.add_argument(
+        "--pod-name",
+        default=os.environ.get("POD_NAME", ""),
+        help="this sidecar's Pod, annotated so the kubelet copies a changed ConfigMap now ($POD_NAME)",
+    )
     apply.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
     apply.add_argument("--log-format", default="json", choices=["json", "text"])
     remove = sub.add_parser(
@@ -203,6 +209,7 @@ def run_apply_config(args: argparse.Namespace) -> int:
             args.alive_file,
             args.slurm_ca_file,
             args.metrics_port,
+            args.pod_name,
         )
     )
     return 0

@@ -742,10 +742,14 @@ def test_r10_3_only_the_config_sidecar_holds_an_api_token_and_may_touch_only_its
             "apiGroups": [""],
             "resources": ["configmaps"],
             "resourceNames": ["r1-slurm-config"],
-            "verbs": ["get", "patch"],
+            "verbs": ["get", "watch", "patch"],
         },
+        # Its own Pod's annotation makes the kubelet copy a changed ConfigMap at once (#55).
+        {"apiGroups": [""], "resources": ["pods"], "resourceNames": ["r1-controller-0"], "verbs": ["patch"]},
         {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["create"]},
     ]
+    env = {e["name"]: e for e in container(controller, "apply-config").get("env", [])}
+    assert env["POD_NAME"]["valueFrom"] == {"fieldRef": {"fieldPath": "metadata.name"}}
 
 
 def test_r10_5_uninstall_first_removes_the_nodesets_job_safely_with_only_that_right(

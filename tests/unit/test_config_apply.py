@@ -16,6 +16,7 @@ from sunk.operator.config_apply import (
     APPLIED_AT,
     APPLIED_HASH,
     HELD_HASH,
+    WANTED_HASH,
     ConfigApplier,
     config_hash,
     partitions_in,
@@ -290,3 +291,69 @@ def test_issue50_a_held_change_and_a_failed_reconfigure_are_counted(tmp_path: Pa
     step(a)
     assert metric(a, "sunk_slurm_config_held") == 0
     assert metric(a, "sunk_slurm_config_reconfigure_failures_total") == 1
+
+
+class PodKube(FakeKube):
+    """Records patches of the sidecar's Pod apart from the ConfigMap's."""
+
+    def __init__(self, data: dict[str, str], annotations: dict[str, str] | None = None) -> None:
+        super().__init__(data, annotations)
+        self.pod_patches: list[tuple[str, Json]] = []
+        self.pod_patch_fails = False
+
+    async def patch_merge(self, path: str, patch: Json) -> Json:
+        if "/pods/" not in path:
+            return await super().patch_merge(path, patch)
+        if self.pod_patch_fails:
+            raise KubeError(403, "forbidden")
+        self.pod_patches.append((path, patch))
+        return {}
+
+
+def test_issue55_a_change_the_kubelet_has_not_copied_makes_the_sidecar_nudge_its_pod_once(
+    tmp_path: Path,
+) -> None:
+    """The kubelet rewrites a ConfigMap volume when it syncs the Pod, once a minute or more on
+    its own; an annotation change makes it sync now."""
+    kube = PodKube(NEW, {APPLIED_HASH: config_hash(OLD)})
+    slurm = FakeSlurm()
+    mount(tmp_path, OLD)
+    a = ConfigApplier(kube, slurm, "plat", "slurm-config", tmp_path, "ctl-0", pod="slurm-controller-0")
+    assert "waiting for the kubelet" in step(a)
+    assert a.awaiting_copy
+    wanted = {"metadata": {"annotations": {WANTED_HASH: config_hash(NEW)}}}
+    assert kube.pod_patches == [("/api/v1/namespaces/plat/pods/slurm-controller-0", wanted)]
+    step(a)
+    assert len(kube.pod_patches) == 1  # once per configuration
+    mount(tmp_path, NEW)
+    assert step(a) == f"applied {config_hash(NEW)}"
+    assert not a.awaiting_copy
+    assert slurm.reconfigures == 1
+
+
+def test_issue55_a_nudge_that_fails_is_tried_again_and_changes_nothing_else(tmp_path: Path) -> None:
+    kube = PodKube(NEW, {APPLIED_HASH: config_hash(OLD)})
+    mount(tmp_path, OLD)
+    a = ConfigApplier(kube, FakeSlurm(), "plat", "slurm-config", tmp_path, "ctl-0", pod="slurm-controller-0")
+    kube.pod_patch_fails = True
+    assert "waiting for the kubelet" in step(a)
+    kube.pod_patch_fails = False
+    step(a)
+    assert len(kube.pod_patches) == 1
+    assert kube.cm["metadata"]["annotations"][APPLIED_HASH] == config_hash(OLD)
+
+
+def test_issue55_without_its_pod_name_the_sidecar_waits_for_the_kubelet_as_before(tmp_path: Path) -> None:
+    kube = PodKube(NEW, {APPLIED_HASH: config_hash(OLD)})
+    mount(tmp_path, OLD)
+    assert "waiting for the kubelet" in step(applier(tmp_path, kube, FakeSlurm()))
+    assert kube.pod_patches == []
+
+
+def test_issue55_an_up_to_date_configuration_nudges_nothing(tmp_path: Path) -> None:
+    kube = PodKube(OLD, {APPLIED_HASH: config_hash(OLD)})
+    mount(tmp_path, OLD)
+    a = ConfigApplier(kube, FakeSlurm(), "plat", "slurm-config", tmp_path, "ctl-0", pod="slurm-controller-0")
+    assert step(a) == "up to date"
+    assert kube.pod_patches == []
+    assert not a.awaiting_copy

@@ -5,8 +5,13 @@ which the kubelet copies into slurmctld's /etc/slurm some seconds to a minute af
 changes. Only a container that mounts that directory can tell when the copy is complete,
 so the applier runs there, beside slurmctld. Each pass:
 
-1. reads the ConfigMap and the mounted files; while they differ the kubelet is still
-   copying, and nothing is done;
+1. reads the ConfigMap and the mounted files; while they differ the kubelet has not
+   copied the change yet, and nothing is done but one nudge (issue #55): the kubelet
+   rewrites a Pod's ConfigMap volumes whenever it syncs that Pod, which on its own happens
+   once a minute or more (syncFrequency, 1 to 1.5 minutes with jitter). Any change to the
+   Pod's annotations makes it sync at once, so the sidecar writes the hash it waits for
+   on its own Pod (`sunk.coreweave.com/config-wanted`) and the copy follows within about a
+   second;
 2. when they agree on content that was not applied yet, it asks Slurm which unfinished
    jobs use a partition the new slurm.conf no longer declares; if any do, it holds the
    change (a Warning Event naming the jobs) until they end, since slurmctld cannot keep
@@ -22,12 +27,15 @@ so the applier runs there, beside slurmctld. Each pass:
    Event, so `kubectl describe configmap <release>-slurm-config` shows what Slurm runs.
 
 Every read fails closed: a ConfigMap or job listing that cannot be had means try again
-on the next pass, never apply blind.
+on the next pass, never apply blind. A pass runs as soon as a watch shows the ConfigMap
+changed, every `FAST_S` while it waits for the kubelet's copy, and at least every
+`--interval` seconds otherwise.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import datetime as dt
 import hashlib
 import logging
@@ -56,6 +64,11 @@ Json = dict[str, Any]
 APPLIED_HASH = "sunk.coreweave.com/applied-config-hash"
 APPLIED_AT = "sunk.coreweave.com/applied-at"
 HELD_HASH = "sunk.coreweave.com/held-config-hash"
+# On slurmctld's Pod: the configuration the sidecar waits for the kubelet to copy. Changing
+# it is what makes the kubelet sync the Pod (and rewrite its ConfigMap volume) now.
+WANTED_HASH = "sunk.coreweave.com/config-wanted"
+FAST_S = 0.5  # between passes while the kubelet's copy is awaited
+WATCH_RETRY_S = 5.0  # before a ConfigMap watch that ended is opened again
 COMPONENT = "sunk-config"
 _PARTITION = re.compile(r"^\s*PartitionName\s*=\s*(\S+)", re.IGNORECASE)
 _TOPOLOGY = re.compile(r"^\s*TopologyPlugin\s*=\s*topology/(tree|block)\s*$", re.IGNORECASE | re.MULTILINE)
@@ -162,6 +175,10 @@ class ConfigApplier:
     process_started: float | None = None
     metrics: ApplyMetrics = field(default_factory=ApplyMetrics)
     clock: Callable[[], float] = time.time
+    # This sidecar's own Pod, nudged while a change waits for the kubelet; "": never nudge.
+    pod: str = ""
+    nudged: str = ""  # the hash last written on the Pod
+    awaiting_copy: bool = False  # the last pass found the mounted files behind the ConfigMap
 
     @property
     def path(self) -> str:
@@ -183,7 +200,9 @@ class ConfigApplier:
             self.metrics.current()
             return "up to date"
         self.metrics.waiting(target, self.clock())
-        if mounted(self.directory, wanted) != wanted:
+        self.awaiting_copy = mounted(self.directory, wanted) != wanted
+        if self.awaiting_copy:
+            await self._nudge(target)
             return f"waiting for the kubelet to copy configuration {target}"
         if applied is None and self._read_at_start():
             await self._record(
@@ -221,6 +240,21 @@ class ConfigApplier:
             "slurmd daemons fetch it from slurmctld without restarting",
         )
         return f"applied {target}"
+
+    async def _nudge(self, target: str) -> None:
+        """Write `target` on this sidecar's Pod, once per configuration: the kubelet syncs a
+        Pod whose annotations changed, and a sync rewrites its ConfigMap volumes from the
+        kubelet's (watched) copy of the ConfigMap. Without it the copy waits for the next
+        periodic sync. A nudge that fails only costs that wait."""
+        if not self.pod or self.nudged == target:
+            return
+        path = f"/api/v1/namespaces/{self.namespace}/pods/{self.pod}"
+        try:
+            await self.kube.patch_merge(path, {"metadata": {"annotations": {WANTED_HASH: target}}})
+        except KubeError as err:
+            log.warning("could not ask the kubelet to copy configuration %s now: %s", target, err)
+            return
+        self.nudged = target
 
     def _read_at_start(self) -> bool:
         """The mounted files were written before this sidecar began, so before slurmctld
@@ -286,6 +320,7 @@ async def run_forever(
     alive_file: Path | None,
     ca_file: str | None = None,
     metrics_port: int = 0,
+    pod: str = "",
 ) -> None:
     started = time.time()
     metrics = ApplyMetrics()
@@ -294,16 +329,20 @@ async def run_forever(
     tokens = MintedTokens(key_file, user)
     slurm: SlurmClient | None = None
     applier: ConfigApplier | None = None
+    changed = asyncio.Event()
+    watcher = asyncio.create_task(watch_configmap(kube, namespace, configmap, changed))
     try:
         said = ""
         while True:
             beat(alive_file)
+            changed.clear()
             try:
                 if applier is None:
                     slurm = await SlurmClient.connect(api_base, tokens, user=user, ca_file=ca_file)
                     applier = ConfigApplier(
                         kube, slurm, namespace, configmap, directory, socket.gethostname(), started, metrics
                     )
+                    applier.pod = pod
                 outcome = await applier.step()
             except (SlurmError, SlurmVersionError) as err:
                 outcome = f"slurmrestd cannot be asked yet: {err}"
@@ -312,10 +351,31 @@ async def run_forever(
             if outcome != said:
                 log.info("%s", outcome)
                 said = outcome
-            await asyncio.sleep(interval_s)
+            pause = FAST_S if applier is not None and applier.awaiting_copy else interval_s
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(changed.wait(), pause)
     finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
         if slurm is not None:
             await slurm.aclose()
         await kube.close()
         if server is not None:
             await server.cleanup()
+
+
+async def watch_configmap(kube: KubeClient, namespace: str, configmap: str, changed: asyncio.Event) -> None:
+    """Set `changed` on every watch event of the ConfigMap, so a `helm upgrade` is seen at
+    once rather than at the next pass. Only a hint: the passes run without it, so a watch
+    that fails (or that this account may not open) is opened again a few seconds later,
+    and meanwhile the passes poll as before."""
+    path = f"/api/v1/namespaces/{namespace}/configmaps"
+    query = {"fieldSelector": f"metadata.name={configmap}"}
+    while True:
+        try:
+            async for _ in kube.watch(path, query):
+                changed.set()
+        except Exception as err:  # any failure: the passes poll meanwhile
+            log.debug("watch of ConfigMap %s ended: %s", configmap, err)
+        await asyncio.sleep(WATCH_RETRY_S)
