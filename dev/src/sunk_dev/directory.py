@@ -17,6 +17,12 @@ The tree:
 Each person's SSH key pair and password are made here; the private keys and the passwords
 stay in the run directory (`directory/keys/<name>`, `directory/passwords/<name>`) for the
 tests that log in as them.
+
+slapd offers StartTLS with a certificate from a CA of its own (`directory/tls/ca.crt`, which
+the chart's values name as `directory.caSecret`), and takes a password (a person's, the
+reader's) from anywhere but the host itself only over TLS: the login Pods' password check
+and the operator's reads cross the Nodes' bridge encrypted, as the chart requires of a
+directory that checks passwords (issue #52).
 """
 
 from __future__ import annotations
@@ -27,7 +33,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from sunk_dev import procs
+from sunk_dev import pki, procs
 from sunk_dev.errors import DevClusterError
 from sunk_dev.layout import HOST, Layout
 
@@ -89,10 +95,37 @@ def uri(layout: Layout, host: str = HOST) -> str:
     return f"ldap://{host}:{layout.ports.ldap}"
 
 
+def tls_dir(layout: Layout) -> Path:
+    return directory_dir(layout) / "tls"
+
+
+def ca_file(layout: Layout) -> Path:
+    """The CA that signed slapd's certificate (what clients verify StartTLS against)."""
+    return tls_dir(layout) / "ca.crt"
+
+
+def serves_tls(layout: Layout) -> bool:
+    """Whether the running directory offers StartTLS (one started before it did, does not)."""
+    conf = directory_dir(layout) / "slapd.conf"
+    return ca_file(layout).is_file() and conf.is_file() and "TLSCertificateFile" in conf.read_text()
+
+
+def make_certificate(layout: Layout, hosts: tuple[str, ...]) -> None:
+    """A CA of the directory's own and slapd's certificate for the addresses it listens on.
+    Each address is in the certificate as an IP address and as a DNS name too: ldap3 on
+    Python 3.12+ (the sunk image's 3.13) checks names with a fallback that knows no IP
+    entries."""
+    here = tls_dir(layout)
+    pki.make_ca(here, "sunk-dev-directory-ca")
+    pki.issue_serving(here, here, "slapd", "sunk-dev-directory", ips=list(hosts), dns=list(hosts))
+
+
 def slapd_conf(layout: Layout, admin_hash: str, reader_hash: str) -> str:
-    """slapd's configuration: the standard schemas, one database, and access that lets the
-    reader (and nobody anonymous) read everything but passwords."""
+    """slapd's configuration: the standard schemas, StartTLS, one database, and access that
+    lets the reader (and nobody anonymous) read everything but passwords, and takes a
+    password from another host than this one only over TLS."""
     here = directory_dir(layout)
+    tls = tls_dir(layout)
     return f"""\
 include /etc/ldap/schema/core.schema
 include /etc/ldap/schema/cosine.schema
@@ -100,6 +133,9 @@ include /etc/ldap/schema/nis.schema
 include /etc/ldap/schema/inetorgperson.schema
 include {here / "ssh-key.schema"}
 pidfile {here / "slapd.pid"}
+TLSCACertificateFile {tls / "ca.crt"}
+TLSCertificateFile {tls / "slapd.crt"}
+TLSCertificateKeyFile {tls / "slapd.key"}
 modulepath /usr/lib/ldap
 moduleload back_mdb
 database mdb
@@ -109,7 +145,8 @@ rootpw {admin_hash}
 directory {here / "db"}
 access to attrs=userPassword
   by self write
-  by anonymous auth
+  by anonymous peername.ip={HOST} auth
+  by anonymous tls_ssf=128 auth
   by * none
 access to *
   by dn.exact="{READER}" read
@@ -195,6 +232,7 @@ def start(layout: Layout, hosts: tuple[str, ...] = (HOST,)) -> None:
     reader_password_file(layout).chmod(0o600)
     reader_hash = hash_password(reader_password)
     (here / "ssh-key.schema").write_text(_SSH_KEY_SCHEMA)
+    make_certificate(layout, hosts)
     conf = here / "slapd.conf"
     conf.write_text(slapd_conf(layout, keep_secret(admin_password_file(layout)), reader_hash))
     keys = {p.name: make_key_pair(private_key(layout, p.name), p.name) for p in PEOPLE_SEEDED}

@@ -23,8 +23,14 @@ PEOPLE_ACCOUNT = {"group": "people", "account": "people", "qos": ["normal"]}
 
 def directory_values(cluster: DevCluster) -> dict[str, Any]:
     """Values that point the chart at the dev cluster's directory (its reader's password in
-    the Secret `ldap-reader`, made by `prepare_namespace`)."""
+    the Secret `ldap-reader`, its CA in `ldap-ca`, both made by `prepare_namespace`), over
+    StartTLS. A directory started before it offered StartTLS is named over plain LDAP, and
+    the values then say out loud that directory passwords would cross the bridge in clear
+    (the chart refuses password logins over plain LDAP without it)."""
     gateway = hostnet.network_of(cluster.layout).gateway
+    tls: dict[str, Any] = {"startTLS": True, "caSecret": {"name": "ldap-ca", "key": "ca.crt"}}
+    plain = {"login": {"acknowledgePasswordsInClear": True}}
+    encrypted = directory.serves_tls(cluster.layout)
     return {
         "slurm": {"partitions": [{"name": "main", "default": True}]},
         "directory": {
@@ -34,7 +40,9 @@ def directory_values(cluster: DevCluster) -> dict[str, Any]:
             "userBase": directory.PEOPLE,
             "groupBase": directory.GROUPS,
             "interval": "10s",
+            **(tls if encrypted else {}),
         },
+        **({} if encrypted else plain),
         # Everyone in the directory's `people` group may run jobs, in the Slurm account
         # `people` the operator keeps for it (issue #35): accounting enforces associations.
         "accounting": {"fromDirectory": {"enabled": True, "groups": [PEOPLE_ACCOUNT]}},
@@ -60,6 +68,15 @@ def prepare_namespace(cluster: DevCluster, kube: AdminKube, namespace: str) -> N
         f"/api/v1/namespaces/{namespace}/secrets",
         {"metadata": {"name": "ldap-reader"}, "stringData": {"password": password}},
     )
+    if directory.serves_tls(layout):
+        create_once(
+            kube,
+            f"/api/v1/namespaces/{namespace}/secrets",
+            {
+                "metadata": {"name": "ldap-ca"},
+                "stringData": {"ca.crt": directory.ca_file(layout).read_text()},
+            },
+        )
 
 
 def login_address(kube: AdminKube, namespace: str) -> str | None:

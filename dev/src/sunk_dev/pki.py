@@ -135,6 +135,15 @@ def make_pki(directory: Path, api_ips: tuple[str, ...] = ()) -> None:
     )
 
 
+def make_ca(directory: Path, common: str) -> None:
+    """directory/ca.{crt,key}: a CA of its own (the dev directory's, say), for `issue_serving`."""
+    directory.mkdir(parents=True, exist_ok=True)
+    key = _key()
+    name = _name(common)
+    _write_cert(directory / "ca.crt", _issue(name, key, name, key, ca=True))
+    _write_key(directory / "ca.key", key)
+
+
 def _load_ca(directory: Path) -> tuple[x509.Name, ec.EllipticCurvePrivateKey]:
     cert = x509.load_pem_x509_certificate((directory / "ca.crt").read_bytes())
     key = serialization.load_pem_private_key((directory / "ca.key").read_bytes(), password=None)
