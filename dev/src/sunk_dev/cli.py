@@ -7,6 +7,7 @@ the operator never import the dev cluster."""
 from __future__ import annotations
 
 import argparse
+import re
 import signal
 import subprocess
 import sys
@@ -85,6 +86,17 @@ def dev_parser() -> argparse.ArgumentParser:
         metavar="NAMESPACE/CONFIGMAP",
         help="also evaluate the Slurm chart's alert rules from this ConfigMap (a release installed "
         "with metrics.rules.configMap=true has <release>-prometheus-rules); without it, no rules",
+    )
+    pictures = dev_sub.add_parser(
+        "dashboard-pictures",
+        help="a PNG of each of the chart's dashboards for a release, taken in headless Chromium from "
+        "the dev Prometheus's graph page (installs Debian's chromium on first use)",
+    )
+    pictures.add_argument("--namespace", default="slurm", help="the release's namespace (slurm)")
+    pictures.add_argument("--nodeset", default="compute", help="the NodeSet dashboard's NodeSet (compute)")
+    pictures.add_argument("--range", default="30m", help="how far back each graph reaches (30m)")
+    pictures.add_argument(
+        "--out", type=Path, help="where to write them (the checkout's docs/images, else ./dashboard-pictures)"
     )
     dev_sub.add_parser("status", help="show what runs and whether it answers")
     dev_sub.add_parser("env", help="print `export` lines for kubectl, Slurm's CLI and sunk")
@@ -185,6 +197,8 @@ def run_dev(args: argparse.Namespace) -> int:
         print(f"{args.name} {'stopped' if args.action == 'stop' else 'started'}")
     elif args.dev_command == "prometheus":
         run_prometheus(cluster, args.rules)
+    elif args.dev_command == "dashboard-pictures":
+        run_dashboard_pictures(cluster, args.namespace, args.nodeset, args.range, args.out)
     elif args.dev_command == "env":
         cluster.require_running()
         sys.stdout.write(cluster.env_text())
@@ -279,6 +293,47 @@ def run_prometheus(cluster: DevCluster, rules: str | None) -> None:
             f"apt-get install --no-install-recommends {' '.join(prometheus.WEB_PACKAGES)}",
             file=sys.stderr,
         )
+
+
+def run_dashboard_pictures(
+    cluster: DevCluster, namespace: str, nodeset: str, range_: str, out: Path | None
+) -> None:
+    """`sunk dev dashboard-pictures`: the running Prometheus (started without rules if none
+    runs; a running one keeps its rules), Chromium, then one PNG per dashboard."""
+    import datetime
+
+    from sunk_dev import prereqs, procs
+    from sunk_dev.dashboards import chart_dashboards_dir, pictures
+
+    if not re.fullmatch(r"\d+[smhdw]", range_):
+        raise DevClusterError(f"--range takes a Prometheus duration such as 30m or 2h, not {range_!r}")
+    cluster.require_running()
+    layout = cluster.layout
+    running = procs.load(layout.pids, prometheus.PROCESS)
+    base = (
+        prometheus.url(layout)
+        if running is not None and running.alive()
+        else prometheus.ensure_running(layout, None)
+    )
+    also = prometheus.WEB_PACKAGES if prometheus.missing_web_assets(layout) else ()
+    browser = prereqs.ensure_browser(layout.logs / "browser-install.log", also)
+    root = prereqs.repo_root()
+    out = out or (root / "docs" / "images" if root else Path("dashboard-pictures"))
+    when = datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d %H:%M UTC")
+    about = pictures.about(namespace, range_, pictures.prometheus_version(base), when)
+    print(f"taking the pictures from {base} in {browser} (about a minute each)...", file=sys.stderr)
+    written = pictures.take(
+        base,
+        pictures.load(chart_dashboards_dir()),
+        out,
+        browser,
+        namespace=namespace,
+        nodeset=nodeset,
+        range_=range_,
+        about=about,
+    )
+    for path in written:
+        print(path)
 
 
 def _configmap(text: str) -> tuple[str, str]:

@@ -46,6 +46,8 @@ PLATFORM_TOOLS = ("helm",)  # installs the Slurm chart on real Nodes
 # The dev directory: OpenLDAP's server and tools, and ssh-keygen for its people's keys.
 DIRECTORY_PACKAGES = ("slapd", "ldap-utils", "openssh-client")
 DIRECTORY_COMMANDS = ("slapd", "slapadd", "slappasswd", "ssh-keygen")
+# Only `sunk dev dashboard-pictures` needs it (a headless browser), installed when it runs.
+BROWSER_PACKAGES = ("chromium",)
 REAL_NODE_PACKAGES = (
     "containerd",
     "runc",
@@ -125,6 +127,26 @@ def apt_install(packages: tuple[str, ...], log: Path, what: str) -> None:
                     f"`{' '.join(argv[:2])}` failed while installing {what}: see {log} and check "
                     "that the Debian mirror is reachable"
                 )
+
+
+def ensure_browser(log: Path, also: tuple[str, ...] = ()) -> Path:
+    """Debian's Chromium (and the packages `also` names), installed on demand: only the
+    dashboard pictures use a browser, so neither `up` nor the tests install one. Returns
+    chromium's path."""
+    found = shutil.which("chromium")
+    if found and not also:
+        return Path(found)
+    packages = (() if found else BROWSER_PACKAGES) + also
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        raise DevClusterError(
+            f"the dashboard pictures need {', '.join(packages)}: install them (`apt-get install "
+            f"--no-install-recommends {' '.join(packages)}`) as root, or run this command as root on Debian"
+        )
+    apt_install(packages, log, "a headless browser for the dashboard pictures")
+    found = shutil.which("chromium")
+    if not found:
+        raise DevClusterError(f"after installing {' '.join(packages)} there is still no chromium: see {log}")
+    return Path(found)
 
 
 def ensure_directory_packages(log: Path) -> None:
