@@ -97,3 +97,49 @@ def test_issue38_ssh_and_slurmrestd_take_the_administrators_peers(helm: Path, sl
 def test_issue38_policies_can_be_turned_off(helm: Path, slurm_chart: Path) -> None:
     objects = render(slurm_chart, helm, "networkPolicy.enabled=false")
     assert not [o for o in objects if o["kind"] == "NetworkPolicy"]
+
+
+# -- issue #52: the hops that stay in clear (docs/security.md, "Slurm's own connections") -------
+
+
+def test_issue52_the_ports_a_forwarded_token_crosses_admit_only_this_releases_slurm_components(
+    helm: Path, slurm_chart: Path
+) -> None:
+    """slurmrestd hands each caller's JWT (the scheduler's is root's) on to slurmctld (6817)
+    and slurmdbd (6819) in Slurm's own protocol, unencrypted with Debian's Slurm. Catches the
+    peers the values add for SSH or slurmrestd (a namespace, an address block) reaching those
+    ports too, where a token seen on the way could be used directly."""
+    office = {"ipBlock": {"cidr": "192.0.2.0/24"}}
+    portal = {"namespaceSelector": {"matchLabels": {"team": "portal"}}}
+    values = {
+        "networkPolicy": {"sshFrom": [office], "restapiFrom": [portal]},
+        "scheduler": {"enabled": True, "scheduler": {"scope": {"namespaces": "tenants"}}},
+    }
+    objects = render(slurm_chart, helm, values=values)
+    for name, port in (("r1-slurmctld", 6817), ("r1-slurmdbd", 6819)):
+        for rule in _policy(objects, name)["spec"]["ingress"]:
+            if port not in {p["port"] for p in rule.get("ports", [])}:
+                continue
+            assert rule.get("from"), (name, rule)  # never open to all
+            for peer in rule["from"]:
+                assert set(peer) == {"podSelector"}, (name, peer)  # no namespace, no address block
+                assert peer["podSelector"]["matchLabels"]["app.kubernetes.io/instance"] == "r1"
+
+
+def test_issue52_the_database_password_is_mounted_by_mariadb_and_slurmdbd_alone(
+    helm: Path, slurm_chart: Path
+) -> None:
+    """'slurm'@'%' may log in from any address (on a Pod network an address is not an
+    identity): what holds is the policy above and a password only these two Pods read."""
+    objects = render(slurm_chart, helm, *ON)
+    readers: set[str] = set()
+    for workload in objects:
+        spec = (workload.get("spec") or {}).get("template", {}).get("spec") or {}
+        for volume in spec.get("volumes", []):
+            if (volume.get("secret") or {}).get("secretName") == "r1-mariadb":
+                readers.add(workload["metadata"]["name"])
+        for container in spec.get("containers", []) + spec.get("initContainers", []):
+            for env in container.get("env", []):
+                ref = (env.get("valueFrom") or {}).get("secretKeyRef") or {}
+                assert ref.get("name") != "r1-mariadb", (workload["metadata"]["name"], env)
+    assert readers == {"r1-mariadb", "r1-accounting"}  # MariaDB and slurmdbd
