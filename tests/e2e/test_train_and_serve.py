@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 
 from sunk_dev import DevCluster, directory_admin, readmesteps, registry, story
-from sunk_dev.kubeapi import AdminKube
+from sunk_dev.kubeapi import AdminKube, KubeError
 from sunk_dev.platform import Platform
 from tests.e2e.slurm_in_pods import delete_namespace
 
@@ -46,12 +46,14 @@ def readme_steps() -> list[readmesteps.Step]:
 
 def leftovers(cluster: DevCluster, kube: AdminKube) -> None:
     """What a run that failed part way may have left: the README's namespaces, release,
-    serving volume and service user."""
+    serving volume, its read-only policy and the service user."""
     delete_namespace(kube, SERVING, timeout=180)
     Platform(cluster, namespace=NAMESPACE).uninstall()
     for namespace in (NAMESPACE, f"{NAMESPACE}-tenant"):
         delete_namespace(kube, namespace, timeout=180)
     kube.delete(f"/api/v1/persistentvolumes/{SERVING}-checkpoints")
+    for kind in ("validatingadmissionpolicybindings", "validatingadmissionpolicies"):
+        kube.delete(f"{story.ADMISSION}/{kind}/{SERVING}-checkpoints-read-only")
     known = directory_admin.snapshot(cluster.layout)
     if any(u.name == story.SERVICE_USER for u in known.users):
         directory_admin.remove_person(cluster.layout, story.SERVICE_USER)
@@ -161,6 +163,36 @@ def test_issue49_inference_pods_jobs_run_as_the_service_user_in_its_account_and_
     assert answer["checkpoint"].startswith(f"job{variable(shell, 'JOB')}-epoch"), answer
     assert abs(answer["truth"] - 1.0287) < 1e-3, answer  # what the README says it is
     assert abs(answer["prediction"] - answer["truth"]) < 0.1, answer
+
+
+def test_issue52_a_pod_in_the_serving_namespace_cannot_mount_the_checkpoints_writable(
+    shell: readmesteps.Shell, kube: AdminKube
+) -> None:
+    """A tenant Pod picks its own UID (alice's, say): the serving claim holds the checkpoints'
+    directory alone, and storage.yaml's policy refuses a writable mount of it. Catches a
+    policy the API server did not take, or one that lets a Pod leave readOnly out."""
+
+    def pod(read_only: bool | None) -> dict[str, Any]:
+        claim: dict[str, Any] = {"claimName": "checkpoints"}
+        if read_only is not None:
+            claim["readOnly"] = read_only
+        return {
+            "metadata": {"name": "as-alice"},
+            "spec": {
+                "securityContext": {"runAsUser": 20001, "runAsGroup": 30000},
+                "containers": [{"name": "c", "image": variable(shell, "IMAGE"), "command": ["true"]}],
+                "volumes": [{"name": "c", "persistentVolumeClaim": claim}],
+            },
+        }
+
+    path = f"/api/v1/namespaces/{SERVING}/pods"
+    for writable in (None, False):
+        with pytest.raises(KubeError) as refused:
+            kube.request("POST", path, pod(writable), dryRun="All")
+        assert "may be mounted read-only only" in refused.value.body, refused.value.body
+    kube.request("POST", path, pod(True), dryRun="All")  # read-only is admitted
+    source = kube.get(f"/api/v1/persistentvolumes/{SERVING}-checkpoints")["spec"]["hostPath"]["path"]
+    assert source.endswith("/train-and-serve/checkpoints"), source
 
 
 def events(kube: AdminKube, namespace: str, reason: str) -> list[dict[str, Any]]:

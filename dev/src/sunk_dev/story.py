@@ -142,20 +142,45 @@ def wait_completed(plat: Platform, job: str, timeout: float) -> dict[str, str]:
     return record
 
 
+ADMISSION = "/apis/admissionregistration.k8s.io/v1"
+
+
+def read_only_policy(plat: Platform) -> str:
+    """The name of storage.yaml's policy (and its binding) for the release's serving namespace."""
+    return f"{plat.tenants}-checkpoints-read-only"
+
+
 def serving_volume(plat: Platform, kube: AdminKube) -> None:
-    """storage.yaml, filled in as the README fills it in: a second volume on the directory
-    the provisioner made for the chart's claim (on the dev file server's volume, which
-    every Node mounts), for the release's serving namespace."""
+    """storage.yaml, filled in as the README fills it in: a second volume on the checkpoints'
+    directory inside the one the provisioner made for the chart's claim (on the dev file
+    server's volume, which every Node mounts), for the release's serving namespace, and the
+    policy that lets its Pods mount it read-only only."""
     claim = kube.get(f"/api/v1/namespaces/{plat.namespace}/persistentvolumeclaims/slurm-checkpoints")
     source = kube.get(f"/api/v1/persistentvolumes/{claim['spec']['volumeName']}")["spec"]
-    volume, serving_claim = example("storage.yaml")
+    volume, serving_claim, policy, binding = example("storage.yaml")
     volume["metadata"]["name"] = f"{plat.tenants}-checkpoints"
     volume["spec"]["claimRef"]["namespace"] = plat.tenants
-    volume["spec"]["hostPath"]["path"] = source["hostPath"]["path"]
+    published = WORKDIR.removeprefix("/shared/")  # the claim is mounted at /shared
+    volume["spec"]["hostPath"]["path"] = f"{source['hostPath']['path']}/{published}/checkpoints"
     serving_claim["metadata"]["namespace"] = plat.tenants
     serving_claim["spec"]["volumeName"] = volume["metadata"]["name"]
+    policy["metadata"]["name"] = binding["metadata"]["name"] = read_only_policy(plat)
+    binding["spec"]["policyName"] = read_only_policy(plat)
+    selector = policy["spec"]["matchConstraints"]["namespaceSelector"]["matchLabels"]
+    selector["kubernetes.io/metadata.name"] = plat.tenants
+    for path, body in (
+        (f"{ADMISSION}/validatingadmissionpolicies", policy),
+        (f"{ADMISSION}/validatingadmissionpolicybindings", binding),
+    ):
+        if kube.find(f"{path}/{body['metadata']['name']}") is None:
+            kube.create(path, body)
     kube.create("/api/v1/persistentvolumes", volume)
     kube.create(f"/api/v1/namespaces/{plat.tenants}/persistentvolumeclaims", serving_claim)
+
+
+def delete_read_only_policy(plat: Platform, kube: AdminKube) -> None:
+    kube.delete(f"{ADMISSION}/validatingadmissionpolicybindings/{read_only_policy(plat)}")
+    kube.delete(f"{ADMISSION}/validatingadmissionpolicies/{read_only_policy(plat)}")
 
 
 def serve(plat: Platform, kube: AdminKube, image: str) -> None:
@@ -228,7 +253,9 @@ def reset(plat: Platform, kube: AdminKube) -> None:
 
 
 def remove(plat: Platform, kube: AdminKube) -> None:
-    """The Deployment, the release and the serving volume go (the chart keeps its claim)."""
+    """The Deployment, the release, the serving volume and its policy go (the chart keeps
+    its claim)."""
     kube.delete(f"/apis/apps/v1/namespaces/{plat.tenants}/deployments/serve")
     plat.uninstall()
     kube.delete(f"/api/v1/persistentvolumes/{plat.tenants}-checkpoints")
+    delete_read_only_policy(plat, kube)
