@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import re
 import ssl
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -21,11 +22,14 @@ import pytest
 
 from sunk.operator.config_apply import APPLIED_AT, APPLIED_HASH, config_hash
 from sunk.slurm.hostlist import expand
-from sunk_dev import DevCluster
+from sunk.slurm.jwt import expires_at, mint
+from sunk_dev import DevCluster, netpol
 from sunk_dev.kubeapi import AdminKube, KubeError
-from sunk_dev.platform import Platform, nodeset
+from sunk_dev.kubecluster import create_once
+from sunk_dev.people import directory_values, prepare_namespace
+from sunk_dev.platform import Platform, merge_values, nodeset
 from tests.e2e.slurm_in_pods import containers_running, delete_namespace
-from tests.security.attack import OPEN, UNPROVEN, Attacker, Target, report
+from tests.security.attack import POSITIONS, REFUSED, REST_VERSIONS, Attacker, Target, report
 from tests.support import make_pod, wait_for
 
 pytestmark = pytest.mark.real_nodes
@@ -33,6 +37,11 @@ NAMESPACE = "plat"
 # The NodeSet joins both; a later upgrade adds a third, with no nodes yet.
 PARTITIONS = [{"name": "main", "default": True}, {"name": "extra"}]
 FIGURES: dict[str, float] = {}
+# The directory's people log in with their keys or passwords, and their homes are on the
+# shared /home (the dev values' default); a key is authorized for root, whose SSH login
+# stays off (the attack script tries it: only sshd's PermitRootLogin may stop it).
+ROOT_KEYS = "root-keys"
+PEOPLE_VALUES = {"login": {"passwordLogin": True, "authorizedKeysSecret": ROOT_KEYS}}
 
 
 def members(kube: AdminKube) -> dict[str, dict[str, Any]]:
@@ -78,8 +87,21 @@ def logged_in(platform: Platform, command: str) -> str:
 
 @pytest.fixture(scope="module")
 def platform(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[Platform]:
+    prepare_namespace(dev_cluster, kube, NAMESPACE)
+    root_key = dev_cluster.layout.root / f"{NAMESPACE}-root-key"
+    if not root_key.exists():
+        subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(root_key)], check=True)
+    public = root_key.with_suffix(".pub").read_text()
+    create_once(
+        kube,
+        f"/api/v1/namespaces/{NAMESPACE}/secrets",
+        {"metadata": {"name": ROOT_KEYS}, "stringData": {"root": public}},
+    )
     plat = Platform(dev_cluster, namespace=NAMESPACE, release="slurm")
-    FIGURES["helm install (s)"] = plat.install({"slurm": {"partitions": PARTITIONS}})
+    values = merge_values(
+        merge_values(directory_values(dev_cluster), PEOPLE_VALUES), {"slurm": {"partitions": PARTITIONS}}
+    )
+    FIGURES["helm install (s)"] = plat.install(values)
     started = time.monotonic()
     plat.apply_nodeset(kube, nodeset("compute", ["main", "extra"]))
     wait_for(
@@ -214,31 +236,85 @@ def test_issue38_slurmrestd_answers_over_tls_that_the_releases_ca_verifies_and_n
 def test_issue38_the_attack_script_finds_no_way_in(
     platform: Platform, kube: AdminKube, dev_cluster: DevCluster
 ) -> None:
-    """An ordinary tenant (all rights in its own namespace, which the scheduler watches and
-    the policy grants nothing) tries every path issue #38 closed; none may get through. Network paths
-    that connect although a NetworkPolicy selects their target are `unproven`: the dev
-    cluster's network plugin does not enforce NetworkPolicy (docs/security.md)."""
-    attacker = Attacker(dev_cluster, kube, Target(NAMESPACE, "slurm", platform.strangers))
+    """Issues #38 and #52: an attacker in every position (a Kubernetes tenant, the host's
+    network, a tenant's Pod, an unlabelled Pod in the release's namespace, bob on the login
+    Pod, a job of bob's on a slurmd Pod) tries every path the chart closes; each must be
+    refused. NetworkPolicies are enforced on the dev cluster's real Nodes, so a network path
+    that opens fails this, as does one no control proves (`unproven`)."""
+    assert netpol.state(dev_cluster.layout).startswith("enforced")
+    root_key = dev_cluster.layout.root / f"{NAMESPACE}-root-key"
+    # The key is one sshd would take for root, were root's login allowed.
+    public = root_key.with_suffix(".pub").read_text().split()[1]
+    assert public in logged_in(platform, "/usr/local/sbin/sunk-authorized-keys root")
+    target = Target(NAMESPACE, platform.release, platform.strangers, "bob", "alice", root_key)
+    attacker = Attacker(dev_cluster, kube, target)
+    started = time.monotonic()
     try:
         attempts = attacker.run()
     finally:
         attacker.close()
+    FIGURES["attack script (s)"] = time.monotonic() - started
     print("\n" + report(attempts))
-    assert [a for a in attempts if a.outcome == OPEN] == []
-    tried = {a.path for a in attempts}
+    assert [a for a in attempts if a.outcome != REFUSED] == []
+    assert {a.position for a in attempts} == set(POSITIONS)
+    tried = {(a.position, a.path) for a in attempts}
+    for position in POSITIONS[2:4]:
+        for daemon in ("MariaDB", "slurmdbd", "slurmctld", "slurmd", "slurmrestd", "the hooks API"):
+            assert any(p == position and path.startswith(f"connect to {daemon} (") for p, path in tried)
+    paths = {path for _, path in tried}
     assert {
         "read the release's Slurm keys",
-        "create a Pod beside the keys",
         "exec into a slurmd Pod",
         "a Slurm job as root",
-        "whole nodes held for ten weeks",
-        "log in as root over SSH",
-        "call the hooks API with a forged token",
-        "talk to slurmrestd in clear",
-        "connect to MariaDB from a tenant Pod",
-        "connect to slurmd from a tenant Pod",
-    } <= tried
-    assert all(a.path.endswith("from a tenant Pod") for a in attempts if a.outcome == UNPROVEN)
+        "log in as root over SSH",  # with the key authorized for root
+        "slurmrestd over TLS with a forged token",
+        "bob: rename /run/slurm/conf (to plant a slurm.conf)",
+        "bob: read alice's files",
+        "bob's job: connect to MariaDB (port 3306)",
+        "bob's job: read slurmd's slurm.key",
+    } <= paths
+
+
+def test_issue52_the_operator_renews_the_schedulers_token_and_slurmrestd_takes_it(
+    platform: Platform, kube: AdminKube, dev_cluster: DevCluster
+) -> None:
+    """Catches: a renewal that stops under enforced NetworkPolicies, or a renewed token
+    slurmrestd refuses. A token due for renewal (valid, less than 3 hours left) is put in
+    the Secret; the operator, restarted, replaces it at once with a 6-hour one, which
+    slurmrestd accepts over TLS. (The scheduler reaching slurmrestd through the policies
+    with its token: the next test's Pod.)"""
+    assert netpol.state(dev_cluster.layout).startswith("enforced")
+    secrets = f"/api/v1/namespaces/{NAMESPACE}/secrets"
+    secret = f"{secrets}/{platform.release}-scheduler-token"
+    key = base64.b64decode(kube.get(f"{secrets}/{platform.release}-auth")["data"]["jwt_hs256.key"])
+    due = mint(key, "root", 3600)
+    kube.patch(secret, {"data": {"token": base64.b64encode(due.encode()).decode()}})
+
+    def token() -> str:
+        return base64.b64decode(kube.get(secret)["data"]["token"]).decode()
+
+    selector = f"app.kubernetes.io/name=sunk-operator,app.kubernetes.io/instance={platform.release}"
+    for pod in kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector=selector)["items"]:
+        kube.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{pod['metadata']['name']}")
+    started = time.monotonic()
+    renewed = wait_for(
+        lambda: ((t := token()) != due and (expires_at(t) or 0) > time.time() + 5 * 3600 and t) or None,
+        timeout=240,  # a new operator starts in 10-20 s; on a loaded 2-core machine, 80 s
+        what="the restarted operator to renew the token",
+    )
+    FIGURES["operator restarted -> token renewed (s)"] = time.monotonic() - started
+    [pod] = kube.get(
+        f"/api/v1/namespaces/{NAMESPACE}/pods",
+        labelSelector=f"app.kubernetes.io/name=slurmrestd,app.kubernetes.io/instance={platform.release}",
+    )["items"]
+    headers = {"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": renewed}
+    with httpx.Client(verify=False, timeout=10, headers=headers) as client:
+        answers = (
+            client.get(f"https://{pod['status']['podIP']}:6820/slurm/{version}/diag")
+            for version in REST_VERSIONS
+        )
+        answer = next(a for a in answers if a.status_code != 404)
+    assert answer.status_code == 200, answer.text[:300]
 
 
 def test_r10_7_a_pod_placed_by_sunk_runs_on_a_real_node_beside_a_slurm_job(
@@ -249,7 +325,7 @@ def test_r10_7_a_pod_placed_by_sunk_runs_on_a_real_node_beside_a_slurm_job(
     try:
         pod = make_pod(
             "beside",
-            f"{NAMESPACE}-slurm",
+            f"{NAMESPACE}-{platform.release}",
             cpu="100m",
             memory="32Mi",
             nodeSelector={"kubernetes.io/hostname": "real-1"},
