@@ -11,17 +11,27 @@ from sunk.kube.client import KubeError
 from sunk.scheduler import readopting
 from sunk.scheduler.jobs import MIN_JOB_AGE_S
 from sunk.scheduler.translate import PodRef, gang
+from sunk.slurm.dataparser import DataParser
 from sunk.slurm.dialect import Submission
-from sunk.slurm.models import ACTIVE_STATES
-from sunk.testing.fakes import FakeSubmitResult
+from sunk.slurm.errors import SlurmRejected
+from sunk.slurm.models import ACTIVE_STATES, SlurmJob
+from sunk.testing.fakes import FakeSlurm, FakeSubmitResult
 from sunk.testing.scheduler import Clock, World, pod
 
 KEY = "ns/web"
 WEB = PodRef("ns", "web", "uid-web")
 
 
-def two_nodes() -> World:
-    world = World()
+class CannotChoose(DataParser):
+    """A REST API whose job description cannot name a job ID (Slurm 22.05's v0.0.38)."""
+
+    chooses_job_ids = False
+
+
+def two_nodes(*, ids_chosen: bool = True) -> World:
+    """Two Nodes, each hosting one Slurm node; `ids_chosen`: the scheduler can ask Slurm for
+    a job's ID."""
+    world = World() if ids_chosen else World(slurm=FakeSlurm(dialect=CannotChoose("v0.0.42")))
     world.add_node("n1", slurm_node="sn-1")
     world.add_node("n2", slurm_node="sn-2")
     return world
@@ -51,18 +61,18 @@ async def test_r8_2_a_job_slurmctld_lost_in_a_restart_is_readopted_on_the_pods_n
     """Catches: a running Pod deleted because slurmctld came back without its job."""
     world = two_nodes()
     await bound(world)
-    world.slurm.restart_without(100, next_id=200)
+    world.slurm.restart_without(100)  # and its counter hands 100 out again
     await world.reconcile(KEY)
     assert not deleted(world)
-    assert world.job_id(KEY) == 200
+    assert world.job_id(KEY) == 101
     new = submissions(world)[-1]
-    assert (new["required_nodes"], new["hold"]) == (["sn-1"], True)
-    assert ("release_job", 200) in world.slurm.calls
-    assert world.slurm.raw_jobs[200]["job_state"] == ["RUNNING"]
+    assert (new["required_nodes"], new["hold"], new["job_id"]) == (["sn-1"], True, 101)
+    assert ("release_job", 101) in world.slurm.calls
+    assert world.slurm.raw_jobs[101]["job_state"] == ["RUNNING"]
     note = world.kube.notes("PlaceholderReadopted")[0]
-    assert "job 100" in note and "job 200" in note and "sn-1" in note
+    assert "job 100" in note and "job 101" in note and "sn-1" in note
     await world.reconcile(KEY)  # the next pass keeps the Pod and its new job
-    assert (deleted(world), active_jobs(world), world.slurm.drains()) == (False, [200], [])
+    assert (deleted(world), active_jobs(world), world.slurm.drains()) == (False, [101], [])
 
 
 async def test_r8_2_a_job_bound_on_its_started_read_and_lost_before_any_listing_is_readopted() -> None:
@@ -77,15 +87,34 @@ async def test_r8_2_a_job_bound_on_its_started_read_and_lost_before_any_listing_
     world.index.observe(WEB, found)  # the hook call's read
     await world.reconcile(KEY, listing=False)
     assert world.pod(KEY)["spec"]["nodeName"] == "n1"
-    world.slurm.restart_without(100, next_id=200)
+    world.slurm.restart_without(100)
     await world.reconcile(KEY)
-    assert world.job_id(KEY) == 200 and not deleted(world)
+    assert world.job_id(KEY) == 101 and not deleted(world)
 
 
-async def test_r8_2_a_new_job_given_the_lost_jobs_id_is_cancelled_held_and_submitted_again() -> None:
-    """Catches: the new job launched under the ID of the lost job whose processes still run
-    on the node (slurmd refuses it, "Duplicate jobid", and Slurm drains the node)."""
+async def test_issue53_a_counter_rolled_back_by_several_jobs_costs_one_submission_and_no_cancel() -> None:
+    """Catches: cancel-and-resubmit until the ID is new, which never outruns a counter
+    slurmctld rolled back by more jobs than it tries (a fault run: 41 tries, every one "has
+    an ID handed out before", no Pod re-adopted). The new job asks for an ID above every one
+    seen, and gets it at once."""
     world = two_nodes()
+    await bound(world)
+    world.slurm.next_id = 115  # users' jobs 101-115, the last one listed: the highest ID seen
+    await world.slurm.submit(Submission({"job": {"name": "a user's job"}}))
+    await world.list_jobs()
+    world.slurm.restart_without(100, 115, next_id=100)  # the counter is back at 100
+    await world.reconcile(KEY)
+    assert not deleted(world) and world.job_id(KEY) == 116
+    assert world.slurm.submitted() == [100, 115, 116] and world.slurm.cancelled() == []
+    assert submissions(world)[-1]["job_id"] == 116
+
+
+async def test_issue53_where_slurm_does_not_let_the_scheduler_choose_a_reused_id_is_cancelled_held() -> None:
+    """Catches: the new job launched under the ID of the lost job whose processes still run
+    on the node (slurmd refuses it, "Duplicate jobid", and Slurm drains the node), where the
+    scheduler cannot ask for an ID (Slurm 22.05's REST API, a token slurmctld does not let
+    choose): there it is cancelled, held, and another submitted."""
+    world = two_nodes(ids_chosen=False)
     await bound(world)
     world.slurm.restart_without(100)  # IDs are handed out again from 100
     await world.reconcile(KEY)
@@ -99,8 +128,9 @@ async def test_r8_2_a_new_job_given_the_lost_jobs_id_is_cancelled_held_and_submi
 async def test_r8_2_a_new_job_given_an_id_no_listing_saw_run_is_not_let_run_either() -> None:
     """Catches: a check of the new ID against the jobs seen vanishing only. A fault run
     found a job lost before any listing saw it run; the re-adopted job got its ID and Slurm
-    drained the node ("Duplicate jobid"). Any ID handed out before is one handed out again."""
-    world = two_nodes()
+    drained the node ("Duplicate jobid"). Any ID handed out before is one handed out again
+    (where the scheduler cannot ask for one)."""
+    world = two_nodes(ids_chosen=False)
     await bound(world)
     world.slurm.next_id = 105  # jobs 101-104 were submitted, started and lost unseen
     await world.reconcile(world.create(pod("other")))  # job 105: the highest ID seen
@@ -117,7 +147,7 @@ async def test_r8_2_jobs_other_workers_submit_meanwhile_do_not_make_the_new_id_l
     """Catches: the new ID compared with the highest seen after its own submission. Right
     after a slurmctld restart other Pods are submitted at the same time and get higher IDs;
     each try then looked reused and the Pod was deleted after ten."""
-    world = two_nodes()
+    world = two_nodes(ids_chosen=False)
     await bound(world)
     world.slurm.restart_without(100, next_id=200)
     submit = world.slurm.submit
@@ -133,8 +163,9 @@ async def test_r8_2_jobs_other_workers_submit_meanwhile_do_not_make_the_new_id_l
 
 
 async def test_r8_2_when_every_new_job_gets_an_id_handed_out_before_the_pod_goes_saying_why() -> None:
-    """Catches: a loop of submissions, or a job left behind, when the IDs keep colliding."""
-    world = two_nodes()
+    """Catches: a loop of submissions, or a job left behind, when the IDs keep colliding
+    (where the scheduler cannot ask for one)."""
+    world = two_nodes(ids_chosen=False)
     await bound(world)
     world.slurm.restart_without(100, next_id=100 - readopting.TRIES)  # far older state
     await world.reconcile(KEY)
@@ -153,13 +184,13 @@ async def test_r8_2_a_lost_job_whose_node_another_job_took_ends_the_pod_naming_w
     monkeypatch.setattr(readopting, "START_WITHIN_S", 0.3)
     world = two_nodes()
     await bound(world)
-    world.slurm.restart_without(100, next_id=200)
+    world.slurm.restart_without(100)
     world.slurm.taken.add("sn-1")
     await world.reconcile(KEY)
     assert deleted(world)
     note = world.kube.notes("PlaceholderJobEnded")[0]
     assert "cannot be re-adopted on sn-1" in note and "at once (Resources)" in note
-    assert (200, None) in world.slurm.cancelled()
+    assert (101, None) in world.slurm.cancelled()
     assert world.kube.notes("PlaceholderReadopted") == []
 
 
@@ -168,20 +199,20 @@ async def test_r8_2_a_lost_job_waits_until_its_node_has_registered_again_after_t
     just restarted, still lists UNKNOWN (its slurmd registers a few seconds later)."""
     world = two_nodes()
     await bound(world)
-    world.slurm.restart_without(100, next_id=200)
+    world.slurm.restart_without(100)
     world.slurm.raw_nodes["sn-1"]["state"] = ["UNKNOWN"]
     outcome = await world.reconcile(KEY)
     assert (deleted(world), world.slurm.submitted(), outcome.requeue_after) == (False, [100], 1.0)
     world.slurm.raw_nodes["sn-1"]["state"] = ["IDLE"]
     await world.reconcile(KEY)
-    assert world.job_id(KEY) == 200 and not deleted(world)
+    assert world.job_id(KEY) == 101 and not deleted(world)
 
 
 async def test_r8_2_a_lost_job_whose_node_is_drained_ends_the_pod_without_a_new_job() -> None:
     """Catches: a new job queued on a drained node for a Pod that then waits there."""
     world = two_nodes()
     await bound(world)
-    world.slurm.restart_without(100, next_id=200)
+    world.slurm.restart_without(100)
     world.slurm.set_drained("sn-1", "Duplicate jobid")
     await world.reconcile(KEY)
     assert deleted(world)
@@ -208,7 +239,7 @@ async def test_r8_2_a_job_last_seen_running_longer_ago_than_min_job_age_is_not_r
     world = two_nodes()
     await bound(world)
     clock.advance(MIN_JOB_AGE_S + 1)  # no listing for that long (slurmrestd away)
-    world.slurm.restart_without(100, next_id=200)
+    world.slurm.restart_without(100)
     await world.reconcile(KEY)
     assert deleted(world) and world.slurm.submitted() == [100]
 
@@ -222,10 +253,10 @@ async def test_r8_2_a_readopted_job_gets_only_what_was_left_of_its_time_limit(cl
     await world.reconcile(KEY)
     clock.advance(4 * 60 + 30)
     await world.list_jobs()
-    world.slurm.restart_without(100, next_id=200)
+    world.slurm.restart_without(100)
     await world.reconcile(KEY)
     assert submissions(world)[-1]["time_limit"] == {"set": True, "number": 6}
-    assert world.job_id(KEY) == 200
+    assert world.job_id(KEY) == 101
 
 
 async def test_r8_2_a_readopted_pod_whose_job_slurm_loses_again_is_readopted_again() -> None:
@@ -233,12 +264,12 @@ async def test_r8_2_a_readopted_pod_whose_job_slurm_loses_again_is_readopted_aga
     as seen running once a listing shows it)."""
     world = two_nodes()
     await bound(world)
-    world.slurm.restart_without(100, next_id=200)
+    world.slurm.restart_without(100)
     await world.reconcile(KEY)
     await world.reconcile(KEY)  # a listing shows job 200 running
-    world.slurm.restart_without(200, next_id=300)
+    world.slurm.restart_without(101)
     await world.reconcile(KEY)
-    assert world.job_id(KEY) == 300 and not deleted(world)
+    assert world.job_id(KEY) == 102 and not deleted(world)
     assert len(world.kube.notes("PlaceholderReadopted")) == 2
 
 
@@ -246,10 +277,10 @@ async def test_r8_2_a_pod_gone_while_its_job_is_readopted_leaves_no_job_behind()
     """Catches: a re-adoption racing the Pod's deletion leaving its new job running."""
     world = two_nodes()
     await bound(world)
-    world.slurm.restart_without(100, next_id=200)
+    world.slurm.restart_without(100)
     world.kube.fail("patch_pod", KubeError(404, 'pods "web" not found'))
     await world.reconcile(KEY)
-    assert (200, None) in world.slurm.cancelled() and active_jobs(world) == []
+    assert (101, None) in world.slurm.cancelled() and active_jobs(world) == []
     assert world.kube.notes("PlaceholderReadopted") == []
 
 
@@ -264,9 +295,77 @@ async def test_r9_1_a_gangs_members_are_never_readopted_one_by_one() -> None:
     world.slurm.start(100, "sn-1")
     world.slurm.start(101, "sn-2", started=False)
     await world.reconcile("ns/a")
-    world.slurm.restart_without(100, 101, next_id=200)
+    world.slurm.restart_without(100, 101)
     for key in ("ns/a", "ns/b"):
         await world.reconcile(key)
     assert ("delete_pod", "ns/a") in world.kube.calls and ("delete_pod", "ns/b") in world.kube.calls
     assert world.slurm.submitted() == [100]
     assert "only as a whole group" in world.kube.notes("PlaceholderJobEnded")[0]
+
+
+async def test_issue53_a_users_scancel_of_the_new_job_before_its_release_ends_the_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Catches: a user's cancel taken for the scheduler's own. The user scancels the job
+    squeue shows for the Pod (the new one, still held); the scheduler must not submit yet
+    another: the Pod ends, saying Slurm cancelled its job."""
+    world = two_nodes()
+    await bound(world)
+    world.slurm.restart_without(100)
+    release = world.slurm.release_job
+
+    async def scancelled_first(job_id: int) -> None:
+        world.slurm.end(job_id, "CANCELLED")  # the user's scancel
+        if world.slurm.raw_jobs[job_id]["job_state"] == ["CANCELLED"]:
+            raise SlurmRejected("Slurm refused to release job: Job has already finished", 2020)
+        await release(job_id)
+
+    monkeypatch.setattr(world.slurm, "release_job", scancelled_first)
+    await world.reconcile(KEY)
+    assert deleted(world) and world.kube.reasons()[-1] == "CancelledInSlurm"
+    assert world.slurm.submitted() == [100, 101] and world.slurm.cancelled() == []
+
+
+async def test_issue53_a_users_scancel_of_the_new_job_before_it_starts_ends_the_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Catches: the new job's end, before it started for the Pod, taken for a failure to
+    re-adopt (PlaceholderJobEnded) or for the scheduler's own cancel: a user ended it."""
+    world = two_nodes()
+    await bound(world)
+    world.slurm.restart_without(100)
+    world.slurm.taken.add("sn-1")  # released, it waits a moment for Resources
+    read = world.slurm.job
+
+    async def scancelled_while_pending(job_id: int) -> SlurmJob | None:
+        if job_id == 101:
+            world.slurm.end(101, "CANCELLED")
+        return await read(job_id)
+
+    monkeypatch.setattr(world.slurm, "job", scancelled_while_pending)
+    await world.reconcile(KEY)
+    assert deleted(world) and world.kube.reasons()[-1] == "CancelledInSlurm"
+    assert "new job 101 on sn-1 was cancelled in Slurm" in world.kube.notes("CancelledInSlurm")[0]
+    await world.reconcile(KEY)
+    assert world.slurm.submitted() == [100, 101]
+
+
+async def test_issue53_a_users_scancel_of_a_held_job_with_a_reused_id_ends_the_pod() -> None:
+    """Catches the fault run's case (where the scheduler cannot ask for an ID): a user
+    cancelled the Pod's new job at the moment the scheduler judged its ID handed out before;
+    the scheduler took the cancel for its own, gave the Pod yet another job, and the Pod
+    outlived its scancel."""
+    world = two_nodes(ids_chosen=False)
+    await bound(world)
+    world.slurm.restart_without(100)
+    submit = world.slurm.submit
+
+    async def scancelled_at_once(held: Submission) -> FakeSubmitResult:
+        answer = await submit(held)
+        world.slurm.end(answer.job_id, "CANCELLED")  # the user's scancel of job 100, again
+        return answer
+
+    world.slurm.submit = scancelled_at_once  # type: ignore[method-assign]
+    await world.reconcile(KEY)
+    assert deleted(world) and world.kube.reasons()[-1] == "CancelledInSlurm"
+    assert world.slurm.submitted() == [100, 100] and world.slurm.cancelled() == []

@@ -226,7 +226,7 @@ class Gangs:
             for i, job in enumerate(jobs)
         ]
         try:
-            submitted = await self.slurm.submit(group_submission(parts))
+            submitted = await self.submitter.ids.submit(group_submission(parts), len(parts))
         except SlurmError as err:
             if isinstance(err, SlurmNoAnswer):
                 for job in jobs:

@@ -156,6 +156,23 @@ class JobIndex:
         self._recorded_at[job.job_id] = time.monotonic()
         self.highest_id = max(self.highest_id, job.job_id)
 
+    def note_id(self, job_id: int | None) -> None:
+        """A job ID handed out before, seen elsewhere than in Slurm (a Pod names it): a
+        slurmctld that lost that job may hand the ID out again."""
+        if job_id:
+            self.highest_id = max(self.highest_id, job_id)
+
+    def claim_ids(self, count: int = 1) -> int | None:
+        """The first of `count` job IDs above every one seen or claimed so far, for a
+        submission to ask Slurm for; each is claimed once, so workers submitting at the
+        same time never ask for the same one. None while nothing was seen yet (a fresh
+        cluster): Slurm's own counter then knows best."""
+        if not self.highest_id:
+            return None
+        first = self.highest_id + 1
+        self.highest_id += count
+        return first
+
     def lost_job(self, job_id: int, uid: str) -> SlurmJob | None:
         """Job `job_id` of Pod `uid` as last seen, when a listing showed it running less
         than MIN_JOB_AGE_S ago and a later one not at all: Slurm lost it, it did not end it."""

@@ -10,12 +10,15 @@ limit.
 
 The trap: a slurmctld restarted from older state hands out job IDs again, and the lost
 job's processes may still run on that node under the very ID the new job gets. slurmd then
-refuses to launch it ("Duplicate jobid") and Slurm drains the node. So the new job is
-submitted held and released only if its ID is higher than any this process has seen (IDs
-are handed out in order, so a lower one is handed out again); one that is not is
-cancelled (it never ran) and another submitted. Checking only the IDs of jobs seen
-vanishing while they ran is not enough: a fault run found a job lost before any listing
-saw it run, whose ID the re-adopted job got, and Slurm drained the node.
+refuses to launch it ("Duplicate jobid") and Slurm drains the node. So the new job asks for
+an ID above every one this scheduler has seen (`job_ids.FreshIds`, as every submission
+does), and is submitted held and released only once its ID is known to be new. Where Slurm
+does not let the scheduler choose (22.05's REST API), a job whose ID is not higher than any
+seen is cancelled (it never ran) and another submitted, up to TRIES times.
+
+Whoever ends the new job before it runs for the Pod (a user's `scancel` of the job squeue
+shows for the Pod, Slurm failing it) ends the Pod with it, as for any job of a Pod: the
+scheduler never takes that end for its own cancel and submits again.
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ import asyncio
 import dataclasses
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from sunk.kube import events as ev
@@ -36,11 +40,21 @@ from sunk.scheduler.policy import PolicyFile
 from sunk.scheduler.ports import SlurmPort
 from sunk.scheduler.submitting import Submitter
 from sunk.scheduler.translate import PodRef, Settings, translate
-from sunk.slurm.errors import SlurmError
+from sunk.slurm.errors import SlurmError, SlurmRejected
 from sunk.slurm.models import SlurmJob
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Ended:
+    """Slurm ended the Pod's new job before it ran for the Pod, and not on this scheduler's
+    word (a user's scancel, a launch failure): the Pod ends with it, saying why."""
+
+    job: SlurmJob
+
+
 # Slurm starts a released job pinned to a node with room within a second or two (a few
 # more just after slurmctld restarted, while its nodes register again); one not running by
 # then cannot have the node's resources "at once", and the Pod goes.
@@ -69,12 +83,12 @@ class Readopter:
         self.submitter = submitter
         self.policy = policy
 
-    async def readopt(self, pod: Json, action: actions.Readopt, said: actions.Said) -> str | None:
+    async def readopt(self, pod: Json, action: actions.Readopt, said: actions.Said) -> str | Ended | None:
         """None once the Pod names a new running job on `action.node` (told in `said`), or
-        is gone (its job cancelled), else why Slurm could not give the node's resources
-        back, in words that follow "cannot be re-adopted: ". A Slurm error that may pass is
-        raised (the pass is tried again); every job submitted here and not handed to the Pod
-        is cancelled."""
+        is gone (its job cancelled); `Ended` when Slurm ended the new job first (not this
+        scheduler); else why Slurm could not give the node's resources back, in words that
+        follow "cannot be re-adopted: ". A Slurm error that may pass is raised (the pass is
+        tried again); every job submitted here and not handed to the Pod is cancelled."""
         ref = PodRef.of(pod)
         vetting = submission.vet(
             pod,
@@ -96,6 +110,7 @@ class Readopter:
             hold=True,
         )
         held = self.slurm.submission(request, self.submitter.script, self.submitter.environment(placeholder))
+        self.index.note_id(action.old_job)  # the lost job's ID is handed out before, whoever saw it
         job_id = 0
         try:
             for _ in range(TRIES):
@@ -103,7 +118,7 @@ class Readopter:
                 # get higher IDs than this one and say nothing of it.
                 highest = self.index.highest_id
                 try:
-                    job_id = (await self.slurm.submit(held)).job_id
+                    job_id = (await self.submitter.ids.submit(held)).job_id
                 except SlurmError as err:
                     if err.retryable:
                         raise
@@ -113,12 +128,26 @@ class Readopter:
                 if fresh:
                     break
                 log.info("job %s for %s has an ID handed out before; cancelling it, held", job_id, ref)
+                ended = await self._ended(ref, job_id)
+                if ended is not None:
+                    job_id = 0
+                    return ended
                 await self._cancel(ref, job_id)
                 job_id = 0
             else:
                 return f"Slurm gave {TRIES} new jobs in a row an ID it had handed out before (of a lost job)"
-            await self.slurm.release_job(job_id)
+            try:
+                await self.slurm.release_job(job_id)
+            except SlurmRejected:
+                ended = await self._ended(ref, job_id)
+                if ended is None:
+                    raise
+                job_id = 0
+                return ended
             job, why = await self._started(job_id, action.node)
+            if isinstance(why, Ended):
+                job_id = 0
+                return why
             if job is None:
                 return why
             if not await self._record(pod, job):
@@ -136,8 +165,19 @@ class Readopter:
         said.append(actions.Event(ev.PLACEHOLDER_READOPTED, note, pod=pod))
         return None
 
-    async def _started(self, job_id: int, node: str) -> tuple[SlurmJob | None, str]:
-        """The released job once it runs on `node`, or (None, why not)."""
+    async def _ended(self, ref: PodRef, job_id: int) -> Ended | None:
+        """The new job, when Slurm has ended it (or is ending it) though this scheduler never
+        cancelled it: a user's scancel of the job squeue shows for the Pod."""
+        job = await self.slurm.job(job_id)
+        if job is None or not job.ending or self.submitter.pod_of(job) != ref:
+            return None
+        log.info("new job %s of %s ended in Slurm (%s) before it ran", job_id, ref, job.state)
+        self.index.observe(ref, job)
+        return Ended(job)
+
+    async def _started(self, job_id: int, node: str) -> tuple[SlurmJob | None, str | Ended]:
+        """The released job once it runs on `node`, or (None, why not), or (None, `Ended`)
+        when Slurm ended it first."""
         deadline = time.monotonic() + START_WITHIN_S
         job: SlurmJob | None = None
         while True:
@@ -149,6 +189,8 @@ class Readopter:
             await asyncio.sleep(POLL_S)
         if job is None:
             return None, f"Slurm lost the new job {job_id} too"
+        if job.ending:
+            return None, Ended(job)  # never cancelled here: someone else, or Slurm itself
         if job.pending:
             return None, f"Slurm did not start a new job on {node} at once ({job.reason})"
         return None, f"Slurm's new job {job_id} is {job.state} on {','.join(job.nodes) or '?'}"

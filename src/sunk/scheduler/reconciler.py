@@ -33,7 +33,7 @@ from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import KubePort, SlurmPort
-from sunk.scheduler.readopting import Readopter
+from sunk.scheduler.readopting import Ended, Readopter
 from sunk.scheduler.submitting import Submitter
 from sunk.scheduler.translate import PodRef, Settings, gang, translate
 from sunk.slurm.errors import SlurmError
@@ -95,6 +95,13 @@ class Reconciler:
         self.binder.places.prune()
         self.gangs.prune()
 
+    def note_job_ids_of_pods(self) -> None:
+        """Every job ID a Pod names was handed out before, though Slurm may have lost it
+        and this process never saw it (it restarted since): no submission asks for one of
+        them. Done once a term's first job listing is in, before any Pod is looked at."""
+        for _, pod in self.pods.items():
+            self.index.note_id(self._recorded_job_id(pod))
+
     # -- small readers --------------------------------------------------------------------
     def _recorded_job_id(self, pod: Json) -> int | None:
         return decide.recorded_job_id(pod, self.prefix)
@@ -146,6 +153,7 @@ class Reconciler:
         """What the caches and this process's memory say about a live Pod."""
         uid = pod["metadata"]["uid"]
         job_id = self._recorded_job_id(pod)
+        self.index.note_id(job_id)
         job = self._current_job(pod)
         leader = self.index.get(job.group_leader) if job is not None and job.group_leader else None
         hosts: set[str] = set()
@@ -302,6 +310,9 @@ class Reconciler:
             why = await self.readopter.readopt(pod, action, said)
             if why is None:
                 return Outcome()
+            if isinstance(why, Ended):  # never this scheduler's cancel: the Pod ends with it
+                plan = pod_actions.readopted_job_ended(action, why.job, time.time())
+                return await self._carry_out(ref, pod, why.job, plan, said)
             return await self._carry_out(ref, pod, job, pod_actions.readoption_failed(action, why), said)
         if isinstance(action, actions.FindOrSubmit):
             return await self._find_or_submit(pod, said)

@@ -24,6 +24,7 @@ from sunk.scheduler.decide import submission
 from sunk.scheduler.decide.actions import Event, Said, SetCondition
 from sunk.scheduler.decide.pod_plan import size
 from sunk.scheduler.hooks.auth import HookCredentials
+from sunk.scheduler.job_ids import FreshIds
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
 from sunk.scheduler.placement import Placement
@@ -58,6 +59,9 @@ class Submitter:
         self.slurm = slurm
         self.cluster = cluster
         self.index = index
+        # Every job this scheduler submits (a Pod's, a group's, a re-adopted one) asks for
+        # an ID never handed out before, where Slurm lets it.
+        self.ids = FreshIds(slurm, index)
         self.places = places
         self.memory = memory
         self.settings = settings
@@ -198,7 +202,7 @@ class Submitter:
             job = dataclasses.replace(job, packed_away=packing.left_out)
         submission = self.slurm.submission(job.request, self.script, self.environment(job))
         try:
-            submitted = await self.slurm.submit(submission)
+            submitted = await self.ids.submit(submission)
         except SlurmError as err:
             if isinstance(err, SlurmNoAnswer):
                 self.memory.note_unanswered(job.pod.uid)

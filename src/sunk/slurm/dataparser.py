@@ -84,6 +84,7 @@ def summarize_state(states: list[str] | str | None) -> tuple[str, tuple[str, ...
 class DataParser:
     mark_field = "extra"
     drains_over_rest = True
+    chooses_job_ids = True  # the job description's `job_id`
     # Every partition's jobs (as by default) without the per-node allocation detail: a
     # third less to render and parse per job. A slurmrestd that ignores it only sends more.
     job_read_params: tuple[tuple[str, str], ...] = (("flags", "ALL"),)

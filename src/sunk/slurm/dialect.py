@@ -37,6 +37,9 @@ class Dialect(Protocol):
     mark_field: str
     # True when nodes can be drained over REST; otherwise the client uses scontrol.
     drains_over_rest: bool
+    # True when a submission may ask for its job ID (`with_job_ids`); slurmctld grants it
+    # to root and SlurmUser only.
+    chooses_job_ids: bool
     # Query parameters of job reads that leave out what sunk never looks at.
     job_read_params: tuple[tuple[str, str], ...]
     # Every field of a job that parse_job reads: job answers are decoded down to these.
@@ -168,6 +171,19 @@ def group_submission(parts: list[Submission]) -> Submission:
         script = script or found
         specs.append(spec)
     return Submission({"script": script, "jobs": specs}, as_user=parts[0].as_user)
+
+
+def with_job_ids(submission: Submission, first: int) -> Submission:
+    """`submission` asking Slurm for job ID `first` (a heterogeneous job: `first` for its
+    first component, one more for each next one), as `sbatch --jobid` does. slurmctld
+    refuses an ID any job record holds ("Duplicate job id") and lets only root and
+    SlurmUser choose one; its own counter does not move."""
+    body = dict(submission.body)
+    if "jobs" in body:
+        body["jobs"] = [{**spec, "job_id": first + i} for i, spec in enumerate(body["jobs"])]
+    else:
+        body["job"] = {**body["job"], "job_id": first}
+    return Submission(body, as_user=submission.as_user)
 
 
 def mark_environment(dialect: Dialect, job: JobRequest) -> dict[str, str]:

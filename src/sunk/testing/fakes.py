@@ -13,7 +13,7 @@ from typing import Any
 from sunk.kube.client import KubeError
 from sunk.slurm.dataparser import DataParser
 from sunk.slurm.dialect import Dialect, Submission
-from sunk.slurm.errors import SlurmError, SlurmNoAnswer
+from sunk.slurm.errors import SlurmError, SlurmJobGone, SlurmNoAnswer, SlurmRejected
 from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.slurm.request import JobRequest
 
@@ -179,6 +179,9 @@ class FakeSlurm:
     lost_answers: int = 0
     # Slurm nodes another job holds: a released job pinned to one waits for Resources.
     taken: set[str] = field(default_factory=set)
+    # False: slurmctld refuses a submission that asks for its job ID (a token of neither
+    # root nor SlurmUser).
+    ids_may_be_chosen: bool = True
 
     def fail(self, call: str, error: SlurmError, times: int = 1) -> None:
         self.failures.fail(call, error, times)
@@ -193,10 +196,16 @@ class FakeSlurm:
     async def submit(self, submission: Submission) -> FakeSubmitResult:
         self.failures.check("submit")
         specs = submission.body.get("jobs") or [submission.body["job"]]
-        leader = self.next_id
+        chosen = [spec["job_id"] for spec in specs if "job_id" in spec]
+        if chosen and not self.ids_may_be_chosen:
+            raise SlurmJobGone("Slurm refused to submit a job: Invalid job id specified", 2017)
+        if any(job_id in self.raw_jobs for job_id in chosen):
+            raise SlurmRejected("Slurm refused to submit a job: Duplicate job id", 2011, retryable=True)
+        leader = chosen[0] if chosen else self.next_id
         for offset, spec in enumerate(specs):
-            job_id = self.next_id
-            self.next_id += 1
+            # An ID asked for is given as it is, and Slurm's counter stays where it was.
+            job_id = spec["job_id"] if chosen else self.next_id
+            self.next_id += 0 if chosen else 1
             raw: Json = {
                 "job_id": job_id,
                 "name": spec.get("name", ""),

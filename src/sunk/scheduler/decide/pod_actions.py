@@ -160,6 +160,18 @@ def readoption_failed(action: Readopt, why: str) -> PodPlan:
     return Plan((Event(ev.JOB_ENDED, note, warning=True), DeletePod()))
 
 
+def readopted_job_ended(action: Readopt, job: SlurmJob, now: float) -> PodPlan:
+    """Slurm ended the Pod's new job before it ran for the Pod, and not on the scheduler's
+    word (a user's scancel of the job squeue showed for the Pod): the Pod ends with it, as
+    with any job of a Pod, with the reason Slurm gives."""
+    reason, words = job.why_ending(now)
+    note = (
+        f"Slurm lost job {action.old_job}, and its new job {job.job_id} on {action.node} {words} "
+        "before it ran for this Pod; deleting the Pod"
+    )
+    return Plan((Event(reason, note, warning=True), DeletePod()))
+
+
 def _why_not_readopted(
     pod: Json, last: SlurmJob | None, node: SlurmNode | None, hosts: set[str], group: str | None, now: float
 ) -> str | None:

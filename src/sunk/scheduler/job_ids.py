@@ -1,0 +1,70 @@
+"""Job IDs never handed out before (issue #53): every job sunk submits asks for its own.
+
+A slurmctld killed before it saved its state comes back with its job-ID counter rolled
+back, and hands out again the IDs of the jobs it lost while their processes may still run
+on their nodes: slurmd then refuses to launch the new job ("Duplicate jobid") and Slurm
+drains the node. Cancelling and submitting again until an ID comes back new cannot outrun
+a counter rolled back by several jobs. So a submission asks Slurm for an ID above every
+one this scheduler has seen (listed, read, submitted, or named by one of its Pods), as
+`sbatch --jobid` does: slurmctld lets root and SlurmUser choose, refuses an ID any job
+record holds ("Duplicate job id", then the next is asked for), and does not move its own
+counter for it. Slurm versions whose REST API cannot say it (22.05), and a token slurmctld
+does not let choose, take Slurm's counter as before.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from sunk.scheduler.jobs import JobIndex
+from sunk.scheduler.ports import SlurmPort, SubmitAnswer
+from sunk.slurm.dialect import Submission, with_job_ids
+from sunk.slurm.errors import SlurmRejected, SlurmUnavailable
+
+log = logging.getLogger(__name__)
+# slurm_errno.h: ESLURM_DUPLICATE_JOB_ID (a job record holds that ID) and
+# ESLURM_INVALID_JOB_ID (what slurmctld answers a user who may not choose one).
+DUPLICATE_JOB_ID = 2011
+INVALID_JOB_ID = 2017
+# IDs asked for in a row that a record already held (jobs other users submitted after the
+# last listing) before the submission is given up for this pass.
+TRIES = 5
+
+
+class FreshIds:
+    """Submits jobs under IDs never handed out before, where Slurm lets it."""
+
+    def __init__(self, slurm: SlurmPort, index: JobIndex) -> None:
+        self.slurm = slurm
+        self.index = index
+        self.refused = False  # slurmctld did not let this scheduler's token choose
+
+    @property
+    def choosing(self) -> bool:
+        """Whether submissions ask for their IDs (else Slurm's counter gives them)."""
+        return self.slurm.dialect.chooses_job_ids and not self.refused
+
+    async def submit(self, submission: Submission, components: int = 1) -> SubmitAnswer:
+        """Submit under the next unclaimed IDs (`components` of them for a heterogeneous
+        job); raises as `SlurmPort.submit` does."""
+        for _ in range(TRIES):
+            first = self.index.claim_ids(components) if self.choosing else None
+            if first is None:
+                return await self.slurm.submit(submission)
+            try:
+                return await self.slurm.submit(with_job_ids(submission, first))
+            except SlurmRejected as err:
+                if err.code == DUPLICATE_JOB_ID:
+                    log.info("job ID %s is held by a job not seen yet; asking for the next", first)
+                    continue
+                if err.code == INVALID_JOB_ID:
+                    log.warning(
+                        "Slurm does not let this scheduler choose job IDs (%s): new jobs take Slurm's "
+                        "counter, which a slurmctld restarted without its state rolls back (give the "
+                        "scheduler a Slurm token of root or SlurmUser)",
+                        err,
+                    )
+                    self.refused = True
+                    continue
+                raise
+        raise SlurmUnavailable(f"Slurm held a job record under each of {TRIES} new job IDs in a row")
