@@ -51,9 +51,38 @@ def test_r1_1_namespace_scope_renders_roles_only_in_the_listed_namespaces(helm: 
 def test_r1_1_cluster_scope_renders_a_cluster_role_and_watches_everything(helm: Path) -> None:
     objects = render(helm, "scheduler.scope.type=cluster")
     roles = {c["metadata"]["name"] for c in of_kind(objects, "ClusterRole")}
-    assert roles == {"r1-sunk-scheduler-pods", "r1-sunk-scheduler-nodes"}
+    assert roles == {"team-r1-sunk-scheduler-pods", "team-r1-sunk-scheduler-nodes"}
     assert not [r for r in of_kind(objects, "Role") if r["metadata"]["name"].endswith("-pods")]
     assert flag(objects, "watch-namespace") == ""
+
+
+CLUSTER_WIDE = {
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
+}
+
+
+def test_two_releases_of_one_name_in_two_namespaces_share_no_name_cluster_wide_or_in_a_tenants_namespace(
+    helm: Path,
+) -> None:
+    """Catches a cluster-scoped object (or a Role in the tenants' namespace) named after the
+    release alone: the second release's install then fails on the first one's object, or
+    takes it over."""
+    for scope in ("scheduler.scope.type=cluster", "scheduler.scope.type=namespace"):
+        names = []
+        for namespace in ("team-a", "team-b"):
+            objects = render(
+                helm, scope, "scheduler.scope.namespaces=shared", namespace=namespace, release="slurm"
+            )
+            shared = [
+                o for o in objects if o["kind"] in CLUSTER_WIDE or o["metadata"].get("namespace") == "shared"
+            ]
+            names.append(
+                {(o["kind"], o["metadata"].get("namespace", ""), o["metadata"]["name"]) for o in shared}
+            )
+        assert names[0] and not names[0] & names[1], (scope, names[0] & names[1])
 
 
 def test_r1_1_rbac_is_least_privilege(helm: Path) -> None:
