@@ -11,6 +11,7 @@ import pytest
 from sunk.kube.client import KubeError
 from sunk.scheduler import decide, policy
 from sunk.scheduler.decide import kill_wait_drain_reason
+from sunk.scheduler.jobs import MIN_JOB_AGE_S
 from sunk.scheduler.reconciler import UNANSWERED_GRACE_S
 from sunk.scheduler.translate import PodRef, job_name
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer, SlurmUnavailable
@@ -456,11 +457,13 @@ async def test_r8_2_a_bound_pod_whose_job_a_listing_misses_stays_while_slurm_sti
     assert not deleted(world, key)
 
 
-async def test_r8_2_a_bound_pod_whose_job_slurm_no_longer_has_is_deleted() -> None:
+async def test_r8_2_a_bound_pod_whose_job_slurm_no_longer_has_is_deleted(clock: Clock) -> None:
     """With no evidence that Slurm lost the job rather than ended it (this process never
-    saw it running: a restarted scheduler), the Pod goes; test_readoption has the rest."""
+    saw it running: a restarted scheduler, and the Pod was bound longer than MinJobAge
+    ago), the Pod goes; test_readoption has the rest."""
     world = two_nodes()
     key = await bound(world)
+    clock.advance(MIN_JOB_AGE_S)
     del world.slurm.raw_jobs[100]
     world = world.restarted()
     await world.reconcile(key)

@@ -369,3 +369,45 @@ async def test_issue53_a_users_scancel_of_a_held_job_with_a_reused_id_ends_the_p
     await world.reconcile(KEY)
     assert deleted(world) and world.kube.reasons()[-1] == "CancelledInSlurm"
     assert world.slurm.submitted() == [100, 100] and world.slurm.cancelled() == []
+
+
+async def test_issue53_a_restarted_scheduler_readopts_on_the_pods_own_record_of_its_start() -> None:
+    """Catches: a Pod deleted for want of evidence because the scheduler that judged it was
+    restarted since its job ran (a fault run: every deletion "for want of evidence" came
+    after a scheduler kill). The Pod was bound less than MinJobAge ago, so a job Slurm had
+    ended would still be listed: with no record at all, Slurm lost it."""
+    world = two_nodes()
+    await bound(world)
+    world.slurm.restart_without(100)
+    after = world.restarted()
+    await after.reconcile(KEY)
+    assert not deleted(after) and after.job_id(KEY) == 101
+    assert submissions(after)[-1]["required_nodes"] == ["sn-1"]
+    assert len(after.kube.notes("PlaceholderReadopted")) == 1
+
+
+async def test_issue53_a_pods_record_older_than_min_job_age_is_no_evidence(clock: Clock) -> None:
+    """Catches: re-adopting on a record too old to tell lost from ended (Slurm purges an
+    ended job's record MinJobAge after its end)."""
+    world = two_nodes()
+    await bound(world)
+    clock.advance(MIN_JOB_AGE_S)
+    world.slurm.restart_without(100)
+    after = world.restarted()
+    await after.reconcile(KEY)
+    assert deleted(after) and world.slurm.submitted() == [100]
+
+
+async def test_issue53_a_readopted_pods_record_dates_from_its_new_jobs_start(clock: Clock) -> None:
+    """Catches: a re-adopted Pod judged after a restart by its first binding alone, long
+    past, when its new job started moments ago."""
+    world = two_nodes()
+    await bound(world)
+    clock.advance(MIN_JOB_AGE_S)
+    await world.list_jobs()
+    world.slurm.restart_without(100)
+    await world.reconcile(KEY)  # re-adopted by this process: job 101
+    world.slurm.restart_without(101)
+    after = world.restarted()
+    await after.reconcile(KEY)
+    assert not deleted(after) and after.job_id(KEY) == 102

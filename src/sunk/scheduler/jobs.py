@@ -49,6 +49,10 @@ class JobIndex:
         # Jobs of ours that vanished from a listing while last known running, by ID, for
         # MIN_JOB_AGE_S.
         self.lost: dict[int, LostJob] = {}
+        # Every job of ours that vanished from a listing, whatever its last state, by ID →
+        # when (monotonic), for MIN_JOB_AGE_S: this process saw it, so only what it saw
+        # tells whether Slurm lost or ended it (never a Pod's own record).
+        self.vanished: dict[int, float] = {}
         # The highest job ID (anyone's) listed, read or submitted so far. slurmctld hands
         # IDs out in order, so a new job given one no higher was given it again: a
         # slurmctld restarted from older state re-issues the IDs of the jobs it lost, and
@@ -96,6 +100,9 @@ class JobIndex:
         handed the ID out again): Slurm keeps an ended job listed for MinJobAge, so these
         were lost, not ended."""
         now = time.monotonic()
+        for job_id in self._by_id.keys() - listed:
+            if self._recorded_at.get(job_id, 0.0) < listed_at:  # not submitted or read since
+                self.vanished[job_id] = now
         for job_id, (ref, job) in self._by_id.items():
             recorded = self._recorded_at.get(job_id)
             if not job.running or (recorded is not None and recorded >= listed_at):
@@ -105,6 +112,7 @@ class JobIndex:
             self.lost[job_id] = LostJob(ref, job, recorded if recorded is not None else self.listed_at)
         self.highest_id = max(self.highest_id, *listed) if listed else self.highest_id
         self.lost = {i: lost for i, lost in self.lost.items() if now - lost.seen_at < MIN_JOB_AGE_S}
+        self.vanished = {i: at for i, at in self.vanished.items() if now - at < MIN_JOB_AGE_S}
 
     # What this process learned or did since the last listing. Each wins over a listing
     # requested before it, and is replaced by the first listing requested after it.

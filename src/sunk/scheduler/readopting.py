@@ -199,7 +199,9 @@ class Readopter:
         """The Pod names its new job; False when the Pod went meanwhile (the job is then
         cancelled by the caller)."""
         try:
-            await self.submitter.record_job(pod, job.job_id, self.submitter.avoid_nodes(pod))
+            avoid = self.submitter.avoid_nodes(pod)
+            started = job.start_time or int(time.time())
+            await self.submitter.record_job(pod, job.job_id, avoid, started_at=started)
         except KubeError as err:
             if err.not_found or err.conflict:
                 log.info("Pod %s went while its job was re-adopted (%s)", PodRef.of(pod), err)

@@ -374,8 +374,11 @@ class Reconciler:
             if found is not None and self.submitter.pod_of(found) == ref:
                 self.index.observe(ref, found)
                 return Outcome(requeue_after=1) if found.ending else await self._check_still_there(pod, found)
-        # Slurm has no record of it: lost (the evidence is this process's own listings) or ended.
+        # Slurm has no record of it: lost or ended. The evidence: this process's own
+        # listings, else (restarted since) the Pod's own record of when it last ran.
         last = self.index.lost_job(job_id, ref.uid) if job_id is not None else None
+        if last is None and job_id is not None and job_id not in self.index.vanished:
+            last = self._recorded_run(pod, job_id)
         node = await self.slurm.node(last.nodes[0]) if last is not None and len(last.nodes) == 1 else None
         plan = pod_actions.for_missing_job(
             pod,
@@ -387,6 +390,17 @@ class Reconciler:
             now=time.time(),
         )
         return await self._execute(ref, pod, None, plan)
+
+    def _recorded_run(self, pod: Json, job_id: int) -> SlurmJob | None:
+        """The Pod's lost job as the Pod records it (`pod_actions.recorded_run`), on the one
+        Slurm node its Node hosts."""
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        hosted = [name for name, hosts in self.cluster.host_map().items() if node_name in hosts]
+        translated = translate(pod, self.settings).job
+        if len(hosted) != 1 or translated is None:
+            return None
+        limit = translated.request.time_limit_min
+        return pod_actions.recorded_run(pod, job_id, hosted[0], limit, prefix=self.prefix, now=time.time())
 
     async def _check_still_there(self, pod: Json, job: SlurmJob) -> Outcome:
         # The Slurm node → Node map is built from every slurmd Pod: only for a job that runs.

@@ -22,6 +22,7 @@ from sunk.scheduler import decide, policy
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.decide import submission
 from sunk.scheduler.decide.actions import Event, Said, SetCondition
+from sunk.scheduler.decide.pod_actions import STARTED_AT
 from sunk.scheduler.decide.pod_plan import size
 from sunk.scheduler.hooks.auth import HookCredentials
 from sunk.scheduler.job_ids import FreshIds
@@ -106,12 +107,17 @@ class Submitter:
         )
         return True
 
-    async def record_job(self, pod: Json, job_id: int | None, avoid: tuple[str, ...]) -> None:
+    async def record_job(
+        self, pod: Json, job_id: int | None, avoid: tuple[str, ...], *, started_at: int | None = None
+    ) -> None:
         """Write the Pod's job (None: it has none now) and the nodes its jobs must avoid;
-        until the cache shows the new job, the Pod is not judged by the old one."""
+        until the cache shows the new job, the Pod is not judged by the old one.
+        `started_at`: when a re-adopted job started (epoch), the Pod's own record of it."""
         meta = pod["metadata"]
         annotations: dict[str, str | None] = {self.prefix + "job-id": str(job_id) if job_id else None}
         annotations[self.prefix + "avoid-nodes"] = ",".join(avoid) if avoid else None
+        if started_at is not None:
+            annotations[self.prefix + STARTED_AT] = str(started_at)
         await self.kube.patch_pod(
             meta["namespace"], meta["name"], meta["uid"], {"metadata": {"annotations": annotations}}
         )

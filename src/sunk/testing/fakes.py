@@ -93,6 +93,12 @@ class FakeKube:
         if (pod.get("spec") or {}).get("nodeName"):
             raise KubeError(409, f"pod {name} is already assigned to node {pod['spec']['nodeName']}")
         pod.setdefault("spec", {})["nodeName"] = node
+        # As the API server's binding does: PodScheduled turns True, dated now.
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time()))
+        status = pod.setdefault("status", {})
+        others = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
+        scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}
+        status["conditions"] = [*others, scheduled]
         self._replace(pod)
         self.calls.append(("bind", f"{namespace}/{name}", node))
 

@@ -10,6 +10,7 @@ typed actions the executor carries out in order (R5.2, R5.3, R8.2).
 
 from __future__ import annotations
 
+import datetime as dt
 import math
 from typing import Any
 
@@ -26,6 +27,7 @@ from sunk.scheduler.decide.actions import (
     Readopt,
     SetCondition,
 )
+from sunk.scheduler.jobs import MIN_JOB_AGE_S
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.models import SlurmJob, SlurmNode
 
@@ -120,6 +122,57 @@ def for_missing_job(
         return Plan((Event(ev.JOB_ENDED, f"{gone}{why_not}; deleting the Pod", warning=True), DeletePod()))
     assert last is not None
     return Plan((Readopt(last.job_id, last.nodes[0], _time_left_min(last, now)),))
+
+
+# Slack against the clocks of the API server, Slurm and the scheduler disagreeing, taken off
+# MinJobAge when only the Pod's own record is evidence.
+CLOCK_SLACK_S = 15.0
+STARTED_AT = "job-started-at"  # annotation: when a re-adopted job started (epoch seconds)
+
+
+def recorded_run(
+    pod: Json, job_id: int, slurm_node: str, time_limit_min: int | None, *, prefix: str, now: float
+) -> SlurmJob | None:
+    """The Pod's job `job_id` as the Pod itself records it, when that record is evidence
+    that Slurm lost the job rather than ended it (a restarted scheduler has no listing of
+    its own to go by): the Pod was bound, or its job re-adopted, less than MinJobAge ago,
+    and the job ran then. Had Slurm ended the job since, it would still list it with its
+    end state; with no record at all, slurmctld lost it. `slurm_node`: the one Slurm node
+    the Pod's Node hosts. Its time limit counts from the first binding, as a re-adopted
+    job's does. None when the record says nothing recent enough."""
+    bound = _scheduled_at(pod)
+    annotations = (pod.get("metadata") or {}).get("annotations") or {}
+    raw = str(annotations.get(prefix + STARTED_AT) or "")
+    readopted = int(raw) if raw.isdigit() else 0
+    ran_at = max(bound, readopted)
+    if not ran_at or now - ran_at >= MIN_JOB_AGE_S - CLOCK_SLACK_S:
+        return None
+    return SlurmJob(
+        job_id=job_id,
+        name="",
+        state="RUNNING",
+        reason="None",
+        nodes=(slurm_node,),
+        comment="",
+        user_id=None,
+        group_id=None,
+        partition="",
+        time_limit_min=time_limit_min,
+        priority=None,
+        start_time=bound or ran_at,
+    )
+
+
+def _scheduled_at(pod: Json) -> int:
+    """When the API server bound the Pod (its PodScheduled condition turned True), epoch."""
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled" and condition.get("status") == "True":
+            try:
+                stamp = dt.datetime.strptime(str(condition.get("lastTransitionTime")), "%Y-%m-%dT%H:%M:%SZ")
+            except ValueError:
+                return 0
+            return int(stamp.replace(tzinfo=dt.UTC).timestamp())
+    return 0
 
 
 # How soon a Pod waiting for room on its Node is looked at again, should no Pod's leaving
