@@ -147,3 +147,29 @@ def test_issue55_the_partition_check_runs_unless_the_upgrade_only_adds_plain_par
 
 def test_issue55_with_no_live_configuration_the_check_runs(helm: Path, probe_chart: Path) -> None:
     assert probe(helm, probe_chart, {})["needs"] == "no live configuration to compare with"
+
+
+def test_issue55_the_install_chain_is_probed_every_second_or_two_with_the_same_patience(
+    helm: Path, slurm_chart: Path
+) -> None:
+    """MariaDB → slurmdbd → slurmctld wait on each other's readiness in turn on an install, so
+    each probe's period adds to it; TCP connects are cheap to ask often. The time a slow
+    start is allowed (startupProbe) stays what it was: 5 minutes for MariaDB, 10 for slurmctld."""
+    objects = render_chart(helm, slurm_chart)
+
+    def probes(kind: str, name: str, container: str) -> Obj:
+        found = named(objects, kind, name)
+        assert found is not None
+        [c] = [c for c in found["spec"]["template"]["spec"]["containers"] if c["name"] == container]
+        return dict(c)
+
+    mariadb = probes("StatefulSet", "r1-mariadb", "mariadb")
+    slurmdbd = probes("Deployment", "r1-accounting", "slurmdbd")
+    slurmctld = probes("StatefulSet", "r1-controller", "slurmctld")
+    for c, patience in ((mariadb, 300), (slurmctld, 600)):
+        startup = c["startupProbe"]
+        assert startup["periodSeconds"] == 1
+        assert startup["periodSeconds"] * startup["failureThreshold"] == patience
+    for c in (mariadb, slurmdbd, slurmctld):
+        assert "tcpSocket" in c["readinessProbe"]
+        assert c["readinessProbe"]["periodSeconds"] <= 2
