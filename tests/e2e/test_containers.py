@@ -254,17 +254,24 @@ def test_r10_7_an_open_mpi_program_prints_its_ranks_from_three_nodes(
     assert len({host for _, host in ranks}) == MEMBERS, said
 
 
-# Builtin reductions only: a user-defined one (mpi4py's `allreduce` of Python objects) still
-# crashes inside a container step (docs/platform.md, Containers in jobs).
+# A built-in reduction, a user-defined one (MPI_Op_create) and mpi4py's reduction of Python
+# objects, which duplicates the communicator first: that MPI_Comm_dup crashed every rank while
+# Open MPI could not write its session directory (docs/platform.md, Containers in jobs).
 MPI_IN_IMAGE = """\
 from mpi4py import MPI
 import array
 world = MPI.COMM_WORLD
 total = array.array("i", [0])
 world.Allreduce(array.array("i", [world.rank]), total, op=MPI.SUM)
+def add(a, b, _):
+    a, b = memoryview(a).cast("i"), memoryview(b).cast("i")
+    b[0] += a[0]
+mine = array.array("i", [0])
+world.Allreduce(array.array("i", [world.rank]), mine, op=MPI.Op.Create(add, commute=True))
+objects = world.allreduce(world.rank)
 name = MPI.Get_processor_name()
 peers = set(world.allgather(name))
-print("rank", world.rank, "of", world.size, "on", name, "sum", total[0], "saw", len(peers))
+print("rank", world.rank, "of", world.size, "on", name, "sum", total[0], mine[0], objects, "saw", len(peers))
 """
 
 
@@ -273,8 +280,9 @@ def test_r10_7_an_open_mpi_program_in_a_container_step_wires_up_across_three_nod
 ) -> None:
     """Catches container steps whose ranks cannot reach Slurm's PMIx server or read the job's
     data from it (PMIx's shared-memory store behind the job's private /tmp: MPI_Init fails),
-    ranks that each think they are alone, or a collective that never completes between
-    containers on different Pods."""
+    ranks that each think they are alone, a collective that never completes between
+    containers on different Pods, or ranks that crash at MPI_Comm_dup or a user-defined
+    reduction (the ranks' PMIx session directory not bound: Open MPI's start fails silently)."""
     program = base64.b64encode(MPI_IN_IMAGE.encode()).decode()
     rc, said = alice(
         dev_cluster,
@@ -283,6 +291,6 @@ def test_r10_7_an_open_mpi_program_in_a_container_step_wires_up_across_three_nod
         f"srun -N{MEMBERS} --chdir=/tmp --mpi=pmix --container={node_image} python3 /shared/mpi-in-image.py",
     )
     assert rc == 0, said
-    ranks = re.findall(rf"rank (\d) of {MEMBERS} on (compute-\S+) sum 3 saw {MEMBERS}", said)
+    ranks = re.findall(rf"rank (\d) of {MEMBERS} on (compute-\S+) sum 3 3 3 saw {MEMBERS}", said)
     assert sorted(rank for rank, _ in ranks) == ["0", "1", "2"], said
     assert len({host for _, host in ranks}) == MEMBERS, said

@@ -358,6 +358,27 @@ def test_r10_7_slurms_pmix_directory_is_bound_so_mpi_in_the_image_finds_its_serv
     assert runner.mpi_mounts({}) == []
 
 
+def test_issue49_slurms_pmix_directory_for_the_ranks_session_files_is_bound_writable(tmp_path: Path) -> None:
+    """Catches MPI_Comm_dup (mpi4py's reductions of Python objects) crashing every rank of a
+    container step: Slurm makes the ranks' session directory beside the PMIx server's, in the
+    step's spool, which the image's read-only root lacks; Open MPI 5 then tears its runtime
+    down in MPI_Init and still reports success."""
+    spool = tmp_path / "oci-job7-0"
+    server, ranks = spool / "pmix.7.0", spool / "spmix_appdir_1000_7.0"
+    server.mkdir(parents=True)
+    env = {"PMIX_SERVER_TMPDIR": f"{spool}//pmix.7.0/", "SLURM_JOB_ID": "7", "SLURM_STEP_ID": "0"}
+    assert runner.mpi_mounts(env, 1000) == [spec.Mount(str(server), str(server))]
+    ranks.mkdir()
+    mounts = runner.mpi_mounts(env, 1000)
+    assert mounts == [spec.Mount(str(server), str(server)), spec.Mount(str(ranks), str(ranks))]
+    assert not any(m.read_only for m in mounts)
+    # Another user's directory of the same step is never bound; the older name without the user is.
+    assert runner.mpi_mounts(env, 1001) == [spec.Mount(str(server), str(server))]
+    older = spool / "spmix_appdir_7.0"
+    older.mkdir()
+    assert runner.mpi_mounts(env, 1001)[1:] == [spec.Mount(str(older), str(older))]
+
+
 def test_r10_7_a_double_dash_inside_the_command_is_the_commands_own() -> None:
     """Catches every `--` being dropped from the step's command (`srun --container=... git
     checkout -- file` would run `git checkout file`)."""

@@ -88,14 +88,31 @@ def default_mounts(home: str, allowed: Sequence[str]) -> list[spec.Mount]:
 MPI_DIRECTORIES = ("PMIX_SERVER_TMPDIR",)
 
 
-def mpi_mounts(job_env: Mapping[str, str]) -> list[spec.Mount]:
-    """Slurm's PMIx directory of this step, bound at its own path, so `srun --mpi=pmix`
-    works from inside the image as it does on the node."""
+def mpi_mounts(job_env: Mapping[str, str], uid: int | None = None) -> list[spec.Mount]:
+    """Slurm's PMIx directories of this step, bound at their own paths, so `srun --mpi=pmix`
+    works from inside the image as it does on the node: the server's (PMIX_SERVER_TMPDIR) and
+    the one it gives the ranks for their session files (`spmix_appdir_*`). For a container
+    step Slurm makes the latter beside the server's, in the step's spool directory, which the
+    image's read-only root does not have: Open MPI 5 then fails to make its session directory,
+    tears its own runtime down and still returns success from MPI_Init, and the first call
+    that needs its progress engine (MPI_Comm_dup, so mpi4py's object reductions) jumps to a
+    freed address."""
     found = []
     for name in MPI_DIRECTORIES:
         path = os.path.normpath(job_env.get(name) or "/")
         if path != "/" and os.path.isdir(path):
             found.append(spec.Mount(path, path))
+    server = os.path.normpath(job_env.get("PMIX_SERVER_TMPDIR") or "/")
+    job, step = job_env.get("SLURM_JOB_ID", ""), job_env.get("SLURM_STEP_ID", "")
+    if server != "/" and job.isdecimal() and step.isdecimal():
+        base = os.path.dirname(server)
+        uid = os.getuid() if uid is None else uid
+        # Slurm 24.11 puts the job's user in the name; older releases did not.
+        for leaf in (f"spmix_appdir_{uid}_{job}.{step}", f"spmix_appdir_{job}.{step}"):
+            path = os.path.join(base, leaf)
+            if os.path.isdir(path):
+                found.append(spec.Mount(path, path))
+                break
     return found
 
 
@@ -199,7 +216,7 @@ def _run(args: argparse.Namespace, command: list[str]) -> int:
     home = job_env.get("HOME") or pwd.getpwuid(uid).pw_dir
     mounts = default_mounts(home, args.allow_mount)
     mounts += requested_mounts(job_env.get(MOUNTS_VARIABLE, ""), args.allow_mount)
-    mounts += mpi_mounts(job_env)
+    mounts += mpi_mounts(job_env, uid)
     workdir = args.spool / "sunk-container"
     workdir.mkdir(mode=0o700, parents=True, exist_ok=True)
     _own_environment(workdir)
