@@ -468,7 +468,8 @@ async def test_r8_2_a_bound_pod_whose_job_slurm_no_longer_has_is_deleted(clock: 
     world = world.restarted()
     await world.reconcile(key)
     assert deleted(world, key)
-    assert "Slurm job 100 no longer exists in Slurm; deleting" in world.kube.notes("PlaceholderJobEnded")[0]
+    note = world.kube.notes("PlaceholderJobEnded")[0]
+    assert note.startswith("Slurm job 100 no longer exists in Slurm, and nothing shows that Slurm lost it")
     assert world.slurm.submitted() == [100]
 
 

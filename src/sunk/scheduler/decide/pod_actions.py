@@ -231,7 +231,12 @@ def _why_not_readopted(
     """Why the job cannot be taken back (in words that follow "no longer exists in Slurm"),
     or None when it can."""
     if last is None or len(last.nodes) != 1:
-        return ""  # no sign that Slurm lost it rather than ended it: the Pod goes, as always
+        # No sign that Slurm lost it rather than ended it: the Pod goes, as always.
+        return (
+            ", and nothing shows that Slurm lost it rather than ended it (this scheduler did not "
+            "see it run lately, and the Pod's own record of its start is older than Slurm keeps "
+            "an ended job, or its Node hosts no single Slurm node)"
+        )
     lost = " (Slurm lost it, e.g. slurmctld restarted without its state), and it cannot be re-adopted: "
     if group is not None:
         return lost + "a PodGroup's job is re-adopted only as a whole group, which sunk does not do"
