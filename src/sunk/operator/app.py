@@ -30,7 +30,7 @@ from sunk.operator.features import pending_by_feature
 from sunk.operator.nodeset import API_VERSION, PLURAL
 from sunk.operator.nodeset_metrics import NodeSetMetrics
 from sunk.operator.people_sync import PeopleSync
-from sunk.operator.removal import jobs_by_node
+from sunk.operator.removal import jobs_by_node, waits_on_jobs
 from sunk.operator.selection import member_nodeset
 from sunk.operator.slurm_metrics import SlurmMetrics, install
 from sunk.operator.token_keeper import TokenKeeper
@@ -64,11 +64,15 @@ class PolledSlurm(Protocol):
 
 
 class SlurmPoller:
-    """Lists Slurm's nodes, partitions and jobs every `interval` seconds; the only writer of
-    the view. A failed listing makes the view unknown (so nothing is removed on stale facts),
-    and so does one the controller finds too old (NodeSetController.view_now). Each listing
-    also reads slurmctld's statistics (/diag) and hands all of it to `metrics`; a /diag that
-    fails costs only the scheduler's metrics, never the view."""
+    """Lists Slurm's nodes, partitions and jobs every `interval` seconds, and every
+    `DRAINING_S` while a member a NodeSet drains still runs a job (its end is what a
+    roll-out, a scale-in or a deletion waits for); the only writer of the view. A failed
+    listing makes the view unknown (so nothing is removed on stale facts), and so does one
+    the controller finds too old (NodeSetController.view_now). Each listing also reads
+    slurmctld's statistics (/diag) and hands all of it to `metrics`; a /diag that fails
+    costs only the scheduler's metrics, never the view."""
+
+    DRAINING_S = 1.0
 
     def __init__(
         self, slurm: PolledSlurm, interval: float, changed: Any, metrics: SlurmMetrics | None = None
@@ -137,10 +141,17 @@ class SlurmPoller:
             self.changed()
         self.listed.set()
 
+    def pause(self) -> float:
+        """Seconds until the next listing."""
+        view = self.view
+        if view.nodes is not None and view.jobs is not None and waits_on_jobs(view.nodes, view.jobs):
+            return min(self.interval, self.DRAINING_S)
+        return self.interval
+
     async def run(self) -> None:
         while True:
             await self.poll_once()
-            await asyncio.sleep(self.interval)
+            await asyncio.sleep(self.pause())
 
 
 class Operator:

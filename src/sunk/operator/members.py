@@ -143,8 +143,9 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
         ],
         "resources": nodeset.resources,
         "ports": [{"name": "slurmd", "containerPort": 6818}],
-        # slurmd answers on its port once it has registered and loaded its configuration.
-        "readinessProbe": {"tcpSocket": {"port": 6818}, "periodSeconds": 5},
+        # slurmd answers on its port once it has registered and loaded its configuration;
+        # asked every second, so a new member is Ready within a second of it (issue #55).
+        "readinessProbe": {"tcpSocket": {"port": 6818}, "periodSeconds": 1},
         "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", PRE_STOP, "pre-stop", slurm_name]}}},
     }
     containers = [

@@ -59,6 +59,17 @@ def busy(record: SlurmNode, jobs: tuple[SlurmJob, ...] = ()) -> bool:
     return bool(jobs) or record.in_use or bool(words & {"ALLOCATED", "MIXED", "COMPLETING"})
 
 
+def waits_on_jobs(records: Mapping[str, SlurmNode], jobs: Mapping[str, tuple[SlurmJob, ...]]) -> bool:
+    """Some member a NodeSet drains still has work on it (step 2 above): the end of that work
+    is what its next step waits for, so Slurm is listed more often until it ends (issue #55:
+    SlurmPoller), and the Pod goes about a second after the job rather than up to a whole
+    poll interval later."""
+    return any(
+        record.drained and record.reason.startswith(f"{DRAIN_PREFIX} ") and busy(record, jobs.get(name, ()))
+        for name, record in records.items()
+    )
+
+
 def jobs_by_node(jobs: list[SlurmJob]) -> dict[str, tuple[SlurmJob, ...]]:
     """Node name → the jobs that hold it now (started and not yet ended)."""
     held: dict[str, list[SlurmJob]] = {}

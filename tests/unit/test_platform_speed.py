@@ -1,0 +1,72 @@
+"""Issue #55, a member replaced soon after its job ends: while a member a NodeSet drains still
+runs a job, the operator lists Slurm every second, so the member's Pod goes about a second
+after its job ends, not up to a whole poll interval (5 s) later; otherwise the poll interval
+holds. The new member's readiness is asked every second."""
+
+from __future__ import annotations
+
+from typing import cast
+
+import pytest
+
+from sunk.operator import members as m
+from sunk.operator.app import PolledSlurm, SlurmPoller
+from sunk.operator.removal import drain_reason, waits_on_jobs
+from sunk.operator.view import SlurmView
+from sunk.slurm.models import SlurmJob, SlurmNode
+from sunk.testing.operator import OperatorWorld
+
+ROLL_OUT = drain_reason("compute", "replaces members with an outdated template")
+JOB = SlurmJob(7, "train", "RUNNING", "None", ("compute-001-002",), "", 0, 0, "main", None, None)
+
+
+def node(state: str, reason: str = "", *, alloc: int = 0, flags: tuple[str, ...] = ()) -> SlurmNode:
+    drained = ("DRAIN",) if reason else ()
+    return SlurmNode("compute-001-002", state, drained + flags, reason, alloc_cpus=alloc)
+
+
+@pytest.mark.parametrize(
+    ("record", "jobs", "waits"),
+    [
+        (node("allocated", ROLL_OUT, alloc=2), (JOB,), True),  # a roll-out waits on job 7
+        (node("idle", ROLL_OUT, flags=("COMPLETING",)), (), True),  # its epilog still runs
+        (node("idle", ROLL_OUT), (), False),  # drained and idle: the member goes next pass
+        (node("allocated", alloc=2), (JOB,), False),  # busy, nobody drains it
+        (node("allocated", "maintenance by admin", alloc=2), (JOB,), False),  # an admin's drain
+        (node("allocated", "sunk: Pod compute-001-002 is being deleted", alloc=2), (JOB,), False),
+    ],
+    ids=["rollout-busy", "rollout-completing", "rollout-idle", "not-drained", "admin-drain", "prestop-drain"],
+)
+def test_issue55_a_drain_of_ours_that_waits_on_work_is_told_apart(
+    record: SlurmNode, jobs: tuple[SlurmJob, ...], waits: bool
+) -> None:
+    assert waits_on_jobs({record.name: record}, {record.name: jobs} if jobs else {}) is waits
+
+
+def poller(view: SlurmView, interval: float = 5.0) -> SlurmPoller:
+    p = SlurmPoller(cast(PolledSlurm, object()), interval, lambda: None)
+    p.view = view
+    return p
+
+
+def test_issue55_the_operator_lists_slurm_every_second_while_a_drained_member_runs_a_job() -> None:
+    busy = node("allocated", ROLL_OUT, alloc=2)
+    view = SlurmView({busy.name: busy}, frozenset({"main"}), {busy.name: (JOB,)})
+    assert poller(view).pause() == SlurmPoller.DRAINING_S
+    assert poller(view, interval=0.5).pause() == 0.5  # never slower than asked
+
+
+def test_issue55_otherwise_at_the_poll_interval() -> None:
+    idle = node("idle", ROLL_OUT)
+    assert poller(SlurmView({idle.name: idle}, frozenset({"main"}), {})).pause() == 5.0
+    assert poller(SlurmView()).pause() == 5.0  # nothing listed yet
+
+
+async def test_issue55_a_new_members_readiness_is_asked_every_second() -> None:
+    w = OperatorWorld()
+    w.add_node("node-1", "10.64.1.11")
+    w.add_nodeset("gpu")
+    await w.settle("gpu")
+    [pod] = w.members("gpu").values()
+    [slurmd] = [c for c in pod["spec"]["containers"] if c["name"] == m.CONTAINER]
+    assert slurmd["readinessProbe"] == {"tcpSocket": {"port": 6818}, "periodSeconds": 1}
