@@ -4,8 +4,11 @@ enforcing it is tests/e2e/test_chart_rbac.py)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
+
+import pytest
 
 from tests.chart.conftest import render, render_chart
 
@@ -90,7 +93,65 @@ def test_issue38_allow_host_access_lifts_only_the_host_rule(helm: Path, slurm_ch
 
     closed, opened = messages(), messages("operator.allowHostAccess=true")
     assert [m for m in closed if "operator.allowHostAccess" not in m] == opened
-    assert len(closed) == len(opened) + 1
+    # Issue #52: the host, the capabilities and the profiles rules; the key and image rules stay.
+    assert len(closed) == len(opened) + 3
+    assert any("no Secret but slurm.key" in m for m in opened)
+    assert any("only from an allowed image" in m for m in opened)
+
+
+def validation(policy: Obj, words: str) -> str:
+    [found] = [v["expression"] for v in policy["spec"]["validations"] if words in v["messageExpression"]]
+    return str(found)
+
+
+def test_issue52_the_operator_policy_allows_only_the_releases_key_and_the_charts_slurmd_images(
+    helm: Path, slurm_chart: Path
+) -> None:
+    """Catches a policy that lets the operator's account mount any Secret (the JWT key: a root
+    token) or run slurmd from any image, and one that forgets the images an administrator
+    listed (the operator would make members the API server then refuses)."""
+    values = {
+        "slurmd": {"allowedImages": ["reg.example/slurmd-cuda"]},
+        "nodeSets": [{"name": "gpu", "image": "reg.example/slurmd-mine:1"}],
+    }
+    objects = render_chart(helm, slurm_chart, namespace="keys", release="r1", values=values)
+    [policy] = [
+        o for o in objects if o["kind"] == "ValidatingAdmissionPolicy" and "operator" in o["metadata"]["name"]
+    ]
+    variables = {v["name"]: v["expression"] for v in policy["spec"]["variables"]}
+    assert json.loads(variables["slurmdImages"]) == [
+        "slurmd",
+        "reg.example/slurmd-cuda",
+        "reg.example/slurmd-mine:1",
+    ]
+    assert "v.secret.?secretName.orValue('') == 'r1-auth'" in validation(policy, "no Secret but slurm.key")
+    [operator] = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"] == "r1-operator"]
+    args = operator["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert "--allowed-slurmd-images=reg.example/slurmd-cuda,reg.example/slurmd-mine:1" in args
+
+
+@pytest.mark.parametrize(
+    ("confinement", "steps"), [(True, True), (True, False), (False, True), (False, False)]
+)
+def test_issue52_only_slurmds_profiles_may_be_off_and_only_where_the_values_need_it(
+    helm: Path, slurm_chart: Path, confinement: bool, steps: bool
+) -> None:
+    """Catches a policy letting a member's slurmd run without AppArmor where confinement is
+    off, or without seccomp where container steps are off (then nothing needs it)."""
+    policy = operator_policy(
+        helm,
+        slurm_chart,
+        f"slurm.confinement.enabled={str(confinement).lower()}",
+        f"slurm.containers.enabled={str(steps).lower()}",
+    )
+    assert policy is not None
+    rule = validation(policy, "may not turn off seccomp or AppArmor")
+    assert f"({str(steps).lower()} || c.?securityContext.?seccompProfile" in rule
+    assert f"({str(confinement).lower()} || c.?securityContext.?appArmorProfile" in rule
+    assert (
+        f"({str(confinement).lower()} && k == 'container.apparmor.security.beta.kubernetes.io/slurmd')"
+        in rule
+    )
 
 
 def test_issue38_the_operator_policy_can_be_turned_off(helm: Path, slurm_chart: Path) -> None:

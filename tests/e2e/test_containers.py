@@ -62,6 +62,8 @@ def platform(dev_cluster: DevCluster, kube: AdminKube, job_image: str, node_imag
         "allowedMounts": ["/var/tmp"],
     }
     values["sharedVolumes"] = [{"name": "data", "mountPath": "/shared", "size": "1Gi"}]
+    # The NodeSet's own slurmd image, which the operator refuses unless the values allow it.
+    values.setdefault("slurmd", {})["allowedImages"] = [node_image]
     plat.install(values, scheduler=False)
     plat.apply_nodeset(kube, nodeset("compute", ["main"], replicas=MEMBERS, image=node_image))
     wait_for(

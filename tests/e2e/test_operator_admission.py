@@ -1,16 +1,21 @@
 """Issue #38, point 3, for the operator: its Role lets it create, patch and delete any Pod of
 the release's namespace; the chart's admission policy, enforced by the real API server,
 narrows that to its NodeSets' members, their busy label, and (without allowHostAccess) no
-member that uses the host."""
+member that uses the host. Issue #52: nor one holding another Secret, a token, a sidecar's
+capabilities or profiles beyond the runtime's, or slurmd from an image not allowed."""
 
 from __future__ import annotations
 
+import copy
+import dataclasses
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
+from sunk.operator.shared_volumes import SharedVolume
+from sunk.testing.operator import SETTINGS, OperatorWorld
 from sunk_dev import DevCluster
 from sunk_dev.kubeapi import AdminKube
 from tests.chart.conftest import SLURM_CHART, build_chart_dependencies, render_chart
@@ -61,7 +66,12 @@ def member(name: str, *, owned: bool = True, **spec: Any) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "Pod",
         "metadata": {"name": name, "labels": labels, "ownerReferences": [owner] if owned else []},
-        "spec": {"nodeName": "nowhere", "containers": [{"name": "slurmd", "image": "slurmd"}], **spec},
+        "spec": {
+            "nodeName": "nowhere",
+            "automountServiceAccountToken": False,  # as the operator makes members (issue #52)
+            "containers": [{"name": "slurmd", "image": "slurmd"}],
+            **spec,
+        },
     }
 
 
@@ -104,3 +114,99 @@ def test_issue38_the_operators_account_may_only_make_and_mark_its_members(
         refusal(lambda: operator_account.request("PATCH", f"{pods}/m1", relabel))
     )
     assert refusal(lambda: operator_account.request("DELETE", f"{pods}/m1")) is None
+
+
+async def operators_own_member(namespace: str) -> dict[str, Any]:
+    """A member as the operator makes it for the chart's defaults (confinement, container
+    steps, private /tmp, the people and health check ConfigMaps, a shared /home), ready to
+    create in `namespace` as the policy sees it."""
+    settings = dataclasses.replace(
+        SETTINGS,
+        release="r1",
+        auth_secret="r1-auth",
+        confinement=True,
+        private_tmp=True,
+        container_steps=True,
+        people_configmap="r1-people",
+        health_checks_configmap="r1-health-checks",
+        shared_volumes=(SharedVolume("r1-home", "/home", False),),
+    )
+    world = OperatorWorld(settings=settings)
+    world.add_node("node-1", "10.64.1.11")
+    world.add_nodeset("compute")
+    await world.reconcile("compute")
+    [pod] = world.members().values()
+    pod["metadata"] = {k: v for k, v in pod["metadata"].items() if k != "namespace"}
+    pod["metadata"]["ownerReferences"][0]["uid"] = "00000000-0000-0000-0000-000000000001"
+    pod["spec"]["nodeName"] = "nowhere"
+    pod["spec"]["containers"][0]["image"] = "slurmd:24.11"  # the chart's default repository
+    return pod
+
+
+async def test_issue52_the_operators_account_may_make_no_member_beyond_what_slurmd_needs(
+    operator_account: AdminKube, namespace: str
+) -> None:
+    """Catches a stolen operator token making a "member" that reaches past slurmd's own
+    needs: confinement's capabilities or an Unconfined profile in a sidecar, another
+    capability in slurmd, another Secret of the release's namespace, slurm.key in a sidecar,
+    a ServiceAccount token, or slurmd from an image of its own. The member the operator
+    really makes (chart defaults: confinement, container steps) passes the same policy."""
+    pods = f"/api/v1/namespaces/{namespace}/pods"
+    own = await operators_own_member(namespace)
+
+    def dry(pod: dict[str, Any]) -> Callable[[], object]:
+        return lambda: operator_account.request("POST", pods, pod, dryRun="All")
+
+    probe = {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "probe"}, "spec": own["spec"]}
+    wait_for(lambda: refusal(dry(probe)), timeout=20, what="the admission policy in force")
+    assert refusal(dry(own)) is None, "the operator's own member must pass its policy"
+
+    def changed(name: str, change: Callable[[dict[str, Any]], None]) -> dict[str, Any]:
+        pod = copy.deepcopy(own)
+        pod["metadata"]["name"] = name
+        change(pod)
+        return pod
+
+    def with_sidecar(**container: Any) -> Callable[[dict[str, Any]], None]:
+        return lambda pod: pod["spec"]["containers"].append(
+            {"name": "sidecar", "image": "busybox", **container}
+        )
+
+    def security(where: str, value: dict[str, Any]) -> Callable[[dict[str, Any]], None]:
+        def change(pod: dict[str, Any]) -> None:
+            target = pod["spec"] if where == "pod" else pod["spec"]["containers"][0]
+            target.setdefault("securityContext", {}).update(value)
+
+        return change
+
+    def secret_volume(pod: dict[str, Any]) -> None:
+        pod["spec"]["volumes"].append({"name": "jwt", "secret": {"secretName": "r1-jwt-key"}})
+        pod["spec"]["containers"][0]["volumeMounts"].append({"name": "jwt", "mountPath": "/jwt"})
+
+    def image(pod: dict[str, Any]) -> None:
+        pod["spec"]["containers"][0]["image"] = "evil.example/slurmd:24.11"
+
+    cases = {
+        "SYS_ADMIN in a sidecar": with_sidecar(securityContext={"capabilities": {"add": ["SYS_ADMIN"]}}),
+        "NET_ADMIN in slurmd": security("slurmd", {"capabilities": {"add": ["SYS_ADMIN", "NET_ADMIN"]}}),
+        "the Pod's seccomp Unconfined": security("pod", {"seccompProfile": {"type": "Unconfined"}}),
+        "a sidecar's AppArmor Unconfined": with_sidecar(
+            securityContext={"appArmorProfile": {"type": "Unconfined"}}
+        ),
+        "a sidecar's seccomp Unconfined": with_sidecar(
+            securityContext={"seccompProfile": {"type": "Unconfined"}}
+        ),
+        "another Secret": secret_volume,
+        "slurm.key in a sidecar": with_sidecar(volumeMounts=[{"name": "slurm-key", "mountPath": "/k"}]),
+        "a Secret in a sidecar's environment": with_sidecar(
+            env=[{"name": "K", "valueFrom": {"secretKeyRef": {"name": "r1-auth", "key": "slurm.key"}}}]
+        ),
+        "a ServiceAccount token": lambda pod: pod["spec"].update(automountServiceAccountToken=True),
+        "slurmd from another image": image,
+    }
+    refused = {what: refusal(dry(changed(f"m{i}", change))) for i, (what, change) in enumerate(cases.items())}
+    assert all(refused.values()), {k: v for k, v in refused.items() if not v}
+    assert "no Secret but slurm.key (r1-auth)" in str(refused["another Secret"])
+    assert "only from an allowed image" in str(refused["slurmd from another image"])
+    assert "unless operator.allowHostAccess is set" in str(refused["SYS_ADMIN in a sidecar"])
+    assert "may not turn off seccomp or AppArmor" in str(refused["a sidecar's AppArmor Unconfined"])

@@ -77,6 +77,17 @@ imagePullPolicy: {{ $image.pullPolicy }}
 {{- end -}}
 
 {{/*
+The slurmd images NodeSets may name beside any tag of slurmd.image's repository, as a JSON
+list: slurmd.allowedImages and the images of the nodeSets value (issue #52).
+*/}}
+{{- define "slurm.allowedSlurmdImages" -}}
+{{- $found := list -}}
+{{- range .Values.slurmd.allowedImages }}{{ $found = append $found (toString .) }}{{ end -}}
+{{- range .Values.nodeSets }}{{ with .image }}{{ $found = append $found (toString .) }}{{ end }}{{ end -}}
+{{- $found | uniq | toJson -}}
+{{- end -}}
+
+{{/*
 An image reference: repository:tag, and @digest when the values pin one (then the
 registry must serve exactly that image, whatever the tag now points at).
 Call with (list .Values.component.image $).

@@ -45,6 +45,7 @@ class OperatorConfig:
     private_tmp: bool = False  # jobs get their own /tmp and /dev/shm (needs confinement)
     hosts_domain: str = ""  # where members are named (members.Settings.hosts_domain)
     allow_host_access: bool = False
+    allowed_images: tuple[str, ...] = ()  # slurmd images NodeSets may name beside the default's
     container_steps: bool = False  # slurmd Pods run container steps (members.py: seccomp)
     shared_volumes: tuple[SharedVolume, ...] = ()  # mounted in every slurmd Pod
     account_mappings: tuple[GroupMapping, ...] = ()  # Slurm accounts kept from these groups
@@ -80,6 +81,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     flag("auth-secret", "the Secret holding slurm.key, mounted into every slurmd Pod", None, True)
     flag("scheduler-token-secret", "a Secret whose `token` the operator keeps fresh for the scheduler", "")
     flag("slurmd-image", "the slurmd image of NodeSets that name none", "")
+    flag(
+        "allowed-slurmd-images",
+        "comma-separated images or repositories NodeSets may name as their slurmd image, beside "
+        "any tag of --slurmd-image's repository (others are refused: they would run with slurm.key)",
+        "",
+    )
     flag("poll-interval", "how often Slurm's nodes are listed", "5s")
     flag("leader-elect", "true: act only while holding the Lease (run several replicas)", "false")
     flag("lease-name", "name of the Lease in the namespace", "sunk-operator")
@@ -296,6 +303,7 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         private_tmp=private_tmp,
         hosts_domain=args.hosts_domain or "",
         allow_host_access=true_or_false(args, "allow-host-access"),
+        allowed_images=tuple(i.strip() for i in (args.allowed_slurmd_images or "").split(",") if i.strip()),
         container_steps=true_or_false(args, "container-steps"),
         shared_volumes=shared_volumes.parse(args.shared_volumes or ""),
         account_mappings=account_settings(args, bool(args.directory_uri)),

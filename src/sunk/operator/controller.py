@@ -177,7 +177,12 @@ class NodeSetController:
             return DONE  # its Pods go with it (owner references); see docs/platform.md
         namespace = obj["metadata"]["namespace"]
         parsed = {
-            k: parse(o, self.default_image, allow_host_access=self.settings.allow_host_access)
+            k: parse(
+                o,
+                self.default_image,
+                allow_host_access=self.settings.allow_host_access,
+                allowed_images=self.settings.allowed_images,
+            )
             for k, o in self.nodesets.store.items()
             if (o.get("metadata") or {}).get("namespace") == namespace
         }

@@ -86,6 +86,8 @@ class Settings:
     # is named there, and searches it, so Slurm's host names resolve (none: not named).
     hosts_domain: str = ""
     allow_host_access: bool = False  # templates may ask for privileged, hostPath... (host_access)
+    # slurmd images NodeSets may name beside the default's repository (host_access.allowed_image)
+    allowed_images: tuple[str, ...] = ()
     container_steps: bool = False  # job steps may run in container images (crun in slurmd)
     shared_volumes: tuple[shared_volumes.SharedVolume, ...] = ()  # the chart's sharedVolumes
     services_configmap: str = ""  # the operator's services and start-up scripts, if any
@@ -196,9 +198,14 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
     # The runtime's default seccomp profile, unless the template chose one: with
     # CAP_SYS_ADMIN it still lets slurmd mount and unshare for confinement (issue #38). A
     # container step's runtime (crun) also needs pivot_root, which that profile refuses even
-    # then, so where steps may run in images slurmd goes without one (measured on real Nodes).
-    profile = "Unconfined" if settings.container_steps else "RuntimeDefault"
-    spec.setdefault("securityContext", {}).setdefault("seccompProfile", {"type": profile})
+    # then, so where steps may run in images the slurmd container goes without one (measured
+    # on real Nodes), and only it: its sidecars keep the Pod's profile (issue #52).
+    pod_security = spec.setdefault("securityContext", {})
+    chosen = "seccompProfile" in pod_security
+    pod_security.setdefault("seccompProfile", {"type": "RuntimeDefault"})
+    if settings.container_steps and not chosen:
+        security = containers[_index(containers)].setdefault("securityContext", {})
+        security.setdefault("seccompProfile", {"type": "Unconfined"})
     spec.setdefault("terminationGracePeriodSeconds", GRACE_S)
     spec.setdefault("enableServiceLinks", False)
     if settings.hosts_domain:

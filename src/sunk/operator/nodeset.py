@@ -159,9 +159,13 @@ class Invalid:
     problems: tuple[str, ...]
 
 
-def parse(obj: Json, default_image: str, *, allow_host_access: bool = False) -> NodeSet | Invalid:
+def parse(
+    obj: Json, default_image: str, *, allow_host_access: bool = False, allowed_images: tuple[str, ...] = ()
+) -> NodeSet | Invalid:
     """The NodeSet, or every problem with it. A template reaching into its Nodes
-    (`sunk.operator.host_access`) is one, unless the administrator allowed that."""
+    (`sunk.operator.host_access`) is one, unless the administrator allowed that; one
+    reaching for a credential, or a slurmd image that is neither the default's repository
+    nor one of `allowed_images`, always is."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}
     name, namespace = str(meta.get("name") or ""), str(meta.get("namespace") or "")
     problems: list[str] = []
@@ -182,6 +186,13 @@ def parse(obj: Json, default_image: str, *, allow_host_access: bool = False) -> 
         problems.append("spec.image: blank, and the operator has no default (--slurmd-image)")
     elif not _IMAGE.match(image):
         problems.append(f"spec.image: {image!r} is not an image reference (e.g. registry/slurmd:24.11)")
+    elif (allowed := _allowed_images(default_image, allowed_images)) and not host_access.allowed_image(
+        image, allowed
+    ):
+        problems.append(
+            f"spec.image: {image!r} is not an image the administrator allowed for slurmd (the default's "
+            "repository or the chart's slurmd.allowedImages); it would run with slurm.key"
+        )
     node_selector = _mapping(spec, "nodeSelector", problems)
     affinity = _mapping(spec, "affinity", problems)
     tolerations = spec.get("tolerations") or []
@@ -198,6 +209,7 @@ def parse(obj: Json, default_image: str, *, allow_host_access: bool = False) -> 
             problems.append(f"spec.template.spec.containers[{index}]: a container needs a name")
     if not allow_host_access:
         problems += host_access.problems(template)
+    problems += host_access.key_problems(template)
 
     update = _update_strategy(spec, problems)
     demand = _demand(spec, problems)
@@ -238,6 +250,11 @@ def parse(obj: Json, default_image: str, *, allow_host_access: bool = False) -> 
         drain=drain,
         deleting=bool(meta.get("deletionTimestamp")),
     )
+
+
+def _allowed_images(default_image: str, allowed_images: tuple[str, ...]) -> tuple[str, ...]:
+    """The default image's repository (any tag of it: an upgrade) and the administrator's list."""
+    return (host_access.repository(default_image),) * bool(default_image) + allowed_images
 
 
 def _update_strategy(spec: Json, problems: list[str]) -> UpdateStrategy:
