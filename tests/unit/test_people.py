@@ -41,14 +41,30 @@ def test_r10_6_a_group_lists_only_members_who_are_people_of_the_directory() -> N
         (user("mallory", 20009, gecos="a:b"), "user mallory: 'a:b' holds a ':'"),
         (user("mal:lory", 20009), "user mal:lory: 'mal:lory' is not a name"),
         # Issue #52: a primary group of root's or Slurm's reads what that group may.
-        (user("mallory", 20009, gid=0), "user mallory: primary GID 0 belongs to the images' system groups"),
-        (user("mallory", 20009, gid=64030), "user mallory: primary GID 64030 belongs to the images'"),
+        (user("mallory", 20009, gid=0), "user mallory: primary GID 0 is the images' group root"),
+        (user("mallory", 20009, gid=64030), "user mallory: primary GID 64030 is the images' group slurm"),
+        (user("mallory", 20009, gid=999), "user mallory: primary GID 999 is a system group"),
     ],
 )
 def test_r10_6_an_entry_taking_over_a_system_account_is_refused_by_name(entry: User, why: str) -> None:
     people = render(Directory((entry, user("alice", 20001)), ()))
     assert [line for line in people.refused if line.startswith(why)] != []
     assert people.passwd == "alice:*:20001:30000::/home/alice:/bin/bash\n"
+
+
+@pytest.mark.parametrize(("gid", "group"), [(0, "root"), (64030, "slurm")])
+def test_issue52_a_person_whose_primary_group_is_roots_or_slurms_is_written_nowhere(
+    gid: int, group: str
+) -> None:
+    """Catches a directory person with GID 0 or Slurm's group written into every Pod's passwd
+    as is (a group with that number was already refused): on the login Pod their files and
+    processes would read what the group may, the login host's private keys and the
+    directory's bind password among them. The refusal names the person, the GID and the group."""
+    people = render(Directory((user("mallory", 20009, gid=gid, ssh_keys=("ssh-ed25519 AAA m",)),), ()))
+    assert people.passwd == "" and people.keys == {}
+    [why] = people.refused
+    assert why.startswith(f"user mallory: primary GID {gid} is the images' group {group}: ")
+    assert "a GID of 1000 or more" in why
 
 
 def test_r10_6_a_second_person_with_a_taken_uid_is_refused() -> None:

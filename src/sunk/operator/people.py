@@ -17,6 +17,8 @@ from sunk.ldap.models import Directory
 SYSTEM_NAMES = frozenset({"root", "slurm", "munge", "slurmrestd", "nobody", "nogroup", "sshd", "daemon"})
 FIRST_ID = 1000
 RESERVED_IDS = frozenset({64030, 65534, 990, 991})  # slurm, nobody, munge, slurmrestd
+# The images' groups a person's primary GID may name, by number (images/slurm-base).
+SYSTEM_GROUPS = {0: "root", 64030: "slurm", 65534: "nogroup", 990: "munge", 991: "slurmrestd"}
 
 
 @dataclass(frozen=True)
@@ -82,7 +84,11 @@ def _primary_group_problem(gid: int) -> str | None:
     processes could read what those groups may (the login host's keys, slurm.key, the
     directory's bind password), so it is refused as a system UID is (issue #52)."""
     if gid < FIRST_ID or gid in RESERVED_IDS:
-        return f"primary GID {gid} belongs to the images' system groups (use {FIRST_ID} or more)"
+        group = f"the images' group {SYSTEM_GROUPS[gid]}" if gid in SYSTEM_GROUPS else "a system group"
+        return (
+            f"primary GID {gid} is {group}: the person's files and processes would "
+            f"read what it may (give them a GID of {FIRST_ID} or more, not in use by the images)"
+        )
     return None
 
 
