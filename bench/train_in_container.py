@@ -66,6 +66,8 @@ def main() -> None:
     example = yaml.safe_load((EXAMPLE / "values.yaml").read_text())
     values = merge_values(directory_values(cluster), {**example, "scheduler": {"enabled": False}})
     values["slurm"]["containers"] = {"insecureRegistries": [registry.running_address(cluster.layout)]}
+    # The members run the example's image as slurmd, which the operator refuses unless allowed.
+    values.setdefault("slurmd", {})["allowedImages"] = [image]
     [members] = story.example("nodeset.yaml")
     times: dict[str, list[float]] = {"container": [], "plain": []}
     try:
