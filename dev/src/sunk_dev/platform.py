@@ -33,6 +33,7 @@ from sunk_dev.realnode import REAL_NODE_LABEL
 
 Json = dict[str, Any]
 NODESETS = "/apis/sunk.coreweave.com/v1alpha1/namespaces/{ns}/nodesets"
+NODESET_CRD = "nodesets.sunk.coreweave.com"
 REAL = {REAL_NODE_LABEL: "true"}
 # A klog line kubectl writes about itself, e.g. on a dropped exec stream:
 # "E1129 08:29:25.802339   10389 websocket.go:297] Unknown stream id 1, discarding message".
@@ -199,10 +200,25 @@ class Platform:
                 kube.close()
         base = dev_values(self.images, scheduler=scheduler, tenants=self.tenants, strangers=self.strangers)
         merged = merge_values(base, values or {})
+        owner = self._nodeset_crd_owner()
+        if owner not in ("", self.namespace):  # another release on this cluster installed it
+            merged = merge_values(merged, {"nodeSetCRD": {"install": False}})
         self.values_file.write_text(yaml.safe_dump(merged))
         started = time.monotonic()
         self.upgrade(wait=True)
         return time.monotonic() - started
+
+    def _nodeset_crd_owner(self) -> str:
+        """The namespace of the release that installed the NodeSet CRD ("": none has). Two
+        releases share one cluster this way (tests side by side); the CRD then goes with the
+        release that made it."""
+        kube = AdminKube(self.cluster.layout)
+        try:
+            crd = kube.find(f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{NODESET_CRD}")
+        finally:
+            kube.close()
+        annotations = ((crd or {}).get("metadata") or {}).get("annotations") or {}
+        return str(annotations.get("meta.helm.sh/release-namespace", ""))
 
     def upgrade(
         self, values: Json | None = None, *, wait: bool = True, check: bool = True
