@@ -351,9 +351,12 @@ def test_issue55_without_its_pod_name_the_sidecar_waits_for_the_kubelet_as_befor
 
 
 def test_issue55_an_up_to_date_configuration_nudges_nothing(tmp_path: Path) -> None:
+    """Also catches the fast pace outliving its wait: the ConfigMap set back to what Slurm
+    runs while the kubelet's copy was awaited."""
     kube = PodKube(OLD, {APPLIED_HASH: config_hash(OLD)})
     mount(tmp_path, OLD)
     a = ConfigApplier(kube, FakeSlurm(), "plat", "slurm-config", tmp_path, "ctl-0", pod="slurm-controller-0")
+    a.awaiting_copy = True
     assert step(a) == "up to date"
     assert kube.pod_patches == []
     assert not a.awaiting_copy

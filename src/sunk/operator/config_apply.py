@@ -186,6 +186,7 @@ class ConfigApplier:
 
     async def step(self) -> str:
         """One pass; returns what it found or did (for the log and the tests)."""
+        self.awaiting_copy = False
         try:
             cm = await self.kube.get(self.path)
         except KubeError as err:
