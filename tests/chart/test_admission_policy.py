@@ -133,11 +133,12 @@ def test_issue52_the_operator_policy_allows_only_the_releases_key_and_the_charts
 @pytest.mark.parametrize(
     ("confinement", "steps"), [(True, True), (True, False), (False, True), (False, False)]
 )
-def test_issue52_only_slurmds_profiles_may_be_off_and_only_where_the_values_need_it(
+def test_issue52_only_slurmds_apparmor_may_be_off_only_for_confinement_and_seccomp_never(
     helm: Path, slurm_chart: Path, confinement: bool, steps: bool
 ) -> None:
     """Catches a policy letting a member's slurmd run without AppArmor where confinement is
-    off, or without seccomp where container steps are off (then nothing needs it)."""
+    off, or without seccomp at all: container steps run under RuntimeDefault (their runtime
+    skips pivot_root), so nothing needs it off."""
     policy = operator_policy(
         helm,
         slurm_chart,
@@ -145,8 +146,12 @@ def test_issue52_only_slurmds_profiles_may_be_off_and_only_where_the_values_need
         f"slurm.containers.enabled={str(steps).lower()}",
     )
     assert policy is not None
-    rule = validation(policy, "may not turn off seccomp or AppArmor")
-    assert f"({str(steps).lower()} || c.?securityContext.?seccompProfile" in rule
+    rule = validation(policy, "may not turn off seccomp")
+    slurmds_seccomp = (
+        "variables.slurmd.all(c, c.?securityContext.?seccompProfile.?type.orValue('') != 'Unconfined'"
+    )
+    assert slurmds_seccomp in rule
+    assert "seccomp.security.alpha.kubernetes.io/slurmd'" not in rule
     assert f"({str(confinement).lower()} || c.?securityContext.?appArmorProfile" in rule
     assert (
         f"({str(confinement).lower()} && k == 'container.apparmor.security.beta.kubernetes.io/slurmd')"

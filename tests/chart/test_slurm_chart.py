@@ -468,7 +468,6 @@ def test_r10_2_the_operator_gets_the_contracts_arguments(helm: Path, slurm_chart
         "--hosts-domain=r1-hosts.team.svc.cluster.local",
         "--private-tmp=true",
         "--allow-host-access=false",
-        "--container-steps=true",
         "--health-checks-configmap=r1-health-checks",
         "--health-replace-after=1800s",
         "--health-replace-max-unavailable=1",

@@ -117,8 +117,8 @@ def test_issue38_the_operators_account_may_only_make_and_mark_its_members(
 
 
 async def operators_own_member(namespace: str) -> dict[str, Any]:
-    """A member as the operator makes it for the chart's defaults (confinement, container
-    steps, private /tmp, the people and health check ConfigMaps, a shared /home), ready to
+    """A member as the operator makes it for the chart's defaults (confinement, private /tmp,
+    the people and health check ConfigMaps, a shared /home), ready to
     create in `namespace` as the policy sees it."""
     settings = dataclasses.replace(
         SETTINGS,
@@ -126,7 +126,6 @@ async def operators_own_member(namespace: str) -> dict[str, Any]:
         auth_secret="r1-auth",
         confinement=True,
         private_tmp=True,
-        container_steps=True,
         people_configmap="r1-people",
         health_checks_configmap="r1-health-checks",
         shared_volumes=(SharedVolume("r1-home", "/home", False),),

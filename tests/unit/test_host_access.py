@@ -265,8 +265,8 @@ def test_issue52_a_slurmd_image_must_be_one_the_administrator_allowed(
 
 async def test_issue52_an_allowed_sidecar_gets_no_capability_of_confinements_and_no_key() -> None:
     """The members the operator makes from a template with a sidecar: confinement's
-    capabilities, the unconfined profiles and slurm.key go to the slurmd container only."""
-    world = OperatorWorld(settings=dataclasses.replace(SETTINGS, confinement=True, container_steps=True))
+    capabilities, the unconfined AppArmor profile and slurm.key go to the slurmd container only."""
+    world = OperatorWorld(settings=dataclasses.replace(SETTINGS, confinement=True))
     world.add_node("node-1", "10.64.1.11")
     world.add_nodeset("a", template=sidecar(securityContext={"capabilities": {"drop": ["ALL"]}}))
     await world.reconcile("a")

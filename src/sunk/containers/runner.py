@@ -282,15 +282,19 @@ def _start(step: Step, rootfs: Path, image_env: Mapping[str, str], image_cwd: st
     state = step.workdir / "state"
     state.mkdir(mode=0o700, exist_ok=True)
     runtime = [step.runtime, "--root", str(state), "--cgroup-manager=disabled"]
-    # No session keyring of its own: slurmd runs under the RuntimeDefault seccomp profile,
-    # which refuses keyctl(2), and the step keeps the job's keyring as a plain step would.
+    # slurmd runs under the runtime's default seccomp profile, which refuses two calls crun
+    # would make. keyctl(2): no session keyring of its own, the step keeps the job's as a
+    # plain step would. pivot_root(2): the image is made the root by moving its mount onto /
+    # and chroot, which a process of the step could undo only to reach what it started from,
+    # slurmd's own file system as the job's user: what a plain step of the same job sees.
     # Slurm signals the whole step; crun passes signals on to the task, so this process
     # only waits for it and then tidies up.
     for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(sig, signal.SIG_IGN)
     try:
         return subprocess.run(
-            [*runtime, "run", "--no-new-keyring", "--bundle", str(bundle), step.name], check=False
+            [*runtime, "run", "--no-new-keyring", "--no-pivot", "--bundle", str(bundle), step.name],
+            check=False,
         ).returncode
     except FileNotFoundError as exc:
         raise StepError(f"this node has no container runtime ({step.runtime}): {exc.strerror}") from exc

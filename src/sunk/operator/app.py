@@ -189,7 +189,6 @@ class Operator:
             hosts_domain=config.hosts_domain,
             allow_host_access=config.allow_host_access,
             allowed_images=config.allowed_images,
-            container_steps=config.container_steps,
             shared_volumes=config.shared_volumes,
             services_configmap=config.services_configmap,
             services_digest=config.services_digest,

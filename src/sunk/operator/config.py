@@ -46,7 +46,6 @@ class OperatorConfig:
     hosts_domain: str = ""  # where members are named (members.Settings.hosts_domain)
     allow_host_access: bool = False
     allowed_images: tuple[str, ...] = ()  # slurmd images NodeSets may name beside the default's
-    container_steps: bool = False  # slurmd Pods run container steps (members.py: seccomp)
     shared_volumes: tuple[SharedVolume, ...] = ()  # mounted in every slurmd Pod
     account_mappings: tuple[GroupMapping, ...] = ()  # Slurm accounts kept from these groups
     slurm_cluster: str = ""  # Slurm's ClusterName, where those accounts' associations live
@@ -106,12 +105,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "allow-host-access",
         "true: NodeSet templates may ask for privileged containers, hostPath volumes, host "
         "namespaces or added capabilities (refused otherwise: they would give root on the Nodes)",
-        "false",
-    )
-    flag(
-        "container-steps",
-        "true: job steps may run in container images (the chart's slurm.containers.enabled), so "
-        "slurmd Pods run without the runtime's seccomp profile, which refuses pivot_root",
         "false",
     )
     flag(
@@ -304,7 +297,6 @@ def from_args(args: argparse.Namespace) -> OperatorConfig:
         hosts_domain=args.hosts_domain or "",
         allow_host_access=true_or_false(args, "allow-host-access"),
         allowed_images=tuple(i.strip() for i in (args.allowed_slurmd_images or "").split(",") if i.strip()),
-        container_steps=true_or_false(args, "container-steps"),
         shared_volumes=shared_volumes.parse(args.shared_volumes or ""),
         account_mappings=account_settings(args, bool(args.directory_uri)),
         slurm_cluster=args.slurm_cluster or "",

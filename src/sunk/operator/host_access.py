@@ -12,7 +12,7 @@ the chart's admission policy on every member the operator's account creates (iss
   seccomp or AppArmor profile (fields or the older annotations), /proc masked; the Pod
   shares no host namespace and mounts no hostPath. Only the slurmd container may add what
   confinement needs (SYS_ADMIN, SYS_NICE), and the operator, not the template, turns its
-  AppArmor (confinement) or seccomp (container steps) profile off.
+  AppArmor profile off for confinement. seccomp stays on everywhere: RuntimeDefault.
 - `key_problems`: slurm.key (always). A member holds no Secret but slurm.key, in its slurmd
   container alone, and no ServiceAccount token; slurmd's image is one the administrator
   allowed (`allowed_image`) and runs with the image's own entrypoint, so a template cannot

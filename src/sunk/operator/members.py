@@ -88,7 +88,6 @@ class Settings:
     allow_host_access: bool = False  # templates may ask for privileged, hostPath... (host_access)
     # slurmd images NodeSets may name beside the default's repository (host_access.allowed_image)
     allowed_images: tuple[str, ...] = ()
-    container_steps: bool = False  # job steps may run in container images (crun in slurmd)
     shared_volumes: tuple[shared_volumes.SharedVolume, ...] = ()  # the chart's sharedVolumes
     services_configmap: str = ""  # the operator's services and start-up scripts, if any
     services_digest: str = ""  # of that ConfigMap's contents (a change rolls the members)
@@ -196,16 +195,10 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
         }
     )
     # The runtime's default seccomp profile, unless the template chose one: with
-    # CAP_SYS_ADMIN it still lets slurmd mount and unshare for confinement (issue #38). A
-    # container step's runtime (crun) also needs pivot_root, which that profile refuses even
-    # then, so where steps may run in images the slurmd container goes without one (measured
-    # on real Nodes), and only it: its sidecars keep the Pod's profile (issue #52).
-    pod_security = spec.setdefault("securityContext", {})
-    chosen = "seccompProfile" in pod_security
-    pod_security.setdefault("seccompProfile", {"type": "RuntimeDefault"})
-    if settings.container_steps and not chosen:
-        security = containers[_index(containers)].setdefault("securityContext", {})
-        security.setdefault("seccompProfile", {"type": "Unconfined"})
+    # CAP_SYS_ADMIN it still lets slurmd mount and unshare for confinement (issue #38), and
+    # container steps run under it too, their runtime making the image the root without
+    # pivot_root, which the profile refuses (sunk.containers.runner says why that is safe).
+    spec.setdefault("securityContext", {}).setdefault("seccompProfile", {"type": "RuntimeDefault"})
     spec.setdefault("terminationGracePeriodSeconds", GRACE_S)
     spec.setdefault("enableServiceLinks", False)
     if settings.hosts_domain:
@@ -258,8 +251,6 @@ def template_hash(nodeset: NodeSet, settings: Settings) -> str:
         shared["people"] = settings.people_configmap
     if settings.shared_volumes:  # likewise
         shared["shared_volumes"] = [[v.claim, v.path, v.read_only] for v in settings.shared_volumes]
-    if settings.container_steps:  # likewise: turning container steps on changes their profile
-        shared["container_steps"] = True
     if not settings.confinement:  # on is the default, so members made with it keep their hash
         shared["confinement"] = False  # (its capabilities and preflight, and slurmd's plugins)
     if settings.private_tmp:  # slurmd loads job_container/tmpfs at start, in its own namespace
