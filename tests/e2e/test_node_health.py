@@ -42,6 +42,8 @@ CHECKS = {
     "20-hang": f"#!/bin/sh\nif [ -e {SPOOL}/hc-hang ]; then sleep 100; fi\n",
 }
 TIMEOUT_S = 4
+# Replacement: long enough that the first tests' short drains never reach it, even under load.
+REPLACE_AFTER_S = 60
 # One interval (20 s) plus the run's own time and slurmctld's view catching up.
 WITHIN = 75
 
@@ -121,7 +123,11 @@ def platform(dev_cluster: DevCluster, kube: AdminKube) -> Iterator[Platform]:
     off_lost = {"key": HOSTNAME, "operator": "NotIn", "values": [LOST]}
     required = {"nodeSelectorTerms": [{"matchExpressions": [off_lost]}]}
     keep_off = {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": required}}
-    checks = {"timeoutSeconds": TIMEOUT_S, "scripts": {"configMap": "site-checks"}}
+    checks = {
+        "timeoutSeconds": TIMEOUT_S,
+        "scripts": {"configMap": "site-checks"},
+        "replace": {"after": f"{REPLACE_AFTER_S}s", "maxUnavailable": 1},
+    }
     # slurmctld, slurmdbd, MariaDB, slurmrestd, login and the operator all stay up when real-3 stops.
     values = {"defaults": {"affinity": keep_off}, "slurm": {"healthChecks": checks}}
     FIGURES["helm install (s)"] = plat.install(values, scheduler=False)
@@ -247,6 +253,76 @@ def test_issue51_a_node_condition_drains_its_member_and_clearing_it_returns_it(
         every=1,
     )
     FIGURES["condition cleared -> idle (s)"] = time.monotonic() - started
+
+
+def members_named(kube: AdminKube, name: str) -> list[dict[str, Any]]:
+    """The live Pods (not terminating) that hold Slurm node `name`."""
+    pods = kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector=f"{SLURM_NODE_LABEL}={name}")
+    return [p for p in pods["items"] if not p["metadata"].get("deletionTimestamp")]
+
+
+def healthy_message(platform: Platform, kube: AdminKube) -> str:
+    conditions = nodeset_status(platform, kube).get("conditions") or []
+    return next((str(c.get("message", "")) for c in conditions if c.get("type") == "Healthy"), "")
+
+
+def job_state(platform: Platform, job: str) -> str:
+    said = platform.login(f"scontrol show job {job} -o")
+    found = [word for word in said.stdout.split() if word.startswith("JobState=")]
+    return found[0].removeprefix("JobState=") if found else ""
+
+
+def test_issue51_a_member_kept_failing_is_replaced_once_its_running_job_ends_and_the_job_completes(
+    platform: Platform, kube: AdminKube
+) -> None:
+    """Catches: a member its checks keep drained that stays drained for ever, one replaced
+    under a running job (the job killed or requeued instead of COMPLETED), or a replacement
+    that comes back drained."""
+    pod = member_on(kube, "real-1")
+    name, uid, member = slurm_name(pod), pod["metadata"]["uid"], pod["metadata"]["name"]
+    go = f"{SPOOL}/job-go"  # the job runs until this file is there (slurmd's spool, this Pod's own)
+    said = platform.login(
+        f"sbatch --parsable -w {name} -N1 -t 10 --wrap 'while [ ! -e {go} ]; do sleep 1; done'"
+    )
+    assert said.returncode == 0, said.stdout + said.stderr
+    job = said.stdout.strip().split(";")[0]
+    wait_for(lambda: job_state(platform, job) == "RUNNING" or None, timeout=60, what=f"job {job} running")
+    flag(platform, member, "hc-fail", present=True)
+    started = time.monotonic()
+    # Due for replacement, and waiting for the job: the NodeSet says so, and nothing is replaced.
+    wait_for(
+        lambda: f"{name} is replaced once its jobs end" in healthy_message(platform, kube) or None,
+        timeout=WITHIN + REPLACE_AFTER_S,
+        what=f"{name} due for replacement and waiting for job {job}",
+        every=2,
+    )
+    assert [p["metadata"]["uid"] for p in members_named(kube, name)] == [uid]
+    assert job_state(platform, job) == "RUNNING"
+    flag(platform, member, "job-go", present=True)
+    ended = time.monotonic()
+    replaced = wait_for(
+        lambda: [p for p in members_named(kube, name) if p["metadata"]["uid"] != uid] or None,
+        timeout=90,
+        what=f"a new Pod for {name}",
+        every=1,
+    )
+    FIGURES["job ends -> new member Pod (s)"] = time.monotonic() - ended
+    assert job_state(platform, job) == "COMPLETED"
+    # The Event is the NodeSet's (it names the member and the checks' words).
+    notes = [
+        e.get("note", "")
+        for e in events_for(kube, NAMESPACE, "compute")
+        if e.get("reason") == "ReplacingUnhealthyMember"
+    ]
+    assert len(notes) == 1 and name in notes[0] and "10-flag: flag present" in notes[0], notes
+    # The new Pod has a spool of its own (no flag): verified, then back in service.
+    wait_for(
+        lambda: state(platform, name) == "idle|none" or None,
+        timeout=180,
+        what=f"{name} idle on its new Pod {replaced[0]['metadata']['name']}",
+        every=2,
+    )
+    FIGURES["check fails -> replacement idle (s)"] = time.monotonic() - started
 
 
 def test_issue51_a_stopped_machines_member_is_down_within_a_minute_and_back_after(
