@@ -284,10 +284,9 @@ async def test_r8_2_a_pod_gone_while_its_job_is_readopted_leaves_no_job_behind()
     assert world.kube.notes("PlaceholderReadopted") == []
 
 
-async def test_r9_1_a_gangs_members_are_never_readopted_one_by_one() -> None:
-    """Catches: one member of a gang given a job of its own: the group lives and dies as one
-    job, so it is re-adopted as a whole or not at all (sunk does not yet: all go)."""
-    world = two_nodes()
+async def gang_bound(world: World) -> None:
+    """PodGroup g's members a (job 100 on sn-1) and b (101 on sn-2) are bound; a listing saw
+    both components run."""
     world.add_podgroup("g", 2)
     for name in ("a", "b"):
         world.create(pod(name, labels={gang.GROUP_LABEL: "g"}))
@@ -295,12 +294,60 @@ async def test_r9_1_a_gangs_members_are_never_readopted_one_by_one() -> None:
     world.slurm.start(100, "sn-1")
     world.slurm.start(101, "sn-2", started=False)
     await world.reconcile("ns/a")
+    assert world.pod("ns/b")["spec"]["nodeName"] == "n2"
+
+
+async def test_issue53_a_gang_slurm_lost_is_readopted_whole_with_one_new_job() -> None:
+    """Catches: a PodGroup's members always deleted when slurmctld lost their job, or one
+    member given a job of its own (the group lives and dies as one job)."""
+    world = two_nodes()
+    await gang_bound(world)
     world.slurm.restart_without(100, 101)
-    for key in ("ns/a", "ns/b"):
-        await world.reconcile(key)
+    await world.reconcile("ns/a")
+    assert not any(call[0] == "delete_pod" for call in world.kube.calls)
+    body = [call[2].body for call in world.slurm.calls if call[0] == "submit"][-1]
+    assert [spec["required_nodes"] for spec in body["jobs"]] == [["sn-1"], ["sn-2"]]
+    assert [spec["job_id"] for spec in body["jobs"]] == [102, 103]
+    assert (world.job_id("ns/a"), world.job_id("ns/b")) == (102, 103)
+    assert len(world.kube.notes("PlaceholderReadopted")) == 2
+    await world.reconcile("ns/b")  # b's pass finds the group re-adopted: nothing more
+    assert len(world.slurm.submitted()) == 2 and active_jobs(world) == [102, 103]
+
+
+async def test_issue53_a_gang_with_one_member_on_a_drained_node_loses_every_member() -> None:
+    """Catches: half a group re-adopted. One member's node cannot be given back, so none
+    is: every member goes, each told why, and no job is submitted."""
+    world = two_nodes()
+    await gang_bound(world)
+    world.slurm.restart_without(100, 101)
+    world.slurm.set_drained("sn-2", "Duplicate jobid")
+    await world.reconcile("ns/a")
     assert ("delete_pod", "ns/a") in world.kube.calls and ("delete_pod", "ns/b") in world.kube.calls
+    notes = world.kube.notes("PlaceholderJobEnded")
+    assert len(notes) == 2 and all("whole or not at all" in n and "Duplicate jobid" in n for n in notes)
     assert world.slurm.submitted() == [100]
-    assert "only as a whole group" in world.kube.notes("PlaceholderJobEnded")[0]
+
+
+async def test_issue53_a_users_scancel_of_a_gangs_new_job_ends_every_member(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Catches: a group's new job ended by a user before it ran taken for a failure to
+    re-adopt, or re-adopted again: every member ends with it."""
+    world = two_nodes()
+    await gang_bound(world)
+    world.slurm.restart_without(100, 101)
+    release = world.slurm.release_job
+
+    async def scancelled_first(job_id: int) -> None:
+        world.slurm.end_group(102)  # the user's scancel of the new group job
+        await release(job_id)
+
+    monkeypatch.setattr(world.slurm, "release_job", scancelled_first)
+    await world.reconcile("ns/a")
+    await world.reconcile("ns/b")
+    assert ("delete_pod", "ns/a") in world.kube.calls and ("delete_pod", "ns/b") in world.kube.calls
+    assert world.kube.reasons("a")[-1] == world.kube.reasons("b")[-1] == "CancelledInSlurm"
+    assert len(world.slurm.submitted()) == 2
 
 
 async def test_issue53_a_users_scancel_of_the_new_job_before_its_release_ends_the_pod(

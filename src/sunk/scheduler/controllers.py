@@ -14,6 +14,7 @@ from sunk.scheduler.binding import Binder
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.config import Config
 from sunk.scheduler.gangs import Gangs
+from sunk.scheduler.group_readopting import GroupReadoption
 from sunk.scheduler.hooks.auth import HookCredentials
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
@@ -89,6 +90,15 @@ def build(
         submitter=submitter,
         binder=binder,
     )
+    readopter = Readopter(
+        slurm=slurm,
+        index=index,
+        memory=memory,
+        settings=shared,
+        submitter=submitter,
+        policy=policy,
+        cluster=cluster,
+    )
     pod_controller = Reconciler(
         kube=kube,
         slurm=slurm,
@@ -101,14 +111,8 @@ def build(
         submitter=submitter,
         binder=binder,
         gangs=gangs,
-        readopter=Readopter(
-            slurm=slurm,
-            index=index,
-            memory=memory,
-            settings=shared,
-            submitter=submitter,
-            policy=policy,
-        ),
+        readopter=readopter,
+        group_readoption=GroupReadoption(readopter, pods),
         placement=config.placement,
     )
     slurm_nodes = SlurmNodeController(

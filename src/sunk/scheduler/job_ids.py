@@ -44,11 +44,16 @@ class FreshIds:
         """Whether submissions ask for their IDs (else Slurm's counter gives them)."""
         return self.slurm.dialect.chooses_job_ids and not self.refused
 
-    async def submit(self, submission: Submission, components: int = 1) -> SubmitAnswer:
+    async def submit(
+        self, submission: Submission, components: int = 1, *, counter_ok: bool = True
+    ) -> SubmitAnswer:
         """Submit under the next unclaimed IDs (`components` of them for a heterogeneous
-        job); raises as `SlurmPort.submit` does."""
+        job); raises as `SlurmPort.submit` does. `counter_ok`: False when the job must not
+        be submitted at all unless it can ask for its IDs (raises `SlurmRejected`)."""
         for _ in range(TRIES):
             first = self.index.claim_ids(components) if self.choosing else None
+            if first is None and not counter_ok:
+                raise SlurmRejected("Slurm does not let this scheduler choose job IDs here")
             if first is None:
                 return await self.slurm.submit(submission)
             try:

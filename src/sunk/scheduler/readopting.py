@@ -33,7 +33,9 @@ from typing import Any
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.metrics import kube_scheduler
-from sunk.scheduler.decide import actions, submission
+from sunk.scheduler import decide
+from sunk.scheduler.cluster import ClusterView
+from sunk.scheduler.decide import actions, pod_actions, submission
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
 from sunk.scheduler.policy import PolicyFile
@@ -41,10 +43,21 @@ from sunk.scheduler.ports import SlurmPort
 from sunk.scheduler.submitting import Submitter
 from sunk.scheduler.translate import PodRef, Settings, translate
 from sunk.slurm.errors import SlurmError, SlurmRejected
-from sunk.slurm.models import SlurmJob
+from sunk.slurm.models import SlurmJob, SlurmNode
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Evidence:
+    """What says whether Slurm lost a bound Pod's job rather than ended it: `last`, the job
+    as last known running (None: nothing says it was lost), and its Slurm node as Slurm
+    shows it now with the Nodes hosting it."""
+
+    last: SlurmJob | None
+    node: SlurmNode | None = None
+    hosts: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -75,13 +88,42 @@ class Readopter:
         settings: Settings,
         submitter: Submitter,
         policy: PolicyFile,
+        cluster: ClusterView,
     ) -> None:
         self.slurm = slurm
+        self.cluster = cluster
         self.index = index
         self.memory = memory
         self.settings = settings
         self.submitter = submitter
         self.policy = policy
+
+    async def evidence(self, pod: Json) -> Evidence:
+        """For a bound Pod whose job Slurm has no record of: this process's own listings say
+        it saw the job run lately; else, for a job it never saw (restarted since), the
+        Pod's own record of when the job ran (`pod_actions.recorded_run`)."""
+        job_id = decide.recorded_job_id(pod, self.settings.annotation_prefix)
+        if job_id is None:
+            return Evidence(None)
+        last = self.index.lost_job(job_id, pod["metadata"]["uid"])
+        if last is None and job_id not in self.index.vanished:
+            last = self._recorded_run(pod, job_id)
+        if last is None or len(last.nodes) != 1:
+            return Evidence(last)
+        node = await self.slurm.node(last.nodes[0])
+        hosts = self.cluster.host_map().get(node.name, set()) if node is not None else set()
+        return Evidence(last, node, frozenset(hosts))
+
+    def _recorded_run(self, pod: Json, job_id: int) -> SlurmJob | None:
+        """The Pod's lost job as the Pod records it, on the one Slurm node its Node hosts."""
+        node_name = (pod.get("spec") or {}).get("nodeName")
+        hosted = [name for name, hosts in self.cluster.host_map().items() if node_name in hosts]
+        translated = translate(pod, self.settings).job
+        if len(hosted) != 1 or translated is None:
+            return None
+        limit = translated.request.time_limit_min
+        prefix = self.settings.annotation_prefix
+        return pod_actions.recorded_run(pod, job_id, hosted[0], limit, prefix=prefix, now=time.time())
 
     async def readopt(self, pod: Json, action: actions.Readopt, said: actions.Said) -> str | Ended | None:
         """None once the Pod names a new running job on `action.node` (told in `said`), or

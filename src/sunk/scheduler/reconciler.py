@@ -29,6 +29,7 @@ from sunk.scheduler.binding import Binder
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.decide import actions, claim_plan, pod_actions, pod_plan
 from sunk.scheduler.gangs import Gangs
+from sunk.scheduler.group_readopting import GroupReadoption
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
 from sunk.scheduler.pods import PodStore
@@ -70,6 +71,7 @@ class Reconciler:
         binder: Binder,
         gangs: Gangs,
         readopter: Readopter,
+        group_readoption: GroupReadoption,
         placement: str = "slurm",
     ) -> None:
         self.kube = kube
@@ -85,6 +87,7 @@ class Reconciler:
         self.binder = binder
         self.gangs = gangs
         self.readopter = readopter
+        self.group_readoption = group_readoption
         self.placement_policy = placement  # --placement
         self.rules = pod_plan.Rules(settings, pack=placement == "pack")
         self._asking_slurm = 0
@@ -306,6 +309,8 @@ class Reconciler:
             return await self._confirm_ending(pod, action.job_id)
         if isinstance(action, actions.ConfirmMissing):
             return await self._confirm_missing(pod)
+        if isinstance(action, actions.Readopt) and action.group is not None:
+            return await self._readopt_group(ref, pod, action, said)
         if isinstance(action, actions.Readopt):
             why = await self.readopter.readopt(pod, action, said)
             if why is None:
@@ -324,6 +329,25 @@ class Reconciler:
         if action.step is decide.Step.GROUP_TIMED_OUT:
             return await self.gangs.timed_out(pod, job, said)
         return await self.gangs.bind(pod, job, said)
+
+    async def _readopt_group(
+        self, ref: PodRef, pod: Json, action: actions.Readopt, said: actions.Said
+    ) -> Outcome:
+        """A PodGroup's member whose job Slurm lost: the whole group is re-adopted, or every
+        member goes, each told why."""
+        result = await self.group_readoption.readopt(pod, action, said)
+        if result is None:
+            return Outcome()
+        if isinstance(result, float):
+            return Outcome(requeue_after=result)
+        if isinstance(result, Ended):
+            return await self._carry_out(
+                ref, pod, result.job, pod_actions.readopted_job_ended(action, result.job, time.time()), said
+            )
+        for member, lost in result.members:
+            plan = pod_actions.readoption_failed(lost, result.why)
+            await self._carry_out(PodRef.of(member), member, None, plan, said)
+        return Outcome()
 
     def report_ending(self, ref: PodRef, job_id: int) -> None:
         """The placeholder script got SIGTERM (Slurm cancels, preempts or times out its job)
@@ -374,33 +398,18 @@ class Reconciler:
             if found is not None and self.submitter.pod_of(found) == ref:
                 self.index.observe(ref, found)
                 return Outcome(requeue_after=1) if found.ending else await self._check_still_there(pod, found)
-        # Slurm has no record of it: lost or ended. The evidence: this process's own
-        # listings, else (restarted since) the Pod's own record of when it last ran.
-        last = self.index.lost_job(job_id, ref.uid) if job_id is not None else None
-        if last is None and job_id is not None and job_id not in self.index.vanished:
-            last = self._recorded_run(pod, job_id)
-        node = await self.slurm.node(last.nodes[0]) if last is not None and len(last.nodes) == 1 else None
+        # Slurm has no record of it: lost or ended (the readopter weighs the evidence).
+        evidence = await self.readopter.evidence(pod)
         plan = pod_actions.for_missing_job(
             pod,
             job_id,
-            last,
-            node=node,
-            hosts=self.cluster.host_map().get(node.name, set()) if node is not None else set(),
+            evidence.last,
+            node=evidence.node,
+            hosts=set(evidence.hosts),
             group=gang.group_of(pod),
             now=time.time(),
         )
         return await self._execute(ref, pod, None, plan)
-
-    def _recorded_run(self, pod: Json, job_id: int) -> SlurmJob | None:
-        """The Pod's lost job as the Pod records it (`pod_actions.recorded_run`), on the one
-        Slurm node its Node hosts."""
-        node_name = (pod.get("spec") or {}).get("nodeName")
-        hosted = [name for name, hosts in self.cluster.host_map().items() if node_name in hosts]
-        translated = translate(pod, self.settings).job
-        if len(hosted) != 1 or translated is None:
-            return None
-        limit = translated.request.time_limit_min
-        return pod_actions.recorded_run(pod, job_id, hosted[0], limit, prefix=self.prefix, now=time.time())
 
     async def _check_still_there(self, pod: Json, job: SlurmJob) -> Outcome:
         # The Slurm node → Node map is built from every slurmd Pod: only for a job that runs.

@@ -279,6 +279,8 @@ class FakeSlurm:
         self.failures.check("release_job")
         self.calls.append(("release_job", job_id))
         raw = self.raw_jobs[job_id]
+        if raw["job_state"] != ["PENDING"]:  # a job someone ended meanwhile
+            raise SlurmRejected("Slurm refused to release it: Job/step already completing or completed", 2021)
         node = raw.get("required_nodes", "")
         usable = node in self.raw_nodes and "DRAIN" not in self.raw_nodes[node]["state"]
         if node and usable and node not in self.taken:

@@ -170,6 +170,8 @@ class Readopt:
     old_job: int
     node: str
     time_limit_min: int | None
+    # The Pod's PodGroup: the whole group is re-adopted with one new job, or none of it.
+    group: str | None = None
 
 
 @dataclass(frozen=True)

@@ -117,11 +117,12 @@ def for_missing_job(
         # slurmctld has just restarted and the node has not reported back yet (a few
         # seconds): nothing can start there, for this Pod or anyone else, until it has.
         return Plan(after=1.0)
-    why_not = _why_not_readopted(pod, last, node, hosts, group, now)
+    why_not = why_not_readopted(pod, last, node, hosts, now)
     if why_not is not None:
         return Plan((Event(ev.JOB_ENDED, f"{gone}{why_not}; deleting the Pod", warning=True), DeletePod()))
     assert last is not None
-    return Plan((Readopt(last.job_id, last.nodes[0], _time_left_min(last, now)),))
+    # A PodGroup's member: the whole group is re-adopted with one new job, or none of it.
+    return Plan((Readopt(last.job_id, last.nodes[0], time_left_min(last, now), group),))
 
 
 # Slack against the clocks of the API server, Slurm and the scheduler disagreeing, taken off
@@ -225,11 +226,11 @@ def readopted_job_ended(action: Readopt, job: SlurmJob, now: float) -> PodPlan:
     return Plan((Event(reason, note, warning=True), DeletePod()))
 
 
-def _why_not_readopted(
-    pod: Json, last: SlurmJob | None, node: SlurmNode | None, hosts: set[str], group: str | None, now: float
+def why_not_readopted(
+    pod: Json, last: SlurmJob | None, node: SlurmNode | None, hosts: set[str], now: float
 ) -> str | None:
     """Why the job cannot be taken back (in words that follow "no longer exists in Slurm"),
-    or None when it can."""
+    or None when it can (a PodGroup's member: as far as this member goes)."""
     if last is None or len(last.nodes) != 1:
         # No sign that Slurm lost it rather than ended it: the Pod goes, as always.
         return (
@@ -238,14 +239,12 @@ def _why_not_readopted(
             "an ended job, or its Node hosts no single Slurm node)"
         )
     lost = " (Slurm lost it, e.g. slurmctld restarted without its state), and it cannot be re-adopted: "
-    if group is not None:
-        return lost + "a PodGroup's job is re-adopted only as a whole group, which sunk does not do"
     problem = slurm_node_problem(last.nodes[0], node)
     if problem is not None:
         return lost + problem
     if (pod.get("spec") or {}).get("nodeName") not in hosts:
         return lost + f"Slurm node {last.nodes[0]} is no longer hosted by this Pod's Node"
-    left = _time_left_min(last, now)
+    left = time_left_min(last, now)
     if left is not None and left <= 0:
         return lost + f"its time limit of {last.time_limit_min} min is reached"
     return None
@@ -257,7 +256,7 @@ def not_registered(node: SlurmNode) -> bool:
     return node.state.upper() == "UNKNOWN" or "NOT_RESPONDING" in node.flags
 
 
-def _time_left_min(job: SlurmJob, now: float) -> int | None:
+def time_left_min(job: SlurmJob, now: float) -> int | None:
     """What is left of the job's time limit, in whole minutes rounded up (None: no limit)."""
     if job.time_limit_min is None or not job.start_time:
         return job.time_limit_min
