@@ -257,6 +257,16 @@ def test_a_scrape_reads_the_listings_counts_never_the_jobs() -> None:
     assert scrape.value("slurm_jobs_pending") == 1000
 
 
+def test_every_owners_duration_series_is_served_at_zero_before_its_first_drain_or_down() -> None:
+    """Catches a duration histogram whose series first appears with its first observation:
+    Prometheus's increase() over it then misses that observation, and the Cluster
+    dashboard's "How long nodes stay out" stayed empty until a second drain."""
+    scrape = listed(metrics(), view(recorded_nodes(), []))
+    for family in ("sunk_slurm_node_drain_duration_seconds", "sunk_slurm_node_down_duration_seconds"):
+        for owner in ("operator", "health-check", "slurm", "admin", "none"):
+            assert scrape.value(f"{family}_count", reason_owner=owner) == 0, (family, owner)
+
+
 def test_a_drain_seen_by_the_poller_counts_one_failure_and_its_end_a_duration() -> None:
     clock = [NOW]
     m = SlurmMetrics(clock=lambda: clock[0], membership=lambda: {"sn-002": "gpu"})

@@ -85,6 +85,12 @@ class SlurmMetrics(Collector):
             buckets=EPISODE_BUCKETS,
             registry=None,
         )
+        # Every owner's series from the start, at zero: increase() over a series that first
+        # appears at its first observation misses that observation (a dashboard showed no
+        # drain duration until the second drain).
+        for owner in e.OWNERS:
+            self.drains.labels(owner)
+            self.downs.labels(owner)
 
     # -- written by the poller ------------------------------------------------------------------
     def listed(
