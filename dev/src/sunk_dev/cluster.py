@@ -43,6 +43,7 @@ STOP_ORDER = (
     "munged",
     "slapd",
     "registry",
+    "registry-push",
     "kwok",
     "kube-scheduler",
     "volume-provisioner",
