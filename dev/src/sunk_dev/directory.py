@@ -122,8 +122,10 @@ def make_certificate(layout: Layout, hosts: tuple[str, ...]) -> None:
 
 def slapd_conf(layout: Layout, admin_hash: str, reader_hash: str) -> str:
     """slapd's configuration: the standard schemas, StartTLS, one database, and access that
-    lets the reader (and nobody anonymous) read everything but passwords, and takes a
-    password from another host than this one only over TLS."""
+    lets the reader read everything but passwords, a person read their own entry (nslcd
+    reads it back after checking their password), anonymous clients only bind, and takes a
+    password from another host than this one only over TLS. Only the admin (the rootdn,
+    above every rule) writes: not a person, not even their own password."""
     here = directory_dir(layout)
     tls = tls_dir(layout)
     return f"""\
@@ -144,7 +146,6 @@ rootdn "{ADMIN}"
 rootpw {admin_hash}
 directory {here / "db"}
 access to attrs=userPassword
-  by self write
   by anonymous peername.ip={HOST} auth
   by anonymous tls_ssf=128 auth
   by * none
