@@ -458,3 +458,45 @@ async def test_issue53_a_readopted_pods_record_dates_from_its_new_jobs_start(clo
     after = world.restarted()
     await after.reconcile(KEY)
     assert not deleted(after) and after.job_id(KEY) == 102
+
+
+def revert(world: World, job_id: int) -> None:
+    """slurmctld restarted from state saved before `job_id` started: PENDING again, never
+    requeued, its resources counted free."""
+    raw = world.slurm.raw_jobs[job_id]
+    raw["job_state"] = ["PENDING"]
+    raw["start_time"] = {"set": True, "number": 0}
+
+
+async def test_issue53_a_job_slurmctld_put_back_to_pending_is_readopted_on_the_pods_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Catches: a running Pod deleted because a slurmctld restarted from older state lists
+    its job PENDING again (before: "is PENDING again although it had started; deleting the
+    Pod"): Slurm did not end that job for a reason, it lost its start."""
+    monkeypatch.setattr(readopting, "START_WITHIN_S", 0.3)
+    world = two_nodes()
+    await bound(world)
+    revert(world, 100)
+    await world.reconcile(KEY)
+    assert not deleted(world) and world.job_id(KEY) == 101
+    assert submissions(world)[-1]["required_nodes"] == ["sn-1"]
+    assert "job 101 holds its resources on sn-1 again" in world.kube.notes("PlaceholderReadopted")[0]
+    await world.reconcile(KEY)  # the PENDING job is no longer its Pod's: cancelled
+    assert (100, None) in world.slurm.cancelled() and active_jobs(world) == [101]
+
+
+async def test_issue53_a_job_put_back_to_pending_whose_node_another_job_took_ends_the_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Catches: a Pod kept on a node whose resources Slurm handed to another job after it
+    forgot the Pod's job had started."""
+    monkeypatch.setattr(readopting, "START_WITHIN_S", 0.3)
+    world = two_nodes()
+    await bound(world)
+    revert(world, 100)
+    world.slurm.taken.add("sn-1")
+    await world.reconcile(KEY)
+    assert deleted(world)
+    note = world.kube.notes("PlaceholderJobEnded")[0]
+    assert "PENDING again" in note and "at once (Resources)" in note

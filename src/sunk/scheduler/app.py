@@ -373,7 +373,7 @@ class Scheduler:
         await self._check_slurm_config()
         await self.index.synced.wait()
         await self.node_poller.listed.wait()
-        self.reconciler.note_job_ids_of_pods()
+        self.index.note_ids_of_pods((pod for _, pod in self.pods.items()), self.config.annotation_prefix)
         log.info("first Slurm job listing: %d placeholder jobs", len(self.index))
 
     def acting(self) -> None:

@@ -20,12 +20,14 @@ import dataclasses
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.metrics import kube_scheduler
+from sunk.runtime.controller import Outcome
 from sunk.scheduler import decide
 from sunk.scheduler.decide import actions, pod_actions, submission
 from sunk.scheduler.pods import PodStore
@@ -54,6 +56,30 @@ class GroupReadoption:
         self.readopter = readopter
         self.pods = pods
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
+
+    async def carry_out(
+        self,
+        pod: Json,
+        action: actions.Readopt,
+        said: actions.Said,
+        execute: Callable[[PodRef, Json, SlurmJob | None, actions.PodPlan, actions.Said], Awaitable[Outcome]],
+    ) -> Outcome:
+        """The Pod controller's step for a PodGroup's member whose job Slurm lost: the
+        whole group is re-adopted, or every member goes (`execute`, the controller's own
+        executor, carries each member's plan out), each told why."""
+        result = await self.readopt(pod, action, said)
+        if result is None:
+            return Outcome()
+        if isinstance(result, float):
+            return Outcome(requeue_after=result)
+        if isinstance(result, Ended):
+            plan = pod_actions.readopted_job_ended(action, result.job, time.time())
+            return await execute(PodRef.of(pod), pod, result.job, plan, said)
+        for member, lost in result.members:
+            await execute(
+                PodRef.of(member), member, None, pod_actions.readoption_failed(lost, result.why), said
+            )
+        return Outcome()
 
     async def readopt(
         self, pod: Json, action: actions.Readopt, said: actions.Said

@@ -10,8 +10,9 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
+from typing import Any
 
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.client import SlurmClient
@@ -19,6 +20,7 @@ from sunk.slurm.errors import SlurmError
 from sunk.slurm.models import SlurmJob
 
 log = logging.getLogger(__name__)
+Json = dict[str, Any]
 # How long a job Slurm ended stays listed with its end state (Slurm's MinJobAge, 300 s by
 # default). A job seen running less than this long ago that Slurm now has no record of
 # was not ended but lost (slurmctld restarted without it).
@@ -169,6 +171,14 @@ class JobIndex:
         slurmctld that lost that job may hand the ID out again."""
         if job_id:
             self.highest_id = max(self.highest_id, job_id)
+
+    def note_ids_of_pods(self, pods: Iterable[Json], prefix: str) -> None:
+        """Every job ID a Pod names was handed out before, though Slurm may have lost it
+        and this process never saw it (it restarted since): no submission asks for one of
+        them. Done once a term's first job listing is in, before any Pod is looked at."""
+        for pod in pods:
+            raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(prefix + "job-id")
+            self.note_id(int(raw) if isinstance(raw, str) and raw.isdigit() else None)
 
     def claim_ids(self, count: int = 1) -> int | None:
         """The first of `count` job IDs above every one seen or claimed so far, for a

@@ -114,7 +114,18 @@ class Readopter:
         hosts = self.cluster.host_map().get(node.name, set()) if node is not None else set()
         return Evidence(last, node, frozenset(hosts))
 
-    def _recorded_run(self, pod: Json, job_id: int) -> SlurmJob | None:
+    async def reverted_evidence(self, pod: Json, job_id: int) -> Evidence:
+        """For a bound Pod whose job is PENDING again (`pod_actions.reverted`): the job as the
+        Pod records its run, at any age (Slurm still holds the job, so nothing was purged),
+        on the one Slurm node its Node hosts, and that node as Slurm shows it now."""
+        last = self._recorded_run(pod, job_id, max_age_s=float("inf"))
+        if last is None:
+            return Evidence(None)
+        node = await self.slurm.node(last.nodes[0])
+        hosts = self.cluster.host_map().get(node.name, set()) if node is not None else set()
+        return Evidence(last, node, frozenset(hosts))
+
+    def _recorded_run(self, pod: Json, job_id: int, **limits: float) -> SlurmJob | None:
         """The Pod's lost job as the Pod records it, on the one Slurm node its Node hosts."""
         node_name = (pod.get("spec") or {}).get("nodeName")
         hosted = [name for name, hosts in self.cluster.host_map().items() if node_name in hosts]
@@ -123,7 +134,9 @@ class Readopter:
             return None
         limit = translated.request.time_limit_min
         prefix = self.settings.annotation_prefix
-        return pod_actions.recorded_run(pod, job_id, hosted[0], limit, prefix=prefix, now=time.time())
+        return pod_actions.recorded_run(
+            pod, job_id, hosted[0], limit, prefix=prefix, now=time.time(), **limits
+        )
 
     async def readopt(self, pod: Json, action: actions.Readopt, said: actions.Said) -> str | Ended | None:
         """None once the Pod names a new running job on `action.node` (told in `said`), or
@@ -200,8 +213,9 @@ class Readopter:
                 await self._cancel(ref, job_id)
         kube_scheduler.attempt("readopted")
         left = f", {action.time_limit_min} min left of its time limit" if action.time_limit_min else ""
+        lost = "the start of " if action.pending_again else ""
         note = (
-            f"Slurm lost job {action.old_job} (slurmctld restarted without it) while this Pod ran; "
+            f"Slurm lost {lost}job {action.old_job} (slurmctld restarted without it) while this Pod ran; "
             f"job {job.job_id} holds its resources on {action.node} again{left}"
         )
         said.append(actions.Event(ev.PLACEHOLDER_READOPTED, note, pod=pod))

@@ -98,13 +98,6 @@ class Reconciler:
         self.binder.places.prune()
         self.gangs.prune()
 
-    def note_job_ids_of_pods(self) -> None:
-        """Every job ID a Pod names was handed out before, though Slurm may have lost it
-        and this process never saw it (it restarted since): no submission asks for one of
-        them. Done once a term's first job listing is in, before any Pod is looked at."""
-        for _, pod in self.pods.items():
-            self.index.note_id(self._recorded_job_id(pod))
-
     # -- small readers --------------------------------------------------------------------
     def _recorded_job_id(self, pod: Json) -> int | None:
         return decide.recorded_job_id(pod, self.prefix)
@@ -309,8 +302,10 @@ class Reconciler:
             return await self._confirm_ending(pod, action.job_id)
         if isinstance(action, actions.ConfirmMissing):
             return await self._confirm_missing(pod)
+        if isinstance(action, actions.ConfirmReverted):
+            return await self._confirm_reverted(pod, action.job_id)
         if isinstance(action, actions.Readopt) and action.group is not None:
-            return await self._readopt_group(ref, pod, action, said)
+            return await self.group_readoption.carry_out(pod, action, said, self._carry_out)
         if isinstance(action, actions.Readopt):
             why = await self.readopter.readopt(pod, action, said)
             if why is None:
@@ -329,25 +324,6 @@ class Reconciler:
         if action.step is decide.Step.GROUP_TIMED_OUT:
             return await self.gangs.timed_out(pod, job, said)
         return await self.gangs.bind(pod, job, said)
-
-    async def _readopt_group(
-        self, ref: PodRef, pod: Json, action: actions.Readopt, said: actions.Said
-    ) -> Outcome:
-        """A PodGroup's member whose job Slurm lost: the whole group is re-adopted, or every
-        member goes, each told why."""
-        result = await self.group_readoption.readopt(pod, action, said)
-        if result is None:
-            return Outcome()
-        if isinstance(result, float):
-            return Outcome(requeue_after=result)
-        if isinstance(result, Ended):
-            return await self._carry_out(
-                ref, pod, result.job, pod_actions.readopted_job_ended(action, result.job, time.time()), said
-            )
-        for member, lost in result.members:
-            plan = pod_actions.readoption_failed(lost, result.why)
-            await self._carry_out(PodRef.of(member), member, None, plan, said)
-        return Outcome()
 
     def report_ending(self, ref: PodRef, job_id: int) -> None:
         """The placeholder script got SIGTERM (Slurm cancels, preempts or times out its job)
@@ -410,6 +386,20 @@ class Reconciler:
             now=time.time(),
         )
         return await self._execute(ref, pod, None, plan)
+
+    async def _confirm_reverted(self, pod: Json, job_id: int) -> Outcome:
+        """A bound Pod's job looks PENDING again: read it; if Slurm says so, re-adopt."""
+        found, ref = await self.slurm.job(job_id), PodRef.of(pod)
+        if found is None or self.submitter.pod_of(found) != ref:
+            return await self._confirm_missing(pod)
+        self.index.observe(ref, found)
+        if not pod_actions.reverted(pod, found):
+            return Outcome(requeue_after=WRITE_UNSEEN_RECHECK_S)  # it moved on: judged again
+        got = await self.readopter.reverted_evidence(pod, job_id)
+        plan = pod_actions.for_reverted_job(
+            pod, found, got.last, node=got.node, hosts=set(got.hosts), now=time.time()
+        )
+        return await self._execute(ref, pod, found, plan)
 
     async def _check_still_there(self, pod: Json, job: SlurmJob) -> Outcome:
         # The Slurm node → Node map is built from every slurmd Pod: only for a job that runs.

@@ -258,7 +258,7 @@ class World:
         """A full job listing, as the job poller takes it in."""
         self.index.replace(await self.slurm.jobs(), time.monotonic())
         if not self.index.synced.is_set():  # as the scheduler does once a term's first listing is in
-            self.pod_controller.note_job_ids_of_pods()
+            self.index.note_ids_of_pods((pod for _, pod in self.pods.items()), PREFIX)
         self.index.synced.set()
 
     async def list_nodes(self) -> None:

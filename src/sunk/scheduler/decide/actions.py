@@ -157,6 +157,14 @@ class ConfirmEnding:
 
 
 @dataclass(frozen=True)
+class ConfirmReverted:
+    """A bound Pod's job is PENDING again, never requeued (a slurmctld restarted from state
+    saved before it started): read it; re-adopt the Pod, or it goes."""
+
+    job_id: int
+
+
+@dataclass(frozen=True)
 class ConfirmMissing:
     """A bound Pod whose job no listing shows: read the job; the Pod goes if Slurm has none."""
 
@@ -172,6 +180,8 @@ class Readopt:
     time_limit_min: int | None
     # The Pod's PodGroup: the whole group is re-adopted with one new job, or none of it.
     group: str | None = None
+    # Slurm still holds `old_job`, PENDING again: it lost the job's start, not the job.
+    pending_again: bool = False
 
 
 @dataclass(frozen=True)
@@ -197,7 +207,9 @@ Report = Event | SetCondition
 # What a collaborator's step calls for telling Pods, in order, for the executor to write.
 Said = list[Report]
 PodAction = CancelJob | SignalJob | ConfirmClaim | Event | DeletePod | Drain | SetCondition | Widen
-Handover = ConfirmEnding | ConfirmMissing | Readopt | FindOrSubmit | Bind | ForGroup | ReleaseGroup
+Handover = (
+    ConfirmEnding | ConfirmMissing | ConfirmReverted | Readopt | FindOrSubmit | Bind | ForGroup | ReleaseGroup
+)
 GroupAction = SubmitAlone | SubmitGroup | CheckNodes | BindMember | ReleaseGroup | Event | SetCondition
 
 

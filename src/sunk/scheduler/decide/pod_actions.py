@@ -132,7 +132,14 @@ STARTED_AT = "job-started-at"  # annotation: when a re-adopted job started (epoc
 
 
 def recorded_run(
-    pod: Json, job_id: int, slurm_node: str, time_limit_min: int | None, *, prefix: str, now: float
+    pod: Json,
+    job_id: int,
+    slurm_node: str,
+    time_limit_min: int | None,
+    *,
+    prefix: str,
+    now: float,
+    max_age_s: float = MIN_JOB_AGE_S - CLOCK_SLACK_S,
 ) -> SlurmJob | None:
     """The Pod's job `job_id` as the Pod itself records it, when that record is evidence
     that Slurm lost the job rather than ended it (a restarted scheduler has no listing of
@@ -146,7 +153,7 @@ def recorded_run(
     raw = str(annotations.get(prefix + STARTED_AT) or "")
     readopted = int(raw) if raw.isdigit() else 0
     ran_at = max(bound, readopted)
-    if not ran_at or now - ran_at >= MIN_JOB_AGE_S - CLOCK_SLACK_S:
+    if not ran_at or now - ran_at >= max_age_s:
         return None
     return SlurmJob(
         job_id=job_id,
@@ -207,10 +214,40 @@ def room_reports(pod: Json, job: SlurmJob, node: str, shortfall: str) -> tuple[S
 def readoption_failed(action: Readopt, why: str) -> PodPlan:
     """Slurm could not give the lost job's resources back at once (`why`): the Pod goes,
     as it did before re-adoption, saying why."""
-    note = (
-        f"Slurm job {action.old_job} no longer exists in Slurm (Slurm lost it, e.g. slurmctld restarted "
-        f"without its state), and it cannot be re-adopted on {action.node}: {why}; deleting the Pod"
+    lost = (
+        "is PENDING again although it had started (slurmctld lost its record of the start, e.g. in a restart)"
+        if action.pending_again
+        else "no longer exists in Slurm (Slurm lost it, e.g. slurmctld restarted without its state)"
     )
+    note = f"Slurm job {action.old_job} {lost}, and it cannot be re-adopted on {action.node}: {why}"
+    note += "; deleting the Pod"
+    return Plan((Event(ev.JOB_ENDED, note, warning=True), DeletePod()))
+
+
+def reverted(pod: Json, job: SlurmJob) -> bool:
+    """The bound Pod's job is PENDING again without a requeue: a slurmctld restarted from
+    state saved before the job started has no record of its start, and counts its
+    resources free. Its Pod still runs: a case for re-adoption, as a lost job is."""
+    bound = bool((pod.get("spec") or {}).get("nodeName"))
+    return bound and job.state == "PENDING" and not job.restarts and not finished(pod)
+
+
+def for_reverted_job(
+    pod: Json, job: SlurmJob, last: SlurmJob | None, *, node: SlurmNode | None, hosts: set[str], now: float
+) -> PodPlan:
+    """`job` is `reverted`; `last` is it as the Pod records its run (`recorded_run`, with
+    no age limit: Slurm still has the job), `node` and `hosts` as for `for_missing_job`. A
+    new job pinned to the Pod's node takes the resources back; the Pod then names it, and
+    the PENDING one, no longer its Pod's, is cancelled as any such claim."""
+    if last is not None and node is not None and not_registered(node):
+        return Plan(after=1.0)
+    problem = why_not_readopted(pod, last, node, hosts, now)
+    if problem is None:
+        assert last is not None
+        return Plan((Readopt(job.job_id, last.nodes[0], time_left_min(last, now), pending_again=True),))
+    _, words = job.why_ending(now)
+    problem = problem.replace(" (Slurm lost it, e.g. slurmctld restarted without its state)", "")
+    note = f"Slurm job {job.job_id} {words}{problem}; deleting the Pod"
     return Plan((Event(ev.JOB_ENDED, note, warning=True), DeletePod()))
 
 
