@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ipaddress
 from pathlib import Path
 
 import pytest
@@ -51,3 +52,21 @@ def test_a_path_under_volumes_maps_to_the_same_path_on_the_brick(tmp_path: Path)
     layout = Layout(tmp_path)
     on_brick = fileserver.on_server(layout, layout.volumes / "pvc-1" / "token")
     assert on_brick == tmp_path / "fileserver" / "brick" / fileserver.VOLUME / "pvc-1" / "token"
+
+
+@pytest.mark.parametrize("index", [0, 5, 99])
+def test_issue52_the_server_admits_the_hosts_bridge_addresses_and_no_pods(index: int) -> None:
+    """Catches an allow list that cuts off a Node's client (the gateway is the source the
+    kernel picks; every Node address is the host's too) or that lets a Pod in."""
+    net = hostnet.PodNetwork(index)
+    gateway, nodes = fileserver.allowed_clients(net)
+    admitted = ipaddress.ip_network(nodes)
+    allow = fileserver.auth_allow(net).split(",")
+    assert gateway == net.gateway and allow[0] == gateway
+    assert allow[1] == nodes.rpartition(".")[0] + ".*"
+    for number in range(1, hostnet.MAX_REAL_NODES + 1):
+        assert ipaddress.ip_address(net.node_ip(number)) in admitted
+        first, last = net.pod_range(number)
+        for pod in (first, last):
+            assert ipaddress.ip_address(pod) not in admitted and pod != gateway
+    assert ipaddress.ip_address(net.file_server_ip) not in admitted

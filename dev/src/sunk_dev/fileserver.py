@@ -13,6 +13,16 @@ mount namespace in which GlusterFS's state, run and log directories are the run 
 (`fileserver/`): nothing lands in the host's /var/lib/glusterd or /run. It serves one volume,
 `sunk`, from one brick (`fileserver/brick`).
 
+Only the host reaches it: its clients all run in the host's network namespace, so they
+connect from the host's address on the bridge (the gateway, or one of the Nodes' addresses,
+which are the host's too). No Pod mounts it (Pods get hostPath volumes into the Nodes'
+mounts). So an nftables table in the server's namespace refuses every connection from any
+other address (Pods, anything else on the bridge) before glusterd or a brick sees it: no
+volume file, no read-only `gluster --remote-host` queries, no brick. And the volume's own
+`auth.allow` names the same addresses, as a site would set it, so a brick refuses a client
+from elsewhere even past the firewall (all but the server's own address, which glusterd
+trusts as a member of its pool and hands the volume's internal credentials).
+
 Each real Node mounts the volume over `volumes/` in its own mount namespace
 (`fileclient-real-<i>`, started before that Node's kubelet), and so does the volume
 provisioner (`fileclient-provisioner`). A PersistentVolume's path is therefore the same
@@ -56,6 +66,35 @@ SERVE = (
 )
 
 
+# The server's firewall, applied in its namespace before glusterd starts; the table goes
+# with the namespace. `lo`: the brick fetches its volume file from glusterd at the server's
+# own address.
+FIREWALL = """\
+table inet sunk_fileserver {{
+  chain input {{
+    type filter hook input priority 0; policy drop;
+    iif "lo" accept
+    ct state established,related accept
+    ip saddr {{ {gateway}, {nodes} }} accept
+    meta l4proto tcp reject with tcp reset
+    reject
+  }}
+}}
+"""
+
+
+def allowed_clients(net: hostnet.PodNetwork) -> tuple[str, str]:
+    """The host's addresses on the bridge, the only ones the server answers: the gateway
+    (what the kernel picks as the clients' source) and the Nodes' range (10.(64+k).255.x)."""
+    return net.gateway, net.node_ip(0).rpartition(".")[0] + ".0/24"
+
+
+def auth_allow(net: hostnet.PodNetwork) -> str:
+    """The same addresses in the volume's `auth.allow` syntax (addresses and wildcards)."""
+    gateway, nodes = allowed_clients(net)
+    return f"{gateway},{nodes.rpartition('.')[0]}.*"
+
+
 def server_dir(layout: Layout) -> Path:
     return layout.root / "fileserver"
 
@@ -84,6 +123,15 @@ def start_server(layout: Layout) -> None:
     hostnet.run_ip("-n", ns, "addr", "add", f"{net.file_server_ip}/{prefix}", "dev", "eth0")
     hostnet.run_ip("-n", ns, "link", "set", "eth0", "up")
     hostnet.run_ip("-n", ns, "link", "set", "lo", "up")
+    gateway, nodes = allowed_clients(net)
+    firewall = subprocess.run(
+        ["ip", "netns", "exec", ns, "nft", "-f", "-"],
+        input=FIREWALL.format(gateway=gateway, nodes=nodes),
+        capture_output=True,
+        text=True,
+    )
+    if firewall.returncode:
+        raise DevClusterError(f"the file server's firewall in {ns} failed: {firewall.stderr.strip()}")
     server = procs.spawn(
         SERVER,
         ["ip", "netns", "exec", ns, *procs.in_private_mounts(SERVE, str(here))],
@@ -101,6 +149,7 @@ def start_server(layout: Layout) -> None:
         brick = f"{net.file_server_ip}:{here / 'brick' / VOLUME}"
         # `force`: the brick is a directory on the root file system, which GlusterFS warns of.
         _cli_checked(layout, "volume", "create", VOLUME, "transport", "tcp", brick, "force")
+    _cli_checked(layout, "volume", "set", VOLUME, "auth.allow", auth_allow(net))
     _cli_checked(layout, "volume", "start", VOLUME, "force")
     procs.wait_until(
         lambda: brick_online(_cli(layout, "volume", "status", VOLUME, "--xml").stdout),
