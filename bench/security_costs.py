@@ -181,6 +181,15 @@ for i in $(seq {steps}); do t container srun -N1 --container={image} true; done
 """
 
 
+# The server Pod: accepts each connection and closes it, with a backlog no sequence of
+# connections fills (a full one would drop SYNs and show as 1 s retransmissions).
+SERVER = f"""import socket
+server = socket.create_server(("", {PORT}), backlog=1024)
+while True:
+    server.accept()[0].close()
+"""
+
+
 def connect_script(address: str, port: int, count: int) -> str:
     """Python for the client Pod: `count` TCP connections opened and closed one after the other,
     each one's seconds on a line (`failed` and the error for one that did not open)."""
@@ -363,7 +372,7 @@ class Connections:
         self.cluster, self.kube = cluster, kube
         kube.create_namespace(CONN_NAMESPACE)
         pods = f"/api/v1/namespaces/{CONN_NAMESPACE}/pods"
-        commands = {"server": ["python3", "-m", "http.server", str(PORT)], "client": ["sleep", "infinity"]}
+        commands = {"server": ["python3", "-c", SERVER], "client": ["sleep", "infinity"]}
         for (name, command), node in zip(commands.items(), nodes, strict=False):
             kube.create(
                 pods,

@@ -8,6 +8,7 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -275,3 +276,32 @@ def test_enforcement_on_leaves_the_rules_alone(monkeypatch: pytest.MonkeyPatch) 
         assert fake.rules == fake.installed
     with sc.enforcement(BRIDGE, False):
         assert fake.rules == []
+
+
+def test_the_server_pod_accepts_many_connections_in_a_row() -> None:
+    """Catches a server whose backlog fills under the bench's sequence (SYNs dropped, each
+    then a failed or a 1 s connection)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert str(sc.PORT) in sc.SERVER
+    server = subprocess.Popen([sys.executable, "-c", sc.SERVER.replace(str(sc.PORT), str(port))])
+    try:
+        for _ in range(50):
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        said = subprocess.run(
+            [sys.executable, "-c", sc.connect_script("127.0.0.1", port, 300)],
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+    finally:
+        server.kill()
+        server.wait()
+    times, failed = sc.parse_connects(said.stdout)
+    assert (len(times), failed) == (300, 0)
+    assert max(times) < 0.5
