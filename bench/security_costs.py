@@ -370,6 +370,8 @@ class Connections:
 
     def __init__(self, cluster: DevCluster, kube: AdminKube, image: str, nodes: list[str]) -> None:
         self.cluster, self.kube = cluster, kube
+        if kube.find(f"/api/v1/namespaces/{CONN_NAMESPACE}") is not None:  # a run that was cut short
+            delete_namespace(kube, CONN_NAMESPACE, timeout=180)
         kube.create_namespace(CONN_NAMESPACE)
         pods = f"/api/v1/namespaces/{CONN_NAMESPACE}/pods"
         commands = {"server": ["python3", "-c", SERVER], "client": ["sleep", "infinity"]}
