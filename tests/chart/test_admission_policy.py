@@ -5,6 +5,7 @@ enforcing it is tests/e2e/test_chart_rbac.py)."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -161,3 +162,20 @@ def test_issue52_only_slurmds_apparmor_may_be_off_only_for_confinement_and_secco
 
 def test_issue38_the_operator_policy_can_be_turned_off(helm: Path, slurm_chart: Path) -> None:
     assert operator_policy(helm, slurm_chart, "operator.admissionPolicy.enabled=false") is None
+
+
+# A message expression is string literals joined by + to fields (request.name); a quote inside a
+# literal ends it early, and the API server then refuses the whole policy at install.
+MESSAGE = re.compile(r"\s*'[^'\\]*'(\s*\+\s*([a-z]\w*(\.\w+)+|'[^'\\]*'))*\s*")
+
+
+def test_every_policys_messages_are_literals_the_api_server_compiles(helm: Path, slurm_chart: Path) -> None:
+    """Catches a quote inside a message's literal (an apostrophe, "slurmd's"): CEL then fails
+    to compile it and every helm install of the chart is refused."""
+    rendered = render(helm, "scheduler.scope.type=cluster") + render_chart(helm, slurm_chart)
+    policies = [o for o in rendered if o["kind"] == "ValidatingAdmissionPolicy"]
+    assert len(policies) >= 2
+    for policy in policies:
+        for validation in policy["spec"]["validations"]:
+            text = validation.get("messageExpression", "")
+            assert not text or MESSAGE.fullmatch(text), (policy["metadata"]["name"], text)
