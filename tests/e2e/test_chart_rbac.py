@@ -256,7 +256,7 @@ def test_r1_1_each_rbac_rule_is_needed(
     apply(kube, reduced)
     proc = scheduler_as_serviceaccount(dev_cluster, kube, namespace, keys, tmp_path).start(wait=False)
     try:
-        broken = scheduler_does_its_job(kube, slurm, dev_cluster, namespace, keys, proc.name, within=12)
+        broken = scheduler_does_its_job(kube, slurm, dev_cluster, namespace, keys, proc.name, within=20)
     finally:
         proc.stop()
         # The Pods go first; then a healthy scheduler of the same name, on the same hooks
