@@ -500,3 +500,19 @@ async def test_issue53_a_job_put_back_to_pending_whose_node_another_job_took_end
     assert deleted(world)
     note = world.kube.notes("PlaceholderJobEnded")[0]
     assert "PENDING again" in note and "at once (Resources)" in note
+
+
+async def test_issue53_a_job_put_back_to_pending_is_readopted_when_its_script_says_it_ends(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Catches: the placeholder's `terminating` call (slurmd kills the processes of a job
+    slurmctld no longer knows started) taking the Pod down the old way before its next pass:
+    a fault run still deleted two such Pods ("is PENDING again ... deleting the Pod")."""
+    monkeypatch.setattr(readopting, "START_WITHIN_S", 0.3)
+    world = two_nodes()
+    await bound(world)
+    revert(world, 100)
+    world.pod_controller.report_ending(WEB, 100)
+    await world.reconcile(KEY, listing=False)  # before any listing shows it PENDING
+    assert not deleted(world) and world.job_id(KEY) == 101
+    assert world.kube.notes("PlaceholderJobEnded") == []

@@ -204,7 +204,11 @@ class Reconciler:
 
     # -- Slurm ends the job (R5.2, R5.3) --------------------------------------------------
     async def _job_ending(self, pod: Json, job: SlurmJob) -> Outcome:
-        """Delete the Pod, saying why; drain the node if the Pod outlives KillWait."""
+        """Delete the Pod, saying why; drain the node if the Pod outlives KillWait. A job
+        PENDING again (the placeholder's call comes as slurmd kills what slurmctld forgot
+        it started) is re-adopted instead."""
+        if pod_actions.reverted(pod, job) and not gang.group_of(pod) and not self._being_deleted(pod):
+            return await self._confirm_reverted(pod, job.job_id)
         uid = pod["metadata"]["uid"]
         leader = self.index.get(job.group_leader) if job.group_leader else None
         plan = pod_actions.for_ending_job(
