@@ -21,6 +21,7 @@ from sunk.scheduler.decide.actions import (
     Bind,
     ConfirmEnding,
     ConfirmMissing,
+    ConfirmReverted,
     Event,
     FindOrSubmit,
     ForGroup,
@@ -87,6 +88,9 @@ def plan(facts: PodFacts, rules: Rules, *, synced: bool, now: float) -> PodPlan:
         assert facts.job_id is not None
         return Plan((ConfirmEnding(facts.job_id),))
     assert job is not None  # every other step is about the Pod's job
+    reverted = pod_actions.reverted(pod, job) and not facts.group and not facts.being_deleted
+    if step is decide.Step.END_POD and reverted:
+        return Plan((ConfirmReverted(job.job_id),))  # Slurm lost its start: re-adopt it
     if step is decide.Step.END_POD:
         return pod_actions.for_ending_job(
             pod,
