@@ -12,7 +12,7 @@ from sunk.kube.client import KubeError
 from sunk.scheduler import decide, policy
 from sunk.scheduler.decide import kill_wait_drain_reason
 from sunk.scheduler.jobs import MIN_JOB_AGE_S
-from sunk.scheduler.reconciler import UNANSWERED_GRACE_S
+from sunk.scheduler.pod_controller import UNANSWERED_GRACE_S
 from sunk.scheduler.translate import PodRef, job_name
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer, SlurmUnavailable
 from sunk.slurm.request import owner_tag

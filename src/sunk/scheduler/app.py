@@ -123,7 +123,7 @@ class Scheduler:
             self.index,
             self._job_changed,
             interval=config.slurm_poll_interval_s,
-            on_listing=lambda ids: self.reconciler.prune(ids),
+            on_listing=lambda ids: self.pod_controller.prune(ids),
         )
         self.hook_reads = HookReads(
             slurm.job_group,
@@ -150,7 +150,7 @@ class Scheduler:
             hooks=lambda: self.hooks,
             policy=policy,
         )
-        self.reconciler = built.pods
+        self.pod_controller = built.pods
         self.gangs = built.gangs
         self.node_queue = built.node_queue
         self.slurm_nodes = built.slurm_nodes
@@ -248,7 +248,7 @@ class Scheduler:
         """Read just this job now: once Slurm shows it ending, the Pod's worker deletes the
         Pod. The call is also recorded, so that the worker asks Slurm itself when this read
         is skipped (another read of the job under way) or fails."""
-        self.reconciler.report_ending(ref, job_id)
+        self.pod_controller.report_ending(ref, job_id)
         try:
             await self.hook_reads.deliver(ref, job_id, lambda: self._index_shows(job_id, lambda j: j.ending))
         except SlurmError as err:
@@ -356,7 +356,9 @@ class Scheduler:
         self.manager.run_while_leading("slurm-jobs", self.poller.run)
         self.manager.run_while_leading("slurm-nodes", self.node_poller.run)
         self.manager.run_while_leading("resync", self._resync)
-        self.manager.control(self.reconciler, self.queue, workers=self.config.workers, on_error=_failed_pass)
+        self.manager.control(
+            self.pod_controller, self.queue, workers=self.config.workers, on_error=_failed_pass
+        )
         self.manager.control(self.slurm_nodes, self.node_queue)
         try:
             await self.manager.run(self)

@@ -19,11 +19,11 @@ from sunk.scheduler.hooks.auth import HookCredentials
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
 from sunk.scheduler.placement import Placement
+from sunk.scheduler.pod_controller import PodController
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.policy import PolicyFile
 from sunk.scheduler.ports import KubePort, SlurmPort
 from sunk.scheduler.readopting import Readopter
-from sunk.scheduler.reconciler import Reconciler
 from sunk.scheduler.slurmnodes import SlurmNodeController, SlurmNodePoller
 from sunk.scheduler.submitting import Submitter
 from sunk.scheduler.translate import Settings, pod_of_job_name
@@ -43,7 +43,7 @@ def job_index(slurm: SlurmPort, config: Config) -> JobIndex:
 
 @dataclass
 class Controllers:
-    pods: Reconciler
+    pods: PodController
     gangs: Gangs
     slurm_nodes: SlurmNodeController
     node_queue: WorkQueue
@@ -99,7 +99,7 @@ def build(
         policy=policy,
         cluster=cluster,
     )
-    pod_controller = Reconciler(
+    pod_controller = PodController(
         kube=kube,
         slurm=slurm,
         pods=pods,

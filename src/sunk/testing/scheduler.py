@@ -14,7 +14,7 @@ from typing import Any
 
 from sunk.kube.events import Recorder
 from sunk.runtime.controller import Outcome
-from sunk.scheduler import binding, controllers, gangs, jobs, memory, placement, readopting, reconciler
+from sunk.scheduler import binding, controllers, gangs, jobs, memory, placement, pod_controller, readopting
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.config import Config
 from sunk.scheduler.hooks.auth import HookCredentials
@@ -99,7 +99,7 @@ class Clock:
     `Clock.MODULES`), then `advance`."""
 
     MODULES: tuple[ModuleType, ...] = (
-        reconciler,
+        pod_controller,
         readopting,
         memory,
         binding,

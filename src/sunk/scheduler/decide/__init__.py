@@ -1,6 +1,6 @@
 """What to do next, decided without I/O (R4, R5, R8.2).
 
-The reconciler gathers what the caches know (the Pod, the jobs that claim it, what this
+The Pod controller gathers what the caches know (the Pod, the jobs that claim it, what this
 process did lately) and asks these functions; it then carries the answer out. Keeping the
 decisions here, as plain functions of their inputs, is what lets every branch be tested
 with a table of cases (tests/unit/test_decide.py).

@@ -51,7 +51,7 @@ WRITE_UNSEEN_RECHECK_S = 0.2
 ASK_WHY_AT_ONCE = 4
 
 
-class Reconciler:
+class PodController:
     """The Pod controller: one Pod key at a time, its Pod and the jobs naming it agree."""
 
     name = "pods"
