@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from sunk.testing.scheduler import Clock
+from sunk.testing.scheduler import FakeClock
 
 
 @pytest.fixture
-def clock(monkeypatch: pytest.MonkeyPatch) -> Clock:
-    """One hand-advanced clock for the controllers, the job index and the fakes alike."""
-    clock = Clock()
-    for module in Clock.MODULES:
+def clock(monkeypatch: pytest.MonkeyPatch) -> FakeClock:
+    """One hand-advanced clock for the controllers (hand it to `World`), the job index and
+    the fakes alike (these two still read the `time` module: the clock stands in for it)."""
+    clock = FakeClock()
+    for module in FakeClock.TIME_READERS:
         monkeypatch.setattr(module, "time", clock)
     return clock

@@ -12,7 +12,7 @@ from sunk.kube.client import KubeError
 from sunk.scheduler import decide
 from sunk.scheduler.translate import gang
 from sunk.slurm.errors import SlurmNoAnswer, SlurmUnavailable
-from sunk.testing.scheduler import PREFIX, Clock, World, pod
+from sunk.testing.scheduler import PREFIX, FakeClock, World, pod
 
 A, B = "ns/a", "ns/b"
 
@@ -21,17 +21,17 @@ def member(name: str) -> dict:
     return pod(name, labels={gang.GROUP_LABEL: "g"})
 
 
-def cluster(min_member: int = 2, timeout_s: int | None = None) -> World:
-    world = World()
+def cluster(min_member: int = 2, timeout_s: int | None = None, clock: FakeClock | None = None) -> World:
+    world = World(clock=clock or FakeClock())
     world.add_node("n1", slurm_node="sn-1")
     world.add_node("n2", slurm_node="sn-2")
     world.add_podgroup("g", min_member, timeout_s)
     return world
 
 
-async def submitted(timeout_s: int | None = None) -> World:
+async def submitted(timeout_s: int | None = None, clock: FakeClock | None = None) -> World:
     """Members a and b of PodGroup g (minMember 2): job 100 (a's component) + 101 (b's)."""
-    world = cluster(timeout_s=timeout_s)
+    world = cluster(timeout_s=timeout_s, clock=clock)
     world.create(member("a"))
     world.create(member("b"))
     await world.reconcile(A)
@@ -247,9 +247,9 @@ async def test_r9_1_a_group_pending_past_its_timeout_has_its_job_cancelled_and_i
 
 
 async def test_r9_1_a_timed_out_group_is_submitted_again_only_once_its_timeout_has_passed(
-    clock: Clock,
+    clock: FakeClock,
 ) -> None:
-    world = await submitted(timeout_s=60)
+    world = await submitted(timeout_s=60, clock=clock)
     aged(world, 100, 61)
     await world.reconcile(A)
     await world.reconcile(A)

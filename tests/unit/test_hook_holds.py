@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from sunk.metrics import REGISTRY
+from sunk.runtime.ports import SystemClock
 from sunk.scheduler.hooks.holds import LOG_EVERY_S, Holds
 from sunk.scheduler.hooks.server import PodGoneWaiters
 from sunk.scheduler.pod_gone import PodGone
@@ -118,7 +119,11 @@ def test_why_a_terminating_pod_holds_its_job_names_its_grace_period_and_finalize
         finalizers=["example.com/cleanup"],
     )
     gone = PodGone(
-        PodStore({"": MemoryCache([terminating])}), lambda r, j: [(r, j)], PodGoneWaiters(), PREFIX
+        PodStore({"": MemoryCache([terminating])}),
+        lambda r, j: [(r, j)],
+        PodGoneWaiters(),
+        PREFIX,
+        SystemClock(),
     )
     why = gone.why_waiting(POD, 7)
     assert why.startswith("its Pod is terminating (phase Running on Node node-2, grace period 30 s")
@@ -127,7 +132,9 @@ def test_why_a_terminating_pod_holds_its_job_names_its_grace_period_and_finalize
 
 def test_why_a_gang_job_is_held_names_the_member_still_there() -> None:
     cache = MemoryCache([pod(MEMBER, 8)])  # the script's own Pod is gone, another member is not
-    gone = PodGone(PodStore({"": cache}), lambda r, j: [(r, j), (MEMBER, 8)], PodGoneWaiters(), PREFIX)
+    gone = PodGone(
+        PodStore({"": cache}), lambda r, j: [(r, j), (MEMBER, 8)], PodGoneWaiters(), PREFIX, SystemClock()
+    )
     why = gone.why_waiting(POD, 7)
     assert why.startswith("its gang's member team-a/infer-2 has not been deleted (phase Running")
     assert not asyncio.run(gone.wait(POD, 7, within=0))
@@ -136,7 +143,11 @@ def test_why_a_gang_job_is_held_names_the_member_still_there() -> None:
 def test_a_pod_given_another_job_no_longer_holds_this_one() -> None:
     """A rejected placement: the Pod names its new job, so the old job's script may end."""
     gone = PodGone(
-        PodStore({"": MemoryCache([pod(POD, 26)])}), lambda r, j: [(r, j)], PodGoneWaiters(), PREFIX
+        PodStore({"": MemoryCache([pod(POD, 26)])}),
+        lambda r, j: [(r, j)],
+        PodGoneWaiters(),
+        PREFIX,
+        SystemClock(),
     )
     assert asyncio.run(gone.wait(POD, 22, within=0))
     assert not asyncio.run(gone.wait(POD, 26, within=0))

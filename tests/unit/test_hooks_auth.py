@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from sunk.runtime.ports import SystemClock
 from sunk.scheduler.hooks import placeholder_script
 from sunk.scheduler.hooks.auth import Verifier, answer_signature, pod_key, pod_token, signature
 
@@ -25,25 +26,27 @@ def signed(
 
 
 def test_r5_5_a_correctly_signed_call_is_accepted() -> None:
-    assert Verifier(SECRET).check("uid-1", "POST", PATH, *signed()) is None
+    assert Verifier(SECRET, SystemClock()).check("uid-1", "POST", PATH, *signed()) is None
 
 
 def test_r5_5_an_unsigned_call_is_refused() -> None:
-    assert Verifier(SECRET).check("uid-1", "POST", PATH, "", "", "") is not None
+    assert Verifier(SECRET, SystemClock()).check("uid-1", "POST", PATH, "", "", "") is not None
 
 
 def test_r5_5_a_forged_signature_is_refused() -> None:
     ts, nonce, _ = signed()
-    assert Verifier(SECRET).check("uid-1", "POST", PATH, ts, nonce, "00" * 32) == "bad signature"
+    assert (
+        Verifier(SECRET, SystemClock()).check("uid-1", "POST", PATH, ts, nonce, "00" * 32) == "bad signature"
+    )
 
 
 def test_r5_5_one_pods_key_cannot_speak_for_another_pod() -> None:
     ts, nonce, sig = signed(uid="uid-2")
-    assert Verifier(SECRET).check("uid-1", "POST", PATH, ts, nonce, sig) == "bad signature"
+    assert Verifier(SECRET, SystemClock()).check("uid-1", "POST", PATH, ts, nonce, sig) == "bad signature"
 
 
 def test_r5_5_a_pods_token_is_accepted_for_that_pod_only() -> None:
-    verifier = Verifier(SECRET)
+    verifier = Verifier(SECRET, SystemClock())
     assert verifier.check_token("uid-1", pod_token(SECRET, "uid-1")) is None
     assert verifier.check_token("uid-1", pod_token(SECRET, "uid-2")) == "bad token"
     assert verifier.check_token("uid-1", pod_key(SECRET, "uid-1")) == "bad token"  # the key is not a token
@@ -51,7 +54,7 @@ def test_r5_5_a_pods_token_is_accepted_for_that_pod_only() -> None:
 
 
 def test_r5_5_a_replayed_call_is_refused() -> None:
-    verifier = Verifier(SECRET)
+    verifier = Verifier(SECRET, SystemClock())
     call = signed()
     assert verifier.check("uid-1", "POST", PATH, *call) is None
     assert verifier.check("uid-1", "POST", PATH, *call) == "replayed nonce"
@@ -59,12 +62,15 @@ def test_r5_5_a_replayed_call_is_refused() -> None:
 
 def test_r5_5_an_old_call_is_refused() -> None:
     call = signed(at=time.time() - 3600)
-    assert Verifier(SECRET).check("uid-1", "POST", PATH, *call) == "timestamp outside the accepted window"
+    assert (
+        Verifier(SECRET, SystemClock()).check("uid-1", "POST", PATH, *call)
+        == "timestamp outside the accepted window"
+    )
 
 
 def test_r5_5_a_signature_for_another_path_is_refused() -> None:
     ts, nonce, sig = signed(path="/v1/pods/uid-1/jobs/7/started")
-    assert Verifier(SECRET).check("uid-1", "POST", PATH, ts, nonce, sig) == "bad signature"
+    assert Verifier(SECRET, SystemClock()).check("uid-1", "POST", PATH, ts, nonce, sig) == "bad signature"
 
 
 def script_functions(last: str) -> str:
@@ -125,7 +131,7 @@ def test_r5_5_the_placeholder_script_signs_as_the_verifier_expects() -> None:
     headers = dict(line.split(": ", 1) for line in out if line.startswith("X-Sunk-"))
     assert out[-1] == "http://hooks" + PATH
     assert (
-        Verifier(SECRET).check(
+        Verifier(SECRET, SystemClock()).check(
             "uid-1",
             "POST",
             PATH,
@@ -213,7 +219,7 @@ def test_r12_2_a_wait_answer_needs_no_signature(tmp_path: Path) -> None:
 
 
 def test_r12_2_a_call_signed_before_the_scheduler_began_acting_is_refused() -> None:
-    verifier = Verifier(SECRET)
+    verifier = Verifier(SECRET, SystemClock())
     captured = signed(at=time.time() - 5)
     verifier.not_before = time.time()
     assert "before this scheduler began acting" in str(verifier.check("uid-1", "POST", PATH, *captured))

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 import pytest
 from aiohttp.test_utils import TestClient, TestServer
 
+from sunk.runtime.ports import SystemClock
 from sunk.scheduler.hooks.auth import Verifier, answer_signature, pod_key, pod_token, signature
 from sunk.scheduler.hooks.server import HooksServer
 from sunk.scheduler.translate import PodRef
@@ -46,7 +47,7 @@ class Target:
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[TestClient, Target]]:
     target = Target()
-    server = HooksServer(target, Verifier(SECRET))
+    server = HooksServer(target, Verifier(SECRET, SystemClock()))
     async with TestClient(TestServer(server.app, host="127.0.0.1")) as client:
         yield client, target
 

@@ -16,11 +16,11 @@ from sunk.scheduler.pod_controller import UNANSWERED_GRACE_S
 from sunk.scheduler.translate import PodRef, job_name
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer, SlurmUnavailable
 from sunk.slurm.request import owner_tag
-from sunk.testing.scheduler import NAMESPACE, PREFIX, SCHEDULER, Clock, World, pod
+from sunk.testing.scheduler import NAMESPACE, PREFIX, SCHEDULER, FakeClock, World, pod
 
 
-def two_nodes() -> World:
-    world = World()
+def two_nodes(clock: FakeClock | None = None) -> World:
+    world = World(clock=clock or FakeClock())
     world.add_node("n1", slurm_node="sn-1")
     world.add_node("n2", slurm_node="sn-2")
     return world
@@ -175,9 +175,9 @@ async def test_r8_2_a_submit_that_got_no_answer_is_not_sent_again_before_a_listi
 
 
 async def test_r8_2_a_submit_that_got_no_answer_is_sent_again_once_a_later_listing_shows_no_job(
-    clock: Clock,
+    clock: FakeClock,
 ) -> None:
-    world = two_nodes()
+    world = two_nodes(clock=clock)
     key = world.create(pod())
     world.slurm.fail("submit", SlurmNoAnswer("read timeout"))
     with pytest.raises(SlurmNoAnswer):
@@ -457,11 +457,11 @@ async def test_r8_2_a_bound_pod_whose_job_a_listing_misses_stays_while_slurm_sti
     assert not deleted(world, key)
 
 
-async def test_r8_2_a_bound_pod_whose_job_slurm_no_longer_has_is_deleted(clock: Clock) -> None:
+async def test_r8_2_a_bound_pod_whose_job_slurm_no_longer_has_is_deleted(clock: FakeClock) -> None:
     """With no evidence that Slurm lost the job rather than ended it (this process never
     saw it running: a restarted scheduler, and the Pod was bound longer than MinJobAge
     ago), the Pod goes; test_readoption has the rest."""
-    world = two_nodes()
+    world = two_nodes(clock=clock)
     key = await bound(world)
     clock.advance(MIN_JOB_AGE_S)
     del world.slurm.raw_jobs[100]
@@ -529,8 +529,8 @@ async def test_r8_2_a_cancelled_job_still_running_is_not_cancelled_again_before_
     assert outcome.requeue_after == decide.CANCEL_CONFIRM_S
 
 
-async def test_r8_2_a_cancel_slurm_lost_is_sent_again_after_cancel_confirm_s(clock: Clock) -> None:
-    world = two_nodes()
+async def test_r8_2_a_cancel_slurm_lost_is_sent_again_after_cancel_confirm_s(clock: FakeClock) -> None:
+    world = two_nodes(clock=clock)
     key = await bound(world)
     world.slurm.lost_cancels = 1
     world.remove(key)

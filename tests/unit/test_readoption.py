@@ -16,7 +16,7 @@ from sunk.slurm.dialect import Submission
 from sunk.slurm.errors import SlurmRejected
 from sunk.slurm.models import ACTIVE_STATES, SlurmJob
 from sunk.testing.fakes import FakeSlurm, FakeSubmitResult
-from sunk.testing.scheduler import Clock, World, pod
+from sunk.testing.scheduler import FakeClock, World, pod
 
 KEY = "ns/web"
 WEB = PodRef("ns", "web", "uid-web")
@@ -28,10 +28,11 @@ class CannotChoose(DataParser):
     chooses_job_ids = False
 
 
-def two_nodes(*, ids_chosen: bool = True) -> World:
+def two_nodes(*, ids_chosen: bool = True, clock: FakeClock | None = None) -> World:
     """Two Nodes, each hosting one Slurm node; `ids_chosen`: the scheduler can ask Slurm for
     a job's ID."""
-    world = World() if ids_chosen else World(slurm=FakeSlurm(dialect=CannotChoose("v0.0.42")))
+    slurm = FakeSlurm() if ids_chosen else FakeSlurm(dialect=CannotChoose("v0.0.42"))
+    world = World(clock=clock or FakeClock(), slurm=slurm)
     world.add_node("n1", slurm_node="sn-1")
     world.add_node("n2", slurm_node="sn-2")
     return world
@@ -233,10 +234,10 @@ async def test_r5_2_a_job_cancelled_by_a_user_ends_its_pod_and_is_never_readopte
 
 
 async def test_r8_2_a_job_last_seen_running_longer_ago_than_min_job_age_is_not_readopted(
-    clock: Clock,
+    clock: FakeClock,
 ) -> None:
     """Catches: evidence kept past MinJobAge, by when an ended job may be purged."""
-    world = two_nodes()
+    world = two_nodes(clock=clock)
     await bound(world)
     clock.advance(MIN_JOB_AGE_S + 1)  # no listing for that long (slurmrestd away)
     world.slurm.restart_without(100)
@@ -244,9 +245,9 @@ async def test_r8_2_a_job_last_seen_running_longer_ago_than_min_job_age_is_not_r
     assert deleted(world) and world.slurm.submitted() == [100]
 
 
-async def test_r8_2_a_readopted_job_gets_only_what_was_left_of_its_time_limit(clock: Clock) -> None:
+async def test_r8_2_a_readopted_job_gets_only_what_was_left_of_its_time_limit(clock: FakeClock) -> None:
     """Catches: a fresh time limit, which would let the Pod outlive the one it was given."""
-    world = two_nodes()
+    world = two_nodes(clock=clock)
     await world.reconcile(world.create(pod(annotations={"sunk.coreweave.com/timeout": "10"})))
     world.slurm.raw_jobs[100]["time_limit"] = {"set": True, "number": 10}
     world.slurm.start(100, "sn-1")
@@ -433,10 +434,10 @@ async def test_issue53_a_restarted_scheduler_readopts_on_the_pods_own_record_of_
     assert len(after.kube.notes("PlaceholderReadopted")) == 1
 
 
-async def test_issue53_a_pods_record_older_than_min_job_age_is_no_evidence(clock: Clock) -> None:
+async def test_issue53_a_pods_record_older_than_min_job_age_is_no_evidence(clock: FakeClock) -> None:
     """Catches: re-adopting on a record too old to tell lost from ended (Slurm purges an
     ended job's record MinJobAge after its end)."""
-    world = two_nodes()
+    world = two_nodes(clock=clock)
     await bound(world)
     clock.advance(MIN_JOB_AGE_S)
     world.slurm.restart_without(100)
@@ -445,10 +446,10 @@ async def test_issue53_a_pods_record_older_than_min_job_age_is_no_evidence(clock
     assert deleted(after) and world.slurm.submitted() == [100]
 
 
-async def test_issue53_a_readopted_pods_record_dates_from_its_new_jobs_start(clock: Clock) -> None:
+async def test_issue53_a_readopted_pods_record_dates_from_its_new_jobs_start(clock: FakeClock) -> None:
     """Catches: a re-adopted Pod judged after a restart by its first binding alone, long
     past, when its new job started moments ago."""
-    world = two_nodes()
+    world = two_nodes(clock=clock)
     await bound(world)
     clock.advance(MIN_JOB_AGE_S)
     await world.list_jobs()

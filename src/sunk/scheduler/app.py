@@ -7,7 +7,6 @@ import logging
 import os
 import secrets
 import ssl
-import time
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import replace
@@ -24,6 +23,7 @@ from sunk.kube.nodefilter import node_ready
 from sunk.metrics import kube_scheduler
 from sunk.runtime import shell
 from sunk.runtime.manager import Manager
+from sunk.runtime.ports import SystemClock
 from sunk.runtime.queue import WorkQueue
 from sunk.scheduler import controllers
 from sunk.scheduler.cluster import ClusterView
@@ -71,6 +71,8 @@ class Scheduler:
         self.kube = kube
         self.slurm = slurm
         self.queue = WorkQueue()
+        # The one clock every module of the scheduler reads the time on.
+        self.clock = SystemClock()
         self.gone = PodGoneWaiters()
         secret = config.hooks_secret
         if secret is None:
@@ -81,12 +83,12 @@ class Scheduler:
             secret = secrets.token_bytes(32)
         self.secret = secret
         self.tls: HooksTLS | None = None
-        self.verifier = Verifier(secret)
+        self.verifier = Verifier(secret, self.clock)
         self.hooks_server = HooksServer(
             self,
             self.verifier,
             on_call=lambda outcome: metrics.HOOK_CALLS.labels(outcome).inc(),
-            holds=Holds(config.slurm_kill_wait_s),
+            holds=Holds(config.slurm_kill_wait_s, self.clock.monotonic),
         )
         self.identity = shell.identity()
         self.manager = Manager(
@@ -132,7 +134,7 @@ class Scheduler:
             READ_FOR_HOOKS_AT_ONCE,
         )
         self.pods = PodStore(self.pod_informers)
-        self.pod_gone = PodGone(self.pods, self._members, self.gone, config.annotation_prefix)
+        self.pod_gone = PodGone(self.pods, self._members, self.gone, config.annotation_prefix, self.clock)
         # Where placeholders reach the hooks API: set once it listens, its CA on renewal.
         self.hooks = HookCredentials("http://hooks-api-not-started", self.secret)
         # Events name the replica that acted (the Lease's holder identity).
@@ -149,6 +151,7 @@ class Scheduler:
             script=placeholder_script(),
             hooks=lambda: self.hooks,
             policy=policy,
+            clock=self.clock,
         )
         self.pod_controller = built.pods
         self.gangs = built.gangs
@@ -381,7 +384,7 @@ class Scheduler:
     def acting(self) -> None:
         # Nonces seen before this term are not remembered here: refuse what was signed
         # before it (placeholders sign each retry afresh).
-        self.verifier.not_before = time.time()
+        self.verifier.not_before = self.clock.now()
         self._enqueue_everything()
 
     async def leadership(self, leading: bool) -> None:

@@ -6,7 +6,6 @@ used, is `placement.Placement`'s strict check; this writes the binding and says 
 from __future__ import annotations
 
 import datetime as dt
-import time
 from typing import Any
 
 from sunk import metrics
@@ -14,6 +13,7 @@ from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.metrics import kube_scheduler
 from sunk.runtime.controller import Outcome
+from sunk.runtime.ports import Clock
 from sunk.scheduler.decide.actions import Event, Said
 from sunk.scheduler.placement import Choice, Placement
 from sunk.scheduler.ports import KubePort
@@ -23,8 +23,9 @@ Json = dict[str, Any]
 
 
 class Binder:
-    def __init__(self, *, kube: KubePort, places: Placement) -> None:
+    def __init__(self, *, kube: KubePort, places: Placement, clock: Clock) -> None:
         self.kube = kube
+        self.clock = clock
         self.places = places
 
     async def target(self, pod: Json, job: SlurmJob, company: list[tuple[str, Json]] | None = None) -> Choice:
@@ -41,7 +42,7 @@ class Binder:
                 return Outcome()
             self.places.forget(meta["uid"])
             raise
-        _observe_bound(pod, job)
+        _observe_bound(pod, job, self.clock.now())
         said.append(
             Event(
                 ev.SCHEDULED,
@@ -58,9 +59,8 @@ class Binder:
         return bool((current.get("spec") or {}).get("nodeName") == node)
 
 
-def _observe_bound(pod: Json, job: SlurmJob) -> None:
+def _observe_bound(pod: Json, job: SlurmJob, now: float) -> None:
     kube_scheduler.attempt("bound")
-    now = time.time()
     created = pod["metadata"].get("creationTimestamp")
     if created:
         kube_scheduler.bound_after(

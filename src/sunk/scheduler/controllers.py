@@ -9,6 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from sunk.kube.events import Recorder
+from sunk.runtime.ports import Clock
 from sunk.runtime.queue import WorkQueue
 from sunk.scheduler.binding import Binder
 from sunk.scheduler.cluster import ClusterView
@@ -62,10 +63,11 @@ def build(
     script: str,
     hooks: Callable[[], HookCredentials],
     policy: PolicyFile,
+    clock: Clock,
 ) -> Controllers:
     shared = settings(config)
-    memory = Memory()
-    places = Placement(slurm=slurm, cluster=cluster, pods=pods, settings=shared)
+    memory = Memory(clock)
+    places = Placement(slurm=slurm, cluster=cluster, pods=pods, settings=shared, clock=clock)
     submitter = Submitter(
         kube=kube,
         slurm=slurm,
@@ -80,7 +82,7 @@ def build(
         placement=config.placement,
         refuse_static_cpu=config.static_cpu_pods == "refuse",
     )
-    binder = Binder(kube=kube, places=places)
+    binder = Binder(kube=kube, places=places, clock=clock)
     gangs = Gangs(
         kube=kube,
         slurm=slurm,
@@ -89,6 +91,7 @@ def build(
         memory=memory,
         submitter=submitter,
         binder=binder,
+        clock=clock,
     )
     readopter = Readopter(
         slurm=slurm,
@@ -98,6 +101,7 @@ def build(
         submitter=submitter,
         policy=policy,
         cluster=cluster,
+        clock=clock,
     )
     pod_controller = PodController(
         kube=kube,
@@ -112,7 +116,8 @@ def build(
         binder=binder,
         gangs=gangs,
         readopter=readopter,
-        group_readoption=GroupReadoption(readopter, pods),
+        group_readoption=GroupReadoption(readopter, pods, clock),
+        clock=clock,
         placement=config.placement,
     )
     slurm_nodes = SlurmNodeController(

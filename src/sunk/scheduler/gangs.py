@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections import defaultdict
 from dataclasses import replace
 from typing import Any
@@ -28,6 +27,7 @@ from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.metrics import kube_scheduler
 from sunk.runtime.controller import Outcome
+from sunk.runtime.ports import Clock
 from sunk.scheduler import decide
 from sunk.scheduler.binding import Binder
 from sunk.scheduler.decide import group_plan
@@ -75,6 +75,7 @@ class Gangs:
         memory: Memory,
         submitter: Submitter,
         binder: Binder,
+        clock: Clock,
     ) -> None:
         self.kube = kube
         self.slurm = slurm
@@ -83,6 +84,7 @@ class Gangs:
         self.memory = memory
         self.submitter = submitter
         self.binder = binder
+        self.clock = clock
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._groups: dict[str, tuple[float, gang.PodGroup | None, str | None]] = {}
         # Group key → monotonic time before which no new job is submitted for it (after a
@@ -90,7 +92,7 @@ class Gangs:
         self._retry_at: dict[str, float] = {}
 
     def prune(self) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         for key in [k for k, (at, _, _) in self._groups.items() if now - at > 60]:
             del self._groups[key]
         for key in [k for k, at in self._retry_at.items() if at < now]:
@@ -102,7 +104,7 @@ class Gangs:
     async def podgroup(self, namespace: str, name: str) -> tuple[gang.PodGroup | None, str | None]:
         key = f"{namespace}/{name}"
         cached = self._groups.get(key)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if cached is not None and now - cached[0] < GROUP_TTL_S:
             return cached[1], cached[2]
         try:
@@ -186,7 +188,7 @@ class Gangs:
             group,
             waiting=tuple(members),
             placed=placed,
-            retry_in=self._retry_at.get(f"{namespace}/{name}", 0.0) - time.monotonic(),
+            retry_in=self._retry_at.get(f"{namespace}/{name}", 0.0) - self.clock.monotonic(),
             unanswered=decide.unanswered_wait(unanswered_since, self.index.listed_at, UNANSWERED_GRACE_S),
         )
 
@@ -305,7 +307,7 @@ class Gangs:
         await self.slurm.cancel(action.leader)
         self.index.expect_cancelled(action.leader)
         if action.group is not None and action.retry_after:
-            self._retry_at[action.group] = time.monotonic() + action.retry_after
+            self._retry_at[action.group] = self.clock.monotonic() + action.retry_after
         said += group_plan.released(members, action)
         return Outcome(requeue_after=action.retry_after or 1)
 

@@ -18,7 +18,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
@@ -28,6 +27,7 @@ from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.metrics import kube_scheduler
 from sunk.runtime.controller import Outcome
+from sunk.runtime.ports import Clock
 from sunk.scheduler import decide
 from sunk.scheduler.decide import actions, pod_actions, submission
 from sunk.scheduler.pods import PodStore
@@ -52,9 +52,10 @@ class GroupRefused:
 
 
 class GroupReadoption:
-    def __init__(self, readopter: Readopter, pods: PodStore) -> None:
+    def __init__(self, readopter: Readopter, pods: PodStore, clock: Clock) -> None:
         self.readopter = readopter
         self.pods = pods
+        self.clock = clock
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
 
     async def carry_out(
@@ -73,7 +74,7 @@ class GroupReadoption:
         if isinstance(result, float):
             return Outcome(requeue_after=result)
         if isinstance(result, Ended):
-            plan = pod_actions.readopted_job_ended(action, result.job, time.time())
+            plan = pod_actions.readopted_job_ended(action, result.job, self.clock.now())
             return await execute(PodRef.of(pod), pod, result.job, plan, said)
         for member, lost in result.members:
             await execute(
@@ -130,7 +131,7 @@ class GroupReadoption:
         found = await self.readopter.evidence(member)
         if found.last is not None and found.node is not None and pod_actions.not_registered(found.node):
             return REGISTER_WAIT_S
-        now = time.time()
+        now = self.clock.now()
         problem = pod_actions.why_not_readopted(member, found.last, found.node, set(found.hosts), now)
         if problem is not None:
             return f"member {name}'s job {job_id} no longer exists in Slurm{problem}"
@@ -208,7 +209,9 @@ class GroupReadoption:
                 return started
             handed = True
             for (member, lost), component in zip(judged, started, strict=True):
-                if await self._record(member, component.job_id, component.start_time or int(time.time())):
+                if await self._record(
+                    member, component.job_id, component.start_time or int(self.clock.now())
+                ):
                     note = (
                         f"Slurm lost job {lost.old_job} (slurmctld restarted without it) while this Pod ran; "
                         f"component {component.job_id} of its PodGroup {group}'s new job {leader} holds its "
@@ -221,7 +224,9 @@ class GroupReadoption:
             if not handed:
                 await self.readopter.slurm.cancel(leader)
                 for member in members:
-                    self.readopter.memory.cancelled[(leader, member["metadata"]["uid"])] = time.monotonic()
+                    self.readopter.memory.cancelled[(leader, member["metadata"]["uid"])] = (
+                        self.clock.monotonic()
+                    )
 
     async def _release(self, leader: int, count: int) -> None:
         """Let every component start (submitted held, as a re-adopted job is, until all is
@@ -241,7 +246,7 @@ class GroupReadoption:
     async def _started(self, leader: int, nodes: list[str]) -> list[SlurmJob] | Ended | str:
         """The new job's components once each runs on its member's node, by offset; `Ended`
         when Slurm ended one first; else why not."""
-        deadline = time.monotonic() + START_WITHIN_S
+        deadline = self.clock.monotonic() + START_WITHIN_S
         while True:
             components = sorted(await self.readopter.slurm.job_group(leader), key=lambda j: j.het_job_offset)
             ended = next((j for j in components if j.ending), None)
@@ -251,7 +256,7 @@ class GroupReadoption:
                 j.running and j.nodes == (node,) for j, node in zip(components, nodes, strict=True)
             ):
                 return components
-            if len(components) != len(nodes) or time.monotonic() >= deadline:
+            if len(components) != len(nodes) or self.clock.monotonic() >= deadline:
                 break
             await asyncio.sleep(POLL_S)
         if len(components) != len(nodes):

@@ -4,13 +4,13 @@ that loses it only repeats a step (a cancel, a signal, a drain try)."""
 
 from __future__ import annotations
 
-import time
-
 from sunk.runtime.expectations import Expectations
+from sunk.runtime.ports import Clock
 
 
 class Memory:
-    def __init__(self) -> None:
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
         # Jobs are remembered by (job ID, Pod UID): a slurmctld that lost its state hands
         # the same job IDs out again, and what was done to the old job says nothing of the new.
         self.signalled: set[tuple[int, str]] = set()
@@ -38,7 +38,7 @@ class Memory:
     def note_unanswered(self, uid: str) -> None:
         """A submission for Pod `uid` got no answer: Slurm may hold a job for it that no
         listing has shown yet."""
-        self._unanswered[uid] = time.monotonic()
+        self._unanswered[uid] = self.clock.monotonic()
 
     def unanswered_since(self, uid: str) -> float:
         """When a submission for Pod `uid` last got no answer (monotonic), or 0."""
@@ -55,7 +55,7 @@ class Memory:
             del self.cancelled[key]
         self.signalled = {k for k in self.signalled if k[0] in live}
         self.drained &= live
-        for uid in [u for u, at in self._unanswered.items() if time.monotonic() - at > 600]:
+        for uid in [u for u, at in self._unanswered.items() if self.clock.monotonic() - at > 600]:
             del self._unanswered[uid]
         self.job_written.prune()
         self.refused.prune()

@@ -16,13 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import time
 from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 from sunk.kube import noderoom
 from sunk.kube.resources import Requests
+from sunk.runtime.ports import Clock
 from sunk.scheduler import decide
 from sunk.scheduler.cluster import ClusterView, RoomCheck
 from sunk.scheduler.decide import finished
@@ -53,7 +53,10 @@ class Choice(NamedTuple):
 
 
 class Placement:
-    def __init__(self, *, slurm: SlurmPort, cluster: ClusterView, pods: PodStore, settings: Settings) -> None:
+    def __init__(
+        self, *, slurm: SlurmPort, cluster: ClusterView, pods: PodStore, settings: Settings, clock: Clock
+    ) -> None:
+        self.clock = clock
         self.slurm = slurm
         self.cluster = cluster
         self.pods = pods
@@ -115,7 +118,7 @@ class Placement:
         """Count `pod` as placed on `node_name` from now on (affinity and spread rules, room)."""
         spec = pod.get("spec") or {}
         self._placing[pod["metadata"]["uid"]] = (
-            time.monotonic(),
+            self.clock.monotonic(),
             {**pod, "spec": {**spec, "nodeName": node_name}},
         )
 
@@ -204,7 +207,7 @@ class Placement:
         it shows, those gone from it, and those older than PLACING_TTL_S are forgotten
         here). A Pod bound and then deleted before any room check looked again would
         otherwise hold its room on the Node for PLACING_TTL_S after it is gone."""
-        now = time.monotonic()
+        now = self.clock.monotonic()
         for uid, (at, pod) in list(self._placing.items()):
             meta = pod["metadata"]
             shown = self.pods.get(f"{meta.get('namespace')}/{meta.get('name')}")
@@ -218,14 +221,14 @@ class Placement:
         """Slurm's own view of the node, read at most every NODE_STATE_TTL_S per node:
         every binding in a burst shares one fresh read."""
         cached = self._node_states.get(slurm_node)
-        now = time.monotonic()
+        now = self.clock.monotonic()
         if cached is None or now - cached[0] > NODE_STATE_TTL_S:
             cached = (now, await self.slurm.node(slurm_node))
             self._node_states[slurm_node] = cached
         return cached[1]
 
     def prune(self) -> None:
-        now = time.monotonic()
+        now = self.clock.monotonic()
         for node in [n for n, (at, _) in self._node_states.items() if now - at > 60]:
             del self._node_states[node]
         for node in [n for n, lock in self._node_locks.items() if not lock.locked()]:

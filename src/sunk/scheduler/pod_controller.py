@@ -17,13 +17,13 @@ and PodScheduled reports on Pods (the Slurm-node controller writes its drain Eve
 from __future__ import annotations
 
 import logging
-import time
 from typing import Any
 
 from sunk import metrics
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.runtime.controller import Outcome
+from sunk.runtime.ports import Clock
 from sunk.scheduler import decide
 from sunk.scheduler.binding import Binder
 from sunk.scheduler.cluster import ClusterView
@@ -72,8 +72,10 @@ class PodController:
         gangs: Gangs,
         readopter: Readopter,
         group_readoption: GroupReadoption,
+        clock: Clock,
         placement: str = "slurm",
     ) -> None:
+        self.clock = clock
         self.kube = kube
         self.slurm = slurm
         self.pods = pods
@@ -116,7 +118,7 @@ class PodController:
         group, _ = await self.gangs.podgroup(pod["metadata"]["namespace"], name)
         leader = self.index.get(job.group_leader)
         submitted = leader[1].submit_time if leader else job.submit_time
-        return group is not None and gang.timed_out(group, submitted, time.time())
+        return group is not None and gang.timed_out(group, submitted, self.clock.now())
 
     # -- the entry point ------------------------------------------------------------------
     async def reconcile(self, key: str) -> Outcome:
@@ -142,7 +144,7 @@ class PodController:
 
     async def _next_step(self, pod: Json) -> Outcome:
         facts = await self._gather(pod)
-        plan = pod_plan.plan(facts, self.rules, synced=self.index.synced.is_set(), now=time.time())
+        plan = pod_plan.plan(facts, self.rules, synced=self.index.synced.is_set(), now=self.clock.now())
         return await self._execute(PodRef.of(pod), pod, facts.job, plan)
 
     async def _gather(self, pod: Json) -> pod_plan.PodFacts:
@@ -187,7 +189,7 @@ class PodController:
             signalled=(job.job_id, ref.uid) in self.memory.signalled,
             others_running=job.group_leader is not None and self.gangs.others_running(ref, job),
         )
-        plan = claim_plan.plan(facts, prefix=self.prefix, now=time.monotonic())
+        plan = claim_plan.plan(facts, prefix=self.prefix, now=self.clock.monotonic())
         return await self._execute(ref, pod, job, plan)
 
     async def _still_claims(self, ref: PodRef, job_id: int) -> bool:
@@ -219,7 +221,7 @@ class PodController:
             being_deleted=self._being_deleted(pod),
             drained=job.job_id in self.memory.drained,
             kill_wait_s=self.settings.kill_wait_s,
-            now=time.time(),
+            now=self.clock.now(),
         )
         return await self._execute(PodRef.of(pod), pod, job, plan)
 
@@ -250,7 +252,7 @@ class PodController:
                 log.info("cancelling Slurm job %s of %s: %s", action.job_id, ref, action.why)
                 await self.slurm.cancel(action.job_id)
                 if action.settles_claim:
-                    self.memory.cancelled[(job.job_id, ref.uid)] = time.monotonic()
+                    self.memory.cancelled[(job.job_id, ref.uid)] = self.clock.monotonic()
                 else:
                     self.memory.signalled.add((job.job_id, ref.uid))
             elif isinstance(action, actions.SignalJob):
@@ -298,7 +300,7 @@ class PodController:
         """The steps that read Slurm or the API server on the way, each done by whom owns it."""
         if isinstance(action, actions.ReleaseGroup):  # a member left before the start
             assert job is not None
-            self.memory.cancelled[(job.job_id, ref.uid)] = time.monotonic()
+            self.memory.cancelled[(job.job_id, ref.uid)] = self.clock.monotonic()
             await self.gangs.release(action, said)
             return Outcome()
         assert pod is not None  # every other step is about a live Pod
@@ -315,7 +317,7 @@ class PodController:
             if why is None:
                 return Outcome()
             if isinstance(why, Ended):  # never this scheduler's cancel: the Pod ends with it
-                plan = pod_actions.readopted_job_ended(action, why.job, time.time())
+                plan = pod_actions.readopted_job_ended(action, why.job, self.clock.now())
                 return await self._carry_out(ref, pod, why.job, plan, said)
             return await self._carry_out(ref, pod, job, pod_actions.readoption_failed(action, why), said)
         if isinstance(action, actions.FindOrSubmit):
@@ -387,7 +389,7 @@ class PodController:
             node=evidence.node,
             hosts=set(evidence.hosts),
             group=gang.group_of(pod),
-            now=time.time(),
+            now=self.clock.now(),
         )
         return await self._execute(ref, pod, None, plan)
 
@@ -401,7 +403,7 @@ class PodController:
             return Outcome(requeue_after=WRITE_UNSEEN_RECHECK_S)  # it moved on: judged again
         got = await self.readopter.reverted_evidence(pod, job_id)
         plan = pod_actions.for_reverted_job(
-            pod, found, got.last, node=got.node, hosts=set(got.hosts), now=time.time()
+            pod, found, got.last, node=got.node, hosts=set(got.hosts), now=self.clock.now()
         )
         return await self._execute(ref, pod, found, plan)
 

@@ -3,11 +3,11 @@ needs the job's resources (R5.1 to R5.3); and when one still does, why, in words
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from functools import partial
 from typing import Any
 
+from sunk.runtime.ports import Clock
 from sunk.scheduler.decide import holds_job
 from sunk.scheduler.hooks.server import PodGoneWaiters
 from sunk.scheduler.pods import PodStore
@@ -40,7 +40,10 @@ def why_held(pod: Json) -> str:
 
 
 class PodGone:
-    def __init__(self, pods: PodStore, members: Members, waiters: PodGoneWaiters, prefix: str) -> None:
+    def __init__(
+        self, pods: PodStore, members: Members, waiters: PodGoneWaiters, prefix: str, clock: Clock
+    ) -> None:
+        self._clock = clock
         self._pods = pods
         self._members = members
         self._waiters = waiters
@@ -53,10 +56,12 @@ class PodGone:
     async def wait(self, ref: PodRef, job_id: int, within: float) -> bool:
         """True once no member holds the job, waiting up to `within` seconds for the
         DELETED events."""
-        deadline = time.monotonic() + within
+        deadline = self._clock.monotonic() + within
         for member, member_job in self._members(ref, job_id):
             holding = partial(self._holding, member, member_job)
-            if not await self._waiters.wait(member.uid, holding, max(0.0, deadline - time.monotonic())):
+            if not await self._waiters.wait(
+                member.uid, holding, max(0.0, deadline - self._clock.monotonic())
+            ):
                 return False
         return True
 

@@ -26,13 +26,13 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
-import time
 from dataclasses import dataclass
 from typing import Any
 
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.metrics import kube_scheduler
+from sunk.runtime.ports import Clock
 from sunk.scheduler import decide
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.decide import actions, pod_actions, submission
@@ -89,8 +89,10 @@ class Readopter:
         submitter: Submitter,
         policy: PolicyFile,
         cluster: ClusterView,
+        clock: Clock,
     ) -> None:
         self.slurm = slurm
+        self.clock = clock
         self.cluster = cluster
         self.index = index
         self.memory = memory
@@ -135,7 +137,7 @@ class Readopter:
         limit = translated.request.time_limit_min
         prefix = self.settings.annotation_prefix
         return pod_actions.recorded_run(
-            pod, job_id, hosted[0], limit, prefix=prefix, now=time.time(), **limits
+            pod, job_id, hosted[0], limit, prefix=prefix, now=self.clock.now(), **limits
         )
 
     async def readopt(self, pod: Json, action: actions.Readopt, said: actions.Said) -> str | Ended | None:
@@ -234,13 +236,13 @@ class Readopter:
     async def _started(self, job_id: int, node: str) -> tuple[SlurmJob | None, str | Ended]:
         """The released job once it runs on `node`, or (None, why not), or (None, `Ended`)
         when Slurm ended it first."""
-        deadline = time.monotonic() + START_WITHIN_S
+        deadline = self.clock.monotonic() + START_WITHIN_S
         job: SlurmJob | None = None
         while True:
             job = await self.slurm.job(job_id)
             if job is not None and job.running and job.nodes == (node,):
                 return job, ""
-            if job is None or not job.pending or time.monotonic() >= deadline:
+            if job is None or not job.pending or self.clock.monotonic() >= deadline:
                 break
             await asyncio.sleep(POLL_S)
         if job is None:
@@ -256,7 +258,7 @@ class Readopter:
         cancelled by the caller)."""
         try:
             avoid = self.submitter.avoid_nodes(pod)
-            started = job.start_time or int(time.time())
+            started = job.start_time or int(self.clock.now())
             await self.submitter.record_job(pod, job.job_id, avoid, started_at=started)
         except KubeError as err:
             if err.not_found or err.conflict:
@@ -268,4 +270,4 @@ class Readopter:
 
     async def _cancel(self, ref: PodRef, job_id: int) -> None:
         await self.slurm.cancel(job_id)
-        self.memory.cancelled[(job_id, ref.uid)] = time.monotonic()
+        self.memory.cancelled[(job_id, ref.uid)] = self.clock.monotonic()

@@ -5,16 +5,14 @@ builds them."""
 from __future__ import annotations
 
 import copy
-import sys
 import time
-import time as _time  # the real clock, also while a Clock stands in for `time` here
 from dataclasses import dataclass, field
 from types import ModuleType
 from typing import Any
 
 from sunk.kube.events import Recorder
 from sunk.runtime.controller import Outcome
-from sunk.scheduler import binding, controllers, gangs, jobs, memory, placement, pod_controller, readopting
+from sunk.scheduler import controllers, jobs
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.config import Config
 from sunk.scheduler.hooks.auth import HookCredentials
@@ -93,37 +91,32 @@ def slurmd_pod(slurm_node: str, on: str, *, requests: dict[str, str] | None = No
     }
 
 
-class Clock:
-    """The clocks of the scheduler's modules and of the fakes, moved on by hand: put it in
-    place of their `time` module (`monkeypatch.setattr(module, "time", clock)` for each of
-    `Clock.MODULES`), then `advance`."""
+class FakeClock:
+    """The scheduler's `Clock`, moved on by hand (`advance`); it starts at the real time.
+    The job index (`scheduler.jobs`) and the fakes still read the `time` module, so this
+    also stands in for theirs (`monkeypatch.setattr(module, "time", clock)` for each of
+    `FakeClock.TIME_READERS`), keeping one time for all."""
 
-    MODULES: tuple[ModuleType, ...] = (
-        pod_controller,
-        readopting,
-        memory,
-        binding,
-        placement,
-        gangs,
-        jobs,
-        fakes,
-        sys.modules[__name__],
-    )
+    TIME_READERS: tuple[ModuleType, ...] = (jobs, fakes)
 
     def __init__(self) -> None:
         self.offset = 0.0
 
-    def time(self) -> float:
-        return _time.time() + self.offset
+    def now(self) -> float:
+        return time.time() + self.offset
 
     def monotonic(self) -> float:
-        return _time.monotonic() + self.offset
+        return time.monotonic() + self.offset
 
     def advance(self, seconds: float) -> None:
         self.offset += seconds
 
+    # -- as the `time` module of the TIME_READERS --------------------------------------------
+    def time(self) -> float:
+        return self.now()
+
     def __getattr__(self, name: str) -> Any:
-        return getattr(_time, name)
+        return getattr(time, name)
 
 
 @dataclass
@@ -134,6 +127,7 @@ class World:
     refuse_static_cpu: bool = False
     drain_cordoned: bool = False
     kill_wait_s: int = 30
+    clock: FakeClock = field(default_factory=FakeClock)
     kube: FakeKube = field(default_factory=FakeKube)
     slurm: FakeSlurm = field(default_factory=FakeSlurm)
     nodes: MemoryCache = field(default_factory=MemoryCache)
@@ -157,6 +151,7 @@ class World:
             script="#!/bin/sh\n",
             hooks=lambda: HookCredentials("https://hooks.test", b"s" * 32),
             policy=PolicyFile(None, PERMISSIVE),  # the tests' Pods name any identity
+            clock=self.clock,
         )
         self.pod_controller = built.pods
         self.node_queue = built.node_queue
@@ -218,6 +213,7 @@ class World:
             refuse_static_cpu=self.refuse_static_cpu,
             drain_cordoned=self.drain_cordoned,
             kill_wait_s=self.kill_wait_s,
+            clock=self.clock,
             kube=self.kube,
             slurm=self.slurm,
             nodes=self.nodes,
@@ -256,7 +252,7 @@ class World:
     # -- the sources, then one pass ---------------------------------------------------------
     async def list_jobs(self) -> None:
         """A full job listing, as the job poller takes it in."""
-        self.index.replace(await self.slurm.jobs(), time.monotonic())
+        self.index.replace(await self.slurm.jobs(), self.clock.monotonic())
         if not self.index.synced.is_set():  # as the scheduler does once a term's first listing is in
             self.index.note_ids_of_pods((pod for _, pod in self.pods.items()), PREFIX)
         self.index.synced.set()

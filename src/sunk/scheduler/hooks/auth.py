@@ -33,8 +33,9 @@ from __future__ import annotations
 import hashlib
 import hmac
 import math
-import time
 from dataclasses import dataclass, field
+
+from sunk.runtime.ports import Clock
 
 # How old a call may be. Generous because a busy node can take a while to fork curl after
 # signing; replays inside the window are caught by the nonce, which is kept twice as long.
@@ -77,8 +78,9 @@ def answer_signature(key_hex: str, path: str, nonce: str, status: int) -> str:
 
 
 class Verifier:
-    def __init__(self, secret: bytes) -> None:
+    def __init__(self, secret: bytes, clock: Clock) -> None:
         self._secret = secret
+        self._clock = clock
         self._seen: dict[str, float] = {}  # nonce → when it may be forgotten
         # Calls signed before this moment are refused: their nonces may have been seen by
         # an earlier process (or another replica) whose memory is gone. Set when acting.
@@ -107,7 +109,7 @@ class Verifier:
             return "malformed timestamp"
         if not _hex(sig):
             return "malformed signature"
-        now = time.time()
+        now = self._clock.now()
         if abs(now - sent) > MAX_SKEW_S:
             return "timestamp outside the accepted window"
         expected = signature(pod_key(self._secret, pod_uid), method, path, timestamp, nonce)
