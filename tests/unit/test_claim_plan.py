@@ -1,15 +1,15 @@
 """The planner for a job that names a Pod key, called directly: the typed actions that
 settle the claim, in order, and when to look again. One row per case; its id says what it
-checks (whether the job may live at all is `decide.for_claim`, tested in test_decide.py)."""
+checks (whether the job may live at all is `claims.for_claim`, tested in test_decide.py)."""
 
 from __future__ import annotations
 
 import pytest
 
 from sunk.kube import events as ev
-from sunk.scheduler.decide import CANCEL_CONFIRM_S
 from sunk.scheduler.decide.actions import CancelJob, ConfirmClaim, Plan, ReleaseGroup, SignalJob
 from sunk.scheduler.decide.claim_plan import ClaimFacts, plan
+from sunk.scheduler.decide.claims import CANCEL_CONFIRM_S
 from tests.unit.test_decide import REF, P, component, job, pod
 
 RELEASED = (

@@ -8,8 +8,9 @@ from typing import Any
 
 import pytest
 
-from sunk.scheduler import decide
-from sunk.scheduler.decide import Claim, Step
+from sunk.scheduler.decide import claims, drains, group_plan, packing, problems, steps
+from sunk.scheduler.decide.claims import Claim
+from sunk.scheduler.decide.steps import Step
 from sunk.scheduler.translate import JobOptions, PlaceholderJob, PodRef
 from sunk.slurm.models import SlurmJob, SlurmNode
 
@@ -162,7 +163,7 @@ def test_a_job_claiming_a_pod_key(
     now: float,
     verdict: Claim,
 ) -> None:
-    got = decide.for_claim(
+    got = claims.for_claim(
         the_pod, REF, the_job, prefix=P, cancelled_at=cancelled_at, signalled=signalled, now=now
     )
     assert got is verdict
@@ -347,7 +348,7 @@ REPORTED = [
 def test_a_placeholders_word_that_its_job_ends_is_only_a_claim(
     the_pod: dict[str, Any], the_job: SlurmJob | None, step: Step
 ) -> None:
-    decision = decide.for_pod(the_pod, the_job, prefix=P, synced=True, now=NOW, ending_reported=True)
+    decision = steps.for_pod(the_pod, the_job, prefix=P, synced=True, now=NOW, ending_reported=True)
     assert decision.step is step
 
 
@@ -357,7 +358,7 @@ def node(
     return SlurmNode(name="sn-1", state=state, flags=flags, reason=reason, reason_changed_at=at)
 
 
-KILL_WAIT = decide.kill_wait_drain_reason(REF, 7)
+KILL_WAIT = drains.kill_wait_drain_reason(REF, 7)
 
 
 @pytest.mark.parametrize(
@@ -375,48 +376,48 @@ KILL_WAIT = decide.kill_wait_drain_reason(REF, 7)
     ],
 )
 def test_binding_checks_slurms_own_view_of_the_node(state: SlurmNode | None, problem: str | None) -> None:
-    assert decide.slurm_node_problem("sn-1", state) == problem
+    assert problems.slurm_node_problem("sn-1", state) == problem
 
 
 def test_r5_3_a_node_in_use_gets_no_drain_notice() -> None:
-    assert decide.drain_notice(node(flags=()), "s") is None
+    assert drains.drain_notice(node(flags=()), "s") is None
 
 
 def test_r5_3_a_node_slurm_set_down_as_not_responding_is_told_like_a_drain() -> None:
-    notice = decide.drain_notice(node(state="down", flags=("NOT_RESPONDING",), reason="Not responding"), "s")
+    notice = drains.drain_notice(node(state="down", flags=("NOT_RESPONDING",), reason="Not responding"), "s")
     assert notice is not None and notice.pod is None
     assert "sn-1 is down (Not responding)" in notice.note and notice.name.startswith("sn-1.drained.")
 
 
 def test_r5_3_a_down_node_with_no_reason_gets_no_notice() -> None:
-    assert decide.drain_notice(node(state="down", flags=(), reason=""), "s") is None
+    assert drains.drain_notice(node(state="down", flags=(), reason=""), "s") is None
 
 
 def test_r5_3_a_drain_for_a_pod_past_killwait_is_told_on_that_pod() -> None:
-    notice = decide.drain_notice(node(reason=KILL_WAIT), "s")
+    notice = drains.drain_notice(node(reason=KILL_WAIT), "s")
     assert notice is not None and notice.pod == ("ns", "web")
     assert "sn-1" in notice.note and "job 7" in notice.note and "state=resume" in notice.note
     assert notice.name.startswith("web.drained.")
 
 
 def test_r5_3_any_other_drain_is_told_on_the_node_with_slurms_reason() -> None:
-    notice = decide.drain_notice(node(state="mixed", flags=("DRAINING",), reason="Duplicate jobid"), "s")
+    notice = drains.drain_notice(node(state="mixed", flags=("DRAINING",), reason="Duplicate jobid"), "s")
     assert notice is not None and notice.pod is None
     assert "Duplicate jobid" in notice.note and notice.name.startswith("sn-1.drained.")
 
 
 def test_r5_3_one_drain_has_one_event_name_and_a_new_drain_another() -> None:
-    first = decide.drain_notice(node(), "s")
-    assert first == decide.drain_notice(node(), "s")  # a restart records nothing new
-    assert first != decide.drain_notice(node(at=2), "s")  # drained again later: a new Event
-    assert first != decide.drain_notice(node(), "other-scheduler")
+    first = drains.drain_notice(node(), "s")
+    assert first == drains.drain_notice(node(), "s")  # a restart records nothing new
+    assert first != drains.drain_notice(node(at=2), "s")  # drained again later: a new Event
+    assert first != drains.drain_notice(node(), "other-scheduler")
 
 
 @pytest.mark.parametrize(("the_pod", "the_job", "synced", "step", "after"), PODS)
 def test_the_next_step_for_a_pod(
     the_pod: dict[str, Any], the_job: SlurmJob | None, synced: bool, step: Step, after: float
 ) -> None:
-    decision = decide.for_pod(the_pod, the_job, prefix=P, synced=synced, now=NOW)
+    decision = steps.for_pod(the_pod, the_job, prefix=P, synced=synced, now=NOW)
     assert decision.step is step
     assert decision.after == pytest.approx(after)
 
@@ -458,7 +459,7 @@ def test_issue53_a_pod_no_node_can_host_hears_first_what_the_largest_node_lacks(
     """Catches a Pod too big for every Node told only of the first few by name, none of
     them the one that comes closest."""
     excluded = {f"sn-{i}": f"Node n{i} lacks {i} CPUs" for i in range(1, 8)}
-    problem = decide.placement_problem((), excluded, (), set(excluded), largest="sn-7")
+    problem = problems.placement_problem((), excluded, (), set(excluded), largest="sn-7")
     assert problem == (
         "no Slurm node can host this Pod: Node n7 lacks 7 CPUs (the largest Node); Node n1 lacks 1 CPUs; "
         "Node n2 lacks 2 CPUs; Node n3 lacks 3 CPUs; Node n4 lacks 4 CPUs"
@@ -473,7 +474,7 @@ def test_the_placement_problem_before_a_submit(
     nodes: set[str],
     problem: str | None,
 ) -> None:
-    assert decide.placement_problem(required, excluded, avoid, nodes) == problem
+    assert problems.placement_problem(required, excluded, avoid, nodes) == problem
 
 
 # -- when a node must be drained (R5.3) -----------------------------------------------------------
@@ -493,7 +494,7 @@ DRAINS = [
 def test_when_a_node_must_be_drained(
     the_job: SlurmJob, bound: bool, kill_wait: int, due: float | None
 ) -> None:
-    assert decide.drain_due(the_job, bound, kill_wait, NOW) == due
+    assert drains.drain_due(the_job, bound, kill_wait, NOW) == due
 
 
 # -- the allocation a Pod is bound to (R4.3, issue #12) ---------------------------------------------
@@ -550,7 +551,7 @@ def test_the_allocation_checked_before_binding(
     gres: tuple[tuple[str, int], ...],
     problem: str | None,
 ) -> None:
-    found = decide.allocation_problem(job(allocated=tres, gres_detail=detail), cpus, mib, gres)
+    found = problems.allocation_problem(job(allocated=tres, gres_detail=detail), cpus, mib, gres)
     if problem is None:
         assert found is None
     else:
@@ -565,7 +566,7 @@ def test_r5_2_a_started_job_pending_again_without_a_requeue_is_said_to_be_lost_n
 
 
 # -- cordoned Nodes (R9.4, --drain-cordoned-nodes) --------------------------------------------------
-OURS = decide.cordon_drain_reason("n1")
+OURS = drains.cordon_drain_reason("n1")
 CORDONS = [
     pytest.param(True, node(flags=()), "drain", id="r9_4_a_cordoned_nodes_slurm_node_is_drained"),
     pytest.param(True, node(reason=OURS), None, id="r9_4_drained_once_is_enough"),
@@ -580,7 +581,7 @@ CORDONS = [
 def test_what_a_cordon_does_to_the_slurm_node(
     cordoned: bool, slurm_node: SlurmNode, action: str | None
 ) -> None:
-    assert decide.for_cordon(cordoned, "n1", slurm_node) == action
+    assert drains.for_cordon(cordoned, "n1", slurm_node) == action
 
 
 # -- gangs (R9.1): one heterogeneous job, its components listed one by one -------------------
@@ -636,7 +637,7 @@ GANG_CLAIMS = [
 
 
 def test_r9_1_a_group_is_released_once_for_a_member_that_left() -> None:
-    got = decide.for_claim(
+    got = claims.for_claim(
         None, REF, component(1, "PENDING"), prefix=P, cancelled_at=1.0, signalled=False, now=100.0
     )
     assert got is Claim.KEEP
@@ -646,7 +647,7 @@ def test_r9_1_a_group_is_released_once_for_a_member_that_left() -> None:
 def test_a_gangs_component_claiming_a_member(
     the_pod: dict[str, Any] | None, the_job: SlurmJob, others_running: bool, verdict: Claim
 ) -> None:
-    got = decide.for_claim(
+    got = claims.for_claim(
         the_pod,
         REF,
         the_job,
@@ -660,14 +661,14 @@ def test_a_gangs_component_claiming_a_member(
 
 
 def test_r9_1_a_gang_pending_past_its_timeout_is_timed_out() -> None:
-    got = decide.for_pod(
+    got = steps.for_pod(
         pod(job_id=41), component(1, "PENDING"), prefix=P, synced=True, now=NOW, group_timed_out=True
     )
     assert got.step is Step.GROUP_TIMED_OUT
 
 
 def test_r9_1_a_running_gang_is_never_timed_out() -> None:
-    got = decide.for_pod(pod(job_id=41), component(1), prefix=P, synced=True, now=NOW, group_timed_out=True)
+    got = steps.for_pod(pod(job_id=41), component(1), prefix=P, synced=True, now=NOW, group_timed_out=True)
     assert got.step is Step.BIND
 
 
@@ -691,7 +692,7 @@ GROUP_BINDS = [
 
 @pytest.mark.parametrize(("components", "problem"), GROUP_BINDS)
 def test_a_gang_binds_all_together_or_not_at_all(components: list[SlurmJob], problem: str | None) -> None:
-    got = decide.group_bind(components)
+    got = group_plan.group_bind(components)
     assert got == problem if problem is None else (got is not None and problem in got), got
 
 
@@ -800,12 +801,12 @@ PACKING = [
 def test_which_nodes_a_packed_job_leaves_out(
     the_job: PlaceholderJob, nodes: list[SlurmNode], left_out: tuple[str, ...]
 ) -> None:
-    assert decide.pack(the_job, nodes).left_out == left_out
+    assert packing.pack(the_job, nodes).left_out == left_out
 
 
 def test_r9_2_only_idle_nodes_are_left_out_and_slurm_picks_among_the_partly_used() -> None:
     nodes = [gpu_node("a", 0), gpu_node("b", 5), gpu_node("c", 1), gpu_node("d", 7)]
-    assert decide.pack(gpu_job(2), nodes) == decide.Packing(left_out=("a",), towards=("b", "c"))
+    assert packing.pack(gpu_job(2), nodes) == packing.Packing(left_out=("a",), towards=("b", "c"))
 
 
 def test_r9_2_jobs_steered_to_a_node_count_there_until_the_next_listing() -> None:
@@ -813,42 +814,42 @@ def test_r9_2_jobs_steered_to_a_node_count_there_until_the_next_listing() -> Non
     scheduler's view, the idle nodes are no longer kept out."""
     nodes = [gpu_node("a", 0), gpu_node("b", 4)]
     for _ in range(2):
-        packing = decide.pack(gpu_job(2), nodes)
-        assert packing == decide.Packing(left_out=("a",), towards=("b",))
-        nodes = [n.taking(1, 64, (("gpu", 2),)) if n.name in packing.towards[:1] else n for n in nodes]
+        steered = packing.pack(gpu_job(2), nodes)
+        assert steered == packing.Packing(left_out=("a",), towards=("b",))
+        nodes = [n.taking(1, 64, (("gpu", 2),)) if n.name in steered.towards[:1] else n for n in nodes]
     assert (nodes[1].free_gres("gpu"), nodes[1].alloc_cpus) == (0, 6)
-    assert decide.pack(gpu_job(2), nodes) == decide.Packing()
+    assert packing.pack(gpu_job(2), nodes) == packing.Packing()
 
 
 def test_r9_2_a_packed_job_waits_its_patience_out_before_widening() -> None:
     pending = job("PENDING", reason="Resources", submit_time=int(NOW) - 2)
-    got = decide.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=decide.PACK_PATIENCE_S)
+    got = steps.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=packing.PACK_PATIENCE_S)
     assert got.step is Step.WAIT
-    assert got.after == pytest.approx(decide.PACK_PATIENCE_S - 2)
+    assert got.after == pytest.approx(packing.PACK_PATIENCE_S - 2)
 
 
 def test_r9_2_a_packed_job_still_waiting_after_its_patience_is_widened() -> None:
     pending = job("PENDING", reason="Resources", submit_time=int(NOW) - 6)
-    got = decide.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=decide.PACK_PATIENCE_S)
+    got = steps.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=packing.PACK_PATIENCE_S)
     assert got.step is Step.WIDEN
 
 
 def test_r9_2_a_pending_job_leaving_out_only_what_the_pod_rules_out_is_only_reported() -> None:
     pending = job("PENDING", reason="Resources", submit_time=int(NOW) - 6)
-    got = decide.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=None)
+    got = steps.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=None)
     assert got.step is Step.REPORT_PENDING
 
 
 def test_r9_4_a_pending_job_leaving_out_nodes_usable_again_is_widened_at_once() -> None:
     pending = job("PENDING", reason="Resources", submit_time=int(NOW) - 1)
-    got = decide.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=0.0)
+    got = steps.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=0.0)
     assert got.step is Step.WIDEN
 
 
 def test_r8_2_a_submission_with_no_answer_is_not_sent_again_before_a_listing_could_show_its_job() -> None:
-    assert decide.unanswered_wait(100.0, 102.0, 3.0)  # the newest listing may predate the job
-    assert not decide.unanswered_wait(100.0, 103.5, 3.0)  # a later listing did not show it
-    assert not decide.unanswered_wait(0.0, 0.0, 3.0)  # nothing went unanswered
+    assert steps.unanswered_wait(100.0, 102.0, 3.0)  # the newest listing may predate the job
+    assert not steps.unanswered_wait(100.0, 103.5, 3.0)  # a later listing did not show it
+    assert not steps.unanswered_wait(0.0, 0.0, 3.0)  # nothing went unanswered
 
 
 @pytest.mark.parametrize(
@@ -866,4 +867,4 @@ def test_r8_2_a_submission_with_no_answer_is_not_sent_again_before_a_listing_cou
 def test_whether_a_pod_still_holds_its_job(manifest: dict[str, Any], held: bool) -> None:
     """Catches a placeholder held to KillWait (and its node drained) for a gang member whose
     group was given a new job: unbound and naming no job, it runs nothing on the old one."""
-    assert decide.holds_job(manifest, REF, 7, P) is held
+    assert claims.holds_job(manifest, REF, 7, P) is held

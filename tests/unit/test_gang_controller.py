@@ -9,7 +9,7 @@ import time
 import pytest
 
 from sunk.kube.client import KubeError
-from sunk.scheduler import decide
+from sunk.scheduler.decide import steps
 from sunk.scheduler.translate import gang
 from sunk.slurm.errors import SlurmNoAnswer, SlurmUnavailable
 from sunk.testing.scheduler import PREFIX, FakeClock, World, pod
@@ -116,7 +116,7 @@ async def test_r9_1_a_group_job_waiting_past_the_transient_window_writes_no_seco
     world = await submitted()
     for job_id in (100, 101):
         world.slurm.wait(job_id, "Resources")
-        aged(world, job_id, decide.TRANSIENT_S + 1)
+        aged(world, job_id, steps.TRANSIENT_S + 1)
     await world.reconcile(A)
     await world.reconcile(B)
     assert world.kube.reasons("a") == world.kube.reasons("b") == ["PlaceholderSubmitted"]

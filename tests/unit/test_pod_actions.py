@@ -8,8 +8,8 @@ from dataclasses import replace
 import pytest
 
 from sunk.kube import events as ev
-from sunk.scheduler.decide import DRAIN_MARGIN_S
 from sunk.scheduler.decide.actions import CancelJob, DeletePod, Drain, Event, Plan
+from sunk.scheduler.decide.drains import DRAIN_MARGIN_S
 from sunk.scheduler.decide.pod_actions import for_bound_pod, for_ending_job
 from tests.unit.test_decide import NOW, job, pod
 

@@ -9,8 +9,9 @@ import time
 import pytest
 
 from sunk.kube.client import KubeError
-from sunk.scheduler import decide, policy
-from sunk.scheduler.decide import kill_wait_drain_reason
+from sunk.scheduler import policy
+from sunk.scheduler.decide import claims, drains, steps
+from sunk.scheduler.decide.drains import kill_wait_drain_reason
 from sunk.scheduler.jobs import MIN_JOB_AGE_S
 from sunk.scheduler.pod_controller import UNANSWERED_GRACE_S
 from sunk.scheduler.translate import PodRef, job_name
@@ -52,7 +53,7 @@ async def waiting_past_the_transient_window(world: World, reason: str) -> str:
     """Job 100 of a submitted Pod, pending for `reason` since longer than TRANSIENT_S."""
     key = await submitted(world)
     world.slurm.wait(100, reason)
-    aged(world, 100, "submit_time", decide.TRANSIENT_S + 1)
+    aged(world, 100, "submit_time", steps.TRANSIENT_S + 1)
     return key
 
 
@@ -205,7 +206,7 @@ async def test_r4_5_a_job_slurm_has_not_looked_at_is_not_reported_within_the_tra
     key = await submitted(world)
     outcome = await world.reconcile(key)
     assert world.condition(key) is None
-    assert outcome.requeue_after is not None and 0 < outcome.requeue_after <= decide.TRANSIENT_S
+    assert outcome.requeue_after is not None and 0 < outcome.requeue_after <= steps.TRANSIENT_S
 
 
 async def test_r4_5_a_pending_job_is_reported_with_slurms_reason_after_the_transient_window() -> None:
@@ -240,7 +241,7 @@ async def test_r4_2_a_running_job_whose_script_has_not_started_is_not_bound() ->
     world = two_nodes()
     key = await submitted(world)
     world.slurm.start(100, "sn-1", started=False)
-    aged(world, 100, "start_time", decide.TRANSIENT_S + 1)
+    aged(world, 100, "start_time", steps.TRANSIENT_S + 1)
     await world.reconcile(key)
     assert "nodeName" not in world.pod(key)["spec"]
     assert (world.condition(key) or {}).get("reason") == "WaitingForPlaceholder"
@@ -435,7 +436,7 @@ async def test_r5_3_a_pod_outliving_its_ending_job_is_not_drained_before_kill_wa
     outcome = await world.reconcile(key)
     assert world.slurm.drains() == []
     assert outcome.requeue_after is not None
-    assert world.kill_wait_s - decide.DRAIN_MARGIN_S - 2 < outcome.requeue_after
+    assert world.kill_wait_s - drains.DRAIN_MARGIN_S - 2 < outcome.requeue_after
 
 
 async def test_r5_3_a_pod_still_there_at_kill_wait_has_its_node_drained_once_naming_it() -> None:
@@ -526,7 +527,7 @@ async def test_r8_2_a_cancelled_job_still_running_is_not_cancelled_again_before_
     await world.reconcile(key)
     outcome = await world.reconcile(key)
     assert world.slurm.cancelled() == [(100, None)]
-    assert outcome.requeue_after == decide.CANCEL_CONFIRM_S
+    assert outcome.requeue_after == claims.CANCEL_CONFIRM_S
 
 
 async def test_r8_2_a_cancel_slurm_lost_is_sent_again_after_cancel_confirm_s(clock: FakeClock) -> None:
@@ -535,7 +536,7 @@ async def test_r8_2_a_cancel_slurm_lost_is_sent_again_after_cancel_confirm_s(clo
     world.slurm.lost_cancels = 1
     world.remove(key)
     await world.reconcile(key)
-    clock.advance(decide.CANCEL_CONFIRM_S)
+    clock.advance(claims.CANCEL_CONFIRM_S)
     await world.reconcile(key)
     assert world.slurm.cancelled() == [(100, None), (100, None)]
 
@@ -653,4 +654,4 @@ async def test_r8_2_a_cancel_to_confirm_is_rechecked_whatever_step_the_new_pod_t
     outcome = await world.reconcile(key)
     assert (100, None) in world.slurm.cancelled()
     assert world.slurm.submitted() == [100, 101]  # the new Pod's own step: a submit
-    assert outcome.requeue_after == decide.CANCEL_CONFIRM_S
+    assert outcome.requeue_after == claims.CANCEL_CONFIRM_S

@@ -8,7 +8,6 @@ from typing import Any
 import pytest
 
 from sunk.kube import events as ev
-from sunk.scheduler.decide import PACK_PATIENCE_S, TRANSIENT_S, Step
 from sunk.scheduler.decide.actions import (
     Bind,
     ConfirmEnding,
@@ -21,7 +20,9 @@ from sunk.scheduler.decide.actions import (
     SetCondition,
     Widen,
 )
+from sunk.scheduler.decide.packing import PACK_PATIENCE_S
 from sunk.scheduler.decide.pod_plan import PodFacts, Rules, plan
+from sunk.scheduler.decide.steps import TRANSIENT_S, Step
 from sunk.scheduler.translate import Settings
 from tests.unit.test_decide import NOW, P, job, pod
 

@@ -7,7 +7,7 @@ import time
 from typing import Any
 
 from sunk.kube.client import KubeError
-from sunk.scheduler.decide import cordon_drain_reason, kill_wait_drain_reason
+from sunk.scheduler.decide.drains import cordon_drain_reason, kill_wait_drain_reason
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.errors import SlurmUnavailable
 from sunk.testing.scheduler import PREFIX, World, pod

@@ -28,9 +28,8 @@ from sunk.kube.client import KubeError
 from sunk.metrics import kube_scheduler
 from sunk.runtime.controller import Outcome
 from sunk.runtime.ports import Clock
-from sunk.scheduler import decide
 from sunk.scheduler.binding import Binder
-from sunk.scheduler.decide import group_plan
+from sunk.scheduler.decide import group_plan, pod_state, steps
 from sunk.scheduler.decide.actions import (
     BindMember,
     CheckNodes,
@@ -134,7 +133,7 @@ class Gangs:
         for other, _ in self.components(job.group_leader):
             pod = self.pods.get(f"{other.namespace}/{other.name}")
             mine = pod is not None and pod["metadata"].get("uid") == other.uid
-            if other.uid != ref.uid and mine and pod is not None and not decide.finished(pod):
+            if other.uid != ref.uid and mine and pod is not None and not pod_state.finished(pod):
                 return True
         return False
 
@@ -148,7 +147,7 @@ class Gangs:
             pod = self.pods.get(key)
             if pod is None or gang.group_of(pod) != name or pod["metadata"].get("deletionTimestamp"):
                 continue
-            if decide.finished(pod) or decide.finally_refused(pod):
+            if pod_state.finished(pod) or pod_state.finally_refused(pod):
                 continue
             has_job = (pod.get("spec") or {}).get("nodeName") or any(
                 ref.uid == pod["metadata"]["uid"] and job.active
@@ -189,7 +188,7 @@ class Gangs:
             waiting=tuple(members),
             placed=placed,
             retry_in=self._retry_at.get(f"{namespace}/{name}", 0.0) - self.clock.monotonic(),
-            unanswered=decide.unanswered_wait(unanswered_since, self.index.listed_at, UNANSWERED_GRACE_S),
+            unanswered=steps.unanswered_wait(unanswered_since, self.index.listed_at, UNANSWERED_GRACE_S),
         )
 
     async def _carry_out(self, pod: Json, plan: GroupPlan, said: Said) -> Outcome:

@@ -28,8 +28,7 @@ from sunk.kube.client import KubeError
 from sunk.metrics import kube_scheduler
 from sunk.runtime.controller import Outcome
 from sunk.runtime.ports import Clock
-from sunk.scheduler import decide
-from sunk.scheduler.decide import actions, pod_actions, submission
+from sunk.scheduler.decide import actions, pod_actions, pod_state, submission
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.readopting import POLL_S, START_WITHIN_S, Ended, Readopter
 from sunk.scheduler.translate import PodRef, gang, translate
@@ -106,7 +105,7 @@ class GroupReadoption:
             return await self._submit(action.group, judged, said)
 
     def _job_id(self, pod: Json) -> int | None:
-        return decide.recorded_job_id(pod, self.readopter.settings.annotation_prefix)
+        return pod_state.recorded_job_id(pod, self.readopter.settings.annotation_prefix)
 
     def _bound_members(self, namespace: str, group: str) -> list[Json]:
         """The group's live, bound Pods of this scheduler, by name."""
@@ -114,7 +113,7 @@ class GroupReadoption:
         for key, pod in self.pods.items():
             if not key.startswith(namespace + "/") or gang.group_of(pod) != group:
                 continue
-            if pod["metadata"].get("deletionTimestamp") or decide.finished(pod):
+            if pod["metadata"].get("deletionTimestamp") or pod_state.finished(pod):
                 continue
             if (pod.get("spec") or {}).get("nodeName"):
                 found.append(pod)

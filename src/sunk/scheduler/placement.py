@@ -23,9 +23,9 @@ from typing import Any, NamedTuple
 from sunk.kube import noderoom
 from sunk.kube.resources import Requests
 from sunk.runtime.ports import Clock
-from sunk.scheduler import decide
 from sunk.scheduler.cluster import ClusterView, RoomCheck
-from sunk.scheduler.decide import finished
+from sunk.scheduler.decide import problems
+from sunk.scheduler.decide.pod_state import finished
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import SlurmPort
 from sunk.scheduler.room import NodeSums
@@ -84,7 +84,7 @@ class Placement:
         slurm_node = job.nodes[0]
         wanted = translate(pod, self.settings).job
         short = (
-            decide.allocation_problem(job, wanted.cpus, wanted.memory_mib, wanted.gres) if wanted else None
+            problems.allocation_problem(job, wanted.cpus, wanted.memory_mib, wanted.gres) if wanted else None
         )
         if short:
             return Choice(None, short, False)
@@ -99,7 +99,7 @@ class Placement:
             # From the room check to `placing` nothing awaits: no other binding comes between.
             placed = self.placed(pod) if rules_apply else []
             target = self.cluster.target(slurm_node, pod, placed, room=self.room_check(pod))
-            node_problem = decide.slurm_node_problem(slurm_node, state)
+            node_problem = problems.slurm_node_problem(slurm_node, state)
             problem = target.problem or node_problem
             if problem is not None or target.node is None:
                 lasting = target.problem is None or target.lasting

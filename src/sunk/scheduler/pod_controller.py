@@ -24,10 +24,9 @@ from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.runtime.controller import Outcome
 from sunk.runtime.ports import Clock
-from sunk.scheduler import decide
 from sunk.scheduler.binding import Binder
 from sunk.scheduler.cluster import ClusterView
-from sunk.scheduler.decide import actions, claim_plan, pod_actions, pod_plan
+from sunk.scheduler.decide import actions, claim_plan, pod_actions, pod_plan, pod_state, steps
 from sunk.scheduler.gangs import Gangs
 from sunk.scheduler.group_readopting import GroupReadoption
 from sunk.scheduler.jobs import JobIndex
@@ -102,7 +101,7 @@ class PodController:
 
     # -- small readers --------------------------------------------------------------------
     def _recorded_job_id(self, pod: Json) -> int | None:
-        return decide.recorded_job_id(pod, self.prefix)
+        return pod_state.recorded_job_id(pod, self.prefix)
 
     def _current_job(self, pod: Json) -> SlurmJob | None:
         job_id = self._recorded_job_id(pod)
@@ -132,7 +131,7 @@ class PodController:
             # placement, a released group): judged by that copy, the Pod would look ended
             # and its new job unowned.
             return Outcome(requeue_after=WRITE_UNSEEN_RECHECK_S)
-        elif self.memory.refused.unseen(pod["metadata"]["uid"], decide.finally_refused(pod)):
+        elif self.memory.refused.unseen(pod["metadata"]["uid"], pod_state.finally_refused(pod)):
             return Outcome(requeue_after=WRITE_UNSEEN_RECHECK_S)  # refused already: no second word
         recheck = Outcome()  # a cancel to confirm: the job is looked at until Slurm ends it
         for ref, other in self.index.for_key(namespace, name):
@@ -286,7 +285,7 @@ class PodController:
             await self.recorder.event(target, report.reason, report.note, warning=report.warning)
         else:
             written = await self.recorder.condition(target, False, report.reason, report.message)
-            if written and report.reason in decide.FINAL_REASONS:
+            if written and report.reason in pod_state.FINAL_REASONS:
                 self.memory.refused.expect(target["metadata"]["uid"], True)
 
     async def _hand_over(
@@ -322,12 +321,12 @@ class PodController:
             return await self._carry_out(ref, pod, job, pod_actions.readoption_failed(action, why), said)
         if isinstance(action, actions.FindOrSubmit):
             return await self._find_or_submit(pod, said)
-        if isinstance(action, actions.ForGroup) and action.step is decide.Step.FIND_OR_SUBMIT:
+        if isinstance(action, actions.ForGroup) and action.step is steps.Step.FIND_OR_SUBMIT:
             return await self.gangs.find_or_submit(pod, action.group, said)
         assert job is not None  # binding and a group's timeout are about the Pod's job
         if isinstance(action, actions.Bind):
             return await self._bind(pod, job, said)
-        if action.step is decide.Step.GROUP_TIMED_OUT:
+        if action.step is steps.Step.GROUP_TIMED_OUT:
             return await self.gangs.timed_out(pod, job, said)
         return await self.gangs.bind(pod, job, said)
 
@@ -355,7 +354,7 @@ class PodController:
         self.memory.ending_reported.discard((job_id, ref.uid))
         if found is not None and self.submitter.pod_of(found) == ref:
             self.index.observe(ref, found)
-            if decide.slurm_ends(pod, found):
+            if steps.slurm_ends(pod, found):
                 return await self._job_ending(pod, found)  # says why, deletes, drains if late
             log.warning(
                 "the placeholder of job %s said Slurm is ending it, but Slurm says %s; the Pod %s stays",
@@ -436,9 +435,7 @@ class PodController:
         if await self.submitter.adopt(pod, said):
             self.memory.answered(uid)
             return Outcome()
-        if decide.unanswered_wait(
-            self.memory.unanswered_since(uid), self.index.listed_at, UNANSWERED_GRACE_S
-        ):
+        if steps.unanswered_wait(self.memory.unanswered_since(uid), self.index.listed_at, UNANSWERED_GRACE_S):
             return Outcome(requeue_after=1)
         self.memory.answered(uid)
         return await self.submitter.submit(pod, said)

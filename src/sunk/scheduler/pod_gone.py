@@ -8,7 +8,7 @@ from functools import partial
 from typing import Any
 
 from sunk.runtime.ports import Clock
-from sunk.scheduler.decide import holds_job
+from sunk.scheduler.decide.claims import holds_job
 from sunk.scheduler.hooks.server import PodGoneWaiters
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.translate import PodRef

@@ -33,9 +33,8 @@ from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.metrics import kube_scheduler
 from sunk.runtime.ports import Clock
-from sunk.scheduler import decide
 from sunk.scheduler.cluster import ClusterView
-from sunk.scheduler.decide import actions, pod_actions, submission
+from sunk.scheduler.decide import actions, pod_actions, pod_state, submission
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
 from sunk.scheduler.policy import PolicyFile
@@ -104,7 +103,7 @@ class Readopter:
         """For a bound Pod whose job Slurm has no record of: this process's own listings say
         it saw the job run lately; else, for a job it never saw (restarted since), the
         Pod's own record of when the job ran (`pod_actions.recorded_run`)."""
-        job_id = decide.recorded_job_id(pod, self.settings.annotation_prefix)
+        job_id = pod_state.recorded_job_id(pod, self.settings.annotation_prefix)
         if job_id is None:
             return Evidence(None)
         last = self.index.lost_job(job_id, pod["metadata"]["uid"])

@@ -20,8 +20,8 @@ from sunk.kube.client import KubeError
 from sunk.runtime.controller import DONE, Outcome, after
 from sunk.runtime.queue import WorkQueue
 from sunk.scheduler.cluster import ClusterView
-from sunk.scheduler.decide import out_of_use
 from sunk.scheduler.decide.actions import Drain, Resume
+from sunk.scheduler.decide.drains import out_of_use
 from sunk.scheduler.decide.slurm_node import (
     DrainEvent,
     JobOnNode,

@@ -18,12 +18,14 @@ from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.metrics import kube_scheduler
 from sunk.runtime.controller import Outcome
-from sunk.scheduler import decide, policy
+from sunk.scheduler import policy
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.decide import submission
 from sunk.scheduler.decide.actions import Event, Said, SetCondition
+from sunk.scheduler.decide.packing import Packing, pack
 from sunk.scheduler.decide.pod_actions import STARTED_AT
 from sunk.scheduler.decide.pod_plan import size
+from sunk.scheduler.decide.problems import placement_problem
 from sunk.scheduler.hooks.auth import HookCredentials
 from sunk.scheduler.job_ids import FreshIds
 from sunk.scheduler.jobs import JobIndex
@@ -157,11 +159,9 @@ class Submitter:
         assert vetting.job is not None
         job = vetting.job
         excluded = {**self.excluded_for(pod), **(leave_out or {})}
-        message = decide.placement_problem(
-            job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes
-        )
+        message = placement_problem(job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes)
         if message:  # said again with the largest Node's reason first (found only when needed)
-            message = decide.placement_problem(
+            message = placement_problem(
                 job.options.required_nodes, excluded, avoid, self.cluster.slurm_nodes, self.cluster.largest()
             )
             assert message is not None
@@ -202,9 +202,9 @@ class Submitter:
     async def _submit_prepared(
         self, pod: Json, job: PlaceholderJob, avoid: tuple[str, ...], said: Said
     ) -> Outcome:
-        packing = decide.Packing()
+        packing = Packing()
         if self.placement_policy == "pack":
-            packing = decide.pack(job, self.cluster.slurm_node_usage)
+            packing = pack(job, self.cluster.slurm_node_usage)
             job = dataclasses.replace(job, packed_away=packing.left_out)
         submission = self.slurm.submission(job.request, self.script, self.environment(job))
         try:

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
-from sunk.scheduler.decide import Step
+from sunk.scheduler.decide.steps import Step
 from sunk.scheduler.translate.gang import PodGroup
 from sunk.slurm.models import SlurmJob
 

@@ -2,7 +2,7 @@
 what one pass gathered about the claim, the typed actions that settle it, decided without
 I/O.
 
-`decide.for_claim` says whether the job may live; this turns the answer into writes. A
+`claims.for_claim` says whether the job may live; this turns the answer into writes. A
 cancel or a group's release is always preceded by `ConfirmClaim` (Slurm is asked whether
 the ID is still that Pod's job), and a plan that cancels or must see Slurm end the job asks
 to look again after CANCEL_CONFIRM_S.
@@ -14,8 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.kube import events as ev
-from sunk.scheduler.decide import CANCEL_CONFIRM_S, Claim, for_claim
 from sunk.scheduler.decide.actions import CancelJob, ConfirmClaim, Plan, PodPlan, ReleaseGroup, SignalJob
+from sunk.scheduler.decide.claims import CANCEL_CONFIRM_S, Claim, for_claim
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.models import SlurmJob
 

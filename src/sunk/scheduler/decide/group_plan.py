@@ -4,7 +4,8 @@ actions of its next step, in order, decided without I/O.
 - `for_submit`: a member with no job: wait for the group (saying why), submit it alone (the
   group's job exists), or submit one job for the waiting members;
 - `for_bind`: the group's job runs: wait, check the members' nodes, bind them all, or
-  release the job when one member cannot go where Slurm put it;
+  release the job when one member cannot go where Slurm put it (`group_bind`: may all of
+  them be bound now?);
 - `for_timeout`: the group's job waited longer than its PodGroup allows: release it;
 - `submitted`, `released`, `waiting`: what the members are told of those steps.
 
@@ -17,7 +18,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.kube import events as ev
-from sunk.scheduler.decide import group_bind
 from sunk.scheduler.decide.actions import (
     BindMember,
     CheckNodes,
@@ -131,6 +131,24 @@ def released(members: list[Json], action: ReleaseGroup) -> tuple[Report, ...]:
             SetCondition(ev.WAITING_FOR_GROUP, action.message, pod),
         ]
     return tuple(said)
+
+
+def group_bind(components: list[SlurmJob]) -> str | None:
+    """R9.1: why the members of a gang cannot all be bound now, or None when they can. Every
+    component must run on its one node and the script (which runs in the first component
+    only) must have marked the job started; Slurm starts all components at once, so this
+    holds for all of them or none, and no member is bound before the others can be."""
+    offsets = sorted(c.het_job_offset for c in components)
+    if not components or offsets != list(range(len(components))):
+        return f"the listing shows components {offsets} of the group's job, not all of them"
+    leader = min(components, key=lambda c: c.het_job_offset)
+    if not all(c.running for c in components):
+        return "not every component of the group's job runs yet"
+    if not leader.started:
+        return "the group's placeholder script has not started yet"
+    if any(len(c.nodes) != 1 for c in components):
+        return "a component of the group's job holds more than one node"
+    return None
 
 
 @dataclass(frozen=True)

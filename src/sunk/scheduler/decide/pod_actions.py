@@ -15,7 +15,6 @@ import math
 from typing import Any
 
 from sunk.kube import events as ev
-from sunk.scheduler.decide import drain_due, finished, kill_wait_drain_reason, slurm_node_problem
 from sunk.scheduler.decide.actions import (
     CancelJob,
     DeletePod,
@@ -27,6 +26,9 @@ from sunk.scheduler.decide.actions import (
     Readopt,
     SetCondition,
 )
+from sunk.scheduler.decide.drains import drain_due, kill_wait_drain_reason
+from sunk.scheduler.decide.pod_state import finished
+from sunk.scheduler.decide.problems import slurm_node_problem
 from sunk.scheduler.jobs import MIN_JOB_AGE_S
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.models import SlurmJob, SlurmNode
@@ -73,7 +75,7 @@ def for_ending_job(
     if wait is not None and wait > 0:
         return Plan(tuple(actions), after=wait)
     if wait is not None and not drained:
-        # The Event comes from the Slurm-node controller (decide.drain_notice), which
+        # The Event comes from the Slurm-node controller (drains.drain_notice), which
         # explains every drain, this one and the placeholder script's alike.
         actions.append(Drain(job.nodes[0], kill_wait_drain_reason(PodRef.of(pod), job.job_id)))
     return Plan(tuple(actions))

@@ -1,7 +1,7 @@
 """The Pod controller's planner: from the facts one pass gathered about a Pod, the typed
 actions of its next step, in order, decided without I/O (R4, R5, R8.2, R9).
 
-`decide.for_pod` names the step; this turns it into what to do. Steps that are a few
+`steps.for_pod` names the step; this turns it into what to do. Steps that are a few
 writes (a job Slurm ends, a bound Pod whose job moved, a waiting report, a widening) come
 out as those writes (`decide.actions`, `SetCondition`, `Widen`); steps that read Slurm or
 the API server on the way (submitting, binding, confirming what a hook call claimed, the
@@ -15,8 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.kube import events as ev
-from sunk.scheduler import decide
-from sunk.scheduler.decide import pod_actions
+from sunk.scheduler.decide import packing, pod_actions, steps
 from sunk.scheduler.decide.actions import (
     Bind,
     ConfirmEnding,
@@ -65,7 +64,7 @@ class Rules:
 
 def plan(facts: PodFacts, rules: Rules, *, synced: bool, now: float) -> PodPlan:
     pod, job = facts.pod, facts.job
-    decision = decide.for_pod(
+    decision = steps.for_pod(
         pod,
         job,
         prefix=rules.settings.annotation_prefix,
@@ -73,25 +72,25 @@ def plan(facts: PodFacts, rules: Rules, *, synced: bool, now: float) -> PodPlan:
         now=now,
         ending_reported=facts.ending_reported,
         group_timed_out=facts.group_timed_out,
-        widen_after=None if facts.needed is None else (decide.PACK_PATIENCE_S if rules.pack else 0.0),
+        widen_after=None if facts.needed is None else (packing.PACK_PATIENCE_S if rules.pack else 0.0),
     )
     step = decision.step
-    if step is decide.Step.WAIT:
+    if step is steps.Step.WAIT:
         return Plan(after=decision.after)
-    if step is decide.Step.CONFIRM_MISSING:
+    if step is steps.Step.CONFIRM_MISSING:
         return Plan((ConfirmMissing(),))
-    if step is decide.Step.FIND_OR_SUBMIT:
+    if step is steps.Step.FIND_OR_SUBMIT:
         return Plan((ForGroup(facts.group, step),) if facts.group else (FindOrSubmit(),))
-    if step is decide.Step.NOTHING:
+    if step is steps.Step.NOTHING:
         return Plan()
-    if step is decide.Step.CONFIRM_ENDING:
+    if step is steps.Step.CONFIRM_ENDING:
         assert facts.job_id is not None
         return Plan((ConfirmEnding(facts.job_id),))
     assert job is not None  # every other step is about the Pod's job
     reverted = pod_actions.reverted(pod, job) and not facts.group and not facts.being_deleted
-    if step is decide.Step.END_POD and reverted:
+    if step is steps.Step.END_POD and reverted:
         return Plan((ConfirmReverted(job.job_id),))  # Slurm lost its start: re-adopt it
-    if step is decide.Step.END_POD:
+    if step is steps.Step.END_POD:
         return pod_actions.for_ending_job(
             pod,
             job,
@@ -102,15 +101,15 @@ def plan(facts: PodFacts, rules: Rules, *, synced: bool, now: float) -> PodPlan:
             kill_wait_s=rules.settings.kill_wait_s,
             now=now,
         )
-    if step is decide.Step.CHECK_BOUND:
+    if step is steps.Step.CHECK_BOUND:
         return pod_actions.for_bound_pod(pod, job, set(facts.hosts))
-    if step is decide.Step.GROUP_TIMED_OUT:
+    if step is steps.Step.GROUP_TIMED_OUT:
         assert facts.group is not None
         return Plan((ForGroup(facts.group, step),))
-    if step is decide.Step.BIND:
+    if step is steps.Step.BIND:
         group = facts.group if job.group_leader is not None else None
         return Plan((ForGroup(group, step),) if group else (Bind(),))
-    if step is decide.Step.WIDEN:
+    if step is steps.Step.WIDEN:
         assert facts.needed is not None
         return Plan(widening(job, facts.needed, pack=rules.pack))
     return Plan(waiting(pod, job, facts.group, rules))
@@ -122,7 +121,7 @@ def widening(job: SlurmJob, needed: frozenset[str], *, pack: bool) -> tuple[Wide
     more = " …" if len(given_back) > 5 else ""
     why = "they can host the Pod now"
     if pack:
-        why += f" (it waited {decide.PACK_PATIENCE_S:.0f} s for a partly used node, --placement=pack)"
+        why += f" (it waited {packing.PACK_PATIENCE_S:.0f} s for a partly used node, --placement=pack)"
     note = (
         f"Slurm job {job.job_id} may now use {len(given_back)} node(s) it had left out "
         f"({', '.join(given_back[:5])}{more}): {why}"
@@ -144,7 +143,7 @@ def waiting(pod: Json, job: SlurmJob, group: str | None, rules: Rules) -> tuple[
         return (SetCondition(reason, message),)
     translation = translate(pod, rules.settings)
     sized = f" ({size(translation.job)})" if translation.job is not None else ""
-    note = f"Submitted Slurm job {job.job_id}{sized}; not started after {decide.TRANSIENT_S:.0f} s"
+    note = f"Submitted Slurm job {job.job_id}{sized}; not started after {steps.TRANSIENT_S:.0f} s"
     return (SetCondition(reason, message), Event(ev.PLACEHOLDER_SUBMITTED, note))
 
 

@@ -3,7 +3,7 @@
 `vet` takes what the checks need (the translation, the namespace's trust policy, what the
 REST version cannot express) and answers with the job to submit or a final refusal, plus
 the warnings the Pod should carry either way. Which Slurm nodes it may use is decided after
-(`sunk.scheduler.decide.placement_problem`), from the cluster's state.
+(`sunk.scheduler.decide.problems.placement_problem`), from the cluster's state.
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def next_submit_step(
     """For a group whose PodGroup exists. `waiting`: the members with no job; `placed`: some
     member has a job or a Node; `retry_in`: seconds before the group may be submitted again
     (after a timeout); `unanswered`: a submission for a waiting member got no answer and no
-    listing since could have shown its job (sunk.scheduler.decide.unanswered_wait)."""
+    listing since could have shown its job (sunk.scheduler.decide.steps.unanswered_wait)."""
     if placed:
         # A member beyond the group (more replicas than minMember, or one that came back) is
         # placed on its own, as the coscheduling plugin does once a group is scheduled.

@@ -1,0 +1,29 @@
+"""What a Pod's own object says of it, read by every other question: whether its containers
+ended for good, whether it was refused for good, and which job it records. Kept apart so
+the claims, the Pod's step and the planners read a Pod the same way."""
+
+from __future__ import annotations
+
+from typing import Any
+
+Json = dict[str, Any]
+ENDED_PHASES = ("Succeeded", "Failed")
+# PodScheduled reasons that are final: the Pod is never tried again (R2.4).
+FINAL_REASONS = frozenset({"InvalidForSlurm", "RejectedBySlurm", "ForbiddenByPolicy"})
+
+
+def finished(pod: Json) -> bool:
+    """The Pod's containers have all ended for good (phase Succeeded or Failed)."""
+    return (pod.get("status") or {}).get("phase") in ENDED_PHASES
+
+
+def finally_refused(pod: Json) -> bool:
+    for condition in (pod.get("status") or {}).get("conditions") or []:
+        if condition.get("type") == "PodScheduled":
+            return condition.get("status") == "False" and condition.get("reason") in FINAL_REASONS
+    return False
+
+
+def recorded_job_id(pod: Json, prefix: str) -> int | None:
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(prefix + "job-id")
+    return int(raw) if isinstance(raw, str) and raw.isdigit() else None
