@@ -179,3 +179,25 @@ def test_every_policys_messages_are_literals_the_api_server_compiles(helm: Path,
         for validation in policy["spec"]["validations"]:
             text = validation.get("messageExpression", "")
             assert not text or MESSAGE.fullmatch(text), (policy["metadata"]["name"], text)
+
+
+def test_issue52_the_config_sidecar_policy_judges_only_its_account(helm: Path, slurm_chart: Path) -> None:
+    """Catches the sidecar's policy missing, left unbound, or aimed at another account (it
+    would then judge nobody, and the sidecar's token could rewrite slurm.conf)."""
+    objects = render_chart(helm, slurm_chart, namespace="keys", release="r1")
+    found = {o["kind"]: o for o in objects if o["metadata"]["name"] == "keys-r1-controller-writes"}
+    policy, binding = found["ValidatingAdmissionPolicy"], found["ValidatingAdmissionPolicyBinding"]
+    assert binding["spec"] == {"policyName": "keys-r1-controller-writes", "validationActions": ["Deny"]}
+    assert policy["spec"]["failurePolicy"] == "Fail"
+    [condition] = policy["spec"]["matchConditions"]
+    assert (
+        condition["expression"] == 'request.userInfo.username == "system:serviceaccount:keys:r1-controller"'
+    )
+    accounts = [
+        o for o in objects if o["kind"] == "ServiceAccount" and o["metadata"]["name"] == "r1-controller"
+    ]
+    assert accounts, "the policy names the account the sidecar runs as"
+    off = render_chart(
+        helm, slurm_chart, "operator.admissionPolicy.enabled=false", namespace="keys", release="r1"
+    )
+    assert not [o for o in off if o["metadata"]["name"] == "keys-r1-controller-writes"]

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import itertools
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -209,3 +210,78 @@ async def test_issue52_the_operators_account_may_make_no_member_beyond_what_slur
     assert "only from an allowed image" in str(refused["slurmd from another image"])
     assert "unless operator.allowHostAccess is set" in str(refused["SYS_ADMIN in a sidecar"])
     assert "may not turn off seccomp or AppArmor" in str(refused["a sidecar's AppArmor Unconfined"])
+
+
+@pytest.fixture
+def config_sidecar_account(
+    helm: Path, kube: AdminKube, dev_cluster: DevCluster, namespace: str
+) -> Iterator[AdminKube]:
+    """The API server as the account of slurmctld's config sidecar sees it: the chart's Role
+    and the policy that narrows it."""
+    build_chart_dependencies(helm, SLURM_CHART)
+    objects = render_chart(helm, SLURM_CHART, namespace=namespace, release="r1")
+    mine = [
+        o
+        for o in objects
+        if o["kind"] in KEPT
+        and o["metadata"]["name"] in ("r1-controller", f"{namespace}-r1-controller-writes")
+    ]
+    assert {o["kind"] for o in mine} == set(KEPT)
+    apply(kube, mine)
+    account = AdminKube(dev_cluster.layout, token=account_token(kube, namespace, "r1-controller"))
+    yield account
+    account.close()
+    for obj in mine:
+        if obj["kind"] in POLICY:
+            kube.delete(f"{collection(obj)}/{obj['metadata']['name']}")
+
+
+def test_issue52_the_config_sidecars_account_may_only_write_its_annotations(
+    config_sidecar_account: AdminKube, kube: AdminKube, namespace: str
+) -> None:
+    """Catches a stolen token of slurmctld's config sidecar swapping its Pod's image (another
+    program beside slurm.key), relabelling it, or rewriting the slurm.conf every member reads:
+    its Role allows each, the policy only the annotations the sidecar writes."""
+    pods, maps = f"/api/v1/namespaces/{namespace}/pods", f"/api/v1/namespaces/{namespace}/configmaps"
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "r1-controller-0", "labels": {"app": "slurmctld"}},
+        "spec": {"nodeName": "nowhere", "containers": [{"name": "slurmctld", "image": "slurmctld:24.11"}]},
+    }
+    kube.create(pods, pod)
+    kube.create(maps, {"metadata": {"name": "r1-slurm-config"}, "data": {"slurm.conf": "ClusterName=r1\n"}})
+    own_pod, own_map = f"{pods}/r1-controller-0", f"{maps}/r1-slurm-config"
+
+    def patch(path: str, body: dict[str, Any]) -> Callable[[], object]:
+        return lambda: config_sidecar_account.request("PATCH", path, body)
+
+    def swap_image() -> object:
+        current = kube.request("GET", own_pod)
+        current["spec"]["containers"][0]["image"] = "evil.example/slurmctld:24.11"
+        return config_sidecar_account.request("PUT", own_pod, current)
+
+    deadline = {"spec": {"activeDeadlineSeconds": 1}}
+    tries = itertools.count()  # a new value each try: a patch that changes nothing is always allowed
+    wait_for(
+        lambda: refusal(patch(own_map, {"metadata": {"labels": {"try": str(next(tries))}}})),
+        timeout=20,
+        what="the admission policy in force",
+    )
+    refused = {
+        "its Pod's image": refusal(swap_image),
+        "its Pod's deadline (slurmctld stopped)": refusal(patch(own_pod, deadline)),
+        "another annotation of its Pod": refusal(patch(own_pod, {"metadata": {"annotations": {"x": "y"}}})),
+        "its Pod's labels": refusal(patch(own_pod, {"metadata": {"labels": {"app": "other"}}})),
+        "slurm.conf": refusal(patch(own_map, {"data": {"slurm.conf": "PluginDir=/tmp/evil\n"}})),
+        "its ConfigMap's labels": refusal(patch(own_map, {"metadata": {"labels": {"x": "y"}}})),
+    }
+    assert all(refused.values()), {k: v for k, v in refused.items() if not v}
+    assert "may change only the annotations it writes" in str(refused["another annotation of its Pod"])
+    assert "a ConfigMap content" in str(refused["slurm.conf"])
+    wanted = {"metadata": {"annotations": {"sunk.coreweave.com/config-wanted": "abc"}}}
+    assert refusal(patch(own_pod, wanted)) is None
+    applied = {"sunk.coreweave.com/applied-config-hash": "abc", "sunk.coreweave.com/held-config-hash": "abc"}
+    assert refusal(patch(own_map, {"metadata": {"annotations": applied}})) is None
+    released = {"metadata": {"annotations": {"sunk.coreweave.com/held-config-hash": None}}}
+    assert refusal(patch(own_map, released)) is None
