@@ -71,11 +71,13 @@ def pod_ready(pod: Json) -> bool:
 
 
 def workloads(kube: AdminKube, namespace: str, release: str) -> list[Json]:
+    """The release's Deployments and StatefulSets, each with its `kind` (a list's items have none)."""
     found: list[Json] = []
-    for kind in ("deployments", "statefulsets"):
-        found += kube.get(
-            f"/apis/apps/v1/namespaces/{namespace}/{kind}", labelSelector=f"{INSTANCE}={release}"
-        )["items"]
+    for kind, plural in (("Deployment", "deployments"), ("StatefulSet", "statefulsets")):
+        items = kube.get(
+            f"/apis/apps/v1/namespaces/{namespace}/{plural}", labelSelector=f"{INSTANCE}={release}"
+        )
+        found += [{**item, "kind": kind} for item in items["items"]]
     return found
 
 
