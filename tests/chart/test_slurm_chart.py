@@ -433,6 +433,24 @@ def test_r10_1_the_schedulers_kill_wait_must_equal_slurms(helm: Path, slurm_char
     assert conf_value(objects, "KillWait") == "45"
 
 
+def test_issue53_slurms_counter_stops_below_the_job_ids_the_scheduler_asks_for(
+    helm: Path, slurm_chart: Path
+) -> None:
+    """Catches: Slurm's counter (people's jobs) walking into the scheduler's job IDs: MaxJobId
+    is the start of the scheduler's range, with the scheduler on or off, and follows it."""
+
+    def both(*sets: str) -> tuple[str | None, str | None]:
+        objects = render(slurm_chart, helm, *ON, *sets)
+        args = container(named(objects, "Deployment", "r1-sunk-scheduler"), "scheduler")["args"]
+        flags = dict(a.split("=", 1) for a in args if a.startswith("--"))
+        return conf_value(objects, "MaxJobId"), flags["--job-id-range"]
+
+    assert both() == ("50000000", "50000000-67108863")
+    assert conf_value(render(slurm_chart, helm), "MaxJobId") == "50000000"
+    assert both("scheduler.scheduler.jobIdRange=40000000-67108863") == ("40000000", "40000000-67108863")
+    assert both("scheduler.scheduler.jobIdRange=shared") == (None, "shared")
+
+
 def test_r10_1_the_schedulers_hook_job_runs_where_the_scheduler_runs(helm: Path, slurm_chart: Path) -> None:
     values = copy.deepcopy({"scheduler": SCHEDULER_ON})
     values["scheduler"]["scheduler"]["nodeSelector"] = {"pool": "control"}

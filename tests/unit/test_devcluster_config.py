@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import socket
@@ -10,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from sunk.kube import noderoom
+from sunk.scheduler.config import add_arguments, parse_job_id_range
 from sunk_dev import ClusterSpec, DevCluster, DevClusterError, Layout, topology
 from sunk_dev.kubecluster import node_manifest, slurmd_pod_manifest
 from sunk_dev.layout import Ports
@@ -117,6 +119,17 @@ def test_slurm_conf_tracks_processes_with_the_plugin_the_cluster_was_asked_for(t
     pgid = render_slurm_conf(SlurmSpec(topology.plan(2), proctrack="pgid"), Layout(tmp_path), "host")
     assert "ProctrackType=proctrack/linuxproc" in default.splitlines()
     assert "ProctrackType=proctrack/pgid" in pgid.splitlines()
+
+
+def test_issue53_slurms_counter_stops_below_the_schedulers_default_job_id_range(tmp_path: Path) -> None:
+    """Catches: the dev cluster's Slurm counter free to walk into the job IDs the scheduler
+    asks for by default (its --job-id-range), which the e2e tests run against."""
+    parser = argparse.ArgumentParser()
+    add_arguments(parser)
+    default = parse_job_id_range(parser.parse_args([]).job_id_range)
+    assert default is not None
+    conf = render_slurm_conf(SlurmSpec(topology.plan(2)), Layout(tmp_path), "host")
+    assert f"MaxJobId={default[0]}" in conf.splitlines()
 
 
 def test_an_unknown_proctrack_plugin_is_refused_naming_the_known_ones() -> None:

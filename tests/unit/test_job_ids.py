@@ -6,10 +6,18 @@ drains the node. Through the Pod controller on in-memory Kubernetes and Slurm.""
 
 from __future__ import annotations
 
-from sunk.scheduler.job_ids import TRIES
+import time
+
+import pytest
+
+from sunk.scheduler.config import parse_job_id_range
+from sunk.scheduler.job_ids import TRIES, FreshIds
+from sunk.scheduler.jobs import DEFAULT_JOB_ID_RANGE, JobIndex
 from sunk.scheduler.translate import gang
 from sunk.slurm.dialect import Submission
 from sunk.slurm.errors import SlurmUnavailable
+from sunk.slurm.models import SlurmJob
+from sunk.testing.fakes import FakeSlurm
 from sunk.testing.scheduler import World, pod
 
 
@@ -141,3 +149,108 @@ async def test_issue53_a_restarted_scheduler_never_asks_for_an_id_its_pods_name(
     key = after.create(pod("c"))
     await after.reconcile(key)
     assert after.job_id(key) == 102
+
+
+# -- a range of their own (issue #53 point 2): IDs Slurm's counter never reaches ------------------
+# The Slurm chart sets MaxJobId to the range's start: slurmctld's counter wraps back to
+# FirstJobId before MaxJobId and lets root or SlurmUser ask for any ID above it (shown on a
+# real slurmctld, 24.11 and 26.05). The tests use small ranges so that a wrap is quick.
+
+
+def ranged(first: int, last: int) -> World:
+    world = two_nodes()
+    world.index.id_range = (first, last)
+    return world
+
+
+def others(*job_ids: int) -> list[SlurmJob]:
+    """Jobs a listing shows that are not this scheduler's (people's, or an earlier round's)."""
+    return [SlurmJob(i, f"j{i}", "RUNNING", "None", (), "", 0, 0, "batch", None, None) for i in job_ids]
+
+
+def index_of(first: int, last: int, *listed: int) -> JobIndex:
+    index = JobIndex(lambda _job: None, (first, last))
+    index.replace(others(*listed), time.monotonic())
+    return index
+
+
+async def test_issue53_the_first_job_asks_for_the_start_of_the_range_not_slurms_counter() -> None:
+    """Catches: a fresh cluster's first Pod taking Slurm's counter, an ID the counter walks
+    past again and that a rolled-back counter hands a person's job."""
+    world = ranged(1000, 1999)
+    key = world.create(pod("a"))
+    await world.reconcile(key)
+    assert (world.job_id(key), asked_for(world)) == (1000, [1000])
+
+
+async def test_issue53_ids_slurms_counter_gave_outside_the_range_do_not_push_the_next_one() -> None:
+    """Catches: people's jobs from Slurm's counter (below the range) and an ID chosen above
+    it pulling the scheduler's next ID out of its range."""
+    world = ranged(1000, 1999)
+    await running(world, "a", "sn-1")  # job 1000
+    await world.slurm.submit(Submission({"job": {"name": "a user's job"}}))  # the counter: 100
+    await world.slurm.submit(Submission({"job": {"name": "chosen", "job_id": 5000}}))
+    key = world.create(pod("b"))
+    await world.reconcile(key)  # the listing shows 100 and 5000
+    assert world.job_id(key) == 1001
+
+
+def test_issue53_at_the_top_of_the_range_ids_start_again_from_its_start_passing_over_held_ones() -> None:
+    """Catches: claims running past the range's top (into IDs Slurm reads as a federation's
+    cluster, or the counter's), or, wrapped, asking for IDs a job still holds."""
+    index = index_of(10, 13, 11, 13)
+    assert [index.claim_ids(), index.claim_ids()] == [10, 12]
+
+
+def test_issue53_a_gang_is_given_a_run_of_free_ids_after_a_wrap() -> None:
+    """Catches: a heterogeneous job's components asked for across a held ID (its second
+    component refused as a duplicate each time) or across the range's top."""
+    index = index_of(10, 15, 12, 15)
+    assert index.claim_ids(2) == 10
+    assert index.claim_ids(2) == 13
+
+
+def test_issue53_once_wrapped_the_last_rounds_ids_listed_above_do_not_make_new_ones_look_used() -> None:
+    """Catches: a listing still showing the last round's IDs near the top lifting the mark a
+    new job's ID must exceed (what re-adoption checks), so that every job submitted after a
+    wrap looked like one handed out before and was cancelled."""
+    index = index_of(10, 13, 13)
+    assert index.claim_ids() == 10
+    index.replace(others(10, 13), time.monotonic())
+    highest = index.highest_id
+    assert index.claim_ids() == 11 > highest
+
+
+def test_issue53_an_id_a_pod_names_is_passed_over_after_a_wrap() -> None:
+    """Catches: after a wrap, asking for the ID of a job Slurm lost (no listing shows it)
+    while the Pod naming it, and maybe its processes, still run."""
+    index = index_of(10, 13, 13)
+    index.note_id(10)
+    assert index.claim_ids() == 11
+
+
+def test_issue53_where_slurm_lets_not_choose_the_counters_ids_still_set_the_mark_new_ones_must_pass() -> None:
+    """Catches: with a range, a scheduler taking Slurm's counter (its token may not choose)
+    no longer tracking the counter's IDs, so a re-adopted job given a lost job's ID again
+    by a rolled-back counter looked new."""
+    index = index_of(1000, 1999, 100, 101)
+    assert index.highest_id == 101
+
+
+async def test_issue53_a_range_held_through_says_what_to_do_and_is_tried_again_later() -> None:
+    """Catches: a full range looping for ever, or the submission falling back to Slurm's
+    counter (an ID a rolled-back counter hands out again)."""
+    index = index_of(10, 11, 10, 11)
+    slurm = FakeSlurm()
+    with pytest.raises(SlurmUnavailable, match="--job-id-range"):
+        await FreshIds(slurm, index).submit(Submission({"job": {"name": "x"}}))
+    assert slurm.calls == []
+
+
+def test_issue53_the_job_id_range_flag_defaults_to_what_the_slurm_chart_leaves_free() -> None:
+    """Catches: the scheduler's range and the Slurm chart's MaxJobId drifting apart, and a
+    range reaching the federation bits."""
+    assert parse_job_id_range("50000000-67108863") == DEFAULT_JOB_ID_RANGE
+    assert parse_job_id_range("shared") is None
+    with pytest.raises(ValueError, match="MaxJobId=50000000"):
+        parse_job_id_range("50000000-67108864")

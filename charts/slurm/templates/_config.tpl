@@ -42,6 +42,12 @@ applied.
   "KillWait" (toString (int $s.killWait))
   "MailProg" "/bin/true"
 }}
+{{- /* Slurm's counter wraps before MaxJobId, and root or SlurmUser may ask for any ID
+above it: the IDs from there up are the scheduler's own (scheduler.scheduler.jobIdRange). */}}
+{{- $idRange := toString (dig "scheduler" "jobIdRange" "50000000-67108863" (.Values.scheduler | default dict)) }}
+{{- if ne $idRange "shared" }}
+{{- $_ := set $conf "MaxJobId" (first (splitList "-" $idRange)) }}
+{{- end }}
 {{- if .Values.accounting.enabled }}
 {{- $_ := set $conf "AccountingStorageType" "accounting_storage/slurmdbd" }}
 {{- $_ := set $conf "AccountingStorageHost" (printf "%s-accounting.%s.svc.%s" $f .Release.Namespace .Values.clusterDomain) }}

@@ -19,6 +19,7 @@ from pathlib import Path
 
 import httpx
 
+from sunk.scheduler.jobs import DEFAULT_JOB_ID_RANGE
 from sunk_dev import accounting, procs, slurmroot, topology
 from sunk_dev.errors import DevClusterError
 from sunk_dev.layout import HOST, Layout
@@ -102,6 +103,8 @@ def render_slurm_conf(spec: SlurmSpec, layout: Layout, host: str) -> str:
         "ReturnToService=2",
         "GresTypes=gpu",
         f"KillWait={spec.kill_wait}",
+        # Slurm's counter stays below the scheduler's own job IDs (its --job-id-range default).
+        f"MaxJobId={DEFAULT_JOB_ID_RANGE[0]}",
         f"SchedulerParameters={FAST_SCHEDULING}",
         f"PreemptMode={spec.preempt_mode}",
     ]

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from sunk.flags import parse_bind, parse_duration, true_or_false
 from sunk.kube.resources import is_extended
+from sunk.scheduler.jobs import DEFAULT_JOB_ID_RANGE, MAX_JOB_ID
 from sunk.scheduler.policy import PolicyError
 from sunk.scheduler.policy import parse as parse_policy
 from sunk.scheduler.translate import DEFAULT_PREFIX
@@ -33,6 +34,9 @@ class Config:
     slurm_api_version: str | None = None
     slurm_ca_file: str | None = None
     slurm_kill_wait_s: float = 30
+    # The job IDs submissions ask for (first, last); None: above every ID seen, on the
+    # number line Slurm's counter also walks (what a Config built in code gets).
+    job_id_range: tuple[int, int] | None = None
     watch_namespaces: tuple[str, ...] = ()
     ignore_namespaces: tuple[str, ...] = ()
     annotation_prefix: str = DEFAULT_PREFIX
@@ -88,6 +92,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     )
     flag("slurm-ca-file", "CA certificate (PEM) that signed slurmrestd's, for https (default: the system's)")
     flag("slurm-kill-wait", "Slurm's KillWait; Pod grace periods must stay 5s below it", "30s")
+    flag(
+        "job-id-range",
+        "FIRST-LAST: the job IDs submissions ask for, which Slurm's counter must never reach "
+        f"(Slurm's MaxJobId at most FIRST; LAST at most {MAX_JOB_ID}); 'shared': above every ID "
+        "seen, where Slurm's counter walks too",
+        "{}-{}".format(*DEFAULT_JOB_ID_RANGE),
+    )
     flag("watch-namespace", "comma-separated namespaces to watch (empty: all)", "")
     flag(
         "ignore-namespace",
@@ -227,6 +238,7 @@ def from_arguments(args: argparse.Namespace) -> Config:
             raise ValueError(f"--{name.replace('_', '-')}: {value} is not a readable file")
     leader_elect = true_or_false(args, "leader-elect")
     return Config(
+        job_id_range=parse_job_id_range(args.job_id_range),
         scheduler_name=args.scheduler_name,
         slurm_api_base=args.slurm_api_base,
         slurm_token=args.slurm_auth_token or None,
@@ -267,6 +279,21 @@ def from_arguments(args: argparse.Namespace) -> Config:
         hooks_insecure_http=insecure,
         drain_cordoned_nodes=drain_cordoned,
     )
+
+
+def parse_job_id_range(text: str) -> tuple[int, int] | None:
+    """ "50000000-67108863" → (50000000, 67108863); "shared" → None."""
+    if text.strip() == "shared":
+        return None
+    first, sep, last = text.strip().partition("-")
+    if not (sep and first.isdigit() and last.isdigit() and 1 <= int(first) <= int(last) <= MAX_JOB_ID):
+        low, high = DEFAULT_JOB_ID_RANGE
+        raise ValueError(
+            f"--job-id-range: {text!r} is not FIRST-LAST with 1 <= FIRST <= LAST <= {MAX_JOB_ID} "
+            f"(Slurm reads the bits above as a federation's cluster); e.g. {low}-{high} with "
+            f"MaxJobId={low} in slurm.conf, or 'shared'"
+        )
+    return int(first), int(last)
 
 
 def parse_devices(text: str) -> tuple[tuple[str, str], ...]:

@@ -39,7 +39,9 @@ def settings(config: Config) -> Settings:
 def job_index(slurm: SlurmPort, config: Config) -> JobIndex:
     """The index of this scheduler's jobs: a job is one of ours when the name its owner tag
     vouches for names a Pod of this scheduler."""
-    return JobIndex(lambda job: pod_of_job_name(slurm.owner_name(job), config.scheduler_name))
+    return JobIndex(
+        lambda job: pod_of_job_name(slurm.owner_name(job), config.scheduler_name), config.job_id_range
+    )
 
 
 @dataclass

@@ -10,13 +10,20 @@ one this scheduler has seen (listed, read, submitted, or named by one of its Pod
 record holds ("Duplicate job id", then the next is asked for), and does not move its own
 counter for it. Slurm versions whose REST API cannot say it (22.05), and a token slurmctld
 does not let choose, take Slurm's counter as before.
+
+The IDs asked for come from a range of their own (`--job-id-range`, 50,000,000 to 67,108,863
+by default) that Slurm's counter never reaches: the Slurm chart sets MaxJobId to the range's
+start, and slurmctld wraps its counter back to FirstJobId before MaxJobId, while letting root
+and SlurmUser ask for any ID above it. Sharing one number line, the counter would otherwise
+walk into IDs this scheduler used (two jobs under one ID in accounting), and a rolled-back
+counter could hand a person's job the ID of a lost job of ours still running.
 """
 
 from __future__ import annotations
 
 import logging
 
-from sunk.scheduler.jobs import JobIndex
+from sunk.scheduler.jobs import JobIdsExhausted, JobIndex
 from sunk.scheduler.ports import SlurmPort, SubmitAnswer
 from sunk.slurm.dialect import Submission, with_job_ids
 from sunk.slurm.errors import SlurmRejected, SlurmUnavailable
@@ -51,7 +58,13 @@ class FreshIds:
         job); raises as `SlurmPort.submit` does. `counter_ok`: False when the job must not
         be submitted at all unless it can ask for its IDs (raises `SlurmRejected`)."""
         for _ in range(TRIES):
-            first = self.index.claim_ids(components) if self.choosing else None
+            try:
+                first = self.index.claim_ids(components) if self.choosing else None
+            except JobIdsExhausted as err:
+                raise SlurmUnavailable(
+                    f"{err}; the submission waits for jobs to end (or widen --job-id-range, "
+                    "keeping Slurm's MaxJobId at or below its start)"
+                ) from None
             if first is None and not counter_ok:
                 raise SlurmRejected("Slurm does not let this scheduler choose job IDs here")
             if first is None:

@@ -25,6 +25,20 @@ Json = dict[str, Any]
 # default). A job seen running less than this long ago that Slurm now has no record of
 # was not ended but lost (slurmctld restarted without it).
 MIN_JOB_AGE_S = 300.0
+# The highest job ID Slurm makes sense of: the bits above it name a federation's cluster.
+MAX_JOB_ID = 0x03FFFFFF
+# The job IDs the scheduler asks for by default, where Slurm's own counter never comes: the
+# Slurm chart (and `sunk dev up`) sets MaxJobId to the first of them, and slurmctld's
+# counter wraps back to FirstJobId before it reaches MaxJobId.
+DEFAULT_JOB_ID_RANGE = (50_000_000, MAX_JOB_ID)
+# How long an ID a Pod named is passed over by claims after a wrap. A job Slurm lost can run
+# on only until its slurmd registers again and is told to kill it (minutes); an hour also
+# covers a slurmd cut off meanwhile, while IDs of Pods long gone come free again.
+NAMED_ID_HOLD_S = 3600.0
+
+
+class JobIdsExhausted(Exception):
+    """Every run of IDs long enough in the scheduler's job-ID range is held by a job."""
 
 
 @dataclass(frozen=True)
@@ -40,8 +54,14 @@ class LostJob:
 class JobIndex:
     """Jobs of one scheduler; other schedulers' and users' jobs are not ours."""
 
-    def __init__(self, owner: Callable[[SlurmJob], PodRef | None]) -> None:
+    def __init__(
+        self, owner: Callable[[SlurmJob], PodRef | None], id_range: tuple[int, int] | None = None
+    ) -> None:
         self._owner = owner
+        # The job IDs this scheduler asks Slurm for (first, last), kept clear of Slurm's
+        # own counter by its MaxJobId; None: the counter's line is shared (it then walks
+        # into IDs this scheduler asked for).
+        self.id_range = id_range
         self._by_id: dict[int, tuple[PodRef, SlurmJob]] = {}
         self._by_key: dict[tuple[str, str], set[int]] = {}  # (namespace, Pod name) → job IDs
         self._recorded_at: dict[int, float] = {}
@@ -55,11 +75,22 @@ class JobIndex:
         # when (monotonic), for MIN_JOB_AGE_S: this process saw it, so only what it saw
         # tells whether Slurm lost or ended it (never a Pod's own record).
         self.vanished: dict[int, float] = {}
-        # The highest job ID (anyone's) listed, read or submitted so far. slurmctld hands
-        # IDs out in order, so a new job given one no higher was given it again: a
-        # slurmctld restarted from older state re-issues the IDs of the jobs it lost, and
-        # their processes may still run under them.
-        self.highest_id = 0
+        # The highest job ID (anyone's, inside `id_range` when there is one) listed, read,
+        # submitted or claimed so far. IDs are handed out in order, so a new job given one
+        # no higher was given it again: a slurmctld restarted from older state re-issues the
+        # IDs of the jobs it lost, and their processes may still run under them. Once the
+        # claims have wrapped to the range's start, it is the last ID claimed: the IDs
+        # seen above it are then the last round's, passed over only while held.
+        self._cursor = 0
+        self.wrapped = False
+        # The highest ID seen below the range: Slurm's counter's, which hands out every ID
+        # where this scheduler may not choose.
+        self._below = 0
+        # IDs inside the range held, for claims after a wrap to pass over: the newest
+        # listing's (anyone's jobs, ended ones Slurm still lists too) and those Pods named
+        # in the last NAMED_ID_HOLD_S (a job Slurm lost may still run under one), → when.
+        self._listed_ids: set[int] = set()
+        self._named_ids: dict[int, float] = {}
 
     def __len__(self) -> int:
         return len(self._by_id)
@@ -112,7 +143,11 @@ class JobIndex:
             if job_id in listed and fresh.get(job_id, (None,))[0] == ref:
                 continue
             self.lost[job_id] = LostJob(ref, job, recorded if recorded is not None else self.listed_at)
-        self.highest_id = max(self.highest_id, *listed) if listed else self.highest_id
+        self._listed_ids = {job_id for job_id in listed if self._in_range(job_id)}
+        self._see(max(self._listed_ids, default=0))
+        if self.id_range is not None:  # the counter's, for a scheduler Slurm lets not choose
+            self._see(max((job_id for job_id in listed if job_id < self.id_range[0]), default=0))
+        self._named_ids = {i: at for i, at in self._named_ids.items() if now - at < NAMED_ID_HOLD_S}
         self.lost = {i: lost for i, lost in self.lost.items() if now - lost.seen_at < MIN_JOB_AGE_S}
         self.vanished = {i: at for i, at in self.vanished.items() if now - at < MIN_JOB_AGE_S}
 
@@ -164,13 +199,33 @@ class JobIndex:
         self._by_id[job.job_id] = (ref, job)
         self._by_key.setdefault((ref.namespace, ref.name), set()).add(job.job_id)
         self._recorded_at[job.job_id] = time.monotonic()
-        self.highest_id = max(self.highest_id, job.job_id)
+        self._see(job.job_id)
+
+    def _in_range(self, job_id: int) -> bool:
+        return self.id_range is None or self.id_range[0] <= job_id <= self.id_range[1]
+
+    def _see(self, job_id: int) -> None:
+        """Job ID `job_id` was handed out: claims go above it, unless it lies outside the
+        range (Slurm's counter: it never reaches the range) or the claims have wrapped."""
+        if self._in_range(job_id):
+            if not self.wrapped:
+                self._cursor = max(self._cursor, job_id)
+        elif self.id_range is not None and job_id < self.id_range[0]:
+            self._below = max(self._below, job_id)
+
+    @property
+    def highest_id(self) -> int:
+        """The ID a new job's must exceed to be one never handed out before: the last
+        claimed (or seen in the range), else the highest of Slurm's counter seen."""
+        return max(self._cursor, self._below)
 
     def note_id(self, job_id: int | None) -> None:
         """A job ID handed out before, seen elsewhere than in Slurm (a Pod names it): a
         slurmctld that lost that job may hand the ID out again."""
         if job_id:
-            self.highest_id = max(self.highest_id, job_id)
+            self._see(job_id)
+            if self.id_range is not None and self._in_range(job_id):
+                self._named_ids[job_id] = time.monotonic()
 
     def note_ids_of_pods(self, pods: Iterable[Json], prefix: str) -> None:
         """Every job ID a Pod names was handed out before, though Slurm may have lost it
@@ -181,15 +236,40 @@ class JobIndex:
             self.note_id(int(raw) if isinstance(raw, str) and raw.isdigit() else None)
 
     def claim_ids(self, count: int = 1) -> int | None:
-        """The first of `count` job IDs above every one seen or claimed so far, for a
-        submission to ask Slurm for; each is claimed once, so workers submitting at the
-        same time never ask for the same one. None while nothing was seen yet (a fresh
-        cluster): Slurm's own counter then knows best."""
-        if not self.highest_id:
-            return None
-        first = self.highest_id + 1
-        self.highest_id += count
-        return first
+        """The first of `count` consecutive job IDs above every one seen or claimed so far,
+        for a submission to ask Slurm for; each is claimed once, so workers submitting at
+        the same time never ask for the same one. Inside `id_range`: from its start while
+        nothing was seen in it, and from its start again once its top is reached, passing
+        over the IDs held (`JobIdsExhausted` when no run of `count` is free). Without a
+        range, None while nothing was seen yet (a fresh cluster): Slurm's own counter then
+        knows best."""
+        if self.id_range is None:
+            if not self._cursor:
+                return None
+            first = self._cursor + 1
+            self._cursor += count
+            return first
+        low, high = self.id_range
+        start = max(self._cursor + 1, low)
+        wrapped_here = False
+        while True:
+            if start + count - 1 > high:
+                if wrapped_here:
+                    raise JobIdsExhausted(
+                        f"no {count} free job IDs in a row in {low}-{high}: every one is held by a job"
+                    )
+                log.info("job IDs reached the top of the range %s-%s; starting again from %s", low, high, low)
+                start, wrapped_here, self.wrapped = low, True, True
+                continue
+            held = [i for i in range(start, start + count) if self._held(i)]
+            if not held:
+                self._cursor = start + count - 1
+                return start
+            start = held[-1] + 1
+
+    def _held(self, job_id: int) -> bool:
+        """Whether a job record or a Pod holds `job_id`, as far as this process knows."""
+        return job_id in self._listed_ids or job_id in self._by_id or job_id in self._named_ids
 
     def lost_job(self, job_id: int, uid: str) -> SlurmJob | None:
         """Job `job_id` of Pod `uid` as last seen, when a listing showed it running less
