@@ -186,7 +186,7 @@ def _print_table(cluster: DevCluster, pods: list[Json], bound_after: dict[str, f
         print(line)
     stamp = dt.datetime.now().strftime("%H:%M:%S")
     print(f"\n(Slurm's own view at {stamp}: squeue)")
-    print(run_cli(cluster.layout, "squeue", "-o", "%.6i %.40j %.9T %.8N %.10u %k").rstrip())
+    print(run_cli(cluster.layout, "squeue", "-o", "%.9i %.40j %.9T %.8N %.10u %k").rstrip())
 
 
 def table(

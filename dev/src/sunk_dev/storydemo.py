@@ -26,7 +26,7 @@ NAMESPACE = "demo"
 HEARTBEAT_S = 15.0
 REAL_NODES = 3
 # Placeholder jobs' names hold the Pod's key and UID: cut to fit a line.
-QUEUE = "squeue -o '%.6i %.6P %.36j %.8u %.11T %N'"
+QUEUE = "squeue -o '%.9i %.6P %.36j %.8u %.11T %N'"
 
 
 class Progress:
