@@ -1,10 +1,11 @@
 """Fault injection for the promise "a Pod and its placeholder job live and die together".
 
 A run starts its own scheduler as a real process, keeps a rolling population of Pods in a
-fresh namespace (creating some, deleting some, scancelling some of their jobs) and, all
-the while, kills or freezes the processes the promise depends on: the scheduler,
-slurmctld, slurmrestd and kube-apiserver. Then it stops, lets the system settle and checks
-six rules; docs/reliability.md describes them. It runs from pytest
+fresh namespace (creating some, deleting some, scancelling some of their jobs; some of
+them PodGroups, made, deleted and scancelled whole by tests/faults/gangs.py) and, all the
+while, kills or freezes the processes the promise depends on: the scheduler, slurmctld,
+slurmrestd and kube-apiserver. Then it stops, lets the system settle and checks ten rules
+(six a Pod's, four a PodGroup's); docs/reliability.md describes them. It runs from pytest
 (tests/faults/test_chaos.py, a short run) and as a command (the full run):
 
     .venv/bin/python -m tests.faults.chaos --faults 200 [--seed N] [--nodes 8]
@@ -45,6 +46,7 @@ from sunk_dev import ClusterSpec, DevCluster, DevClusterError, Layout, procs, sl
 from sunk_dev.kubeapi import AdminKube, KubeError
 from sunk_dev.slurmroot import process_root
 from sunk_dev.slurmrun import run_cli
+from tests.faults.gangs import GANG_VIOLATION_KINDS, GROUP_LABEL, Gangs
 from tests.support import SchedulerProcess, SlurmRest, make_pod
 
 Json = dict[str, Any]
@@ -98,6 +100,7 @@ VIOLATION_KINDS = {
     "misplaced": "4  a bound Pod off its job's Node, or its job not RUNNING",
     "drained-no-event": "5  a Slurm node drained with no Event explaining it",
     "scheduler-exited": "6  the scheduler exited on its own",
+    **GANG_VIOLATION_KINDS,  # rules 7 to 10, a PodGroup's: tests/faults/gangs.py
 }
 # Two active jobs of one Pod are normal for a moment (a rejected placement submits the new
 # job before cancelling the old); seen together for this long, they are a violation.
@@ -139,6 +142,12 @@ class ChaosOptions:
     delete_chance: float = 0.12  # per tick
     scancel_chance: float = 0.08  # per tick
     weights: tuple[float, ...] = (1.0, 1.0, 1.0, 1.0, 1.0, 1.0)  # in FAULT_KINDS order
+    # PodGroups of 2 or 3 members (tests/faults/gangs.py): the chance that a tick short of
+    # the target makes a group (else single Pods), then per tick: one deleted whole, one's
+    # running job scancelled.
+    group_chance: float = 0.2
+    group_delete_chance: float = 0.025
+    group_scancel_chance: float = 0.025
 
 
 @dataclass
@@ -190,6 +199,8 @@ class PodTrack:
     history: list[Seen] = field(default_factory=list)
     # Slurm's jobs of this UID in the first successful listing after it went (None: not yet).
     jobs_after: list[Json] | None = None
+    group: str | None = None  # the PodGroup it is a member of
+    job_ids: list[int] = field(default_factory=list)  # every job it named, in order
 
     @property
     def went(self) -> bool:
@@ -668,6 +679,7 @@ class ChaosRun:
         self._node_events: list[Json] | None = None
         self.daemons = Daemons(self.layout)
         self.sched = SchedulerUnderTest(cluster, self.name)
+        self.gangs = Gangs(self, options.seed, TRANSIENT_ERRORS)
 
     # -- small helpers --------------------------------------------------------------------
     def violation(
@@ -739,10 +751,14 @@ class ChaosRun:
                 track = self.tracks.get(uid)
                 if track is None:
                     track = self.tracks[uid] = PodTrack(uid, meta["name"], now, now)
+                    track.deleted_by_harness = self.gangs.deleted_at.get(meta["name"])
                 track.last_seen = now
                 raw = (meta.get("annotations") or {}).get(ANNOTATION_PREFIX + "job-id")
                 if raw and str(raw).isdigit():
                     track.job_id = int(raw)
+                    if track.job_ids[-1:] != [track.job_id]:
+                        track.job_ids.append(track.job_id)
+                track.group = track.group or (meta.get("labels") or {}).get(GROUP_LABEL)
                 track.node = (pod.get("spec") or {}).get("nodeName") or None
                 if track.node and track.bound_at is None:
                     track.bound_at = now
@@ -760,6 +776,7 @@ class ChaosRun:
         ours = {int(j["job_id"]): j for j in jobs if str(j.get("name", "")).startswith(self.prefix)}
         with self.lock:
             self.jobs_now = ours
+            self.gangs.observe_jobs(ours.values())
             for track in self.tracks.values():
                 if not track.went and track.job_id is not None:
                     job = ours.get(track.job_id)
@@ -821,8 +838,13 @@ class ChaosRun:
             self.target = rng.randint(opts.min_pods, opts.max_pods)
             self.next_target_at = now + 15
         live = self.live_tracks()
-        for _ in range(min(self.target - len(live), opts.creates_per_tick)):
+        made = self.gangs.act(
+            self.target - len(live), opts.group_chance, opts.group_delete_chance, opts.group_scancel_chance
+        )
+        for _ in range(min(self.target - len(live) - made, opts.creates_per_tick)):
             self.create_pod()
+        # A group's members are deleted and scancelled as a group (self.gangs), never alone.
+        live = [t for t in live if not t.group and t.name not in self.gangs.members_of()]
         if live and rng.random() < opts.delete_chance:
             self.delete_pod(rng.choice(live))
         if rng.random() < opts.scancel_chance:
@@ -858,6 +880,12 @@ class ChaosRun:
         with self.lock:
             self.tracks.setdefault(uid, PodTrack(uid, name, now, now))
         self.count("pods created")
+
+    def track_created(self, uid: str, name: str, group: str) -> None:
+        """A group member the API server just made (tests/faults/gangs.py)."""
+        now = time.time()
+        with self.lock:
+            self.tracks.setdefault(uid, PodTrack(uid, name, now, now)).group = group
 
     def delete_pod(self, track: PodTrack) -> None:
         # Recorded before the request: a DELETE cut short by a fault may still have happened.
@@ -925,6 +953,7 @@ class ChaosRun:
         started = time.monotonic()
         deadline = started + opts.settle_s
         while True:
+            self.gangs.finish()  # a group's creation or deletion a fault cut short
             fresh = self.observe()
             self.check_scheduler()
             open_items = self.open_items() if fresh else ["no fresh listing of Pods and jobs"]
@@ -1082,6 +1111,8 @@ class ChaosRun:
             )
         # 6. The scheduler is still running.
         self.check_scheduler()
+        # 7 to 10. PodGroups bound whole, on one job, gone together, re-adopted whole.
+        self.gangs.check(self.events(), now)
 
     def events(self) -> list[Json]:
         """The scheduler's Events in the namespace, read once, after settling."""
@@ -1114,6 +1145,10 @@ class ChaosRun:
             scheduled = any(e.get("reason") == "Scheduled" for e in events)
             cause = self.cause(track, went_at, why[0] if why else None, scheduled=scheduled)
             self.count(f"scheduler deletions: {cause[0] if cause else 'no cause found'}")
+            if track.group:
+                self.count(
+                    f"group members deleted by the scheduler: {cause[0] if cause else 'no cause found'}"
+                )
             if why and "no longer exists in Slurm" in str(why[0].get("note")):
                 self.count(f"Slurm lost the job, Pod deleted: {_not_readopted_because(why[0])}")
             if not why:

@@ -1,8 +1,9 @@
 """A short fault-injection run under 30 random faults (scheduler, slurmctld, slurmrestd and
 kube-apiserver killed or frozen): every rule of the Pod/job promise holds. No Pod with two
 jobs, no job without its Pod, no Pod deleted unless its job ended (and then with an Event
-saying why), every bound Pod where its job runs, no drain without an Event, and a scheduler
-that never exits on its own. The full run is `python -m tests.faults.chaos --faults 200`;
+saying why), every bound Pod where its job runs, no drain without an Event, a scheduler
+that never exits on its own; and PodGroups in the population bound whole on one job, gone
+together, re-adopted whole or not at all. The full run is `python -m tests.faults.chaos --faults 200`;
 see docs/reliability.md."""
 
 from __future__ import annotations
