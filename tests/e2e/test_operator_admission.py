@@ -16,11 +16,11 @@ from typing import Any
 import pytest
 
 from sunk.operator.shared_volumes import SharedVolume
-from sunk.testing.operator import SETTINGS, OperatorWorld
 from sunk_dev import DevCluster
 from sunk_dev.kubeapi import AdminKube
 from tests.chart.conftest import SLURM_CHART, build_chart_dependencies, render_chart
 from tests.e2e.test_chart_rbac import account_token, apply, collection, refusal
+from tests.fakes.operator_world import SETTINGS, OperatorWorld
 from tests.support import wait_for
 
 pytestmark = pytest.mark.e2e

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from sunk.testing.scheduler import FakeClock
+from tests.fakes.scheduler_world import FakeClock
 
 
 @pytest.fixture

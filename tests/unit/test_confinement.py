@@ -12,7 +12,7 @@ import pytest
 from sunk.operator import confinement as c
 from sunk.operator import removal as r
 from sunk.operator.nodeset import DrainPolicy
-from sunk.testing.operator import SETTINGS, OperatorWorld
+from tests.fakes.operator_world import SETTINGS, OperatorWorld
 from tests.unit.test_people import operator_config
 
 

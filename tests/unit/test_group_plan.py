@@ -22,7 +22,7 @@ from sunk.scheduler.decide.actions import (
 )
 from sunk.scheduler.decide.group_plan import GROUP_WAIT_S, BindFacts, SubmitFacts, Target
 from sunk.scheduler.translate import gang
-from sunk.testing.scheduler import pod
+from tests.fakes.scheduler_world import pod
 from tests.unit.test_decide import component
 
 GROUP = gang.PodGroup("ns", "g", 2, 60)

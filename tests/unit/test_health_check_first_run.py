@@ -13,7 +13,7 @@ from pathlib import Path
 from sunk.operator import health_checks as hc
 from sunk.operator import members as m
 from sunk.operator import node_faults as nf
-from sunk.testing.operator import OperatorWorld
+from tests.fakes.operator_world import OperatorWorld
 from tests.unit import test_health_check_runner as runner
 
 MEMBER = "a-001-011"  # NodeSet a's member on node-1 (10.64.1.11)

@@ -14,7 +14,7 @@ from sunk.operator import actions as a
 from sunk.operator import health_checks as hc
 from sunk.operator import removal as r
 from sunk.slurm.models import SlurmNode
-from sunk.testing.operator import OperatorWorld
+from tests.fakes.operator_world import OperatorWorld
 from tests.unit import test_health_check_runner as runner
 
 NAME = "gpu-001-011"

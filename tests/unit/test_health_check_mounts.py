@@ -13,7 +13,7 @@ import pytest
 
 from sunk.operator import config
 from sunk.operator import members as m
-from sunk.testing.operator import OperatorWorld
+from tests.fakes.operator_world import OperatorWorld
 
 Json = dict[str, Any]
 

@@ -17,7 +17,7 @@ from sunk.scheduler.hooks.server import PodGoneWaiters
 from sunk.scheduler.pod_gone import PodGone
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.translate import PodRef
-from sunk.testing.fakes import MemoryCache
+from tests.fakes.ports import MemoryCache
 
 PREFIX = "sunk.coreweave.com/"
 POD = PodRef("team-a", "infer-1", "uid-1")

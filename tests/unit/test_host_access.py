@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sunk.operator.nodeset import Invalid, NodeSet, parse
-from sunk.testing.operator import SETTINGS, OperatorWorld, nodeset
+from tests.fakes.operator_world import SETTINGS, OperatorWorld, nodeset
 
 IMAGE = "slurmd:24.11"
 

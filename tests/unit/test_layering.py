@@ -1,6 +1,7 @@
 """The layers stay apart: no import circles between sunk's modules, the shared layers
 (runtime, the Kubernetes and Slurm adapters) know no component, neither component imports
-the other, and what users deploy never imports the dev cluster or the demo."""
+the other, what users deploy never imports the dev cluster or the demo, and the product
+never imports the tests' fakes (tests/fakes, outside the package)."""
 
 from __future__ import annotations
 
@@ -67,9 +68,27 @@ def test_no_module_imports_itself_through_others() -> None:
     assert circles == []
 
 
-def test_the_scheduler_never_imports_the_cli_or_the_test_fakes() -> None:
+def test_the_scheduler_never_imports_the_cli() -> None:
     deployed = reachable(imports(), "sunk.scheduler.app") | {"sunk.scheduler.app"}
-    assert sorted(m for m in deployed if m.startswith(("sunk.cli", "sunk.testing"))) == []
+    assert sorted(m for m in deployed if m.startswith("sunk.cli")) == []
+
+
+def test_no_module_of_the_product_imports_the_tests() -> None:
+    """The fakes and worlds of the unit tests live in tests/ (tests.fakes), which the
+    `sunk` image does not contain; no module of sunk may import them, not even for type
+    checking, and sunk ships no test package of its own."""
+    named = []
+    for path in ROOT.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found = [node.module]
+            elif isinstance(node, ast.Import):
+                found = [alias.name for alias in node.names]
+            else:
+                continue
+            named += [f"{path.relative_to(ROOT.parent)}: {m}" for m in found if m.split(".")[0] == "tests"]
+    assert named == []
+    assert not (ROOT / "testing").exists()
 
 
 def test_no_module_of_the_product_names_the_dev_package() -> None:
@@ -172,7 +191,7 @@ def test_the_shared_layers_know_no_component(shared: str) -> None:
     modules = [m for m in graph if in_package(m, (shared,))]
     assert modules, f"{shared} names no module"
     reached = {m for start in modules for m in reachable(graph, start) | {start}}
-    assert sorted(m for m in reached if in_package(m, (*COMPONENTS, "sunk.testing", "sunk.cli"))) == []
+    assert sorted(m for m in reached if in_package(m, (*COMPONENTS, "sunk.cli"))) == []
 
 
 @pytest.mark.parametrize(("component", "other"), [COMPONENTS, COMPONENTS[::-1]])
@@ -180,4 +199,4 @@ def test_no_module_of_one_component_imports_the_other(component: str, other: str
     graph = imports()
     modules = [m for m in graph if in_package(m, (component,))]
     reached = {m for start in modules for m in reachable(graph, start)}
-    assert sorted(m for m in reached if in_package(m, (other, "sunk.testing"))) == []
+    assert sorted(m for m in reached if in_package(m, (other,))) == []

@@ -7,7 +7,7 @@ import dataclasses
 
 from sunk.operator import members as m
 from sunk.operator.nodeset import NodeSet, parse
-from sunk.testing.operator import SETTINGS, OperatorWorld, nodeset
+from tests.fakes.operator_world import SETTINGS, OperatorWorld, nodeset
 
 DOMAIN = "slurm-hosts.slurm.svc.cluster.local"
 

@@ -17,7 +17,7 @@ from sunk.operator import health_checks as hc
 from sunk.operator import node_faults as nf
 from sunk.operator.config import node_conditions
 from sunk.operator.selection import member_nodeset
-from sunk.testing.operator import OperatorWorld
+from tests.fakes.operator_world import OperatorWorld
 
 Json = dict[str, Any]
 MEMBER = "a-001-011"  # NodeSet a's member on node-1 (10.64.1.11)

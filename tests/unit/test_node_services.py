@@ -7,7 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sunk.operator import members as m
-from sunk.testing.operator import OperatorWorld
+from tests.fakes.operator_world import OperatorWorld
 
 
 def world(configmap: str = "", digest: str = "") -> OperatorWorld:

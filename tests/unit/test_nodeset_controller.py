@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from sunk.kube.client import KubeError
 from sunk.operator import plan as p
-from sunk.testing.operator import OperatorWorld
+from tests.fakes.operator_world import OperatorWorld
 
 
 def world_with_nodes(count: int = 3, **node_kw: object) -> OperatorWorld:

@@ -4,7 +4,7 @@ the same creation and job-safe removal paths as a `kubectl scale`."""
 
 from __future__ import annotations
 
-from sunk.testing.operator import OperatorWorld
+from tests.fakes.operator_world import OperatorWorld
 
 DEMAND = {"minReplicas": 1, "maxReplicas": 3, "idleAfter": "10m"}
 

@@ -1,12 +1,12 @@
 """The NodeSets' metrics (sunk.operator.nodeset_metrics), read from what the controller's
-passes computed, driven through the in-memory fakes (sunk.testing.operator)."""
+passes computed, driven through the in-memory fakes (tests.fakes.operator_world)."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
 from sunk.operator.nodeset_metrics import NodeSetMetrics
-from sunk.testing.operator import NOW_S, OperatorWorld
+from tests.fakes.operator_world import NOW_S, OperatorWorld
 
 
 def world_with_nodes(count: int) -> OperatorWorld:

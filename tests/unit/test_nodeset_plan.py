@@ -15,7 +15,7 @@ from sunk.operator.nodeset import parse
 from sunk.operator.selection import Share
 from sunk.operator.view import SlurmView
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.testing.operator import IMAGE, NOW, SETTINGS, node, nodeset
+from tests.fakes.operator_world import IMAGE, NOW, SETTINGS, node, nodeset
 
 Json = dict[str, Any]
 MEMBER = "gpu-001-011"  # the member the Node below gets (named after its address)

@@ -10,7 +10,7 @@ import time
 
 from sunk.kube.client import KubeError
 from sunk.operator import plan as p
-from sunk.testing.operator import NAMESPACE, NOW_S, OperatorWorld
+from tests.fakes.operator_world import NAMESPACE, NOW_S, OperatorWorld
 
 MEMBERS = ["a-001-011", "a-002-012", "a-003-013"]
 

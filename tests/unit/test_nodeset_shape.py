@@ -7,7 +7,7 @@ import pytest
 
 from sunk.operator.hardware import gres_type, slurm_node_name
 from sunk.operator.nodeset import Invalid, NodeSet, parse
-from sunk.testing.operator import node, nodeset
+from tests.fakes.operator_world import node, nodeset
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ from sunk.operator.app import PolledSlurm, SlurmPoller
 from sunk.operator.removal import drain_reason, waits_on_jobs
 from sunk.operator.view import SlurmView
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.testing.operator import OperatorWorld
+from tests.fakes.operator_world import OperatorWorld
 
 ROLL_OUT = drain_reason("compute", "replaces members with an outdated template")
 JOB = SlurmJob(7, "train", "RUNNING", "None", ("compute-001-002",), "", 0, 0, "main", None, None)

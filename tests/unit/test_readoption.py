@@ -15,8 +15,8 @@ from sunk.slurm.dataparser import DataParser
 from sunk.slurm.dialect import Submission
 from sunk.slurm.errors import SlurmRejected
 from sunk.slurm.models import ACTIVE_STATES, SlurmJob
-from sunk.testing.fakes import FakeSlurm, FakeSubmitResult
-from sunk.testing.scheduler import FakeClock, World, pod
+from tests.fakes.ports import FakeSlurm, FakeSubmitResult
+from tests.fakes.scheduler_world import FakeClock, World, pod
 
 KEY = "ns/web"
 WEB = PodRef("ns", "web", "uid-web")

@@ -13,8 +13,8 @@ from sunk.kube import noderoom
 from sunk.scheduler.app import frees_room, node_inputs, slurmd_inputs
 from sunk.scheduler.room import NodeSums
 from sunk.scheduler.translate import gang
-from sunk.testing.fakes import MemoryCache
-from sunk.testing.scheduler import PREFIX, World, node, pod, slurmd_pod
+from tests.fakes.ports import MemoryCache
+from tests.fakes.scheduler_world import PREFIX, World, node, pod, slurmd_pod
 
 TWO_CPUS = {"cpu": "2", "memory": "4Gi", "pods": "110"}
 

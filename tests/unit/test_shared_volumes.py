@@ -15,7 +15,7 @@ import pytest
 from sunk.operator import members as m
 from sunk.operator import shared_volumes
 from sunk.operator.shared_volumes import SharedVolume
-from sunk.testing.operator import OperatorWorld
+from tests.fakes.operator_world import OperatorWorld
 
 DATA = SharedVolume("slurm-data", "/shared")
 HOMES = SharedVolume("homes", "/home", read_only=True)

@@ -19,7 +19,7 @@ from sunk.operator.view import SlurmView
 from sunk.slurm.client import make_dialect
 from sunk.slurm.diag import parse_diag
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.testing.operator import FakeOperatorSlurm
+from tests.fakes.operator_world import FakeOperatorSlurm
 from tests.unit.test_people import operator_config
 
 RECORDED = Path(__file__).parent / "samples" / "slurm-24.11.5-4" / "v0.0.42"

@@ -10,7 +10,7 @@ from sunk.kube.client import KubeError
 from sunk.scheduler.decide.drains import cordon_drain_reason, kill_wait_drain_reason
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.errors import SlurmUnavailable
-from sunk.testing.scheduler import PREFIX, World, pod
+from tests.fakes.scheduler_world import PREFIX, World, pod
 
 
 def drained_by_admin(world: World, slurm_node: str = "sn-1") -> None:

@@ -9,7 +9,7 @@ from sunk.scheduler.decide.submission import Refusal, vet
 from sunk.scheduler.policy import PERMISSIVE, parse
 from sunk.scheduler.translate import Settings, translate
 from sunk.slurm.request import JobRequest
-from sunk.testing.scheduler import PREFIX, pod
+from tests.fakes.scheduler_world import PREFIX, pod
 
 SETTINGS = Settings(PREFIX, 30, "sunk")
 

@@ -11,7 +11,7 @@ import pytest
 
 from sunk.operator.config import topology_settings
 from sunk.operator.topology import KEY, Member, TopologyWriter, members_of, render
-from sunk.testing.operator import SETTINGS, OperatorWorld
+from tests.fakes.operator_world import SETTINGS, OperatorWorld
 
 Json = dict[str, Any]
 LEAF, SPINE = "example.com/leaf", "example.com/spine"

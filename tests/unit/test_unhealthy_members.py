@@ -18,7 +18,7 @@ from sunk.operator.config import from_args
 from sunk.operator.members import Settings
 from sunk.runtime.controller import DONE
 from sunk.slurm.models import SlurmNode
-from sunk.testing.operator import NOW_S, SETTINGS, OperatorWorld
+from tests.fakes.operator_world import NOW_S, SETTINGS, OperatorWorld
 from tests.unit.test_health_check_mounts import _args
 from tests.unit.test_nodeset_plan import listed as listing_of
 

@@ -3,7 +3,7 @@ controller widens it, whatever the placement policy."""
 
 from __future__ import annotations
 
-from sunk.testing.scheduler import World, pod
+from tests.fakes.scheduler_world import World, pod
 
 
 async def submitted_while_cordoned(world: World) -> str:
@@ -73,7 +73,7 @@ async def test_r9_4_a_widen_refused_because_the_job_started_is_tried_on_the_next
 
 def test_r9_4_a_cordon_or_a_slurmd_pod_moving_is_a_change_placement_sees_a_heartbeat_is_not() -> None:
     from sunk.scheduler.app import node_inputs, slurmd_inputs
-    from sunk.testing.scheduler import node, slurmd_pod
+    from tests.fakes.scheduler_world import node, slurmd_pod
 
     ready = node("n1")
     heartbeat = {**ready, "status": {**ready["status"], "heartbeatTime": "later"}}

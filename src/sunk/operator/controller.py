@@ -1,7 +1,7 @@
 """The NodeSet controller: gather from the caches, plan (pure), execute the plan in order.
 
 It writes only through two narrow ports (`OperatorKube`, `OperatorSlurm`), so unit tests
-drive it with in-memory fakes (sunk.testing.operator) and production with the real
+drive it with in-memory fakes (tests/fakes/operator_world.py) and production with the real
 clients. Slurm's nodes come from `SlurmView`, which only the poller writes.
 """
 

@@ -1,5 +1,5 @@
 """The scheduler's controllers and their collaborators, built one way: `app.Scheduler`
-builds them on the real clients and informers, `testing.scheduler.World` on fakes, with
+builds them on the real clients and informers, the tests' `World` (tests/fakes) on fakes, with
 the same settings (`Config`). The Pod controller and the PodGroup steps are each handed the
 submitter and the binder; neither is handed the other's controller."""
 

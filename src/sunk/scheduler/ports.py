@@ -3,7 +3,7 @@ Slurm.
 
 Controllers are handed these at construction and never reach past them: the real
 adapters (`sunk.kube.client.KubeClient`, `sunk.slurm.client.SlurmClient`) satisfy them in
-production, and the in-memory fakes of `sunk.testing` in unit tests. Every failure comes
+production, and the in-memory fakes of `tests/fakes` in unit tests. Every failure comes
 out as the project's own error (`KubeError`, `SlurmError`), transport failures included.
 """
 

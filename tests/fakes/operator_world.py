@@ -24,7 +24,7 @@ from sunk.runtime.controller import Outcome
 from sunk.slurm.diag import SlurmDiag
 from sunk.slurm.errors import SlurmError, SlurmUnavailable
 from sunk.slurm.models import SlurmJob, SlurmNode
-from sunk.testing.fakes import Failures, MemoryCache
+from tests.fakes.ports import Failures, MemoryCache
 
 Json = dict[str, Any]
 NAMESPACE = "slurm"

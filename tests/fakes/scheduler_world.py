@@ -19,8 +19,8 @@ from sunk.scheduler.hooks.auth import HookCredentials
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.policy import PERMISSIVE, PolicyFile
 from sunk.scheduler.translate import gang
-from sunk.testing import fakes
-from sunk.testing.fakes import FakeKube, FakeSlurm, MemoryCache
+from tests.fakes import ports
+from tests.fakes.ports import FakeKube, FakeSlurm, MemoryCache
 
 Json = dict[str, Any]
 SCHEDULER = "sunk"
@@ -97,7 +97,7 @@ class FakeClock:
     also stands in for theirs (`monkeypatch.setattr(module, "time", clock)` for each of
     `FakeClock.TIME_READERS`), keeping one time for all."""
 
-    TIME_READERS: tuple[ModuleType, ...] = (jobs, fakes)
+    TIME_READERS: tuple[ModuleType, ...] = (jobs, ports)
 
     def __init__(self) -> None:
         self.offset = 0.0
