@@ -3,14 +3,11 @@ fakes of its two ports, and a kubelet and slurmd stand-in that move members alon
 
 from __future__ import annotations
 
-import copy
-import itertools
 import re
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from sunk.kube.client import KubeError
 from sunk.kube.events import Recorder
 from sunk.operator import members as m
 from sunk.operator.controller import NodeSetController
@@ -24,7 +21,7 @@ from sunk.runtime.controller import Outcome
 from sunk.slurm.diag import SlurmDiag
 from sunk.slurm.errors import SlurmError, SlurmUnavailable
 from sunk.slurm.models import SlurmJob, SlurmNode
-from tests.fakes.ports import Failures, MemoryCache
+from tests.fakes.ports import Failures, FakeKube, MemoryCache
 
 Json = dict[str, Any]
 NAMESPACE = "slurm"
@@ -32,110 +29,6 @@ SETTINGS = m.Settings("slurm", "slurm-controller.slurm.svc.cluster.local:6817", 
 IMAGE = "registry.example/slurmd:24.11"
 NOW = "2026-11-24T12:00:00Z"
 NOW_S = 1795521600  # NOW in epoch seconds
-_uids = itertools.count(1)
-
-
-class FakeOperatorKube:
-    """Writes land in the caches at once (as a watch would bring them)."""
-
-    def __init__(self, pods: MemoryCache, nodesets: MemoryCache, nodes: MemoryCache | None = None) -> None:
-        self.pods, self.nodesets = pods, nodesets
-        self.nodes = nodes if nodes is not None else MemoryCache()
-        self.events: list[Json] = []
-        self.calls: list[tuple[str, ...]] = []
-        self.failures = Failures()
-        self.hide_creates = False  # created Pods do not reach the cache (a lagging watch)
-        self.hide_deletes = False  # deleted Pods stay in the cache as they were (a lagging watch)
-        self._hidden: set[str] = set()
-
-    def fail(self, call: str, error: Exception | None = None, times: int = 1) -> None:
-        self.failures.fail(call, error or KubeError(0, "connection refused"), times)
-
-    async def create_pod(self, namespace: str, pod: Json) -> Json:
-        self.failures.check("create_pod")
-        name = pod["metadata"]["name"]
-        self.calls.append(("create_pod", name))
-        if self.pods.get(f"{namespace}/{name}") is not None or name in self._hidden:
-            raise KubeError(409, f'pods "{name}" already exists')
-        made = copy.deepcopy(pod)
-        made["metadata"].update(uid=f"uid-{next(_uids)}", resourceVersion="1")
-        made["status"] = {"phase": "Pending"}
-        if self.hide_creates:
-            self._hidden.add(name)
-        else:
-            self.pods.put(made)
-        return made
-
-    async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        self.failures.check("delete_pod")
-        self.calls.append(("delete_pod", name))
-        if self.pods.get(f"{namespace}/{name}") is None:
-            raise KubeError(404, f'pods "{name}" not found')
-        if not self.hide_deletes:
-            self.pods.store.pop(f"{namespace}/{name}")
-
-    async def patch_status(self, path: str, status: Json) -> Json:
-        self.failures.check("patch_status")
-        name = path.rsplit("/", 1)[-1]
-        self.calls.append(("patch_status", name))
-        obj = self.nodesets.get(f"{NAMESPACE}/{name}")
-        if obj is None:
-            raise KubeError(404, "not found")
-        obj["status"] = copy.deepcopy(status)
-        return obj
-
-    async def patch_pod(self, namespace: str, name: str, uid: str, patch: Json) -> Json:
-        """Only what the operator patches on a Pod: its labels."""
-        self.failures.check("patch_pod")
-        self.calls.append(("patch_pod", name))
-        pod = self.pods.get(f"{namespace}/{name}")
-        if pod is None or pod["metadata"].get("uid") != uid:
-            raise KubeError(404, f'pods "{name}" not found')
-        pod["metadata"].setdefault("labels", {}).update(patch["metadata"]["labels"])
-        return pod
-
-    async def patch_merge(self, path: str, patch: Json) -> Json:
-        """Only what the operator patches: a NodeSet's finalizers, guarded by resourceVersion.
-        A deleted NodeSet whose last finalizer goes leaves the cache, as in the API server."""
-        self.failures.check("patch_merge")
-        name = path.rsplit("/", 1)[-1]
-        self.calls.append(("patch_merge", name))
-        obj = self.nodesets.get(f"{NAMESPACE}/{name}")
-        if obj is None:
-            raise KubeError(404, "not found")
-        meta = patch["metadata"]
-        if meta.get("resourceVersion") not in (None, obj["metadata"].get("resourceVersion")):
-            raise KubeError(409, "the object has been modified")
-        obj["metadata"]["finalizers"] = list(meta["finalizers"])
-        obj["metadata"]["resourceVersion"] = str(int(obj["metadata"].get("resourceVersion") or 0) + 1)
-        if obj["metadata"].get("deletionTimestamp") and not obj["metadata"]["finalizers"]:
-            self.nodesets.store.pop(f"{NAMESPACE}/{name}")
-        return obj
-
-    async def patch_node_status(self, name: str, status: Json) -> Json:
-        """A strategic merge of conditions by type, as the API server does."""
-        self.failures.check("patch_node_status")
-        self.calls.append(("patch_node_status", name))
-        node = self.nodes.get(name)
-        if node is None:
-            raise KubeError(404, f'nodes "{name}" not found')
-        conditions = node.setdefault("status", {}).setdefault("conditions", [])
-        for condition in status.get("conditions") or []:
-            kept = [c for c in conditions if c.get("type") != condition["type"]]
-            conditions[:] = [*kept, copy.deepcopy(condition)]
-        return node
-
-    async def create_event(self, namespace: str, event: Json) -> None:
-        name = event["metadata"]["name"]
-        if any(e["metadata"]["name"] == name for e in self.events):
-            raise KubeError(409, "exists")
-        self.events.append(event)
-
-    def reasons(self) -> list[str]:
-        return [e["reason"] for e in self.events]
-
-    def notes(self, reason: str) -> list[str]:
-        return [e["note"] for e in self.events if e["reason"] == reason]
 
 
 class FakeOperatorSlurm:
@@ -316,7 +209,7 @@ class OperatorWorld:
     directory_problem: str | None = None  # what the people sync says of its last read
 
     def __post_init__(self) -> None:
-        self.kube = FakeOperatorKube(self.pods, self.nodesets, self.nodes)
+        self.kube = FakeKube(self.pods, self.nodesets, self.nodes, graceful_deletes=False)
         self.controller = self.new_controller()
 
     def restarted_with(self, settings: m.Settings) -> OperatorWorld:
@@ -336,7 +229,7 @@ class OperatorWorld:
             pods=self.pods,
             settings=self.settings,
             default_image=IMAGE,
-            recorder=Recorder(self.kube, "sunk-operator", "test"),  # type: ignore[arg-type]
+            recorder=Recorder(self.kube, "sunk-operator", "test"),
             clock=lambda: self.now,
             refresh=self.refresh,
             directory_problem=lambda: self.directory_problem,

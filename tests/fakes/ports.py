@@ -1,10 +1,12 @@
-"""Fakes of the scheduler's ports (`sunk.scheduler.ports`): a Kubernetes API with an
-informer's cache, and slurmrestd; the cache and the failure schedule serve the operator's
-fakes too."""
+"""Fakes of the components' ports: one Kubernetes API with informers' caches for both the
+scheduler (`sunk.scheduler.ports.KubePort`) and the operator (`OperatorKube`), and
+slurmrestd as the scheduler speaks to it; the cache and the failure schedule serve the
+operator's Slurm fake too."""
 
 from __future__ import annotations
 
 import copy
+import itertools
 import time
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -18,6 +20,7 @@ from sunk.slurm.models import SlurmJob, SlurmNode
 from sunk.slurm.request import JobRequest
 
 Json = dict[str, Any]
+_uids = itertools.count(1)  # the uids of the Pods the fake creates
 
 
 class MemoryCache:
@@ -52,15 +55,34 @@ class Failures:
 
 
 class FakeKube:
-    """The API server as the Pod controller writes to it. Writes land in `pods` (the
-    informer's cache) at once; every write is also logged in `calls`."""
+    """The API server as both components write to it (the scheduler's `KubePort`, the
+    operator's `OperatorKube`). Writes land in the informers' caches at once (`pods`,
+    `nodesets`, `nodes`, as a watch would bring them); every write is also logged in
+    `calls`, a Pod's under its `namespace/name` key.
 
-    def __init__(self, pods: MemoryCache | None = None) -> None:
-        self.pods = pods or MemoryCache()
+    `graceful_deletes`: deleting a Pod bound to a Node marks it (its kubelet ends it, see
+    `delete_by_user`), as the API server does; the operator's world turns it off, its
+    kubelet stand-in ending a deleted member at once."""
+
+    def __init__(
+        self,
+        pods: MemoryCache | None = None,
+        nodesets: MemoryCache | None = None,
+        nodes: MemoryCache | None = None,
+        *,
+        graceful_deletes: bool = True,
+    ) -> None:
+        self.pods = pods if pods is not None else MemoryCache()
+        self.nodesets = nodesets if nodesets is not None else MemoryCache()
+        self.nodes = nodes if nodes is not None else MemoryCache()
         self.objects: dict[str, Json] = {}  # path → object, for get() (PodGroups)
         self.events: list[Json] = []
         self.calls: list[tuple[str, ...]] = []
         self.failures = Failures()
+        self.graceful_deletes = graceful_deletes
+        self.hide_creates = False  # created Pods do not reach the cache (a lagging watch)
+        self.hide_deletes = False  # deleted Pods stay in the cache as they were (a lagging watch)
+        self._hidden: set[str] = set()
 
     def fail(self, call: str, error: Exception | None = None, times: int = 1) -> None:
         """Make the next `times` calls of `call` fail (by default: the API server unreachable)."""
@@ -81,11 +103,36 @@ class FakeKube:
         self.pods.put(pod)
         return pod
 
+    def _nodeset(self, path: str) -> tuple[str, Json]:
+        """The NodeSet at `path` (`.../namespaces/NS/nodesets/NAME`): its cache key and itself."""
+        parts = path.strip("/").split("/")
+        key = f"{parts[parts.index('namespaces') + 1]}/{parts[-1]}"
+        obj = self.nodesets.get(key)
+        if obj is None:
+            raise KubeError(404, "not found")
+        return key, obj
+
+    # -- Pods ---------------------------------------------------------------------------------
     async def get(self, path: str) -> Json:
         self.failures.check("get")
         if path not in self.objects:
             raise KubeError(404, f"{path} not found")
         return copy.deepcopy(self.objects[path])
+
+    async def create_pod(self, namespace: str, pod: Json) -> Json:
+        self.failures.check("create_pod")
+        name = pod["metadata"]["name"]
+        self.calls.append(("create_pod", f"{namespace}/{name}"))
+        if self.pods.get(f"{namespace}/{name}") is not None or f"{namespace}/{name}" in self._hidden:
+            raise KubeError(409, f'pods "{name}" already exists')
+        made = copy.deepcopy(pod)
+        made["metadata"].update(uid=f"uid-{next(_uids)}", resourceVersion="1")
+        made["status"] = {"phase": "Pending"}
+        if self.hide_creates:
+            self._hidden.add(f"{namespace}/{name}")
+        else:
+            self.pods.put(made)
+        return made
 
     async def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         self.failures.check("bind")
@@ -103,14 +150,16 @@ class FakeKube:
         self.calls.append(("bind", f"{namespace}/{name}", node))
 
     async def patch_pod(self, namespace: str, name: str, uid: str, patch: Json) -> Json:
+        """A merge patch of the Pod's annotations (the scheduler's) and labels (the operator's)."""
         self.failures.check("patch_pod")
         pod = copy.deepcopy(self._pod(namespace, name, uid))
-        annotations = pod["metadata"].setdefault("annotations", {})
-        for key, value in ((patch.get("metadata") or {}).get("annotations") or {}).items():
-            if value is None:
-                annotations.pop(key, None)
-            else:
-                annotations[key] = value
+        for field_name in ("annotations", "labels"):
+            values = pod["metadata"].setdefault(field_name, {})
+            for key, value in ((patch.get("metadata") or {}).get(field_name) or {}).items():
+                if value is None:
+                    values.pop(key, None)
+                else:
+                    values[key] = value
         self.calls.append(("patch_pod", f"{namespace}/{name}"))
         return self._replace(pod)
 
@@ -124,11 +173,14 @@ class FakeKube:
         return self._replace(pod)
 
     async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
-        """A bound Pod is marked for deletion (its kubelet ends it); an unbound one goes."""
+        """A bound Pod is marked for deletion (its kubelet ends it; at once without
+        `graceful_deletes`); an unbound one goes."""
         self.failures.check("delete_pod")
         pod = copy.deepcopy(self._pod(namespace, name, uid))
         self.calls.append(("delete_pod", f"{namespace}/{name}"))
-        if (pod.get("spec") or {}).get("nodeName"):
+        if self.hide_deletes:
+            return
+        if self.graceful_deletes and (pod.get("spec") or {}).get("nodeName"):
             pod["metadata"].setdefault("deletionTimestamp", "2026-11-24T00:00:00Z")
             self._replace(pod)
         else:
@@ -140,6 +192,42 @@ class FakeKube:
         if any((e["metadata"]["name"], e["metadata"]["namespace"]) == (name, namespace) for e in self.events):
             raise KubeError(409, f'events "{name}" already exists')
         self.events.append(event)
+
+    # -- NodeSets and Nodes (the operator's) ---------------------------------------------------
+    async def patch_status(self, path: str, status: Json) -> Json:
+        self.failures.check("patch_status")
+        self.calls.append(("patch_status", path.rsplit("/", 1)[-1]))
+        _, obj = self._nodeset(path)
+        obj["status"] = copy.deepcopy(status)
+        return obj
+
+    async def patch_merge(self, path: str, patch: Json) -> Json:
+        """Only what the operator patches: a NodeSet's finalizers, guarded by resourceVersion.
+        A deleted NodeSet whose last finalizer goes leaves the cache, as in the API server."""
+        self.failures.check("patch_merge")
+        self.calls.append(("patch_merge", path.rsplit("/", 1)[-1]))
+        key, obj = self._nodeset(path)
+        meta = patch["metadata"]
+        if meta.get("resourceVersion") not in (None, obj["metadata"].get("resourceVersion")):
+            raise KubeError(409, "the object has been modified")
+        obj["metadata"]["finalizers"] = list(meta["finalizers"])
+        obj["metadata"]["resourceVersion"] = str(int(obj["metadata"].get("resourceVersion") or 0) + 1)
+        if obj["metadata"].get("deletionTimestamp") and not obj["metadata"]["finalizers"]:
+            self.nodesets.store.pop(key)
+        return obj
+
+    async def patch_node_status(self, name: str, status: Json) -> Json:
+        """A strategic merge of conditions by type, as the API server does."""
+        self.failures.check("patch_node_status")
+        self.calls.append(("patch_node_status", name))
+        node = self.nodes.get(name)
+        if node is None:
+            raise KubeError(404, f'nodes "{name}" not found')
+        conditions = node.setdefault("status", {}).setdefault("conditions", [])
+        for condition in status.get("conditions") or []:
+            kept = [c for c in conditions if c.get("type") != condition["type"]]
+            conditions[:] = [*kept, copy.deepcopy(condition)]
+        return node
 
     # -- what a test asks ---------------------------------------------------------------
     def reasons(self, name: str | None = None) -> list[str]:

@@ -106,7 +106,7 @@ async def test_issue51_the_unreachable_taint_does_not_move_a_member_off() -> Non
         {"key": "node.kubernetes.io/unreachable", "effect": "NoSchedule"},
     ]
     await w.settle("a")
-    assert calls(w, "drain") == [] and ("delete_pod", MEMBER) not in w.kube.calls
+    assert calls(w, "drain") == [] and ("delete_pod", f"slurm/{MEMBER}") not in w.kube.calls
     assert [member_nodeset(p) for p in w.members().values()] == ["a"]
 
 

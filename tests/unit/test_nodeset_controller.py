@@ -18,7 +18,7 @@ def world_with_nodes(count: int = 3, **node_kw: object) -> OperatorWorld:
 
 
 def created(world: OperatorWorld) -> list[str]:
-    return [c[1] for c in world.kube.calls if c[0] == "create_pod"]
+    return [c[1].split("/", 1)[1] for c in world.kube.calls if c[0] == "create_pod"]
 
 
 async def test_r10_2_one_slurmd_pod_per_selected_node_like_a_daemonset() -> None:
@@ -204,7 +204,7 @@ async def test_r10_2_a_stale_record_with_the_members_name_is_deleted_before_its_
     world.add_nodeset("a")
     await world.reconcile("a")
     assert ("delete_node", "a-001-011") in world.slurm.calls
-    assert world.kube.calls.index(("create_pod", "a-001-011")) >= 0
+    assert world.kube.calls.index(("create_pod", "slurm/a-001-011")) >= 0
     assert "StaleSlurmNodeDeleted" in world.kube.reasons()
 
 

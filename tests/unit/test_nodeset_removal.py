@@ -32,7 +32,7 @@ def drains(world: OperatorWorld) -> list[tuple[str, ...]]:
 
 
 def pod_deletes(world: OperatorWorld) -> list[str]:
-    return [c[1] for c in world.kube.calls if c[0] == "delete_pod"]
+    return [c[1].split("/", 1)[1] for c in world.kube.calls if c[0] == "delete_pod"]
 
 
 def bump_image(world: OperatorWorld, image: str = "registry.example/slurmd:24.11.1") -> None:

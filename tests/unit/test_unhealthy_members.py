@@ -65,7 +65,7 @@ def entry(w: OperatorWorld, name: str) -> dict[str, object]:
 
 
 def deleted(w: OperatorWorld) -> list[str]:
-    return [c[1] for c in w.kube.calls if c[0] == "delete_pod"]
+    return [c[1].split("/", 1)[1] for c in w.kube.calls if c[0] == "delete_pod"]
 
 
 # -- seen by Kubernetes ------------------------------------------------------------------------
