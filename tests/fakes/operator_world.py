@@ -4,18 +4,16 @@ fakes of its two ports, and a kubelet and slurmd stand-in that move members alon
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sunk.kube.events import Recorder
 from sunk.operator import members as m
+from sunk.operator.app import SlurmPoller
 from sunk.operator.controller import NodeSetController
-from sunk.operator.demand import waiting_by_partition
-from sunk.operator.features import in_conf, pending_by_feature
+from sunk.operator.features import in_conf
 from sunk.operator.hardware import gres_in_conf
 from sunk.operator.nodeset import API_VERSION
-from sunk.operator.removal import jobs_by_node
 from sunk.operator.view import SlurmView
 from sunk.runtime.controller import Outcome
 from sunk.slurm.diag import SlurmDiag
@@ -195,20 +193,21 @@ def nodeset(name: str, *, created: str = "2026-01-01T00:00:00Z", generation: int
 
 @dataclass
 class OperatorWorld:
-    """Caches, fakes and a controller wired together; `kubelet()` and `slurmd()` play the
-    parts that make a created member Run and register."""
+    """Caches, fakes, the app's Slurm poller and a controller wired together; `kubelet()`
+    and `slurmd()` play the parts that make a created member Run and register."""
 
     nodes: MemoryCache = field(default_factory=MemoryCache)
     pods: MemoryCache = field(default_factory=MemoryCache)
     nodesets: MemoryCache = field(default_factory=MemoryCache)
     slurm: FakeOperatorSlurm = field(default_factory=FakeOperatorSlurm)
-    view: SlurmView = field(default_factory=SlurmView)
     now: str = NOW
     settings: m.Settings = SETTINGS
     refreshes: int = 0
     directory_problem: str | None = None  # what the people sync says of its last read
 
     def __post_init__(self) -> None:
+        # The operator's own poller, the only writer of the view (`poll` runs one listing).
+        self.poller = SlurmPoller(self.slurm, interval=10.0, changed=lambda: None)
         self.kube = FakeKube(self.pods, self.nodesets, self.nodes, graceful_deletes=False)
         self.controller = self.new_controller()
 
@@ -223,7 +222,7 @@ class OperatorWorld:
         return NodeSetController(
             self.kube,
             self.slurm,
-            lambda: self.view,
+            lambda: self.poller.view,
             nodesets=self.nodesets,
             nodes=self.nodes,
             pods=self.pods,
@@ -272,23 +271,18 @@ class OperatorWorld:
             or pod["metadata"]["labels"].get("sunk.coreweave.com/nodeset") == nodeset_name
         }
 
+    @property
+    def view(self) -> SlurmView:
+        """The poller's view of Slurm, as the controller reads it."""
+        return self.poller.view
+
+    @view.setter
+    def view(self, view: SlurmView) -> None:
+        self.poller.view = view
+
     async def poll(self) -> None:
         """The Slurm poller's listing."""
-        try:
-            nodes, partitions = await self.slurm.nodes(), await self.slurm.partitions()
-            jobs = await self.slurm.jobs()
-        except SlurmError as err:
-            self.view = SlurmView(problem=str(err))
-            return
-        self.view = SlurmView(
-            {n.name: n for n in nodes},
-            frozenset(partitions),
-            jobs_by_node(jobs),
-            waiting_by_partition(jobs),
-            pending_by_feature(jobs),
-            partitions,
-            listed_at=time.monotonic(),
-        )
+        await self.poller.poll_once()
 
     async def refresh(self) -> None:
         """The poller's listing on the controller's request; `refreshes` counts them."""
