@@ -33,18 +33,29 @@ def operator_account(
     helm: Path, kube: AdminKube, dev_cluster: DevCluster, namespace: str
 ) -> Iterator[AdminKube]:
     """The API server as the chart's operator account sees it, with the chart's Role and policy."""
+    yield from chart_account(
+        helm, kube, dev_cluster, namespace, "r1-operator", (f"{namespace}-r1-operator", "r1-operator")
+    )
+
+
+def chart_account(
+    helm: Path,
+    kube: AdminKube,
+    dev_cluster: DevCluster,
+    namespace: str,
+    account: str,
+    prefixes: tuple[str, ...],
+) -> Iterator[AdminKube]:
+    """The chart's account `account` with its Role and policy applied (objects whose names
+    start with one of `prefixes`), as the API server sees it; the policies go afterwards."""
     build_chart_dependencies(helm, SLURM_CHART)
     objects = render_chart(helm, SLURM_CHART, namespace=namespace, release="r1")
-    mine = [
-        o
-        for o in objects
-        if o["kind"] in KEPT and o["metadata"]["name"].startswith((f"{namespace}-r1-operator", "r1-operator"))
-    ]
+    mine = [o for o in objects if o["kind"] in KEPT and o["metadata"]["name"].startswith(prefixes)]
     assert {o["kind"] for o in mine} == set(KEPT)
     apply(kube, mine)
-    account = AdminKube(dev_cluster.layout, token=account_token(kube, namespace, "r1-operator"))
-    yield account
-    account.close()
+    client = AdminKube(dev_cluster.layout, token=account_token(kube, namespace, account))
+    yield client
+    client.close()
     for obj in mine:
         if obj["kind"] in POLICY:
             kube.delete(f"{collection(obj)}/{obj['metadata']['name']}")
@@ -218,22 +229,14 @@ def config_sidecar_account(
 ) -> Iterator[AdminKube]:
     """The API server as the account of slurmctld's config sidecar sees it: the chart's Role
     and the policy that narrows it."""
-    build_chart_dependencies(helm, SLURM_CHART)
-    objects = render_chart(helm, SLURM_CHART, namespace=namespace, release="r1")
-    mine = [
-        o
-        for o in objects
-        if o["kind"] in KEPT
-        and o["metadata"]["name"] in ("r1-controller", f"{namespace}-r1-controller-writes")
-    ]
-    assert {o["kind"] for o in mine} == set(KEPT)
-    apply(kube, mine)
-    account = AdminKube(dev_cluster.layout, token=account_token(kube, namespace, "r1-controller"))
-    yield account
-    account.close()
-    for obj in mine:
-        if obj["kind"] in POLICY:
-            kube.delete(f"{collection(obj)}/{obj['metadata']['name']}")
+    yield from chart_account(
+        helm,
+        kube,
+        dev_cluster,
+        namespace,
+        "r1-controller",
+        ("r1-controller", f"{namespace}-r1-controller-writes"),
+    )
 
 
 def test_issue52_the_config_sidecars_account_may_only_write_its_annotations(
