@@ -8,7 +8,7 @@ from typing import Any, TypeVar
 
 import pytest
 
-from sunk.slurm.client import SUPPORTED_VERSIONS, SlurmClient, SlurmVersionError, make_dialect
+from sunk.slurm.client import SUPPORTED_VERSIONS, TOP_PRIORITY, SlurmClient, SlurmVersionError, make_dialect
 from sunk.slurm.dialect import JOB_PATH, Submission
 from sunk.slurm.errors import SlurmAuthError, SlurmRejected, SlurmUnavailable
 from sunk.slurm.request import JobRequest
@@ -84,7 +84,9 @@ def test_submit_read_and_cancel_a_job(dev_cluster: DevCluster, slurm: SlurmRest)
 
 def test_r8_2_a_job_submitted_held_waits_until_released_then_runs(dev_cluster: DevCluster) -> None:
     """A re-adopted Pod's new job is submitted held, and released once its ID is checked
-    (issue #34): the hold must keep it from starting, and the release must start it."""
+    (issue #34): the hold must keep it from starting, and the release must start it, with
+    the top priority so that it never queues behind jobs Slurm ranks higher (issue #53; a
+    fault run lost a Pod whose new job waited for `Priority`)."""
     node = run_cli(dev_cluster.layout, "sinfo", "-h", "-N", "-o", "%N").split()[0]
     request = JobRequest(name="held-test", cpus=1, memory_mib=64, required_nodes=(node,), hold=True)
 
@@ -108,6 +110,7 @@ def test_r8_2_a_job_submitted_held_waits_until_released_then_runs(dev_cluster: D
     held, released = run(scenario())
     assert held is not None and held.pending and held.reason.startswith("JobHeld"), held
     assert released is not None and released.running and released.nodes == (node,), released
+    assert released.priority == TOP_PRIORITY, released
 
 
 def test_r11_3_an_unknown_partition_is_final_with_slurms_words(

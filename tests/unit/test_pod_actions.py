@@ -8,7 +8,7 @@ from dataclasses import replace
 import pytest
 
 from sunk.kube import events as ev
-from sunk.scheduler.decide.actions import CancelJob, DeletePod, Drain, Event, Plan
+from sunk.scheduler.decide.actions import CancelJob, ConfirmReverted, DeletePod, Drain, Event, Plan
 from sunk.scheduler.decide.drains import DRAIN_MARGIN_S
 from sunk.scheduler.decide.pod_actions import for_bound_pod, for_ending_job
 from tests.unit.test_decide import NOW, job, pod
@@ -99,12 +99,29 @@ def test_r5_3_an_unbound_pod_never_drains_a_node() -> None:
     assert plan == Plan()
 
 
-def test_r8_2_a_bound_pod_whose_job_runs_on_another_nodes_slurm_node_goes() -> None:
-    plan = for_bound_pod(pod(node="n1"), job("RUNNING"), {"n2"})
+@pytest.mark.parametrize(
+    ("the_job", "readoptable"),
+    [
+        pytest.param(
+            replace(job("RUNNING"), restarts=1), True, id="r8_2_slurm_requeued_it_and_chose_another_node"
+        ),
+        pytest.param(job("RUNNING"), False, id="r8_2_a_podgroups_member_or_a_pod_being_deleted"),
+    ],
+)
+def test_r8_2_a_bound_pod_whose_job_slurm_moved_goes(the_job: object, readoptable: bool) -> None:
+    plan = for_bound_pod(pod(node="n1"), the_job, {"n2"}, readoptable=readoptable)  # type: ignore[arg-type]
     assert kinds(plan) == ["Event", "DeletePod"]
     explain = plan.actions[0]
     assert isinstance(explain, Event) and explain.reason == ev.JOB_MOVED
     assert "now runs on sn-1, hosted by n2, not on this Pod's Node n1" in explain.note
+
+
+def test_issue53_a_job_started_again_elsewhere_without_a_requeue_is_read_again_to_be_readopted() -> None:
+    """Catches: a running Pod deleted (PlaceholderJobMoved) because a slurmctld that lost
+    the start of its job started it again on another node: Slurm did not move it for a
+    reason, it lost the start, as with a job PENDING again."""
+    plan = for_bound_pod(pod(node="n1"), job("RUNNING"), {"n2"}, readoptable=True)
+    assert plan == Plan((ConfirmReverted(7),))
 
 
 @pytest.mark.parametrize(
@@ -117,7 +134,7 @@ def test_r8_2_a_bound_pod_whose_job_runs_on_another_nodes_slurm_node_goes() -> N
     ],
 )
 def test_a_bound_pod_stays(the_job: object, hosts: set[str]) -> None:
-    assert for_bound_pod(pod(node="n1"), the_job, hosts) == Plan()  # type: ignore[arg-type]
+    assert for_bound_pod(pod(node="n1"), the_job, hosts, readoptable=True) == Plan()  # type: ignore[arg-type]
 
 
 def test_deleting_comes_after_saying_why() -> None:

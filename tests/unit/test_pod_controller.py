@@ -474,10 +474,11 @@ async def test_r8_2_a_bound_pod_whose_job_slurm_no_longer_has_is_deleted(clock: 
     assert world.slurm.submitted() == [100]
 
 
-async def test_r8_2_a_bound_pod_whose_job_now_runs_on_another_nodes_slurm_node_is_deleted() -> None:
+async def test_r8_2_a_bound_pod_whose_job_slurm_requeued_onto_another_nodes_slurm_node_is_deleted() -> None:
     world = two_nodes()
     key = await bound(world)
     world.slurm.raw_jobs[100]["nodes"] = "sn-2"
+    world.slurm.raw_jobs[100]["restart_cnt"] = 1
     await world.reconcile(key)
     assert deleted(world, key)
     assert world.kube.reasons("web")[-1] == "PlaceholderJobMoved"

@@ -3,6 +3,7 @@ the actions of its next step, in order. One row per case; its id says what it ch
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -168,9 +169,20 @@ def test_r5_2_a_job_slurm_ends_deletes_its_pod_saying_why() -> None:
     assert kinds(result) == ["Event", "DeletePod"]
 
 
-def test_r8_2_a_bound_pod_whose_job_runs_elsewhere_goes() -> None:
-    result = plan(facts(pod(node="n1"), job(), hosts=frozenset({"n2"})), RULES, synced=True, now=NOW)
+def test_r8_2_a_bound_pod_whose_job_slurm_requeued_elsewhere_goes() -> None:
+    moved = replace(job(), restarts=1)
+    result = plan(facts(pod(node="n1"), moved, hosts=frozenset({"n2"})), RULES, synced=True, now=NOW)
     assert kinds(result) == ["Event", "DeletePod"] and result.actions[1] == DeletePod()
+
+
+def test_issue53_a_bound_pod_whose_job_slurm_started_again_elsewhere_is_read_to_be_readopted() -> None:
+    result = plan(facts(pod(node="n1"), job(), hosts=frozenset({"n2"})), RULES, synced=True, now=NOW)
+    assert kinds(result) == ["ConfirmReverted"]
+
+
+def test_r8_2_a_podgroup_member_whose_job_runs_elsewhere_goes() -> None:
+    gathered = facts(pod(node="n1"), job(), hosts=frozenset({"n2"}), group="g")
+    assert kinds(plan(gathered, RULES, synced=True, now=NOW)) == ["Event", "DeletePod"]
 
 
 def test_r8_2_a_bound_pod_where_its_job_runs_stays() -> None:

@@ -487,6 +487,26 @@ async def test_issue53_a_job_slurmctld_put_back_to_pending_is_readopted_on_the_p
     assert (100, None) in world.slurm.cancelled() and active_jobs(world) == [101]
 
 
+async def test_issue53_a_job_slurmctld_started_again_on_another_node_is_readopted_on_the_pods_node(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Catches: a running Pod deleted ("PlaceholderJobMoved") because a slurmctld restarted
+    from older state started its job again on another node before the scheduler saw it
+    PENDING: Slurm did not move the job for a reason, it lost its start."""
+    monkeypatch.setattr(readopting, "START_WITHIN_S", 0.3)
+    world = two_nodes()
+    await bound(world)
+    world.slurm.raw_jobs[100]["nodes"] = "sn-2"  # never requeued: restart_cnt stays 0
+    await world.reconcile(KEY)
+    assert not deleted(world) and world.job_id(KEY) == 101
+    assert submissions(world)[-1]["required_nodes"] == ["sn-1"]
+    note = world.kube.notes("PlaceholderReadopted")[0]
+    assert "started it again on sn-2" in note and "job 101 holds its resources on sn-1 again" in note
+    await world.reconcile(KEY)  # the moved job is no longer its Pod's: cancelled, sn-2 freed
+    assert (100, None) in world.slurm.cancelled() and active_jobs(world) == [101]
+    assert world.kube.notes("PlaceholderJobMoved") == []
+
+
 async def test_issue53_a_job_put_back_to_pending_whose_node_another_job_took_ends_the_pod(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

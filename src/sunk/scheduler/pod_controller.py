@@ -398,7 +398,7 @@ class PodController:
         if found is None or self.submitter.pod_of(found) != ref:
             return await self._confirm_missing(pod)
         self.index.observe(ref, found)
-        if not pod_actions.reverted(pod, found):
+        if not pod_actions.lost_start(pod, found, self._hosts_of(found)):
             return Outcome(requeue_after=WRITE_UNSEEN_RECHECK_S)  # it moved on: judged again
         got = await self.readopter.reverted_evidence(pod, job_id)
         plan = pod_actions.for_reverted_job(
@@ -407,10 +407,16 @@ class PodController:
         return await self._execute(ref, pod, found, plan)
 
     async def _check_still_there(self, pod: Json, job: SlurmJob) -> Outcome:
-        # The Slurm node → Node map is built from every slurmd Pod: only for a job that runs.
-        running = job.running and len(job.nodes) == 1
-        hosts = self.cluster.host_map().get(job.nodes[0], set()) if running else set()
-        return await self._execute(PodRef.of(pod), pod, job, pod_actions.for_bound_pod(pod, job, hosts))
+        readoptable = not gang.group_of(pod) and not self._being_deleted(pod)
+        plan = pod_actions.for_bound_pod(pod, job, self._hosts_of(job), readoptable=readoptable)
+        return await self._execute(PodRef.of(pod), pod, job, plan)
+
+    def _hosts_of(self, job: SlurmJob) -> set[str]:
+        """The Nodes hosting the one Slurm node a running job has (the Slurm node → Node map
+        is built from every slurmd Pod: only for a job that runs)."""
+        if not job.running or len(job.nodes) != 1:
+            return set()
+        return set(self.cluster.host_map().get(job.nodes[0], set()))
 
     def _being_deleted(self, pod: Json) -> bool:
         meta = pod["metadata"]

@@ -215,8 +215,10 @@ class Readopter:
         kube_scheduler.attempt("readopted")
         left = f", {action.time_limit_min} min left of its time limit" if action.time_limit_min else ""
         lost = "the start of " if action.pending_again else ""
+        moved = f" and started it again on {action.moved_to}" if action.moved_to else ""
         note = (
-            f"Slurm lost {lost}job {action.old_job} (slurmctld restarted without it) while this Pod ran; "
+            f"Slurm lost {lost}job {action.old_job} (slurmctld restarted without it){moved} "
+            "while this Pod ran; "
             f"job {job.job_id} holds its resources on {action.node} again{left}"
         )
         said.append(actions.Event(ev.PLACEHOLDER_READOPTED, note, pod=pod))

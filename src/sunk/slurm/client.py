@@ -4,6 +4,7 @@ reprs or exception messages."""
 
 from __future__ import annotations
 
+import logging
 import re
 import ssl
 import time
@@ -38,6 +39,10 @@ from sunk.slurm.v0038 import V0038
 
 # Newest first: the order in which a served version is preferred.
 SUPPORTED_VERSIONS = (*reversed(DATA_PARSER_VERSIONS), V0038.version)
+# The highest priority an operator may give a job (sbatch's `--priority=TOP`).
+TOP_PRIORITY = 0xFFFFFFFD
+
+log = logging.getLogger(__name__)
 
 
 class SlurmVersionError(Exception):
@@ -346,10 +351,26 @@ class SlurmClient:
         )
 
     async def release_job(self, job_id: int) -> None:
-        """Let a job submitted held (`JobRequest.hold`) start."""
+        """Let a job submitted held (`JobRequest.hold`) start, ahead of every job waiting:
+        the scheduler holds and releases only a job that takes back resources a running Pod
+        already has (re-adoption), which must not queue behind jobs Slurm ranks higher.
+        Slurm refuses a priority for a held job, and a release sets the priority the
+        priority plugin computes, so the priority is set right after the release. The
+        release is what matters: should the priority be refused (the job ended or runs
+        already), the release stands."""
         await self._call(
             "POST", f"/job/{job_id}", f"release job {job_id}", json={"hold": False}, endpoint="/job/{id}"
         )
+        try:
+            await self._call(
+                "POST",
+                f"/job/{job_id}",
+                f"give released job {job_id} the top priority",
+                json=self.dialect.priority_update(TOP_PRIORITY),
+                endpoint="/job/{id}",
+            )
+        except SlurmError as err:
+            log.info("job %s is released, but keeps the priority Slurm gave it (%s)", job_id, err)
 
     async def nodes(self) -> list[SlurmNode]:
         reply = await self._call("GET", "/nodes", "list nodes")

@@ -186,3 +186,6 @@ class DataParser:
 
     def exclusion_update(self, nodes: list[str]) -> dict[str, Any]:
         return {"excluded_nodes": nodes or [""]}  # an empty list changes nothing; [""] clears
+
+    def priority_update(self, priority: int) -> dict[str, Any]:
+        return {"priority": {"set": True, "number": priority}}

@@ -66,6 +66,10 @@ class Dialect(Protocol):
         """The job update that makes `nodes` (maybe none) the job's excluded nodes."""
         ...
 
+    def priority_update(self, priority: int) -> dict[str, Any]:
+        """The job update that fixes the job's priority at `priority` (operators only)."""
+        ...
+
 
 def number(value: Any) -> int | None:
     """An integer from a plain value or a {set, infinite, number} wrapper."""

@@ -147,5 +147,8 @@ class V0038:
     def exclusion_update(self, nodes: list[str]) -> dict[str, Any]:
         return {"exclude_nodes": ",".join(nodes)}  # "" clears the list
 
+    def priority_update(self, priority: int) -> dict[str, Any]:
+        return {"priority": str(priority)}
+
     def drain_body(self, reason: str) -> dict[str, Any]:
         raise NotImplementedError("slurmrestd v0.0.38 cannot update nodes: drain with scontrol")

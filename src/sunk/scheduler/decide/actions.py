@@ -158,8 +158,9 @@ class ConfirmEnding:
 
 @dataclass(frozen=True)
 class ConfirmReverted:
-    """A bound Pod's job is PENDING again, never requeued (a slurmctld restarted from state
-    saved before it started): read it; re-adopt the Pod, or it goes."""
+    """A bound Pod's job is PENDING again, or runs on another Node's Slurm node, never
+    requeued (a slurmctld restarted from state saved before it started): read it; re-adopt
+    the Pod, or it goes."""
 
     job_id: int
 
@@ -182,6 +183,8 @@ class Readopt:
     group: str | None = None
     # Slurm still holds `old_job`, PENDING again: it lost the job's start, not the job.
     pending_again: bool = False
+    # ... and has started it again on this other Slurm node ("" when it has not).
+    moved_to: str = ""
 
 
 @dataclass(frozen=True)

@@ -17,6 +17,7 @@ from typing import Any
 from sunk.kube import events as ev
 from sunk.scheduler.decide.actions import (
     CancelJob,
+    ConfirmReverted,
     DeletePod,
     Drain,
     Event,
@@ -81,20 +82,31 @@ def for_ending_job(
     return Plan(tuple(actions))
 
 
-def for_bound_pod(pod: Json, job: SlurmJob, hosts: set[str]) -> PodPlan:
+def for_bound_pod(pod: Json, job: SlurmJob, hosts: set[str], *, readoptable: bool) -> PodPlan:
     """A bound Pod must stay on the Node hosting its job's node: if Slurm now runs the job
-    elsewhere (restarted after a crash, say), both sides would hand out the same
-    resources, so the Pod goes at once. `hosts`: the Nodes hosting the job's Slurm node."""
-    if not job.running or len(job.nodes) != 1:
+    elsewhere, both sides would hand out the same resources. A job never requeued that runs
+    elsewhere was started again by a slurmctld that lost its start (restarted from older
+    state): Slurm did not move it for a reason, so the job is read again and the Pod
+    re-adopted on its own node (issue #53). A requeued job (Slurm chose to move it) or a
+    PodGroup's member ends its Pod at once. `hosts`: the Nodes hosting the job's Slurm
+    node; `readoptable`: the Pod is no PodGroup's member and is not being deleted."""
+    if not moved(pod, job, hosts):
         return Plan()
+    if not job.restarts and readoptable:
+        return Plan((ConfirmReverted(job.job_id),))
     node_name = (pod.get("spec") or {}).get("nodeName")
-    if not hosts or node_name in hosts:
-        return Plan()
     note = (
         f"Slurm job {job.job_id} now runs on {job.nodes[0]}, hosted by {', '.join(sorted(hosts))}, "
         f"not on this Pod's Node {node_name}; deleting the Pod"
     )
-    return Plan((Event("PlaceholderJobMoved", note, warning=True), DeletePod()))
+    return Plan((Event(ev.JOB_MOVED, note, warning=True), DeletePod()))
+
+
+def moved(pod: Json, job: SlurmJob, hosts: set[str]) -> bool:
+    """The bound Pod's job runs on one Slurm node that Nodes other than the Pod's host."""
+    if not job.running or len(job.nodes) != 1 or not hosts:
+        return False
+    return (pod.get("spec") or {}).get("nodeName") not in hosts
 
 
 def for_missing_job(
@@ -216,11 +228,15 @@ def room_reports(pod: Json, job: SlurmJob, node: str, shortfall: str) -> tuple[S
 def readoption_failed(action: Readopt, why: str) -> PodPlan:
     """Slurm could not give the lost job's resources back at once (`why`): the Pod goes,
     as it did before re-adoption, saying why."""
-    lost = (
-        "is PENDING again although it had started (slurmctld lost its record of the start, e.g. in a restart)"
-        if action.pending_again
-        else "no longer exists in Slurm (Slurm lost it, e.g. slurmctld restarted without its state)"
-    )
+    if action.moved_to:
+        lost = started_again(action.moved_to)
+    elif action.pending_again:
+        lost = (
+            "is PENDING again although it had started "
+            "(slurmctld lost its record of the start, e.g. in a restart)"
+        )
+    else:
+        lost = "no longer exists in Slurm (Slurm lost it, e.g. slurmctld restarted without its state)"
     note = f"Slurm job {action.old_job} {lost}, and it cannot be re-adopted on {action.node}: {why}"
     note += "; deleting the Pod"
     return Plan((Event(ev.JOB_ENDED, note, warning=True), DeletePod()))
@@ -234,6 +250,16 @@ def reverted(pod: Json, job: SlurmJob) -> bool:
     return bound and job.state == "PENDING" and not job.restarts and not finished(pod)
 
 
+def lost_start(pod: Json, job: SlurmJob, hosts: set[str]) -> bool:
+    """Slurm lost the start of the bound Pod's job, never requeued: it lists the job PENDING
+    again (`reverted`), or has started it again on a Slurm node other Nodes host (`moved`:
+    the same loss, with the job scheduled again before the scheduler saw it PENDING).
+    `hosts`: the Nodes hosting the job's Slurm node."""
+    if reverted(pod, job):
+        return True
+    return moved(pod, job, hosts) and not job.restarts and not finished(pod)
+
+
 def for_reverted_job(
     pod: Json, job: SlurmJob, last: SlurmJob | None, *, node: SlurmNode | None, hosts: set[str], now: float
 ) -> PodPlan:
@@ -244,13 +270,23 @@ def for_reverted_job(
     if last is not None and node is not None and not_registered(node):
         return Plan(after=1.0)
     problem = why_not_readopted(pod, last, node, hosts, now)
+    moved_to = job.nodes[0] if job.running and job.nodes else ""
     if problem is None:
         assert last is not None
-        return Plan((Readopt(job.job_id, last.nodes[0], time_left_min(last, now), pending_again=True),))
-    _, words = job.why_ending(now)
+        left = time_left_min(last, now)
+        return Plan((Readopt(job.job_id, last.nodes[0], left, pending_again=True, moved_to=moved_to),))
+    words = started_again(moved_to) if moved_to else job.why_ending(now)[1]
     problem = problem.replace(" (Slurm lost it, e.g. slurmctld restarted without its state)", "")
     note = f"Slurm job {job.job_id} {words}{problem}; deleting the Pod"
     return Plan((Event(ev.JOB_ENDED, note, warning=True), DeletePod()))
+
+
+def started_again(node: str) -> str:
+    """What happened to a job Slurm started again on `node` after losing its start."""
+    return (
+        f"was started again on {node} although it had started on this Pod's node "
+        "(slurmctld lost its record of the start, e.g. in a restart)"
+    )
 
 
 def readopted_job_ended(action: Readopt, job: SlurmJob, now: float) -> PodPlan:

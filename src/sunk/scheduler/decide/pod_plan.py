@@ -102,7 +102,8 @@ def plan(facts: PodFacts, rules: Rules, *, synced: bool, now: float) -> PodPlan:
             now=now,
         )
     if step is steps.Step.CHECK_BOUND:
-        return pod_actions.for_bound_pod(pod, job, set(facts.hosts))
+        readoptable = not facts.group and not facts.being_deleted
+        return pod_actions.for_bound_pod(pod, job, set(facts.hosts), readoptable=readoptable)
     if step is steps.Step.GROUP_TIMED_OUT:
         assert facts.group is not None
         return Plan((ForGroup(facts.group, step),))
