@@ -91,10 +91,14 @@ class FakeOperatorSlurm:
         return None
 
     async def mark_down(self, node: str, reason: str) -> str | None:
-        """DOWN under `reason`; a drain flag stays (slurmctld keeps it)."""
+        """DOWN under `reason`; a drain flag stays (slurmctld keeps it), a COMPLETING one
+        goes (slurmctld ends the work of a node it marks DOWN)."""
         self.calls.append(("mark_down", node, reason))
         record = self.records[node]
-        self.records[node] = replace(record, state="down", reason=reason, reason_changed_at=self.clock)
+        flags = tuple(f for f in record.flags if f != "COMPLETING")
+        self.records[node] = replace(
+            record, state="down", flags=flags, reason=reason, reason_changed_at=self.clock
+        )
         return None
 
     def register(

@@ -158,6 +158,43 @@ class Rest:
         return {n["name"]: n for n in self.call("GET", f"/slurm/{REST_VERSION}/nodes")["nodes"]}
 
 
+class OperatorLog:
+    """Every operator Pod's log lines, read every 2 s while the run lasts (with their
+    timestamps, so a line read twice is kept once): a restarted operator's lines would
+    otherwise go with its Pod, and a violation's evidence with them."""
+
+    KEPT = 20_000  # lines, all Pods together
+
+    def __init__(self, kube: AdminKube) -> None:
+        self.kube = kube
+        self.lines: dict[str, str] = {}  # "<timestamp> <line>" → the Pod that logged it
+        self.lock = threading.Lock()
+
+    def read(self) -> None:
+        pods = self.kube.get(
+            f"/api/v1/namespaces/{NAMESPACE}/pods", labelSelector="app.kubernetes.io/name=sunk-operator"
+        )["items"]
+        for pod in pods:
+            name = pod["metadata"]["name"]
+            with contextlib.suppress(httpx.HTTPError):
+                text = self.kube.http.get(  # the log endpoint answers text, not JSON
+                    f"/api/v1/namespaces/{NAMESPACE}/pods/{name}/log",
+                    params={"timestamps": "true", "sinceSeconds": 60},
+                ).text
+                with self.lock:
+                    for line in text.splitlines():
+                        if line[:4].isdigit():  # not an error answer
+                            self.lines.setdefault(line, name)
+                    if len(self.lines) > self.KEPT:
+                        self.lines = dict(sorted(self.lines.items())[-self.KEPT :])
+
+    def about(self, member: str, last: int = 25) -> list[str]:
+        """The last `last` lines, of any operator Pod, that name `member`."""
+        with self.lock:
+            found = sorted((line, pod) for line, pod in self.lines.items() if member in line)
+        return [f"{pod[-5:]} {line}" for line, pod in found[-last:]]
+
+
 def pod_processes(pod_uid: str, command: str) -> list[int]:
     """Host PIDs of `command` running in the Pod with this UID (by its cgroup): its own
     process and a wrapper that names it (tini -- sunk ...), not a shell that mentions it."""
@@ -190,6 +227,7 @@ class Run:
         self.lock = threading.Lock()
         self.replicas = 3
         self.revision = 0
+        self.operator_log = OperatorLog(self.kube)
 
     # -- the platform -------------------------------------------------------------------------
     def install(self) -> None:
@@ -232,9 +270,13 @@ class Run:
 
     def evidence(self, member: str) -> list[str]:
         """Who deleted `member` and why, as far as the cluster tells: its Pod's state, the
-        Events naming it, the operator's last log lines."""
+        last Events naming it, the last operator log lines naming it (of every operator Pod
+        of the run, restarted ones too)."""
         lines: list[str] = []
         # Diagnostics only: whatever goes wrong gathering them must not stop the run.
+        with contextlib.suppress(Exception):
+            self.operator_log.read()
+        lines += [f"operator log: {line}" for line in self.operator_log.about(member)]
         with contextlib.suppress(Exception):
             pod = self.kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods/{member}")
             status = pod.get("status") or {}
@@ -248,23 +290,19 @@ class Run:
                 f"{pod['metadata'].get('deletionTimestamp')}, {'; '.join(containers)}"
             )
             events = self.kube.get(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")["items"]
-            for event in sorted(events, key=lambda e: e.get("eventTime") or ""):
-                if member in str(event.get("note")) or (event.get("regarding") or {}).get("name") == member:
-                    lines.append(f"event {event.get('eventTime')} {event.get('reason')}: {event.get('note')}")
-            operator = next(
-                p
-                for p in self.kube.get(
-                    f"/api/v1/namespaces/{NAMESPACE}/pods",
-                    labelSelector="app.kubernetes.io/name=sunk-operator",
-                )["items"]
-                if not p["metadata"].get("deletionTimestamp")
-            )
-            log = self.kube.http.get(  # the log endpoint answers text, not JSON
-                f"/api/v1/namespaces/{NAMESPACE}/pods/{operator['metadata']['name']}/log",
-                params={"tailLines": 60},
-            ).text
-            lines += [f"operator log: {line}" for line in log.splitlines()]
+            about = [
+                f"event {event.get('eventTime')} {event.get('reason')}: {event.get('note')}"
+                for event in sorted(events, key=lambda e: e.get("eventTime") or "")
+                if member in str(event.get("note")) or (event.get("regarding") or {}).get("name") == member
+            ]
+            lines += about[-15:]
         return lines
+
+    def keep_operator_log(self) -> None:
+        while not self.stop.is_set():
+            with contextlib.suppress(httpx.HTTPError, KubeError, KeyError):
+                self.operator_log.read()
+            self.stop.wait(2)
 
     # -- load, changes and faults ---------------------------------------------------------------
     def workload(self) -> None:
@@ -354,7 +392,8 @@ class Run:
     # -- the run ---------------------------------------------------------------------------------
     def run(self) -> Record:
         self.install()
-        threads = [threading.Thread(target=t, daemon=True) for t in (self.workload, self.watch)]
+        loops = (self.workload, self.watch, self.keep_operator_log)
+        threads = [threading.Thread(target=t, daemon=True) for t in loops]
         for thread in threads:
             thread.start()
         started = time.monotonic()
@@ -401,6 +440,8 @@ class Run:
         records = set(self.rest.nodes())
         if records != members:
             self.record.violate(f"Slurm records {sorted(records)} but members {sorted(members)}")
+            for name in sorted(records ^ members):
+                self.record.evidence += self.evidence(name)
         drained = {
             n: r.get("reason", "") for n, r in self.rest.nodes().items() if "DRAIN" in r.get("state", [])
         }

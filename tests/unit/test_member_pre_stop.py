@@ -54,6 +54,18 @@ def test_r10_5_a_node_someone_drained_keeps_their_drain(tmp_path: Path) -> None:
     assert code == 0 and updates == []
 
 
+def test_r10_5_a_drain_the_health_checks_lift_after_a_clean_run_is_replaced(tmp_path: Path) -> None:
+    """A member handed to the checks (or new) is drained only until their runner's next
+    clean run: the hook drains it under its own reason, or the runner could return the node
+    to jobs as slurmd stops."""
+    verify = "IDLE+DRAIN Reason=sunk-hc: verify: NodeSet a wants it back"
+    code, updates, _ = run(tmp_path, [verify, "IDLE+DRAIN"])
+    assert code == 0
+    assert updates == [
+        "update nodename=gpu-001-002 state=drain reason=sunk: Pod gpu-001-002 is being deleted"
+    ]
+
+
 def test_r10_5_no_answer_from_slurm_means_wait_not_stop(tmp_path: Path) -> None:
     code, _, left = run(tmp_path, ["ALLOCATED+DRAIN", "fail", "fail", "IDLE+COMPLETING+DRAIN", "IDLE+DRAIN"])
     assert code == 0 and left == 0  # it read every state: neither failure nor COMPLETING let it go

@@ -16,9 +16,14 @@ class CreatePod:
 
 @dataclass(frozen=True)
 class DeletePod:
+    """Delete a member Pod. `idle_on`: its Slurm node, when it goes because that node was
+    seen drained and idle: the controller reads Slurm again just before the deletion and
+    keeps the Pod unless that read still shows it so (NodeSetController.confirm_idle)."""
+
     name: str
     uid: str
     why: str
+    idle_on: str = ""
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from sunk.operator import members as m
 from sunk.operator import plan as p
 from sunk.operator.nodeset import API_VERSION, PLURAL, Invalid, NodeSet, parse
 from sunk.operator.nodeset_metrics import Observed
+from sunk.operator.removal import busy, lifted_soon
 from sunk.operator.selection import assign, member_nodeset
 from sunk.operator.view import SlurmView
 from sunk.runtime.controller import DONE, Outcome, after
@@ -32,6 +33,12 @@ from sunk.slurm.models import SlurmJob, SlurmNode
 
 Json = dict[str, Any]
 log = logging.getLogger(__name__)
+# A write whose answer never came (a timeout, an operator frozen past it) may still land
+# this much later; listings begun before then may not show it.
+UNCERTAIN_WRITE_S = 30.0
+# A Pod deletion whose answer never came is believed landed this long (no drain of it is
+# lifted meanwhile) unless the cache shows it; then the cache is believed again.
+UNCERTAIN_DELETE_S = 60.0
 
 
 class OperatorKube(Protocol):
@@ -112,6 +119,8 @@ class NodeSetController:
         # Pods this process deleted (by UID), until the cache shows them terminating or gone.
         # A deletion cannot be undone, so the cache is never believed over it: no deadline.
         self.deleted: Expectations[bool] = Expectations(within=math.inf)
+        # Pods whose deletion got no answer (it may have landed): as above, for a while.
+        self.maybe_deleted: Expectations[bool] = Expectations(within=UNCERTAIN_DELETE_S)
         # Slurm node → time.monotonic() after this process last drained or resumed it.
         self.slurm_written: dict[str, float] = {}
         # What the last pass of each NodeSet found, for its metrics (nodeset_metrics).
@@ -135,16 +144,20 @@ class NodeSetController:
         ]
 
     def _deletions_unseen(self) -> set[str]:
-        """UIDs of Pods this process deleted that the cache still shows live."""
-        waiting = self.deleted.waiting_for()
-        if not waiting:
+        """UIDs of Pods this process deleted (or may have) that the cache still shows live."""
+        if not self.deleted.waiting_for() and not self.maybe_deleted.waiting_for():
             return set()
         live = {
             pod["metadata"].get("uid")
             for pod in self.pods.store.values()
             if not pod["metadata"].get("deletionTimestamp")
         }
-        return {str(uid) for uid in waiting if self.deleted.unseen(uid, uid not in live)}
+        return {
+            str(uid)
+            for expected in (self.deleted, self.maybe_deleted)
+            for uid in expected.waiting_for()
+            if expected.unseen(uid, uid not in live)
+        }
 
     def _as_deleted(self, pod: Json) -> Json:
         return {**pod, "metadata": {**pod["metadata"], "deletionTimestamp": self.clock()}}
@@ -229,7 +242,8 @@ class NodeSetController:
             share.wanted if share is not None else 0,
             next((x.status for x in result.actions if isinstance(x, a.PatchStatus)), obj.get("status") or {}),
         )
-        await self.execute(obj, result)
+        if not await self.execute(obj, result):
+            return after(p.RECHECK_S)
         return DONE if result.after is None else after(result.after)
 
     async def set_finalizer(self, obj: Json, present: bool) -> None:
@@ -255,17 +269,48 @@ class NodeSetController:
         )
 
     async def change_node(self, node: str, call: Awaitable[str | None]) -> None:
-        """Drain or resume `node`, noting when (a listing begun before it may not show it)."""
+        """Drain or resume `node`, noting when (a listing begun before it may not show it).
+        A call that failed may still land later (slurmrestd or slurmctld answers after our
+        timeout): listings begun in the next UNCERTAIN_WRITE_S do not count for it either."""
+        landed = False
         try:
             problem = await call
-        finally:  # a call that failed on the way back may still have landed
-            self.slurm_written[node] = time.monotonic()
+            landed = not problem
+        finally:
+            at = time.monotonic() + (0.0 if landed else UNCERTAIN_WRITE_S)
+            self.slurm_written[node] = max(at, self.slurm_written.get(node, at))
         if problem:
             raise SlurmError(problem)
 
+    async def confirm_idle(self, node: str) -> str | None:
+        """Why the member on Slurm node `node` must not be deleted now, or None: a listing
+        begun now (after every write of ours to it landed) must still show it drained and
+        without work. The plan's listing may be seconds old by the time its deletion is
+        sent (earlier actions slowed by a frozen API server, a frozen operator), and a
+        drain can be lifted meanwhile (a slurmctld restarted from older state, a resume
+        that landed late), letting a job start there."""
+        if self.refresh is not None:
+            await self.refresh()
+        view = self.view_now()
+        if not view.known:
+            return f"Slurm cannot be read ({view.problem})"
+        record = (view.nodes or {}).get(node)
+        if record is None:
+            return "Slurm lists no such node"
+        if node in view.rewritten:
+            return "a drain or resume of it may not show in Slurm's listing yet"
+        if not record.drained or lifted_soon(record):
+            return "it is no longer drained (or only until the health checks' next clean run)"
+        if busy(record, view.jobs_on(node)):
+            jobs = ", ".join(str(j.job_id) for j in view.jobs_on(node)) or "a job still completing"
+            return f"it runs {jobs}"
+        return None
+
     # -- execute ------------------------------------------------------------------------------
-    async def execute(self, obj: Json, result: p.Plan) -> None:
-        """Carry out the actions in order; a failure stops the rest (the pass is retried)."""
+    async def execute(self, obj: Json, result: p.Plan) -> bool:
+        """Carry out the actions in order; a failure stops the rest (the pass is retried).
+        False when a member's deletion was called off (confirm_idle): the rest, planned on
+        what Slurm no longer says, is left to the next pass."""
         meta = obj["metadata"]
         namespace, name = meta["namespace"], meta["name"]
         for action in result.actions:
@@ -282,10 +327,17 @@ class NodeSetController:
                     log.info(
                         "%s/%s: created Pod %s on %s", namespace, name, pod_name, pod["spec"]["nodeName"]
                     )
-                case a.DeletePod(name=pod_name, uid=uid, why=why):
+                case a.DeletePod(name=pod_name, uid=uid, why=why, idle_on=node):
+                    if node:
+                        kept = await self.confirm_idle(node)
+                        if kept:
+                            log.info("%s/%s: kept Pod %s for now: %s", namespace, name, pod_name, kept)
+                            return False
                     try:
                         await self.kube.delete_pod(namespace, pod_name, uid)
                     except KubeError as err:
+                        if err.unreachable or err.status >= 500:  # it may have landed
+                            self.maybe_deleted.expect(uid, True)
                         if not err.not_found:
                             raise
                     else:
@@ -296,8 +348,10 @@ class NodeSetController:
                     log.info("%s/%s: deleted Slurm node %s: %s", namespace, name, node, why)
                 case a.Drain(name=node, reason=reason):
                     await self.change_node(node, self.slurm.drain(node, reason))
+                    log.info("%s/%s: drained Slurm node %s: %s", namespace, name, node, reason)
                 case a.Resume(name=node):
                     await self.change_node(node, self.slurm.resume(node))
+                    log.info("%s/%s: resumed Slurm node %s", namespace, name, node)
                 case a.MarkDown(name=node, reason=reason):
                     await self.change_node(node, self.slurm.mark_down(node, reason))
                     log.warning("%s/%s: marked Slurm node %s DOWN: %s", namespace, name, node, reason)
@@ -328,6 +382,7 @@ class NodeSetController:
                     except KubeError as err:
                         if not err.not_found:
                             raise
+        return True
 
 
 def _drains(result: p.Plan) -> bool:

@@ -30,15 +30,19 @@ GRACE_S = 3600
 # The preStop hook: whoever deletes a member (kubectl delete pod, a Node's shutdown), its
 # Slurm node is drained, unless someone already did, and slurmd keeps running until Slurm
 # shows no job there. Any answer other than "idle" (slurmctld unreachable too) means wait:
-# the grace period is the only bound.
+# the grace period is the only bound. A drain that only waits for the health checks' next
+# clean run (`sunk-hc: verify: `) counts as none: the runner could lift it as slurmd stops.
 PRE_STOP = r"""n="$1"
-state() { scontrol show node -o "$n" 2>/dev/null | grep -o 'State=[^ ]*'; }
+show() { scontrol show node -o "$n" 2>/dev/null; }
+state() { printf '%s\n' "$1" | grep -o 'State=[^ ]*'; }
 idle() { case "$1" in *COMPLETING*) return 1 ;; State=IDLE* | State=DOWN*) return 0 ;; esac; return 1; }
-case "$(state)" in
-*DRAIN*) ;;
-*) scontrol update nodename="$n" state=drain reason="sunk: Pod $n is being deleted" ;;
+drain() { scontrol update nodename="$n" state=drain reason="sunk: Pod $n is being deleted"; }
+first="$(show)"
+case "$(state "$first")" in
+*DRAIN*) case "$first" in *"Reason=sunk-hc: verify: "*) drain ;; esac ;;
+*) drain ;;
 esac
-until s="$(state)" && idle "$s"; do sleep 2; done
+until s="$(state "$(show)")" && idle "$s"; do sleep 2; done
 """
 TEMPLATE_HASH = "sunk.coreweave.com/template-hash"
 SLURMD_CONF = "sunk.coreweave.com/slurmd-conf"

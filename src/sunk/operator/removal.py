@@ -6,7 +6,9 @@ Each time the same steps, one per pass, each taken only on a Slurm listing that 
 previous one done:
 
 1. drain its Slurm node, the reason naming the NodeSet and the cause (a node someone else
-   drained stays drained under their reason; sunk never rewrites or lifts it);
+   drained stays drained under their reason; sunk never rewrites or lifts it, except a
+   drain that only waits for the health checks' next clean run, which the runner would
+   lift under a going member: that one is replaced by the NodeSet's);
 2. wait until Slurm lists neither an allocation nor a job on it (no timeout by default;
    with `spec.drain.timeout` it is reported, or its jobs cancelled, once the drain is older);
 3. delete the Pod;
@@ -31,6 +33,7 @@ from sunk.slurm.models import SlurmJob, SlurmNode
 
 Json = dict[str, Any]
 DRAIN_PREFIX = "sunk: NodeSet"
+VERIFY_PREFIX = "sunk-hc: verify: "  # sunk.operator.health_checks.verify_reason's
 
 SCALE_IN = "scales in"
 ROLL_OUT = "replaces members with an outdated template"
@@ -51,6 +54,13 @@ def drain_reason(nodeset: str, cause: str) -> str:
 def drained_by(nodeset: str, record: SlurmNode) -> bool:
     """Drained by this NodeSet (whatever the cause), not by an administrator or Slurm."""
     return record.drained and record.reason.startswith(f"{DRAIN_PREFIX} {nodeset} ")
+
+
+def lifted_soon(record: SlurmNode) -> bool:
+    """Drained only until the health checks' next clean run (`sunk-hc: verify: ...`: a new
+    member's first run, or the operator's hand-over of a member wanted back): the runner
+    inside the member lifts it at any moment, so it keeps no job away from a going member."""
+    return record.drained and record.reason.startswith(VERIFY_PREFIX)
 
 
 def busy(record: SlurmNode, jobs: tuple[SlurmJob, ...] = ()) -> bool:
@@ -160,7 +170,7 @@ def step(
         done = Step(phase="Deleting", message=f"member {name} never started; deleting it")
         done.actions.append(DeletePod(meta["name"], meta.get("uid", ""), f"{leaving.cause}; not started"))
         return done
-    if not record.drained:
+    if not record.drained or lifted_soon(record):
         drain = Step(message=f"draining member {name}: NodeSet {nodeset} {leaving.cause}")
         drain.actions += [
             Drain(name, drain_reason(nodeset, leaving.cause)),
@@ -174,7 +184,12 @@ def step(
         return Step(message=f"member {name} drains: waits for a Slurm listing newer than its drain")
     gone = Step(phase="Deleting", message=f"deleting member {name}: drained and idle")
     gone.actions += [
-        DeletePod(meta["name"], meta.get("uid", ""), f"NodeSet {nodeset} {leaving.cause}; drained and idle"),
+        DeletePod(
+            meta["name"],
+            meta.get("uid", ""),
+            f"NodeSet {nodeset} {leaving.cause}; drained and idle",
+            idle_on=name,
+        ),
         Event(
             DELETED_EVENT,
             f"deleted Pod {meta['name']} on Node {leaving.node}: NodeSet {nodeset} {leaving.cause}; "
