@@ -243,7 +243,9 @@ async def test_issue53_a_range_held_through_says_what_to_do_and_is_tried_again_l
     index = index_of(10, 11, 10, 11)
     slurm = FakeSlurm()
     with pytest.raises(SlurmUnavailable, match="--job-id-range"):
-        await FreshIds(slurm, index).submit(Submission({"job": {"name": "x"}}))
+        await FreshIds(slurm, index, lambda action: slurm.submit(action.submission)).submit_new(
+            Submission({"job": {"name": "x"}})
+        )
     assert slurm.calls == []
 
 

@@ -1,7 +1,8 @@
 """The layers stay apart: no import circles between sunk's modules, the shared layers
 (runtime, the Kubernetes and Slurm adapters) know no component, neither component imports
 the other, what users deploy never imports the dev cluster or the demo, and the product
-never imports the tests' fakes (tests/fakes, outside the package)."""
+never imports the tests' fakes (tests/fakes, outside the package), and in the scheduler
+only each controller's executor writes through a port."""
 
 from __future__ import annotations
 
@@ -200,3 +201,52 @@ def test_no_module_of_one_component_imports_the_other(component: str, other: str
     modules = [m for m in graph if in_package(m, (component,))]
     reached = {m for start in modules for m in reachable(graph, start)}
     assert sorted(m for m in reached if in_package(m, (other,))) == []
+
+
+# The files allowed to call a port's write methods: each controller's one executor. The
+# Slurm-node controller is a controller of its own (its drains and resumes, their Events
+# and the Pods' `drain-explained` annotation), with its executor in its one file.
+EXECUTORS = {"sunk.scheduler.pod_executor", "sunk.scheduler.slurmnodes"}
+# What the ports offer that only reads (a read added to a port is named here; until it is,
+# the test below takes it for a write).
+PORT_READS = {"get", "dialect", "submission", "owner_name", "jobs", "job", "job_group", "nodes", "node"}
+
+
+def port_writes() -> set[str]:
+    """The write methods of the scheduler's ports (`KubePort`, `SlurmPort`) and of the
+    Event recorder that writes through them, read from their own source, so a write added
+    to a port is checked without this test changing."""
+    found = set()
+    for path, classes in (
+        (ROOT / "scheduler" / "ports.py", {"KubePort", "SlurmPort"}),
+        (ROOT / "kube" / "events.py", {"Recorder"}),
+    ):
+        for cls in ast.walk(ast.parse(path.read_text())):
+            if isinstance(cls, ast.ClassDef) and cls.name in classes:
+                found |= {
+                    f.name
+                    for f in cls.body
+                    if isinstance(f, ast.FunctionDef | ast.AsyncFunctionDef) and not f.name.startswith("_")
+                }
+    return found - PORT_READS
+
+
+def test_issue54_only_the_executors_call_a_ports_write_methods() -> None:
+    """Catches: a collaborator of the Pod controller (submitting, binding, the PodGroup
+    steps, re-adoption, job IDs) writing to Kubernetes or Slurm itself again, so that who
+    writes what is no longer found in one file. A call is matched by the method's name
+    alone: no other method in the scheduler may share a port write's name."""
+    writes = port_writes()
+    assert {"bind", "patch_pod", "delete_pod", "submit", "cancel", "release_job", "drain", "event"} <= writes
+    calls = []
+    for path in sorted((ROOT / "scheduler").rglob("*.py")):
+        if module_name(path) in EXECUTORS:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Attribute)
+                and node.func.attr in writes
+            ):
+                calls.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} .{node.func.attr}(")
+    assert calls == []

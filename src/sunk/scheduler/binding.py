@@ -1,7 +1,7 @@
 """Binding a Pod to the Node that hosts its job's Slurm node (R4.3, R4.4): the one step
 both the Pod controller and the PodGroup steps end with. Which Node, and whether it may be
-used, is `placement.Placement`'s strict check; this writes the binding and says what its
-`Scheduled` Event must tell (the Pod controller's executor writes it)."""
+used, is `placement.Placement`'s strict check; this has the binding written (`BindPod`) and
+says what its `Scheduled` Event must tell; the Pod controller's executor writes both."""
 
 from __future__ import annotations
 
@@ -14,8 +14,9 @@ from sunk.kube.client import KubeError
 from sunk.metrics import kube_scheduler
 from sunk.runtime.controller import Outcome
 from sunk.runtime.ports import Clock
-from sunk.scheduler.decide.actions import Event, Said
+from sunk.scheduler.decide.actions import BindPod, Event, Said
 from sunk.scheduler.placement import Choice, Placement
+from sunk.scheduler.pod_executor import PodExecutor
 from sunk.scheduler.ports import KubePort
 from sunk.slurm.models import SlurmJob
 
@@ -23,8 +24,9 @@ Json = dict[str, Any]
 
 
 class Binder:
-    def __init__(self, *, kube: KubePort, places: Placement, clock: Clock) -> None:
-        self.kube = kube
+    def __init__(self, *, kube: KubePort, executor: PodExecutor, places: Placement, clock: Clock) -> None:
+        self.kube = kube  # read only: whether a conflicting binding is this one, done before
+        self.executor = executor
         self.clock = clock
         self.places = places
 
@@ -33,10 +35,10 @@ class Binder:
         (`company`: a group's members placed before it, see `Placement.choose`)."""
         return await self.places.choose(pod, job, company)
 
-    async def bind(self, pod: Json, job: SlurmJob, node_name: str, said: Said, note: str = "") -> Outcome:
+    async def bind_to(self, pod: Json, job: SlurmJob, node_name: str, said: Said, note: str = "") -> Outcome:
         meta = pod["metadata"]
         try:
-            await self.kube.bind(meta["namespace"], meta["name"], meta["uid"], node_name)
+            await self.executor.bind_pod(BindPod(pod, node_name))
         except KubeError as err:
             if err.conflict and await self._already_on(pod, node_name):
                 return Outcome()

@@ -21,6 +21,7 @@ from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
 from sunk.scheduler.placement import Placement
 from sunk.scheduler.pod_controller import PodController
+from sunk.scheduler.pod_executor import PodExecutor
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.policy import PolicyFile
 from sunk.scheduler.ports import KubePort, SlurmPort
@@ -70,8 +71,18 @@ def build(
     shared = settings(config)
     memory = Memory(clock)
     places = Placement(slurm=slurm, cluster=cluster, pods=pods, settings=shared, clock=clock)
-    submitter = Submitter(
+    executor = PodExecutor(
         kube=kube,
+        slurm=slurm,
+        recorder=recorder,
+        index=index,
+        memory=memory,
+        prefix=shared.annotation_prefix,
+        clock=clock,
+        placement=config.placement,
+    )
+    submitter = Submitter(
+        executor=executor,
         slurm=slurm,
         cluster=cluster,
         index=index,
@@ -84,10 +95,11 @@ def build(
         placement=config.placement,
         refuse_static_cpu=config.static_cpu_pods == "refuse",
     )
-    binder = Binder(kube=kube, places=places, clock=clock)
+    binder = Binder(kube=kube, executor=executor, places=places, clock=clock)
     gangs = Gangs(
         kube=kube,
         slurm=slurm,
+        executor=executor,
         pods=pods,
         index=index,
         memory=memory,
@@ -97,8 +109,8 @@ def build(
     )
     readopter = Readopter(
         slurm=slurm,
+        executor=executor,
         index=index,
-        memory=memory,
         settings=shared,
         submitter=submitter,
         policy=policy,
@@ -106,12 +118,11 @@ def build(
         clock=clock,
     )
     pod_controller = PodController(
-        kube=kube,
         slurm=slurm,
+        executor=executor,
         pods=pods,
         cluster=cluster,
         index=index,
-        recorder=recorder,
         settings=shared,
         memory=memory,
         submitter=submitter,

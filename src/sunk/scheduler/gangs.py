@@ -11,8 +11,9 @@ sunk.scheduler.decide.group_plan (on sunk.scheduler.translate.gang and sunk.sche
 when a group may be submitted, whether its members agree on one Slurm identity, whether it
 timed out, whether all members may be bound); this module gathers the facts under the
 group's lock and carries the plan's actions out through the collaborators the Pod
-controller is handed too (`Submitter`, `Binder`). What the members are told goes to the
-pass's `Said` list, written by the Pod controller's executor.
+controller is handed too (`Submitter`, `Binder`) and the Pod controller's executor, which
+makes every write (`pod_executor`). What the members are told goes to the pass's `Said`
+list, written by that executor too.
 """
 
 from __future__ import annotations
@@ -32,9 +33,11 @@ from sunk.scheduler.binding import Binder
 from sunk.scheduler.decide import group_plan, pod_state, steps
 from sunk.scheduler.decide.actions import (
     BindMember,
+    CancelJob,
     CheckNodes,
     Event,
     GroupPlan,
+    RecordJob,
     ReleaseGroup,
     Said,
     SetCondition,
@@ -44,6 +47,7 @@ from sunk.scheduler.decide.actions import (
 from sunk.scheduler.decide.group_plan import GROUP_WAIT_S
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
+from sunk.scheduler.pod_executor import PodExecutor
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import KubePort, SlurmPort
 from sunk.scheduler.submitting import Submitter
@@ -69,6 +73,7 @@ class Gangs:
         *,
         kube: KubePort,
         slurm: SlurmPort,
+        executor: PodExecutor,
         pods: PodStore,
         index: JobIndex,
         memory: Memory,
@@ -76,8 +81,9 @@ class Gangs:
         binder: Binder,
         clock: Clock,
     ) -> None:
-        self.kube = kube
-        self.slurm = slurm
+        self.kube = kube  # read only: the PodGroups
+        self.slurm = slurm  # read only: a submitted group's components
+        self.executor = executor
         self.pods = pods
         self.index = index
         self.memory = memory
@@ -197,13 +203,13 @@ class Gangs:
             if isinstance(action, Event | SetCondition):
                 said.append(action)
             elif isinstance(action, SubmitAlone):
-                return await self.submitter.submit(pod, said)
+                return await self.submitter.submit_pod(pod, said)
             elif isinstance(action, SubmitGroup):
                 return await self._submit(action.group, action.members, said)
             elif isinstance(action, ReleaseGroup):
                 return await self.release(action, said)
             elif isinstance(action, BindMember):
-                await self.binder.bind(action.pod, action.job, action.node, said, action.note)
+                await self.binder.bind_to(action.pod, action.job, action.node, said, action.note)
         return Outcome(requeue_after=plan.after)
 
     async def _submit(self, group: gang.PodGroup, members: tuple[Json, ...], said: Said) -> Outcome:
@@ -227,7 +233,7 @@ class Gangs:
             for i, job in enumerate(jobs)
         ]
         try:
-            submitted = await self.submitter.ids.submit(group_submission(parts), len(parts))
+            submitted = await self.submitter.ids.submit_new(group_submission(parts), len(parts))
         except SlurmError as err:
             if isinstance(err, SlurmNoAnswer):
                 for job in jobs:
@@ -257,8 +263,8 @@ class Gangs:
             self.index.observe(job.pod, components[job.pod.uid])
         for pod, job in zip(members, jobs, strict=True):
             try:
-                await self.submitter.record_job(
-                    pod, components[job.pod.uid].job_id, self.submitter.avoid_nodes(pod)
+                await self.executor.record_job(
+                    RecordJob(pod, components[job.pod.uid].job_id, self.submitter.avoid_nodes(pod))
                 )
             except KubeError as err:
                 if not (err.not_found or err.conflict):
@@ -293,7 +299,7 @@ class Gangs:
                 continue  # bound already: its job ending deletes it (never happens before all are)
             avoided = self.submitter.avoid_nodes(pod) + ((avoid[ref.uid],) if ref.uid in avoid else ())
             try:
-                await self.submitter.record_job(pod, None, avoided)
+                await self.executor.record_job(RecordJob(pod, None, avoided))
             except KubeError as err:
                 if not (err.not_found or err.conflict):
                     raise
@@ -301,9 +307,8 @@ class Gangs:
             members.append(pod)
         if avoid:
             kube_scheduler.attempt("placement_rejected")
-        of = f" of PodGroup {action.group}" if action.group else ""  # a claim's release knows only the job
-        log.info("cancelling job %s%s: %s", action.leader, of, action.message)
-        await self.slurm.cancel(action.leader)
+        of = f"PodGroup {action.group}: " if action.group else ""  # a claim's release knows only the job
+        await self.executor.cancel_job(CancelJob(action.leader, of + action.message))
         self.index.expect_cancelled(action.leader)
         if action.group is not None and action.retry_after:
             self._retry_at[action.group] = self.clock.monotonic() + action.retry_after
@@ -324,7 +329,7 @@ class Gangs:
             )
 
     # -- binding all members together --------------------------------------------------------
-    async def bind(self, pod: Json, job: SlurmJob, said: Said) -> Outcome:
+    async def bind_members(self, pod: Json, job: SlurmJob, said: Said) -> Outcome:
         """The group's job runs: check every member's node, then bind them all; if any one
         cannot go where Slurm put it, none is bound and the group gets a new job."""
         leader = job.group_leader

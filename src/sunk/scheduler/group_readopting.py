@@ -10,7 +10,8 @@ Slurm's counter: a lost component's processes may still run under the IDs it wou
 once every component runs on its node, each member names its own. If any member fails the
 check, or Slurm cannot start the new job at once, every member goes, each told why: the
 group is re-adopted whole or not at all. Whoever ends the new job first ends the group
-(each member then names its ended component, and ends with it on its own pass).
+(each member then names its ended component, and ends with it on its own pass). Every
+write is handed as a typed action to the Pod controller's executor (`pod_executor`).
 """
 
 from __future__ import annotations
@@ -184,7 +185,7 @@ class GroupReadoption:
             parts.append(self.readopter.slurm.submission(request, submitter.script, environment))
             names.append((job.pod, job.name, request.comment))
         try:
-            answer = await self.readopter.submitter.ids.submit(
+            answer = await self.readopter.submitter.ids.submit_new(
                 group_submission(parts), len(parts), counter_ok=False
             )
         except SlurmError as err:
@@ -221,11 +222,9 @@ class GroupReadoption:
             return None
         finally:
             if not handed:
-                await self.readopter.slurm.cancel(leader)
-                for member in members:
-                    self.readopter.memory.cancelled[(leader, member["metadata"]["uid"])] = (
-                        self.clock.monotonic()
-                    )
+                why = f"PodGroup {group}'s new job, not handed to its members"
+                uids = [member["metadata"]["uid"] for member in members]
+                await self.readopter.executor.cancel_job(actions.CancelJob(leader, why), *uids)
 
     async def _release(self, leader: int, count: int) -> None:
         """Let every component start (submitted held, as a re-adopted job is, until all is
@@ -234,7 +233,7 @@ class GroupReadoption:
         shows of the job decides."""
         for offset in range(count):
             try:
-                await self.readopter.slurm.release_job(leader + offset)
+                await self.readopter.executor.release_held(actions.ReleaseHeld(leader + offset))
             except SlurmRejected as err:
                 log.info("release of component %s of job %s: %s", leader + offset, leader, err)
 
@@ -268,7 +267,9 @@ class GroupReadoption:
         then a claim whose Pod is gone, settled as any)."""
         submitter = self.readopter.submitter
         try:
-            await submitter.record_job(member, job_id, submitter.avoid_nodes(member), started_at=started_at)
+            await self.readopter.executor.record_job(
+                actions.RecordJob(member, job_id, submitter.avoid_nodes(member), started_at)
+            )
         except KubeError as err:
             if err.not_found or err.conflict:
                 log.info("member %s went while its group was re-adopted (%s)", PodRef.of(member), err)

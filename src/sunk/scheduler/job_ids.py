@@ -22,7 +22,9 @@ counter could hand a person's job the ID of a lost job of ours still running.
 from __future__ import annotations
 
 import logging
+from collections.abc import Awaitable, Callable
 
+from sunk.scheduler.decide.actions import SubmitJob
 from sunk.scheduler.jobs import JobIdsExhausted, JobIndex
 from sunk.scheduler.ports import SlurmPort, SubmitAnswer
 from sunk.slurm.dialect import Submission, with_job_ids
@@ -39,11 +41,16 @@ TRIES = 5
 
 
 class FreshIds:
-    """Submits jobs under IDs never handed out before, where Slurm lets it."""
+    """Submits jobs under IDs never handed out before, where Slurm lets it: it chooses the
+    IDs and what a refusal means; `send` (the Pod controller's executor) makes each
+    submission and answers with Slurm's answer."""
 
-    def __init__(self, slurm: SlurmPort, index: JobIndex) -> None:
+    def __init__(
+        self, slurm: SlurmPort, index: JobIndex, send: Callable[[SubmitJob], Awaitable[SubmitAnswer]]
+    ) -> None:
         self.slurm = slurm
         self.index = index
+        self.send = send
         self.refused = False  # slurmctld did not let this scheduler's token choose
 
     @property
@@ -51,7 +58,7 @@ class FreshIds:
         """Whether submissions ask for their IDs (else Slurm's counter gives them)."""
         return self.slurm.dialect.chooses_job_ids and not self.refused
 
-    async def submit(
+    async def submit_new(
         self, submission: Submission, components: int = 1, *, counter_ok: bool = True
     ) -> SubmitAnswer:
         """Submit under the next unclaimed IDs (`components` of them for a heterogeneous
@@ -68,9 +75,9 @@ class FreshIds:
             if first is None and not counter_ok:
                 raise SlurmRejected("Slurm does not let this scheduler choose job IDs here")
             if first is None:
-                return await self.slurm.submit(submission)
+                return await self.send(SubmitJob(submission))
             try:
-                return await self.slurm.submit(with_job_ids(submission, first))
+                return await self.send(SubmitJob(with_job_ids(submission, first)))
             except SlurmRejected as err:
                 if err.code == DUPLICATE_JOB_ID:
                     log.info("job ID %s is held by a job not seen yet; asking for the next", first)

@@ -8,10 +8,12 @@ where the last process stopped, without a second job for the same Pod.
 
 A pass first settles every job naming the Pod key (`decide.claim_plan`), then gathers
 what the caches and this process's memory say of the Pod (`PodFacts`); `decide.pod_plan`
-returns the step's typed actions, and `_execute` carries them out in order. Submitting,
-binding, re-adopting and the PodGroup steps are collaborators it is handed; they say what
-the Pods must be told, and `_execute` writes it: the one writer of the scheduler's Events
-and PodScheduled reports on Pods (the Slurm-node controller writes its drain Events).
+returns the step's typed actions, and `_execute` takes them in order: an effect goes to
+the executor (`pod_executor.PodExecutor`, the one file of the Pod path that writes to
+Kubernetes or Slurm), a step that reads on the way to the collaborator that owns it
+(submitting, binding, re-adopting, the PodGroup steps). The collaborators hand their own
+writes to the same executor, and say what the Pods must be told, which `_execute` has the
+executor write once the step is done or has failed.
 """
 
 from __future__ import annotations
@@ -19,9 +21,6 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-from sunk import metrics
-from sunk.kube import events as ev
-from sunk.kube.client import KubeError
 from sunk.runtime.controller import Outcome
 from sunk.runtime.ports import Clock
 from sunk.scheduler.binding import Binder
@@ -31,8 +30,9 @@ from sunk.scheduler.gangs import Gangs
 from sunk.scheduler.group_readopting import GroupReadoption
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
+from sunk.scheduler.pod_executor import PodExecutor
 from sunk.scheduler.pods import PodStore
-from sunk.scheduler.ports import KubePort, SlurmPort
+from sunk.scheduler.ports import SlurmPort
 from sunk.scheduler.readopting import Ended, Readopter
 from sunk.scheduler.submitting import Submitter
 from sunk.scheduler.translate import PodRef, Settings, gang, translate
@@ -58,12 +58,11 @@ class PodController:
     def __init__(
         self,
         *,
-        kube: KubePort,
         slurm: SlurmPort,
+        executor: PodExecutor,
         pods: PodStore,
         cluster: ClusterView,
         index: JobIndex,
-        recorder: ev.Recorder,
         settings: Settings,
         memory: Memory,
         submitter: Submitter,
@@ -75,12 +74,11 @@ class PodController:
         placement: str = "slurm",
     ) -> None:
         self.clock = clock
-        self.kube = kube
-        self.slurm = slurm
+        self.slurm = slurm  # read only: what a claim, an ending or a missing job is now
+        self.executor = executor
         self.pods = pods
         self.cluster = cluster
         self.index = index
-        self.recorder = recorder
         self.settings = settings
         self.prefix = settings.annotation_prefix
         self.memory = memory
@@ -89,7 +87,6 @@ class PodController:
         self.gangs = gangs
         self.readopter = readopter
         self.group_readoption = group_readoption
-        self.placement_policy = placement  # --placement
         self.rules = pod_plan.Rules(settings, pack=placement == "pack")
         self._asking_slurm = 0
 
@@ -237,7 +234,7 @@ class PodController:
             return await self._carry_out(ref, pod, job, plan, said)
         finally:
             for report in said:
-                await self._tell(pod, report)
+                await self.executor.tell(pod, report)
 
     async def _carry_out(
         self, ref: PodRef, pod: Json | None, job: SlurmJob | None, plan: actions.PodPlan, said: actions.Said
@@ -246,47 +243,12 @@ class PodController:
             if isinstance(action, actions.ConfirmClaim):
                 if not await self._still_claims(ref, action.job_id):
                     return Outcome()
-            elif isinstance(action, actions.CancelJob):
-                assert job is not None
-                log.info("cancelling Slurm job %s of %s: %s", action.job_id, ref, action.why)
-                await self.slurm.cancel(action.job_id)
-                if action.settles_claim:
-                    self.memory.cancelled[(job.job_id, ref.uid)] = self.clock.monotonic()
-                else:
-                    self.memory.signalled.add((job.job_id, ref.uid))
-            elif isinstance(action, actions.SignalJob):
-                log.info("telling Slurm job %s of %s that %s", action.job_id, ref, action.why)
-                await self.slurm.cancel(action.job_id, signal=action.signal)
-                self.memory.signalled.add((action.job_id, ref.uid))
-            elif isinstance(action, actions.Event | actions.SetCondition):
-                await self._tell(pod, action)
-            elif isinstance(action, actions.DeletePod):
-                assert pod is not None
-                await self._delete(pod)
-            elif isinstance(action, actions.Drain):
-                assert job is not None
-                self.memory.drained.add(job.job_id)  # the placeholder script drains too: one try here
-                problem = await self.slurm.drain(action.node, action.reason)
-                if problem:
-                    await self._tell(pod, actions.Event(ev.NODE_DRAINED, problem, warning=True))
-            elif isinstance(action, actions.Widen):
-                if not await self._widen(ref, action):
-                    return Outcome(requeue_after=1)
+            elif isinstance(action, actions.Effect):
+                if not await self.executor.apply(ref, pod, job, action):
+                    return Outcome(requeue_after=1)  # Slurm would not widen: looked at again
             else:
                 return await self._hand_over(ref, pod, job, action, said)
         return Outcome(requeue_after=plan.after)
-
-    async def _tell(self, pod: Json | None, report: actions.Report) -> None:
-        """Write an Event or the PodScheduled condition on the report's Pod (else the plan's):
-        the scheduler's one place that tells Pods anything."""
-        target = report.pod if report.pod is not None else pod
-        assert target is not None
-        if isinstance(report, actions.Event):
-            await self.recorder.event(target, report.reason, report.note, warning=report.warning)
-        else:
-            written = await self.recorder.condition(target, False, report.reason, report.message)
-            if written and report.reason in pod_state.FINAL_REASONS:
-                self.memory.refused.expect(target["metadata"]["uid"], True)
 
     async def _hand_over(
         self,
@@ -328,7 +290,7 @@ class PodController:
             return await self._bind(pod, job, said)
         if action.step is steps.Step.GROUP_TIMED_OUT:
             return await self.gangs.timed_out(pod, job, said)
-        return await self.gangs.bind(pod, job, said)
+        return await self.gangs.bind_members(pod, job, said)
 
     def report_ending(self, ref: PodRef, job_id: int) -> None:
         """The placeholder script got SIGTERM (Slurm cancels, preempts or times out its job)
@@ -423,15 +385,6 @@ class PodController:
         key = f"{meta['namespace']}/{meta['name']}"
         return bool(meta.get("deletionTimestamp")) or self.memory.deleting.get(key) == meta.get("uid")
 
-    async def _delete(self, pod: Json) -> None:
-        meta = pod["metadata"]
-        try:
-            await self.kube.delete_pod(meta["namespace"], meta["name"], meta["uid"])
-        except KubeError as err:
-            if not (err.not_found or err.conflict):
-                raise
-        self.memory.deleting[f"{meta['namespace']}/{meta['name']}"] = meta["uid"]
-
     # -- an unbound Pod -------------------------------------------------------------------
     async def _find_or_submit(self, pod: Json, said: actions.Said) -> Outcome:
         """No job yet: use one Slurm holds for this Pod (a crash fell between submit and
@@ -444,7 +397,7 @@ class PodController:
         if steps.unanswered_wait(self.memory.unanswered_since(uid), self.index.listed_at, UNANSWERED_GRACE_S):
             return Outcome(requeue_after=1)
         self.memory.answered(uid)
-        return await self.submitter.submit(pod, said)
+        return await self.submitter.submit_pod(pod, said)
 
     # -- widening a pending job's excluded nodes (R9.2, R9.4) ------------------------------
     def _widenable(self, pod: Json, job: SlurmJob | None) -> set[str] | None:
@@ -463,21 +416,6 @@ class PodController:
         needed = set(result.job.avoiding(excluded).excluded_nodes)
         return needed if set(job.excluded_nodes) - needed else None
 
-    async def _widen(self, ref: PodRef, action: actions.Widen) -> bool:
-        """The job gets back the nodes it no longer needs to leave out; False when Slurm
-        would not change them."""
-        try:
-            await self.slurm.set_excluded_nodes(action.job_id, list(action.nodes))
-        except SlurmError as err:
-            # Typically the job started meanwhile (only a pending job's nodes can change):
-            # the next pass binds it, or tries again.
-            log.info("could not widen Slurm job %s of %s: %s", action.job_id, ref, err)
-            return False
-        self.index.expect_excluded(action.job_id, action.nodes)
-        if self.placement_policy == "pack":
-            metrics.PACKING.labels("widened").inc()
-        return True
-
     # -- binding (R4.3, R4.4) -------------------------------------------------------------
     async def _bind(self, pod: Json, job: SlurmJob, said: actions.Said) -> Outcome:
         choice = await self.binder.target(pod, job)
@@ -494,4 +432,4 @@ class PodController:
                 avoid_node=choice.avoid_node,
                 remember=choice.remember,
             )
-        return await self.binder.bind(pod, job, choice.node, said)
+        return await self.binder.bind_to(pod, job, choice.node, said)

@@ -16,6 +16,10 @@ does), and is submitted held and released only once its ID is known to be new. W
 does not let the scheduler choose (22.05's REST API), a job whose ID is not higher than any
 seen is cancelled (it never ran) and another submitted, up to TRIES times.
 
+Every write (the submission, its release, a cancel, the Pod's new job) is handed as a
+typed action to the Pod controller's executor (`pod_executor`); this module reads Slurm
+and decides what comes next from each answer.
+
 Whoever ends the new job before it runs for the Pod (a user's `scancel` of the job squeue
 shows for the Pod, Slurm failing it) ends the Pod with it, as for any job of a Pod: the
 scheduler never takes that end for its own cancel and submits again.
@@ -36,7 +40,7 @@ from sunk.runtime.ports import Clock
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.decide import actions, pod_actions, pod_state, submission
 from sunk.scheduler.jobs import JobIndex
-from sunk.scheduler.memory import Memory
+from sunk.scheduler.pod_executor import PodExecutor
 from sunk.scheduler.policy import PolicyFile
 from sunk.scheduler.ports import SlurmPort
 from sunk.scheduler.submitting import Submitter
@@ -82,19 +86,19 @@ class Readopter:
         self,
         *,
         slurm: SlurmPort,
+        executor: PodExecutor,
         index: JobIndex,
-        memory: Memory,
         settings: Settings,
         submitter: Submitter,
         policy: PolicyFile,
         cluster: ClusterView,
         clock: Clock,
     ) -> None:
-        self.slurm = slurm
+        self.slurm = slurm  # read only: the new job, its node
+        self.executor = executor
         self.clock = clock
         self.cluster = cluster
         self.index = index
-        self.memory = memory
         self.settings = settings
         self.submitter = submitter
         self.policy = policy
@@ -174,7 +178,7 @@ class Readopter:
                 # get higher IDs than this one and say nothing of it.
                 highest = self.index.highest_id
                 try:
-                    job_id = (await self.submitter.ids.submit(held)).job_id
+                    job_id = (await self.submitter.ids.submit_new(held)).job_id
                 except SlurmError as err:
                     if err.retryable:
                         raise
@@ -193,7 +197,7 @@ class Readopter:
             else:
                 return f"Slurm gave {TRIES} new jobs in a row an ID it had handed out before (of a lost job)"
             try:
-                await self.slurm.release_job(job_id)
+                await self.executor.release_held(actions.ReleaseHeld(job_id))
             except SlurmRejected:
                 ended = await self._ended(ref, job_id)
                 if ended is None:
@@ -260,7 +264,7 @@ class Readopter:
         try:
             avoid = self.submitter.avoid_nodes(pod)
             started = job.start_time or int(self.clock.now())
-            await self.submitter.record_job(pod, job.job_id, avoid, started_at=started)
+            await self.executor.record_job(actions.RecordJob(pod, job.job_id, avoid, started))
         except KubeError as err:
             if err.not_found or err.conflict:
                 log.info("Pod %s went while its job was re-adopted (%s)", PodRef.of(pod), err)
@@ -270,5 +274,5 @@ class Readopter:
         return True
 
     async def _cancel(self, ref: PodRef, job_id: int) -> None:
-        await self.slurm.cancel(job_id)
-        self.memory.cancelled[(job_id, ref.uid)] = self.clock.monotonic()
+        why = f"a re-adopted job of {ref} not handed to it"
+        await self.executor.cancel_job(actions.CancelJob(job_id, why), ref.uid)

@@ -1,9 +1,10 @@
 """Giving a Pod its placeholder job (R2, R3, R8.2): vet the Pod, submit its job or adopt
-one Slurm already holds for it, and record the job on the Pod. Both the Pod controller and
+one Slurm already holds for it, and have the job recorded on the Pod. Both the Pod controller and
 the PodGroup steps are handed this; a group submits its members' jobs as one, but vets,
 records and refuses each member as a single Pod. What the Pod must be told (Events, the
-PodScheduled condition) is added to the pass's `Said` list, which the Pod controller's
-executor writes."""
+PodScheduled condition) is added to the pass's `Said` list, and what must be written (the
+submission, the job's annotations, the cancel of a job no Pod took) is handed as a typed
+action to the Pod controller's executor (`pod_executor`), which writes it all."""
 
 from __future__ import annotations
 
@@ -21,9 +22,8 @@ from sunk.runtime.controller import Outcome
 from sunk.scheduler import policy
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.decide import submission
-from sunk.scheduler.decide.actions import Event, Said, SetCondition
+from sunk.scheduler.decide.actions import CancelJob, Event, RecordJob, Said, SetCondition
 from sunk.scheduler.decide.packing import Packing, pack
-from sunk.scheduler.decide.pod_actions import STARTED_AT
 from sunk.scheduler.decide.pod_plan import size
 from sunk.scheduler.decide.problems import placement_problem
 from sunk.scheduler.hooks.auth import HookCredentials
@@ -31,7 +31,8 @@ from sunk.scheduler.job_ids import FreshIds
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
 from sunk.scheduler.placement import Placement
-from sunk.scheduler.ports import KubePort, SlurmPort
+from sunk.scheduler.pod_executor import PodExecutor
+from sunk.scheduler.ports import SlurmPort
 from sunk.scheduler.translate import PlaceholderJob, PodRef, Settings, pod_of_job_name, translate
 from sunk.slurm.dialect import JOB_PATH, mark_environment
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer
@@ -45,7 +46,7 @@ class Submitter:
     def __init__(
         self,
         *,
-        kube: KubePort,
+        executor: PodExecutor,
         slurm: SlurmPort,
         cluster: ClusterView,
         index: JobIndex,
@@ -58,13 +59,13 @@ class Submitter:
         placement: str = "slurm",
         refuse_static_cpu: bool = False,
     ) -> None:
-        self.kube = kube
+        self.executor = executor
         self.slurm = slurm
         self.cluster = cluster
         self.index = index
         # Every job this scheduler submits (a Pod's, a group's, a re-adopted one) asks for
         # an ID never handed out before, where Slurm lets it.
-        self.ids = FreshIds(slurm, index)
+        self.ids = FreshIds(slurm, index, executor.submit_job)
         self.places = places
         self.memory = memory
         self.settings = settings
@@ -102,28 +103,12 @@ class Submitter:
         if not mine:
             return False
         job = max(mine, key=lambda j: j.job_id)
-        await self.record_job(pod, job.job_id, self.avoid_nodes(pod))
+        await self.executor.record_job(RecordJob(pod, job.job_id, self.avoid_nodes(pod)))
         kube_scheduler.attempt("adopted")
         said.append(
             Event(ev.PLACEHOLDER_ADOPTED, f"Found existing Slurm job {job.job_id} for this Pod", pod=pod)
         )
         return True
-
-    async def record_job(
-        self, pod: Json, job_id: int | None, avoid: tuple[str, ...], *, started_at: int | None = None
-    ) -> None:
-        """Write the Pod's job (None: it has none now) and the nodes its jobs must avoid;
-        until the cache shows the new job, the Pod is not judged by the old one.
-        `started_at`: when a re-adopted job started (epoch), the Pod's own record of it."""
-        meta = pod["metadata"]
-        annotations: dict[str, str | None] = {self.prefix + "job-id": str(job_id) if job_id else None}
-        annotations[self.prefix + "avoid-nodes"] = ",".join(avoid) if avoid else None
-        if started_at is not None:
-            annotations[self.prefix + STARTED_AT] = str(started_at)
-        await self.kube.patch_pod(
-            meta["namespace"], meta["name"], meta["uid"], {"metadata": {"annotations": annotations}}
-        )
-        self.memory.job_written.expect(meta["uid"], job_id)
 
     def refuse(self, pod: Json, reason: str, problems: list[str], said: Said) -> Outcome:
         """A final answer (R2.4): Event + condition, and the Pod is never tried again."""
@@ -192,7 +177,7 @@ class Submitter:
             environment["SLURM_CONF"] = os.environ["SLURM_CONF"]
         return environment
 
-    async def submit(self, pod: Json, said: Said) -> Outcome:
+    async def submit_pod(self, pod: Json, said: Said) -> Outcome:
         avoid = self.avoid_nodes(pod)
         prepared = self.prepare(pod, avoid, said)
         if isinstance(prepared, Outcome):
@@ -208,7 +193,7 @@ class Submitter:
             job = dataclasses.replace(job, packed_away=packing.left_out)
         submission = self.slurm.submission(job.request, self.script, self.environment(job))
         try:
-            submitted = await self.ids.submit(submission)
+            submitted = await self.ids.submit_new(submission)
         except SlurmError as err:
             if isinstance(err, SlurmNoAnswer):
                 self.memory.note_unanswered(job.pod.uid)
@@ -220,15 +205,15 @@ class Submitter:
         job_id = submitted.job_id
         self.index.expect_submitted(job.pod, job_id, job.name, job.options.comment)
         try:
-            await self.record_job(pod, job_id, avoid)
+            await self.executor.record_job(RecordJob(pod, job_id, avoid))
         except KubeError as err:
             if not (err.not_found or err.conflict):
                 # The API server failed, not the Pod: the job stays recorded in the index,
                 # so the retry adopts it instead of submitting again.
                 raise
             # The Pod went away or was replaced while we submitted: the job has no owner.
-            log.info("Pod %s changed during submit (%s); cancelling job %s", job.pod, err, job_id)
-            await self.slurm.cancel(job_id)
+            log.info("Pod %s changed during submit (%s)", job.pod, err)
+            await self.executor.cancel_job(CancelJob(job_id, "its Pod changed during submit"))
             return Outcome()
         kube_scheduler.attempt("submitted")
         packed = ""
@@ -283,9 +268,9 @@ class Submitter:
             # No other node can take the Pod now (said on the Pod), or it is refused for good:
             # it stops naming the rejected job before that job is cancelled, so the job's end
             # is not taken for Slurm ending the Pod's job, and it remembers the node.
-            await self.record_job(pod, None, avoid)
+            await self.executor.record_job(RecordJob(pod, None, avoid))
             outcome = prepared
         else:
             outcome = await self._submit_prepared(pod, prepared, avoid, said)
-        await self.slurm.cancel(job.job_id)
+        await self.executor.cancel_job(CancelJob(job.job_id, f"its placement was rejected: {problem}"))
         return outcome

@@ -1,9 +1,11 @@
 """The scheduler's typed actions: one word per idea for every plan its controllers carry
 out (the Pod controller's `pod_plan`, `pod_actions` and `claim_plan`, the PodGroup steps'
 `group_plan`, the Slurm-node controller's `slurm_node`). Where an action means what one of
-the operator's means, it has that action's name. The last few are the Pod controller's
-steps that read Slurm or the API server on the way: its executor hands each to the
-collaborator that owns it.
+the operator's means, it has that action's name. `SubmitJob`, `RecordJob`, `ReleaseHeld`
+and `BindPod` are the writes the Pod controller's collaborators ask its executor for in
+the middle of a step (the answer of one is what the next reads). The last few are the Pod
+controller's steps that read Slurm or the API server on the way: the controller hands each
+to the collaborator that owns it.
 
 Events and PodScheduled reports (`Event`, `SetCondition`) are written by the Pod
 controller's executor alone: its collaborators (submitter, binder, readopter, PodGroup
@@ -17,6 +19,7 @@ from typing import Any, Generic, TypeVar
 
 from sunk.scheduler.decide.steps import Step
 from sunk.scheduler.translate.gang import PodGroup
+from sunk.slurm.dialect import Submission
 from sunk.slurm.models import SlurmJob
 
 Json = dict[str, Any]
@@ -150,6 +153,41 @@ class Widen:
 
 
 @dataclass(frozen=True)
+class SubmitJob:
+    """Send `submission` to Slurm as it is (its job IDs, if any, already chosen); the
+    executor answers with Slurm's answer, which the step that asked goes on with."""
+
+    submission: Submission
+
+
+@dataclass(frozen=True)
+class RecordJob:
+    """Write on `pod` the job it names (None: none now), the nodes its jobs must avoid and,
+    for a re-adopted job, when it started (epoch); until the cache shows the job, the Pod is
+    not judged by the old one."""
+
+    pod: Json
+    job_id: int | None
+    avoid: tuple[str, ...]
+    started_at: int | None = None
+
+
+@dataclass(frozen=True)
+class ReleaseHeld:
+    """Let the held job `job_id` start (a re-adopted job, once its ID is known to be new)."""
+
+    job_id: int
+
+
+@dataclass(frozen=True)
+class BindPod:
+    """Bind `pod` to Node `node` through the binding subresource."""
+
+    pod: Json
+    node: str
+
+
+@dataclass(frozen=True)
 class ConfirmEnding:
     """The job's script said Slurm ends it: read the job and end the Pod only if Slurm agrees."""
 
@@ -209,7 +247,9 @@ class ForGroup:
 Report = Event | SetCondition
 # What a collaborator's step calls for telling Pods, in order, for the executor to write.
 Said = list[Report]
-PodAction = CancelJob | SignalJob | ConfirmClaim | Event | DeletePod | Drain | SetCondition | Widen
+# What the Pod controller's executor carries out of a plan as it stands.
+Effect = CancelJob | SignalJob | Event | DeletePod | Drain | SetCondition | Widen
+PodAction = ConfirmClaim | Effect
 Handover = (
     ConfirmEnding | ConfirmMissing | ConfirmReverted | Readopt | FindOrSubmit | Bind | ForGroup | ReleaseGroup
 )
