@@ -372,6 +372,30 @@ async def test_r5_2_a_pod_whose_job_slurm_ends_is_deleted_saying_why(state: str,
     assert world.kube.reasons("web")[-1] == reason
 
 
+async def test_r5_2_a_pod_is_deleted_only_once_the_event_saying_why_is_written() -> None:
+    """Catches: the Event explaining a deletion lost while the API server was down, and the
+    deletion landing as it came back (a fault run saw two Pods deleted with no word why)."""
+    world = two_nodes()
+    key = await bound(world)
+    world.slurm.end(100, "CANCELLED")
+    world.kube.failures.fail("create_event", KubeError(0, "ClientConnectorError"))
+    with pytest.raises(KubeError):
+        await world.reconcile(key)
+    assert not deleted(world, key)
+    await world.reconcile(key)  # the API server is back: the Event first, then the deletion
+    assert deleted(world, key)
+    assert world.kube.reasons("web")[-1] == "CancelledInSlurm"
+
+
+async def test_r5_2_an_event_the_api_server_refuses_for_good_does_not_keep_the_pod() -> None:
+    world = two_nodes()
+    key = await bound(world)
+    world.slurm.end(100, "CANCELLED")
+    world.kube.failures.fail("create_event", KubeError(422, "invalid"))
+    await world.reconcile(key)
+    assert deleted(world, key)
+
+
 async def test_r5_2_a_job_requeued_by_slurm_under_a_bound_pod_is_cancelled_and_the_pod_deleted() -> None:
     world = two_nodes()
     key = await bound(world)

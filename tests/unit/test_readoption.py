@@ -13,7 +13,7 @@ from sunk.scheduler.jobs import MIN_JOB_AGE_S
 from sunk.scheduler.translate import PodRef, gang
 from sunk.slurm.dataparser import DataParser
 from sunk.slurm.dialect import Submission
-from sunk.slurm.errors import SlurmRejected
+from sunk.slurm.errors import SlurmRejected, SlurmUnavailable
 from sunk.slurm.models import ACTIVE_STATES, SlurmJob
 from tests.fakes.ports import FakeSlurm, FakeSubmitResult
 from tests.fakes.scheduler_world import FakeClock, World, pod
@@ -315,6 +315,31 @@ async def test_issue53_a_gang_slurm_lost_is_readopted_whole_with_one_new_job() -
     assert len(world.slurm.submitted()) == 2 and active_jobs(world) == [102, 103]
 
 
+async def test_issue53_a_gangs_new_job_slurm_loses_too_is_tried_again_not_the_groups_end() -> None:
+    """Catches: every member deleted ("Slurm lost its new job N too") because slurmctld
+    restarted again before it saved the group's new job: tried again, whole."""
+    world = two_nodes()
+    await gang_bound(world)
+    world.slurm.restart_without(100, 101)
+    release = world.slurm.release_job
+
+    async def released_then_lost(job_id: int) -> None:
+        await release(job_id)
+        if job_id == 103:  # its last component: then slurmctld restarts without the job
+            world.slurm.restart_without(102, 103)
+            world.slurm.release_job = release  # type: ignore[method-assign]
+
+    world.slurm.release_job = released_then_lost  # type: ignore[method-assign]
+    with pytest.raises(SlurmUnavailable):
+        await world.reconcile("ns/a")
+    assert not any(call[0] == "delete_pod" for call in world.kube.calls)
+    await world.reconcile("ns/a")
+    assert not any(call[0] == "delete_pod" for call in world.kube.calls)
+    a, b = world.job_id("ns/a"), world.job_id("ns/b")
+    assert a is not None and b == a + 1 and a > 103
+    assert active_jobs(world) == [a, b]
+
+
 async def test_issue53_a_gang_with_one_member_on_a_drained_node_loses_every_member() -> None:
     """Catches: half a group re-adopted. One member's node cannot be given back, so none
     is: every member goes, each told why, and no job is submitted."""
@@ -505,6 +530,54 @@ async def test_issue53_a_job_slurmctld_started_again_on_another_node_is_readopte
     await world.reconcile(KEY)  # the moved job is no longer its Pod's: cancelled, sn-2 freed
     assert (100, None) in world.slurm.cancelled() and active_jobs(world) == [101]
     assert world.kube.notes("PlaceholderJobMoved") == []
+
+
+async def test_issue53_a_new_job_slurm_loses_too_is_tried_again_not_the_pods_end(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Catches: a Pod deleted ("Slurm lost the new job N too") because slurmctld restarted
+    again before it saved the re-adopting job: the first loss is still proven, the node
+    still free, so the pass is tried again with another job (a fault run lost four Pods so)."""
+    monkeypatch.setattr(readopting, "START_WITHIN_S", 0.3)
+    world = two_nodes()
+    await bound(world)
+    world.slurm.restart_without(100)
+    release = world.slurm.release_job
+
+    async def released_then_lost(job_id: int) -> None:
+        await release(job_id)
+        world.slurm.restart_without(job_id)
+        world.slurm.release_job = release  # type: ignore[method-assign]
+
+    world.slurm.release_job = released_then_lost  # type: ignore[method-assign]
+    with pytest.raises(SlurmUnavailable):
+        await world.reconcile(KEY)
+    assert not deleted(world)
+    await world.reconcile(KEY)
+    new = world.job_id(KEY)
+    assert not deleted(world) and new not in (None, 100, 101)
+    assert world.slurm.raw_jobs[new]["job_state"] == ["RUNNING"]
+
+
+async def test_issue53_a_new_job_held_again_by_a_restarted_slurmctld_is_released_again(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Catches: a Pod deleted ("did not start a new job on N at once (JobHeldUser)")
+    because slurmctld came back from state saved before the new job's release."""
+    monkeypatch.setattr(readopting, "START_WITHIN_S", 0.5)
+    world = two_nodes()
+    await bound(world)
+    world.slurm.restart_without(100)
+    release = world.slurm.release_job
+
+    async def release_lost(job_id: int) -> None:
+        world.slurm.calls.append(("release_job", job_id))  # answered, then forgotten
+        world.slurm.release_job = release  # type: ignore[method-assign]
+
+    world.slurm.release_job = release_lost  # type: ignore[method-assign]
+    await world.reconcile(KEY)
+    assert not deleted(world) and world.job_id(KEY) == 101
+    assert [call for call in world.slurm.calls if call[0] == "release_job"] == [("release_job", 101)] * 2
 
 
 async def test_issue53_a_job_put_back_to_pending_whose_node_another_job_took_ends_the_pod(

@@ -105,8 +105,14 @@ class Recorder:
         self._component = component
         self._instance = instance
 
-    async def event(self, pod: Json, reason: str, note: str, *, warning: bool = False) -> None:
-        """Best effort: a lost Event must never stop a scheduling decision."""
+    async def event(
+        self, pod: Json, reason: str, note: str, *, warning: bool = False, explains: bool = False
+    ) -> None:
+        """Best effort: a lost Event must never stop a scheduling decision. Except the one
+        that says why the Pod is about to be deleted (`explains`): while the API server
+        cannot be reached, that failure is raised, so the deletion waits for the Event's
+        next try instead of leaving a Pod deleted with no word why (a fault run saw it: the
+        Event failed as kube-apiserver went down, the deletion landed as it came back)."""
         meta = pod["metadata"]
         regarding = {
             "apiVersion": "v1",
@@ -116,10 +122,17 @@ class Recorder:
             "uid": meta.get("uid"),
             "resourceVersion": meta.get("resourceVersion"),
         }
-        await self.event_on(regarding, reason, note, warning=warning)
+        await self.event_on(regarding, reason, note, warning=warning, raise_unreachable=explains)
 
     async def event_on(
-        self, regarding: Json, reason: str, note: str, *, warning: bool = False, name: str | None = None
+        self,
+        regarding: Json,
+        reason: str,
+        note: str,
+        *,
+        warning: bool = False,
+        name: str | None = None,
+        raise_unreachable: bool = False,
     ) -> bool:
         """An Event about any object (a Pod, a Node). A given `name` makes the Event unique:
         whichever process records it first wins, and a restarted scheduler seeing the same
@@ -133,6 +146,8 @@ class Recorder:
         except KubeError as err:
             if name is not None and err.conflict:
                 return True  # recorded already, by this process before a restart or by another
+            if raise_unreachable and (err.unreachable or err.status >= 500):
+                raise
             log.warning(
                 "could not record event %s on %s %s: %s", reason, regarding["kind"], regarding["name"], err
             )

@@ -34,7 +34,7 @@ from sunk.scheduler.pods import PodStore
 from sunk.scheduler.readopting import POLL_S, START_WITHIN_S, Ended, Readopter
 from sunk.scheduler.translate import PodRef, gang, translate
 from sunk.slurm.dialect import JOB_PATH, Submission, group_submission
-from sunk.slurm.errors import SlurmError, SlurmRejected
+from sunk.slurm.errors import SlurmError, SlurmRejected, SlurmUnavailable
 from sunk.slurm.models import SlurmJob
 
 log = logging.getLogger(__name__)
@@ -243,7 +243,8 @@ class GroupReadoption:
 
     async def _started(self, leader: int, nodes: list[str]) -> list[SlurmJob] | Ended | str:
         """The new job's components once each runs on its member's node, by offset; `Ended`
-        when Slurm ended one first; else why not."""
+        when Slurm ended one first; else why not. A new job Slurm lost whole is tried again
+        (raised as a Slurm error that may pass), as for a single Pod."""
         deadline = self.clock.monotonic() + START_WITHIN_S
         while True:
             components = sorted(await self.readopter.slurm.job_group(leader), key=lambda j: j.het_job_offset)
@@ -257,8 +258,10 @@ class GroupReadoption:
             if len(components) != len(nodes) or self.clock.monotonic() >= deadline:
                 break
             await asyncio.sleep(POLL_S)
+        if not components:  # slurmctld restarted again before it saved the new job
+            raise SlurmUnavailable(f"Slurm lost the group's new job {leader} too (slurmctld restarted again)")
         if len(components) != len(nodes):
-            return f"Slurm lost its new job {leader} too"
+            return f"Slurm lost part of its new job {leader}"
         waiting = ", ".join(sorted({j.reason for j in components if j.pending})) or "not started"
         return f"Slurm did not start its new job {leader} on the members' nodes at once ({waiting})"
 

@@ -239,12 +239,13 @@ class PodController:
     async def _carry_out(
         self, ref: PodRef, pod: Json | None, job: SlurmJob | None, plan: actions.PodPlan, said: actions.Said
     ) -> Outcome:
+        deleting = any(isinstance(action, actions.DeletePod) for action in plan.actions)
         for action in plan.actions:
             if isinstance(action, actions.ConfirmClaim):
                 if not await self._still_claims(ref, action.job_id):
                     return Outcome()
             elif isinstance(action, actions.Effect):
-                if not await self.executor.apply(ref, pod, job, action):
+                if not await self.executor.apply(ref, pod, job, action, deleting=deleting):
                     return Outcome(requeue_after=1)  # Slurm would not widen: looked at again
             else:
                 return await self._hand_over(ref, pod, job, action, said)

@@ -61,10 +61,17 @@ class PodExecutor:
 
     # -- a plan's effects, for the Pod controller's loop ------------------------------------
     async def apply(
-        self, ref: PodRef, pod: Json | None, job: SlurmJob | None, action: actions.Effect
+        self,
+        ref: PodRef,
+        pod: Json | None,
+        job: SlurmJob | None,
+        action: actions.Effect,
+        *,
+        deleting: bool = False,
     ) -> bool:
         """One effect of a Pod controller's plan; False when the plan must stop here (Slurm
-        would not widen)."""
+        would not widen). `deleting`: the plan deletes the Pod, so its Events say why and
+        must be written first (an unreachable API server is raised, not skipped)."""
         if isinstance(action, actions.CancelJob):
             assert job is not None
             log.info("cancelling Slurm job %s of %s: %s", action.job_id, ref, action.why)
@@ -78,7 +85,7 @@ class PodExecutor:
             await self.slurm.cancel(action.job_id, signal=action.signal)
             self.memory.signalled.add((action.job_id, ref.uid))
         elif isinstance(action, actions.Event | actions.SetCondition):
-            await self.tell(pod, action)
+            await self.tell(pod, action, explains=deleting)
         elif isinstance(action, actions.DeletePod):
             assert pod is not None
             await self._delete(pod)
@@ -92,14 +99,16 @@ class PodExecutor:
             return await self._widen(ref, action)
         return True
 
-    async def tell(self, pod: Json | None, report: actions.Report) -> None:
+    async def tell(self, pod: Json | None, report: actions.Report, *, explains: bool = False) -> None:
         """Write an Event or the PodScheduled condition on the report's Pod (else the plan's):
         the scheduler's one place that tells Pods anything (but the Slurm-node controller's
         drain Events)."""
         target = report.pod if report.pod is not None else pod
         assert target is not None
         if isinstance(report, actions.Event):
-            await self.recorder.event(target, report.reason, report.note, warning=report.warning)
+            await self.recorder.event(
+                target, report.reason, report.note, warning=report.warning, explains=explains
+            )
         else:
             written = await self.recorder.condition(target, False, report.reason, report.message)
             if written and report.reason in pod_state.FINAL_REASONS:

@@ -45,7 +45,7 @@ from sunk.scheduler.policy import PolicyFile
 from sunk.scheduler.ports import SlurmPort
 from sunk.scheduler.submitting import Submitter
 from sunk.scheduler.translate import PodRef, Settings, translate
-from sunk.slurm.errors import SlurmError, SlurmRejected
+from sunk.slurm.errors import SlurmError, SlurmRejected, SlurmUnavailable
 from sunk.slurm.models import SlurmJob, SlurmNode
 
 log = logging.getLogger(__name__)
@@ -240,7 +240,10 @@ class Readopter:
 
     async def _started(self, job_id: int, node: str) -> tuple[SlurmJob | None, str | Ended]:
         """The released job once it runs on `node`, or (None, why not), or (None, `Ended`)
-        when Slurm ended it first."""
+        when Slurm ended it first. slurmctld may restart again meanwhile: a job it shows
+        held again lost its release (restored from state saved before it), and is released
+        again; a job it lost as well is no reason to end the Pod (the evidence for the first
+        loss still holds), so the pass is tried again, with a new job."""
         deadline = self.clock.monotonic() + START_WITHIN_S
         job: SlurmJob | None = None
         while True:
@@ -249,9 +252,12 @@ class Readopter:
                 return job, ""
             if job is None or not job.pending or self.clock.monotonic() >= deadline:
                 break
+            if job.reason == "JobHeldUser":
+                log.info("new job %s is held again (slurmctld lost its release): releasing it again", job_id)
+                await self.executor.release_held(actions.ReleaseHeld(job_id))
             await asyncio.sleep(POLL_S)
         if job is None:
-            return None, f"Slurm lost the new job {job_id} too"
+            raise SlurmUnavailable(f"Slurm lost the new job {job_id} too (slurmctld restarted again)")
         if job.ending:
             return None, Ended(job)  # never cancelled here: someone else, or Slurm itself
         if job.pending:
