@@ -340,6 +340,32 @@ async def test_issue53_a_gangs_new_job_slurm_loses_too_is_tried_again_not_the_gr
     assert active_jobs(world) == [a, b]
 
 
+async def test_issue53_a_gang_whose_job_slurmctld_put_back_to_pending_is_readopted_whole(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Catches: every member of a running PodGroup deleted because a slurmctld restarted
+    from older state lists the group's job PENDING again (a fault run deleted seven
+    members so): the whole group gets one new job on its members' nodes, and the PENDING
+    job, no longer theirs, is cancelled."""
+    monkeypatch.setattr(readopting, "START_WITHIN_S", 0.3)
+    world = two_nodes()
+    await gang_bound(world)
+    revert(world, 100)
+    revert(world, 101)
+    await world.list_jobs()
+    await world.reconcile("ns/a")
+    assert not any(call[0] == "delete_pod" for call in world.kube.calls)
+    body = [call[2].body for call in world.slurm.calls if call[0] == "submit"][-1]
+    assert [spec["required_nodes"] for spec in body["jobs"]] == [["sn-1"], ["sn-2"]]
+    assert (world.job_id("ns/a"), world.job_id("ns/b")) == (102, 103)
+    notes = world.kube.notes("PlaceholderReadopted")
+    assert len(notes) == 2 and all("lost the start of" in n for n in notes)
+    await world.reconcile("ns/a")
+    await world.reconcile("ns/b")
+    assert not any(call[0] == "delete_pod" for call in world.kube.calls)
+    assert active_jobs(world) == [102, 103]
+
+
 async def test_issue53_a_gang_with_one_member_on_a_drained_node_loses_every_member() -> None:
     """Catches: half a group re-adopted. One member's node cannot be given back, so none
     is: every member goes, each told why, and no job is submitted."""

@@ -126,18 +126,30 @@ class GroupReadoption:
         name = member["metadata"]["name"]
         job_id = self._job_id(member)
         known = self.readopter.index.get(job_id) if job_id is not None else None
+        pending_again = False
         if known is not None and known[0].uid == member["metadata"]["uid"] and known[1].active:
-            return f"member {name}'s job {job_id} is still in Slurm ({known[1].state})"
-        found = await self.readopter.evidence(member)
+            if job_id is None or not pod_actions.reverted(member, known[1]):
+                return f"member {name}'s job {job_id} is still in Slurm ({known[1].state})"
+            # PENDING again: Slurm lost its start, not the job; the member's record is the
+            # evidence, at any age (nothing was purged), as for a single Pod.
+            pending_again = True
+            found = await self.readopter.reverted_evidence(member, job_id)
+        else:
+            found = await self.readopter.evidence(member)
         if found.last is not None and found.node is not None and pod_actions.not_registered(found.node):
             return REGISTER_WAIT_S
         now = self.clock.now()
         problem = pod_actions.why_not_readopted(member, found.last, found.node, set(found.hosts), now)
         if problem is not None:
-            return f"member {name}'s job {job_id} no longer exists in Slurm{problem}"
+            state = (
+                "is PENDING again although it had started" if pending_again else "no longer exists in Slurm"
+            )
+            return f"member {name}'s job {job_id} {state}{problem}"
         assert found.last is not None
         left = pod_actions.time_left_min(found.last, now)
-        return actions.Readopt(found.last.job_id, found.last.nodes[0], left, group)
+        return actions.Readopt(
+            found.last.job_id, found.last.nodes[0], left, group, pending_again=pending_again
+        )
 
     def _refused(
         self, why: str, members: list[Json], judged: list[tuple[Json, actions.Readopt]]
@@ -212,8 +224,10 @@ class GroupReadoption:
                 if await self._record(
                     member, component.job_id, component.start_time or int(self.clock.now())
                 ):
+                    what = "the start of job" if lost.pending_again else "job"
                     note = (
-                        f"Slurm lost job {lost.old_job} (slurmctld restarted without it) while this Pod ran; "
+                        f"Slurm lost {what} {lost.old_job} (slurmctld restarted without it) "
+                        "while this Pod ran; "
                         f"component {component.job_id} of its PodGroup {group}'s new job {leader} holds its "
                         f"resources on {lost.node} again"
                     )

@@ -205,8 +205,9 @@ class PodController:
         """Delete the Pod, saying why; drain the node if the Pod outlives KillWait. A job
         PENDING again (the placeholder's call comes as slurmd kills what slurmctld forgot
         it started) is re-adopted instead."""
-        if pod_actions.reverted(pod, job) and not gang.group_of(pod) and not self._being_deleted(pod):
-            return await self._confirm_reverted(pod, job.job_id)
+        if pod_actions.reverted(pod, job) and not self._being_deleted(pod):
+            plan = pod_actions.for_reverted(job, gang.group_of(pod))
+            return await self._execute(PodRef.of(pod), pod, job, plan)
         uid = pod["metadata"]["uid"]
         leader = self.index.get(job.group_leader) if job.group_leader else None
         plan = pod_actions.for_ending_job(

@@ -250,6 +250,15 @@ def reverted(pod: Json, job: SlurmJob) -> bool:
     return bound and job.state == "PENDING" and not job.restarts and not finished(pod)
 
 
+def for_reverted(job: SlurmJob, group: str | None) -> PodPlan:
+    """`job` is `reverted`: a single Pod's job is read again before it is re-adopted; a
+    PodGroup's member hands over to the group's re-adoption, which judges every member
+    and re-adopts the whole group with one new job, or ends every member."""
+    if group is None:
+        return Plan((ConfirmReverted(job.job_id),))
+    return Plan((Readopt(job.job_id, "", None, group, pending_again=True),))
+
+
 def lost_start(pod: Json, job: SlurmJob, hosts: set[str]) -> bool:
     """Slurm lost the start of the bound Pod's job, never requeued: it lists the job PENDING
     again (`reverted`), or has started it again on a Slurm node other Nodes host (`moved`:

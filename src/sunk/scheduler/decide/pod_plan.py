@@ -20,7 +20,6 @@ from sunk.scheduler.decide.actions import (
     Bind,
     ConfirmEnding,
     ConfirmMissing,
-    ConfirmReverted,
     Event,
     FindOrSubmit,
     ForGroup,
@@ -87,9 +86,10 @@ def plan(facts: PodFacts, rules: Rules, *, synced: bool, now: float) -> PodPlan:
         assert facts.job_id is not None
         return Plan((ConfirmEnding(facts.job_id),))
     assert job is not None  # every other step is about the Pod's job
-    reverted = pod_actions.reverted(pod, job) and not facts.group and not facts.being_deleted
+    reverted = pod_actions.reverted(pod, job) and not facts.being_deleted
     if step is steps.Step.END_POD and reverted:
-        return Plan((ConfirmReverted(job.job_id),))  # Slurm lost its start: re-adopt it
+        # Slurm lost its start: re-adopt it (a PodGroup's member: the whole group, or none).
+        return pod_actions.for_reverted(job, facts.group)
     if step is steps.Step.END_POD:
         return pod_actions.for_ending_job(
             pod,
