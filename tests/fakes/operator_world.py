@@ -1,10 +1,11 @@
 """The NodeSet controller's world in memory: Nodes, Pods and NodeSets in informer caches,
-fakes of its two ports, and a kubelet and slurmd stand-in that move members along."""
+the fakes of its two ports (Slurm's shared with the scheduler's tests), and a kubelet and
+slurmd stand-in that move members along."""
 
 from __future__ import annotations
 
 import re
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from typing import Any
 
 from sunk.kube.events import Recorder
@@ -16,10 +17,8 @@ from sunk.operator.hardware import gres_in_conf
 from sunk.operator.nodeset import API_VERSION
 from sunk.operator.view import SlurmView
 from sunk.runtime.controller import Outcome
-from sunk.slurm.diag import SlurmDiag
-from sunk.slurm.errors import SlurmError, SlurmUnavailable
-from sunk.slurm.models import SlurmJob, SlurmNode
-from tests.fakes.ports import Failures, FakeKube, MemoryCache
+from tests.fakes.ports import FakeKube, MemoryCache
+from tests.fakes.slurm import FakeSlurm
 
 Json = dict[str, Any]
 NAMESPACE = "slurm"
@@ -27,132 +26,6 @@ SETTINGS = m.Settings("slurm", "slurm-controller.slurm.svc.cluster.local:6817", 
 IMAGE = "registry.example/slurmd:24.11"
 NOW = "2026-11-24T12:00:00Z"
 NOW_S = 1795521600  # NOW in epoch seconds
-
-
-class FakeOperatorSlurm:
-    """slurmctld's node records and partitions; every call logged in `calls`."""
-
-    def __init__(self, partitions: tuple[str, ...] = ("batch",)) -> None:
-        self.records: dict[str, SlurmNode] = {}
-        self.running: dict[int, SlurmJob] = {}
-        self.partition_names = set(partitions)
-        self.max_time_min: dict[str, int | None] = {}  # MaxTime by partition; absent: none
-        self.calls: list[tuple[str, ...]] = []
-        self.failures = Failures()
-        self.clock = NOW_S  # what slurmctld stamps a drain with (epoch seconds)
-        self.statistics = SlurmDiag(server_thread_count=1)  # what /diag answers
-
-    def fail(self, call: str, error: SlurmError | None = None, times: int = 1) -> None:
-        self.failures.fail(call, error or SlurmUnavailable("slurmrestd is down"), times)
-
-    async def nodes(self) -> list[SlurmNode]:
-        self.failures.check("nodes")
-        return list(self.records.values())
-
-    async def partitions(self) -> dict[str, int | None]:
-        self.failures.check("partitions")
-        return {name: self.max_time_min.get(name) for name in sorted(self.partition_names)}
-
-    async def jobs(self) -> list[SlurmJob]:
-        self.failures.check("jobs")
-        return list(self.running.values())
-
-    async def diag(self) -> SlurmDiag:
-        self.failures.check("diag")
-        return self.statistics
-
-    async def cancel(self, job_id: int) -> None:
-        self.failures.check("cancel")
-        self.calls.append(("cancel", str(job_id)))
-        job = self.running.pop(job_id, None)
-        if job is not None and not any(job.nodes[0] in j.nodes for j in self.running.values()):
-            self.end_jobs(job.nodes[0])
-
-    async def delete_node(self, name: str) -> None:
-        self.failures.check("delete_node")
-        self.calls.append(("delete_node", name))
-        self.records.pop(name, None)
-
-    async def drain(self, node: str, reason: str) -> str | None:
-        self.calls.append(("drain", node, reason))
-        record = self.records[node]
-        self.records[node] = replace(
-            record, flags=(*record.flags, "DRAIN"), reason=reason, reason_changed_at=self.clock
-        )
-        return None
-
-    async def resume(self, node: str) -> str | None:
-        """Lifts a drain and a DOWN alike, as `scontrol update state=resume` does."""
-        self.calls.append(("resume", node))
-        record = self.records[node]
-        state = "idle" if record.state.lower() == "down" else record.state
-        flags = tuple(f for f in record.flags if f not in ("DRAIN", "NOT_RESPONDING"))
-        self.records[node] = replace(record, state=state, flags=flags, reason="")
-        return None
-
-    async def mark_down(self, node: str, reason: str) -> str | None:
-        """DOWN under `reason`; a drain flag stays (slurmctld keeps it), a COMPLETING one
-        goes (slurmctld ends the work of a node it marks DOWN)."""
-        self.calls.append(("mark_down", node, reason))
-        record = self.records[node]
-        flags = tuple(f for f in record.flags if f != "COMPLETING")
-        self.records[node] = replace(
-            record, state="down", flags=flags, reason=reason, reason_changed_at=self.clock
-        )
-        return None
-
-    def register(
-        self,
-        name: str,
-        *,
-        address: str = "10.1.0.9",
-        state: str = "IDLE",
-        alloc_cpus: int = 0,
-        gres: tuple[tuple[str, int], ...] = (),
-        features: tuple[str, ...] = (),
-    ) -> None:
-        self.records[name] = SlurmNode(
-            name,
-            state.lower(),
-            (),
-            "",
-            cpus=4,
-            alloc_cpus=alloc_cpus,
-            address=address,
-            gres=gres,
-            features=features,
-        )
-
-    def run_job(self, name: str, *, end_time: int = 0) -> int:
-        """A job starts on node `name`; returns its ID."""
-        job_id = 100 + len(self.running) + len(self.calls)
-        while job_id in self.running:
-            job_id += 1
-        self.running[job_id] = SlurmJob(
-            job_id, f"job-{job_id}", "RUNNING", "", (name,), "", 0, 0, "batch", 60, 1, end_time=end_time
-        )
-        words = self.records[name].flags
-        self.records[name] = replace(self.records[name], state="allocated", alloc_cpus=1, flags=words)
-        return job_id
-
-    def queue_job(self, partition: str = "batch", reason: str = "Resources", constraint: str = "") -> int:
-        """A job that waits in `partition` (asking for the features of `constraint`); returns its ID."""
-        job_id = 500 + len(self.running)
-        while job_id in self.running:
-            job_id += 1
-        self.running[job_id] = SlurmJob(
-            job_id, f"job-{job_id}", "PENDING", reason, (), "", 0, 0, partition, 60, 1, features=constraint
-        )
-        return job_id
-
-    def end_jobs(self, name: str) -> None:
-        for job_id in [j for j, job in self.running.items() if name in job.nodes]:
-            del self.running[job_id]
-        self.records[name] = replace(self.records[name], state="idle", alloc_cpus=0)
-
-    def drain_as_admin(self, name: str, reason: str = "bad DIMM") -> None:
-        record = self.records[name]
-        self.records[name] = replace(record, flags=(*record.flags, "DRAIN"), reason=reason)
 
 
 def node(
@@ -203,7 +76,7 @@ class OperatorWorld:
     nodes: MemoryCache = field(default_factory=MemoryCache)
     pods: MemoryCache = field(default_factory=MemoryCache)
     nodesets: MemoryCache = field(default_factory=MemoryCache)
-    slurm: FakeOperatorSlurm = field(default_factory=FakeOperatorSlurm)
+    slurm: FakeSlurm = field(default_factory=lambda: FakeSlurm(now=lambda: NOW_S))
     now: str = NOW
     settings: m.Settings = SETTINGS
     refreshes: int = 0
@@ -315,21 +188,22 @@ class OperatorWorld:
         """Every member registered drained for its first health check run has had a clean
         one: the runner lifts that drain itself (scontrol, not the operator's call). The
         operator's own hand-overs (`sunk-hc: verify: NodeSet ...`) stay for a test to lift."""
-        for name, record in list(self.slurm.records.items()):
+        for name in list(self.slurm.raw_nodes):
+            record = self.slurm.record(name)
             if record.drained and record.reason == m.FIRST_CHECK_REASON:
                 flags = tuple(f for f in record.flags if f != "DRAIN")
-                self.slurm.records[name] = replace(record, flags=flags, reason="")
+                self.slurm.update_node(name, flags=flags, reason="")
 
     def slurmd(self) -> None:
         """Every running member registers (its record appears, idle, with the GRES of its
         `--conf`; drained when its `--conf` says State=DRAIN, as slurmctld makes it)."""
         for pod in self.pods.store.values():
             name = pod["metadata"]["labels"].get(m.SLURM_NODE_LABEL)
-            if name and pod["status"].get("phase") == "Running" and name not in self.slurm.records:
+            if name and pod["status"].get("phase") == "Running" and name not in self.slurm.raw_nodes:
                 conf = pod["metadata"]["annotations"].get(m.SLURMD_CONF, "")
-                self.slurm.register(
+                self.slurm.add_node(
                     name,
-                    address=f"10.64.0.{len(self.slurm.records) + 2}",
+                    address=f"10.64.0.{len(self.slurm.raw_nodes) + 2}",
                     gres=tuple(gres_in_conf(conf)),
                     features=tuple(sorted(in_conf(conf))),
                 )

@@ -20,7 +20,9 @@ from sunk.scheduler.pods import PodStore
 from sunk.scheduler.policy import PERMISSIVE, PolicyFile
 from sunk.scheduler.translate import gang
 from tests.fakes import ports
-from tests.fakes.ports import FakeKube, FakeSlurm, MemoryCache
+from tests.fakes import slurm as slurm_fake
+from tests.fakes.ports import FakeKube, MemoryCache
+from tests.fakes.slurm import FakeSlurm
 
 Json = dict[str, Any]
 SCHEDULER = "sunk"
@@ -97,7 +99,7 @@ class FakeClock:
     also stands in for theirs (`monkeypatch.setattr(module, "time", clock)` for each of
     `FakeClock.TIME_READERS`), keeping one time for all."""
 
-    TIME_READERS: tuple[ModuleType, ...] = (jobs, ports)
+    TIME_READERS: tuple[ModuleType, ...] = (jobs, ports, slurm_fake)
 
     def __init__(self) -> None:
         self.offset = 0.0

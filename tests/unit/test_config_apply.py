@@ -22,7 +22,7 @@ from sunk.operator.config_apply import (
     partitions_in,
 )
 from sunk.slurm.errors import SlurmUnavailable
-from sunk.slurm.models import SlurmJob
+from tests.fakes.slurm import FakeSlurm
 
 Json = dict[str, Any]
 OLD = {"slurm.conf": "ClusterName=c\nPartitionName=main Nodes=ALL\nPartitionName=extra Nodes=ALL\n"}
@@ -62,26 +62,12 @@ class FakeKube:
         return [e["reason"] for e in self.events]
 
 
-class FakeSlurm:
-    def __init__(self) -> None:
-        self.running: list[SlurmJob] = []
-        self.reconfigures = 0
-        self.listing_fails = False
-        self.reconfigure_fails = False
-
-    async def jobs(self) -> list[SlurmJob]:
-        if self.listing_fails:
-            raise SlurmUnavailable("slurmrestd is restarting")
-        return self.running
-
-    async def reconfigure(self) -> None:
-        if self.reconfigure_fails:
-            raise SlurmUnavailable("slurmctld did not answer")
-        self.reconfigures += 1
-
-
-def job(job_id: int, partition: str) -> SlurmJob:
-    return SlurmJob(job_id, f"j{job_id}", "RUNNING", "None", (), "", 0, 0, partition, None, None)
+def running(slurm: FakeSlurm, jobs: dict[int, str]) -> None:
+    """Slurm lists these jobs (ID → partition) as running, and no other."""
+    slurm.raw_jobs.clear()
+    for job_id, partition in jobs.items():
+        slurm.next_id = job_id
+        slurm.run_job(f"node-{job_id}", partition=partition)
 
 
 def mount(directory: Path, files: dict[str, str]) -> None:
@@ -178,7 +164,7 @@ def test_r10_3_a_change_dropping_a_partition_a_job_uses_is_held_naming_the_job_u
     tmp_path: Path,
 ) -> None:
     kube, slurm = old_applied_new_wanted()
-    slurm.running = [job(41, "extra"), job(42, "main")]
+    running(slurm, {41: "extra", 42: "main"})
     mount(tmp_path, NEW)
     a = applier(tmp_path, kube, slurm)
     assert "partition extra: jobs 41" in step(a)
@@ -187,7 +173,7 @@ def test_r10_3_a_change_dropping_a_partition_a_job_uses_is_held_naming_the_job_u
     assert kube.reasons() == ["ConfigurationHeld"]
     assert "jobs 41 still use it" in kube.events[0]["note"]
     assert kube.cm["metadata"]["annotations"][HELD_HASH] == config_hash(NEW)
-    slurm.running = [job(42, "main")]
+    running(slurm, {42: "main"})
     step(a)
     assert slurm.reconfigures == 1
     assert HELD_HASH not in kube.cm["metadata"]["annotations"]
@@ -195,7 +181,7 @@ def test_r10_3_a_change_dropping_a_partition_a_job_uses_is_held_naming_the_job_u
 
 def test_r10_3_a_failed_job_listing_applies_nothing(tmp_path: Path) -> None:
     kube, slurm = old_applied_new_wanted()
-    slurm.listing_fails = True
+    slurm.fail("jobs")
     mount(tmp_path, NEW)
     assert "cannot list Slurm's jobs" in step(applier(tmp_path, kube, slurm))
     assert slurm.reconfigures == 0
@@ -204,13 +190,12 @@ def test_r10_3_a_failed_job_listing_applies_nothing(tmp_path: Path) -> None:
 
 def test_r10_3_a_failed_reconfigure_is_reported_and_tried_again(tmp_path: Path) -> None:
     kube, slurm = old_applied_new_wanted()
-    slurm.reconfigure_fails = True
+    slurm.fail("reconfigure", SlurmUnavailable("slurmctld did not answer"))
     mount(tmp_path, NEW)
     a = applier(tmp_path, kube, slurm)
     step(a)
     assert kube.cm["metadata"]["annotations"][APPLIED_HASH] == config_hash(OLD)
     assert kube.reasons() == ["ReconfigureFailed"]
-    slurm.reconfigure_fails = False
     step(a)
     assert slurm.reconfigures == 1
     assert kube.cm["metadata"]["annotations"][APPLIED_HASH] == config_hash(NEW)
@@ -283,11 +268,12 @@ def test_issue50_a_held_change_and_a_failed_reconfigure_are_counted(tmp_path: Pa
     invisible to Prometheus."""
     kube, slurm = old_applied_new_wanted()
     mount(tmp_path, NEW)
-    slurm.running = [job(7, "extra")]
+    running(slurm, {7: "extra"})
     a = applier(tmp_path, kube, slurm)
     step(a)
     assert metric(a, "sunk_slurm_config_held") == 1
-    slurm.running, slurm.reconfigure_fails = [], True
+    running(slurm, {})
+    slurm.fail("reconfigure", SlurmUnavailable("slurmctld did not answer"))
     step(a)
     assert metric(a, "sunk_slurm_config_held") == 0
     assert metric(a, "sunk_slurm_config_reconfigure_failures_total") == 1

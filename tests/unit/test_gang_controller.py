@@ -225,7 +225,7 @@ async def test_r9_1_a_rejected_placement_cancels_the_groups_job_and_releases_its
 
 async def test_r9_1_the_next_job_of_a_rejected_group_keeps_the_member_off_the_node_refused() -> None:
     world = await submitted()
-    world.slurm.set_drained("sn-2")
+    world.slurm.drain_as_admin("sn-2")
     run(world)
     await world.reconcile(A)
     assert (annotation(world, A, "avoid-nodes"), annotation(world, B, "avoid-nodes")) == (None, "sn-2")

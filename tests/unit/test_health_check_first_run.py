@@ -119,14 +119,14 @@ async def test_the_operator_neither_resumes_nor_counts_a_member_waiting_for_its_
     wait shown as a failed check (the unhealthy count, a HealthCheckFailed Event)."""
     w = world()
     await started(w)
-    record = w.slurm.records[MEMBER]
+    record = w.slurm.record(MEMBER)
     assert record.drained and record.reason == m.FIRST_CHECK_REASON
     assert [c for c in w.slurm.calls if c[0] in ("resume", "drain")] == []
     assert w.status("a")["unhealthy"] == 0
     assert "HealthCheckFailed" not in w.kube.reasons()
     w.first_checks()  # the runner's first clean run
     await w.reconcile("a")
-    assert not w.slurm.records[MEMBER].drained
+    assert not w.slurm.record(MEMBER).drained
 
 
 async def test_a_node_fault_takes_over_a_member_waiting_for_its_first_run() -> None:
@@ -147,4 +147,4 @@ async def test_a_node_fault_takes_over_a_member_waiting_for_its_first_run() -> N
         }
     )
     await w.reconcile("a")
-    assert w.slurm.records[MEMBER].reason == "sunk-node: KernelDeadlock: task docker:7 blocked"
+    assert w.slurm.record(MEMBER).reason == "sunk-node: KernelDeadlock: task docker:7 blocked"

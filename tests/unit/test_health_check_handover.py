@@ -122,8 +122,8 @@ async def test_issue51_scaling_back_up_hands_our_drain_to_the_checks_and_never_r
     w.nodesets.get("slurm/a")["spec"]["replicas"] = 2  # type: ignore[index]
     await w.settle("a")
     assert [c for c in w.slurm.calls if c[0] == "resume"] == []
-    assert w.slurm.records[scaled_in].reason == hc.verify_reason("a")
-    assert w.slurm.records["a-001-012"].reason == "sunk-hc: gpus: sees 7 of 8 GPUs"
+    assert w.slurm.record(scaled_in).reason == hc.verify_reason("a")
+    assert w.slurm.record("a-001-012").reason == "sunk-hc: gpus: sees 7 of 8 GPUs"
 
 
 async def test_issue51_a_member_made_before_the_checks_were_on_is_resumed_as_before() -> None:

@@ -17,8 +17,8 @@ from sunk.scheduler.translate import gang
 from sunk.slurm.dialect import Submission
 from sunk.slurm.errors import SlurmUnavailable
 from sunk.slurm.models import SlurmJob
-from tests.fakes.ports import FakeSlurm
 from tests.fakes.scheduler_world import World, pod
+from tests.fakes.slurm import FakeSlurm
 
 
 def two_nodes() -> World:

@@ -49,7 +49,7 @@ async def world(*, checks: bool = False, runner: bool = True) -> OperatorWorld:
     await w.settle("a")
     if checks and not runner:
         w = w.restarted_with(replace(settings, health_checks_configmap="r1-health-checks"))
-    assert w.slurm.records[MEMBER].state == "idle"
+    assert w.slurm.record(MEMBER).state == "idle"
     return w
 
 
@@ -81,7 +81,7 @@ async def test_issue51_a_lost_machines_member_is_marked_down_with_the_nodes_cond
     await w.reconcile("a")
     reason = "sunk-node: Ready=Unknown (NodeStatusUnknown): Kubelet stopped posting node status."
     assert calls(w, "mark_down") == [("mark_down", MEMBER, reason)]
-    assert w.slurm.records[MEMBER].state == "down"
+    assert w.slurm.record(MEMBER).state == "down"
     assert nf.NODE_LOST in w.kube.reasons()
 
 
@@ -118,7 +118,7 @@ async def test_issue51_a_member_is_resumed_when_its_machine_is_back() -> None:
     well_again(w)
     await w.reconcile("a")
     assert calls(w, "resume") == [("resume", MEMBER)]
-    assert w.slurm.records[MEMBER].state == "idle"
+    assert w.slurm.record(MEMBER).state == "idle"
     assert nf.NODE_BACK in w.kube.reasons()
 
 
@@ -130,7 +130,7 @@ async def test_issue51_with_checks_on_a_member_back_from_a_lost_machine_waits_fo
     well_again(w)
     await w.reconcile("a")
     assert calls(w, "resume") == []
-    assert w.slurm.records[MEMBER].reason == hc.verify_reason("a")
+    assert w.slurm.record(MEMBER).reason == hc.verify_reason("a")
 
 
 async def test_issue51_a_member_made_before_the_checks_is_resumed_after_a_lost_machine() -> None:
@@ -156,13 +156,13 @@ async def test_issue51_someone_elses_drain_is_not_replaced_by_a_down(reason: str
     well_again(w)
     await w.reconcile("a")
     assert calls(w, "mark_down") == [] and calls(w, "resume") == []
-    assert w.slurm.records[MEMBER].reason == reason
+    assert w.slurm.record(MEMBER).reason == reason
 
 
 async def test_issue51_slurms_own_down_is_left_to_slurm() -> None:
     """Catches: the operator rewriting or lifting Slurm's "Not responding" DOWN."""
     w = await world()
-    w.slurm.records[MEMBER] = replace(w.slurm.records[MEMBER], state="down", reason="Not responding")
+    w.slurm.update_node(MEMBER, state="down", reason="Not responding")
     set_condition(w, LOST)
     await w.reconcile("a")
     well_again(w)
@@ -197,7 +197,7 @@ async def test_issue51_a_cleared_fault_returns_the_member() -> None:
     well_again(w)
     await w.reconcile("a")
     assert calls(w, "resume") == [("resume", MEMBER)]
-    assert not w.slurm.records[MEMBER].drained
+    assert not w.slurm.record(MEMBER).drained
 
 
 async def test_issue51_with_checks_on_a_cleared_fault_is_handed_to_them() -> None:
@@ -208,7 +208,7 @@ async def test_issue51_with_checks_on_a_cleared_fault_is_handed_to_them() -> Non
     well_again(w)
     await w.reconcile("a")
     assert calls(w, "resume") == []
-    assert w.slurm.records[MEMBER].reason == hc.verify_reason("a")
+    assert w.slurm.record(MEMBER).reason == hc.verify_reason("a")
 
 
 async def test_issue51_a_fault_leaves_an_administrators_drain_alone() -> None:
@@ -220,7 +220,7 @@ async def test_issue51_a_fault_leaves_an_administrators_drain_alone() -> None:
     well_again(w)
     await w.reconcile("a")
     assert calls(w, "drain") == [] and calls(w, "resume") == []
-    assert w.slurm.records[MEMBER].reason == "bad DIMM"
+    assert w.slurm.record(MEMBER).reason == "bad DIMM"
 
 
 async def test_issue51_a_checks_drain_shows_on_the_node_as_a_condition() -> None:

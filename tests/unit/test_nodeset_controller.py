@@ -200,7 +200,7 @@ async def test_r10_2_the_member_pod_mounts_only_the_slurm_key_and_points_at_slur
 
 async def test_r10_2_a_stale_record_with_the_members_name_is_deleted_before_its_pod_is_created() -> None:
     world = world_with_nodes(1)
-    world.slurm.register("a-001-011", address="10.64.7.7")  # an earlier Pod's address
+    world.slurm.add_node("a-001-011", address="10.64.7.7")  # an earlier Pod's address
     world.add_nodeset("a")
     await world.reconcile("a")
     assert ("delete_node", "a-001-011") in world.slurm.calls
@@ -210,7 +210,7 @@ async def test_r10_2_a_stale_record_with_the_members_name_is_deleted_before_its_
 
 async def test_r10_2_a_stale_record_still_running_jobs_holds_back_the_new_pod() -> None:
     world = world_with_nodes(1)
-    world.slurm.register("a-001-011")
+    world.slurm.add_node("a-001-011")
     world.slurm.run_job("a-001-011")
     world.add_nodeset("a")
     await world.reconcile("a")
@@ -221,7 +221,7 @@ async def test_r10_2_a_stale_record_still_running_jobs_holds_back_the_new_pod() 
 
 async def test_r10_2_a_failed_record_delete_means_no_pod_is_created() -> None:
     world = world_with_nodes(1)
-    world.slurm.register("a-001-011")
+    world.slurm.add_node("a-001-011")
     world.slurm.fail("delete_node")
     world.add_nodeset("a")
     try:
@@ -288,7 +288,7 @@ async def test_r10_5_busy_members_beyond_replicas_are_drained_and_stay_until_the
     world.slurm.end_jobs("a-001-011")
     await world.settle("a")
     assert list(world.members("a")) == ["a-002-012"]
-    assert "a-001-011" not in world.slurm.records
+    assert "a-001-011" not in world.slurm.raw_nodes
 
 
 async def test_r10_5_scaling_back_up_lifts_our_drain_but_never_an_administrators() -> None:
@@ -329,14 +329,14 @@ async def test_r10_2_a_record_registered_by_a_just_created_pod_is_not_taken_for_
     world.kube.hide_creates = True
     world.add_nodeset("a")
     await world.reconcile("a")
-    world.slurm.register("a-001-011")  # its slurmd registered before the watch showed the Pod
+    world.slurm.add_node("a-001-011")  # its slurmd registered before the watch showed the Pod
     await world.reconcile("a")
     assert ("delete_node", "a-001-011") not in world.slurm.calls
 
 
 async def test_r10_2_a_record_without_a_pod_and_without_jobs_is_deleted() -> None:
     world = world_with_nodes(1, ready=False)
-    world.slurm.register("a-009-009")
+    world.slurm.add_node("a-009-009")
     world.add_nodeset("a")
     await world.reconcile("a")
     assert ("delete_node", "a-009-009") in world.slurm.calls
@@ -344,8 +344,8 @@ async def test_r10_2_a_record_without_a_pod_and_without_jobs_is_deleted() -> Non
 
 async def test_r10_2_records_of_other_nodesets_or_admins_are_left_alone() -> None:
     world = world_with_nodes(1)
-    world.slurm.register("b-009-009")
-    world.slurm.register("login-1")
+    world.slurm.add_node("b-009-009")
+    world.slurm.add_node("login-1")
     world.add_nodeset("a")
     await world.reconcile("a")
     assert not [c for c in world.slurm.calls if c[0] == "delete_node"]

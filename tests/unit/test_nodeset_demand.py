@@ -68,7 +68,7 @@ async def test_r10_5_demand_shrinks_members_idle_longer_than_the_delay_job_safel
     world.slurm.queue_job("batch")
     await world.settle("b")
     assert len(world.members("b")) == 3
-    world.slurm.running.clear()
+    world.slurm.raw_jobs.clear()
     world.slurm.end_jobs("b-001-011")
     world.slurm.run_job("b-002-012")  # still busy: it stays
     await world.settle("b")
@@ -101,7 +101,7 @@ async def test_r10_5_a_restarted_operator_keeps_the_size_demand_decided() -> Non
     world.slurm.queue_job("batch")
     await world.settle("b")
     world.controller = world.new_controller()
-    world.slurm.running.clear()
+    world.slurm.raw_jobs.clear()
     world.slurm.run_job("b-001-011")
     world.slurm.run_job("b-002-012")
     await world.settle("b")

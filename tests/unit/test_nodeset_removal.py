@@ -54,8 +54,8 @@ async def test_r10_5_scaling_three_to_one_removes_the_idle_two_and_keeps_the_bus
     await world.settle("a")
     assert list(world.members("a")) == ["a-002-012"]
     assert {d[0] for d in drains(world)} == {"a-001-011", "a-003-013"}
-    assert set(world.slurm.records) == {"a-002-012"}  # the removed members' records went too
-    assert not world.slurm.records["a-002-012"].drained
+    assert set(world.slurm.raw_nodes) == {"a-002-012"}  # the removed members' records went too
+    assert not world.slurm.record("a-002-012").drained
 
 
 async def test_r10_5_a_busy_member_that_must_go_is_drained_and_goes_only_after_its_job() -> None:
@@ -73,7 +73,7 @@ async def test_r10_5_a_busy_member_that_must_go_is_drained_and_goes_only_after_i
     assert removal["drainingSince"] == "2026-11-24T12:00:00Z"
     world.slurm.end_jobs("a-001-011")
     await world.settle("a")
-    assert pod_deletes(world) == ["a-001-011"] and "a-001-011" not in world.slurm.records
+    assert pod_deletes(world) == ["a-001-011"] and "a-001-011" not in world.slurm.raw_nodes
     assert world.status("a")["removals"] == []
 
 
@@ -120,7 +120,7 @@ async def test_r10_5_victims_are_chosen_on_a_listing_newer_than_the_pass_not_the
     assert list(world.members("a")) == ["a-001-011"]
     assert sorted(d[0] for d in drains(world)) == ["a-002-012", "a-003-013"]
     assert not [c for c in world.slurm.calls if c[0] == "resume"]
-    assert not world.slurm.records["a-001-011"].drained
+    assert not world.slurm.record("a-001-011").drained
 
 
 async def test_r10_5_a_busy_removal_under_way_is_finished_when_another_member_becomes_idle() -> None:
@@ -152,7 +152,7 @@ async def test_r10_5_a_member_drained_as_a_job_started_there_is_finished_not_swi
     job = world.slurm.run_job(first)
     await world.settle("a")
     assert not [c for c in world.slurm.calls if c[0] == "resume"]
-    assert world.slurm.records[first].drained and first in world.members("a")
+    assert world.slurm.record(first).drained and first in world.members("a")
     assert world.status("a")["removals"][0]["jobs"] == [job]
     world.slurm.end_jobs(first)
     await world.settle("a")
@@ -163,9 +163,8 @@ async def test_r10_5_a_member_drained_as_a_job_started_there_is_finished_not_swi
 async def test_r10_5_a_job_slurm_lists_on_a_node_counts_even_if_the_record_looks_idle() -> None:
     world = await three_members()
     world.slurm.run_job("a-001-011")
-    world.slurm.records["a-001-011"] = world.slurm.records["a-001-011"].__class__(
-        "a-001-011", "idle", (), "", cpus=4, address="10.64.0.2"
-    )  # the node listing lags behind the job listing
+    # The node listing lags behind the job listing.
+    world.slurm.update_node("a-001-011", state="idle", flags=(), reason="", alloc_cpus=0)
     world.spec("a")["replicas"] = 0
     await world.settle("a")
     assert "a-001-011" in world.members("a")
@@ -201,7 +200,7 @@ async def test_r10_5_an_administrators_drain_on_a_leaving_member_is_kept_and_it_
     await world.settle("a")
     assert not drains(world)  # their drains stay as the administrator wrote them
     assert list(world.members("a")) == ["a-001-011"]
-    assert world.slurm.records["a-001-011"].reason == "bad GPU"
+    assert world.slurm.record("a-001-011").reason == "bad GPU"
     assert (
         f"waits for job {job} (drained by someone else: bad GPU)" in world.condition("a", "Ready")["message"]
     )
@@ -222,7 +221,7 @@ async def test_r10_5_a_cordoned_nodes_member_is_drained_replaced_and_removed_onl
     world.slurm.end_jobs("a-001-011")
     await world.settle("a")
     assert sorted(world.members("a")) == [*MEMBERS[1:], "a-004-014"]
-    assert "a-001-011" not in world.slurm.records
+    assert "a-001-011" not in world.slurm.raw_nodes
 
 
 async def test_r10_5_an_uncordon_before_the_member_went_lifts_our_drain() -> None:
@@ -234,7 +233,7 @@ async def test_r10_5_an_uncordon_before_the_member_went_lifts_our_drain() -> Non
     node["spec"]["unschedulable"] = False  # type: ignore[index]
     await world.settle("a")
     assert [c[1] for c in world.slurm.calls if c[0] == "resume"] == ["a-001-011"]
-    assert not world.slurm.records["a-001-011"].drained
+    assert not world.slurm.record("a-001-011").drained
 
 
 async def test_r10_5_a_scale_back_up_never_lifts_the_drain_of_a_member_already_deleted() -> None:
@@ -249,7 +248,7 @@ async def test_r10_5_a_scale_back_up_never_lifts_the_drain_of_a_member_already_d
     world.spec("a")["replicas"] = 3
     await world.reconcile("a")
     assert [c for c in world.slurm.calls if c[0] == "resume"] == []
-    assert world.slurm.records[gone].drained
+    assert world.slurm.record(gone).drained
 
 
 async def test_r10_5_a_listing_from_before_a_resume_deletes_no_member() -> None:
@@ -417,12 +416,12 @@ async def test_r10_5_a_deleted_nodeset_removes_its_members_job_safely_then_goes(
     world.delete_nodeset("a")
     await world.settle("a")
     assert list(world.members("a")) == ["a-002-012"]
-    assert set(world.slurm.records) == {"a-002-012"}
+    assert set(world.slurm.raw_nodes) == {"a-002-012"}
     assert world.status("a")["summary"].startswith("Deleting: ")
     assert world.nodesets.get("slurm/a") is not None
     world.slurm.end_jobs("a-002-012")
     await world.settle("a")
-    assert not world.members("a") and not world.slurm.records
+    assert not world.members("a") and not world.slurm.raw_nodes
     assert world.nodesets.get("slurm/a") is None  # the finalizer went last
 
 
@@ -496,8 +495,8 @@ async def test_r10_5_a_member_without_a_record_keeps_its_busy_label() -> None:
     world = await three_members()
     world.slurm.run_job("a-002-012")
     await world.reconcile("a")
-    del world.slurm.records["a-002-012"]  # a listing that lost it says nothing of its jobs
-    world.slurm.running.clear()
+    del world.slurm.raw_nodes["a-002-012"]  # a listing that lost it says nothing of its jobs
+    world.slurm.raw_jobs.clear()
     await world.reconcile("a")
     assert world.members("a")["a-002-012"]["metadata"]["labels"]["sunk.coreweave.com/slurm-busy"] == "true"
 
@@ -528,7 +527,7 @@ async def gpu_member(gpus: str = "8") -> OperatorWorld:
 
 
 def registered_with(world: OperatorWorld, name: str, gres: tuple[tuple[str, int], ...]) -> None:
-    world.slurm.records[name] = dataclasses.replace(world.slurm.records[name], gres=gres)
+    world.slurm.update_node(name, gres=gres)
 
 
 async def test_r10_4_a_node_that_lost_a_gpu_gets_its_member_replaced_with_the_new_count() -> None:
@@ -632,14 +631,14 @@ async def test_r10_3_a_roll_out_dropping_a_feature_pending_jobs_ask_for_is_held_
     assert f"feature fast is asked for by pending jobs {asking}" in condition["message"]
     assert world.kube.reasons().count("FeatureInUse") == 1
     # Once the job is gone, the roll-out goes on.
-    del world.slurm.running[asking]
+    del world.slurm.raw_jobs[asking]
     await world.reconcile("a")
     assert len(drains(world)) == 1
 
 
 async def test_r10_3_a_feature_another_node_still_offers_does_not_hold_the_roll_out() -> None:
     world = await three_members(features=["fast"])
-    world.slurm.register("other-001", features=("fast",))
+    world.slurm.add_node("other-001", features=("fast",))
     world.slurm.queue_job(constraint="fast")
     world.spec("a")["features"] = []
     await world.reconcile("a")

@@ -12,7 +12,8 @@ import pytest
 from sunk.kube.client import KubeError
 from sunk.operator import plan as p
 from sunk.slurm.errors import SlurmError
-from tests.fakes.operator_world import NAMESPACE, SETTINGS, FakeOperatorSlurm, OperatorWorld
+from tests.fakes.operator_world import NAMESPACE, SETTINGS, OperatorWorld
+from tests.fakes.slurm import FakeSlurm
 from tests.unit.test_nodeset_removal import drains, pod_deletes, three_members
 
 
@@ -40,9 +41,8 @@ async def test_r10_5_a_drain_lifted_while_the_pass_runs_keeps_the_member(
         if started or name not in leaving:
             return
         (other,) = [n for n in leaving if n != name]
-        record = world.slurm.records[other]
-        if record.drained:
-            world.slurm.records[other] = dataclasses.replace(record, flags=(), reason="")
+        if world.slurm.record(other).drained:
+            world.slurm.update_node(other, flags=(), reason="")
             started.append(world.slurm.run_job(other))
 
     monkeypatch.setattr(world.kube, "delete_pod", slow_delete)
@@ -53,7 +53,7 @@ async def test_r10_5_a_drain_lifted_while_the_pass_runs_keeps_the_member(
     assert other in world.members("a")
     await world.settle("a")  # busy now: the idle third member goes instead
     assert list(world.members("a")) == [other] and other not in pod_deletes(world)
-    assert started[0] in world.slurm.running
+    assert world.slurm.raw_jobs[started[0]]["job_state"] == ["RUNNING"]
 
 
 async def test_r10_5_a_deletion_whose_answer_was_lost_never_gets_its_drain_lifted(
@@ -82,7 +82,7 @@ async def test_r10_5_a_deletion_whose_answer_was_lost_never_gets_its_drain_lifte
     world.spec("a")["replicas"] = 3
     await world.reconcile("a")
     assert resumes(world) == []
-    assert world.slurm.records[going].drained
+    assert world.slurm.record(going).drained
 
 
 async def test_r10_5_a_resume_whose_answer_was_lost_deletes_no_member_on_a_later_listing(
@@ -109,7 +109,7 @@ async def test_r10_5_a_resume_whose_answer_was_lost_deletes_no_member_on_a_later
     world.spec("a")["replicas"] = 2
     await world.reconcile("a")  # a listing begun after the failed resume
     assert pod_deletes(world) == []
-    await FakeOperatorSlurm.resume(world.slurm, drained)  # it lands
+    await FakeSlurm.resume(world.slurm, drained)  # it lands
     world.slurm.run_job(drained)
     await world.settle("a")  # the busy member stays; an idle one goes instead
     assert drained in world.members("a") and drained not in pod_deletes(world)
@@ -133,12 +133,12 @@ async def test_r10_5_a_member_handed_to_the_health_checks_gets_our_drain_before_
     (going,) = [d[0] for d in drains(world)]
     world.spec("a")["replicas"] = 3
     await world.reconcile("a")
-    assert world.slurm.records[going].reason.startswith("sunk-hc: verify: ")  # handed over
+    assert world.slurm.record(going).reason.startswith("sunk-hc: verify: ")  # handed over
     delete = world.kube.delete_pod
     reasons: list[str] = []
 
     async def noting_the_drain(namespace: str, name: str, uid: str) -> None:
-        reasons.append(world.slurm.records[name].reason)
+        reasons.append(world.slurm.record(name).reason)
         await delete(namespace, name, uid)
 
     monkeypatch.setattr(world.kube, "delete_pod", noting_the_drain)
@@ -159,14 +159,13 @@ async def test_r10_5_a_record_left_busy_by_a_pod_that_is_gone_is_marked_down_and
     world = await three_members()
     gone = "a-003-013"
     world.pods.store.pop(f"{NAMESPACE}/{gone}")
-    record = world.slurm.records[gone]
-    world.slurm.records[gone] = dataclasses.replace(record, flags=("COMPLETING", "DRAIN"), reason="x")
+    world.slurm.update_node(gone, flags=("COMPLETING", "DRAIN"), reason="x")
     await world.settle("a")
     downs = [c for c in world.slurm.calls if c[0] == "mark_down"]
     assert [c[1] for c in downs] == [gone]
     assert "the Pod of a-003-013 is gone" in downs[0][2]
     assert gone in world.members("a")
-    assert not world.slurm.records[gone].drained and world.slurm.records[gone].state == "idle"
+    assert not world.slurm.record(gone).drained and world.slurm.record(gone).state == "idle"
     assert world.condition("a", "Ready")["status"] == "True"
     assert any(e["reason"] == p.ORPHAN_DOWN for e in world.kube.events)
 
@@ -180,4 +179,4 @@ async def test_r10_5_a_record_whose_pod_is_gone_but_a_job_still_runs_is_left_to_
     world.pods.store.pop(f"{NAMESPACE}/{gone}")
     await world.settle("a")
     assert not [c for c in world.slurm.calls if c[0] == "mark_down"]
-    assert gone not in world.members("a") and gone in world.slurm.records
+    assert gone not in world.members("a") and gone in world.slurm.raw_nodes

@@ -320,7 +320,7 @@ async def test_r4_3_a_rejected_job_is_cancelled_after_its_successor_is_submitted
 async def test_r4_3_a_slurm_node_drained_at_bind_time_is_rejected_and_avoided() -> None:
     world = two_nodes()
     key = await submitted(world)
-    world.slurm.set_drained("sn-1")
+    world.slurm.drain_as_admin("sn-1")
     world.slurm.start(100, "sn-1")
     await world.reconcile(key)
     assert "nodeName" not in world.pod(key)["spec"]
@@ -345,7 +345,7 @@ async def test_r4_5_a_pod_whose_only_node_was_rejected_is_told_why_it_waits() ->
     world = World()
     world.add_node("n1", slurm_node="sn-1")
     key = await submitted(world)
-    world.slurm.set_drained("sn-1")
+    world.slurm.drain_as_admin("sn-1")
     world.slurm.start(100, "sn-1")
     await world.reconcile(key)
     condition = world.condition(key) or {}

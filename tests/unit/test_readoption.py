@@ -15,8 +15,8 @@ from sunk.slurm.dataparser import DataParser
 from sunk.slurm.dialect import Submission
 from sunk.slurm.errors import SlurmRejected, SlurmUnavailable
 from sunk.slurm.models import ACTIVE_STATES, SlurmJob
-from tests.fakes.ports import FakeSlurm, FakeSubmitResult
 from tests.fakes.scheduler_world import FakeClock, World, pod
+from tests.fakes.slurm import FakeSlurm, FakeSubmitResult
 
 KEY = "ns/web"
 WEB = PodRef("ns", "web", "uid-web")
@@ -214,7 +214,7 @@ async def test_r8_2_a_lost_job_whose_node_is_drained_ends_the_pod_without_a_new_
     world = two_nodes()
     await bound(world)
     world.slurm.restart_without(100)
-    world.slurm.set_drained("sn-1", "Duplicate jobid")
+    world.slurm.drain_as_admin("sn-1", "Duplicate jobid")
     await world.reconcile(KEY)
     assert deleted(world)
     assert "Duplicate jobid" in world.kube.notes("PlaceholderJobEnded")[0]
@@ -372,7 +372,7 @@ async def test_issue53_a_gang_with_one_member_on_a_drained_node_loses_every_memb
     world = two_nodes()
     await gang_bound(world)
     world.slurm.restart_without(100, 101)
-    world.slurm.set_drained("sn-2", "Duplicate jobid")
+    world.slurm.drain_as_admin("sn-2", "Duplicate jobid")
     await world.reconcile("ns/a")
     assert ("delete_pod", "ns/a") in world.kube.calls and ("delete_pod", "ns/b") in world.kube.calls
     notes = world.kube.notes("PlaceholderJobEnded")

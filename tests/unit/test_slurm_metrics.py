@@ -19,7 +19,7 @@ from sunk.operator.view import SlurmView
 from sunk.slurm.client import make_dialect
 from sunk.slurm.diag import parse_diag
 from sunk.slurm.models import SlurmJob, SlurmNode
-from tests.fakes.operator_world import FakeOperatorSlurm
+from tests.fakes.slurm import FakeSlurm
 from tests.unit.test_people import operator_config
 
 RECORDED = Path(__file__).parent / "samples" / "slurm-24.11.5-4" / "v0.0.42"
@@ -286,7 +286,7 @@ def test_a_drain_seen_by_the_poller_counts_one_failure_and_its_end_a_duration() 
 # -- through the poller -----------------------------------------------------------------------
 
 
-def poll(slurm: FakeOperatorSlurm, m: SlurmMetrics) -> SlurmPoller:
+def poll(slurm: FakeSlurm, m: SlurmMetrics) -> SlurmPoller:
     poller = SlurmPoller(slurm, 5.0, lambda: None, m)
     asyncio.run(poller.poll_once())
     return poller
@@ -294,8 +294,8 @@ def poll(slurm: FakeOperatorSlurm, m: SlurmMetrics) -> SlurmPoller:
 
 def test_a_failed_diag_never_makes_the_poller_view_unknown() -> None:
     """Catches a /diag error taking the NodeSets' Slurm view down with it (no scale, no drain)."""
-    slurm = FakeOperatorSlurm()
-    slurm.register("a1")
+    slurm = FakeSlurm()
+    slurm.add_node("a1")
     slurm.fail("diag")
     m = metrics()
     poller = poll(slurm, m)
@@ -305,8 +305,8 @@ def test_a_failed_diag_never_makes_the_poller_view_unknown() -> None:
 
 
 def test_the_poller_counts_its_listing_once_and_feeds_the_collector() -> None:
-    slurm = FakeOperatorSlurm()
-    slurm.register("a1")
+    slurm = FakeSlurm()
+    slurm.add_node("a1")
     slurm.queue_job(reason="Priority")
     m = metrics()
     poller = poll(slurm, m)
@@ -318,7 +318,7 @@ def test_the_poller_counts_its_listing_once_and_feeds_the_collector() -> None:
 def test_a_listing_that_fails_midway_counts_one_error_and_what_was_not_asked_is_down() -> None:
     """Catches the failing call blamed on the wrong collector, or the calls never made
     counted as answered."""
-    slurm = FakeOperatorSlurm()
+    slurm = FakeSlurm()
     slurm.fail("partitions")
     m = metrics()
     poller = poll(slurm, m)
@@ -334,8 +334,8 @@ def test_a_listing_that_fails_midway_counts_one_error_and_what_was_not_asked_is_
 
 def test_a_replica_that_stops_listing_forgets_what_it_listed() -> None:
     """Catches an ex-leader serving its last listing (and a collector up) for ever."""
-    slurm = FakeOperatorSlurm()
-    slurm.register("a1")
+    slurm = FakeSlurm()
+    slurm.add_node("a1")
     m = metrics()
     poller = poll(slurm, m)
     poller.reset()

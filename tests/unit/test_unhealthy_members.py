@@ -44,16 +44,14 @@ async def world(members: int = 1, settings: Settings = CHECKS) -> OperatorWorld:
 
 def check_drains(w: OperatorWorld, name: str, reason: str, seconds_after_now: int = 0) -> None:
     """What the runner does (scontrol update state=drain): Slurm stamps the reason's time."""
-    record = w.slurm.records[name]
+    record = w.slurm.record(name)
     flags = record.flags if "DRAIN" in record.flags else (*record.flags, "DRAIN")
-    w.slurm.records[name] = replace(
-        record, flags=flags, reason=reason, reason_changed_at=NOW_S + seconds_after_now
-    )
+    w.slurm.update_node(name, flags=flags, reason=reason, reason_changed_at=NOW_S + seconds_after_now)
 
 
 def check_lifts(w: OperatorWorld, name: str) -> None:
-    record = w.slurm.records[name]
-    w.slurm.records[name] = replace(record, flags=tuple(f for f in record.flags if f != "DRAIN"), reason="")
+    record = w.slurm.record(name)
+    w.slurm.update_node(name, flags=tuple(f for f in record.flags if f != "DRAIN"), reason="")
 
 
 def pod_events(w: OperatorWorld, reason: str) -> list[tuple[str, str]]:
@@ -191,7 +189,7 @@ async def test_issue51_a_member_drained_past_the_delay_is_replaced_when_idle() -
     ] == []  # the checks' reason stays
     await w.settle("a")
     assert list(w.members("a")) == [FIRST]  # a new Pod, and a new record without the drain
-    assert w.slurm.records[FIRST].reason == "" and w.status("a")["unhealthy"] == 0
+    assert w.slurm.record(FIRST).reason == "" and w.status("a")["unhealthy"] == 0
 
 
 async def test_issue51_a_busy_member_is_replaced_only_after_its_jobs_end() -> None:
@@ -202,7 +200,7 @@ async def test_issue51_a_busy_member_is_replaced_only_after_its_jobs_end() -> No
     check_drains(w, FIRST, GPUS)
     w.now = at(7200)
     await w.settle("a")
-    assert deleted(w) == [] and job in w.slurm.running
+    assert deleted(w) == [] and w.slurm.raw_jobs[job]["job_state"] == ["RUNNING"]
     assert not [c for c in w.slurm.calls if c[0] == "cancel"]
     assert f"{FIRST} is replaced once its jobs end" in w.condition("a", u.HEALTHY)["message"]
     w.slurm.end_jobs(FIRST)
@@ -301,14 +299,13 @@ async def test_issue51_a_check_script_that_cannot_run_is_named_on_the_nodeset_an
     runner's comment on the node unread), or taken for a failing member."""
     w = await world(members=2)
     problem = "check script 10-ib (ConfigMap site-checks) is not an executable file; it was not run"
-    record = w.slurm.records[SECOND]
-    w.slurm.records[SECOND] = replace(record, comment=hc.CONFIG_PREFIX + problem)
+    w.slurm.update_node(SECOND, comment=hc.CONFIG_PREFIX + problem)
     await w.reconcile("a")
     configured = w.condition("a", hc.CONFIGURED)
     assert configured["status"] == "False" and configured["reason"] == "ChecksMisconfigured"
     assert configured["message"] == f"member {SECOND}: {problem}"
     assert w.status("a")["unhealthy"] == 0 and w.condition("a", u.HEALTHY)["status"] == "True"
-    w.slurm.records[SECOND] = replace(record, comment="")  # the runner clears it once fixed
+    w.slurm.update_node(SECOND, comment="")  # the runner clears it once fixed
     await w.reconcile("a")
     assert w.condition("a", hc.CONFIGURED)["status"] == "True"
 
