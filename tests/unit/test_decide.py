@@ -40,7 +40,9 @@ def pod(
     return {"metadata": meta, "spec": spec, "status": status}
 
 
-def job(state: str = "RUNNING", *, job_id: int = 7, started: bool = True, **kw: Any) -> SlurmJob:
+def job(state: str = "RUNNING", *, job_id: int = 7, started: bool | None = None, **kw: Any) -> SlurmJob:
+    """A job of the Pod `pod()` makes; its placeholder's started mark is set unless it is
+    PENDING (only a script that ran writes it)."""
     base = SlurmJob(
         job_id=job_id,
         name="sunk:s:ns/web:uid-1",
@@ -53,7 +55,7 @@ def job(state: str = "RUNNING", *, job_id: int = 7, started: bool = True, **kw: 
         partition="batch",
         time_limit_min=None,
         priority=None,
-        started=started,
+        started=state != "PENDING" if started is None else started,
         submit_time=int(NOW) - 10,
         start_time=int(NOW) - 10,
     )

@@ -187,3 +187,21 @@ def test_r8_2_a_podgroup_member_whose_job_runs_elsewhere_goes() -> None:
 
 def test_r8_2_a_bound_pod_where_its_job_runs_stays() -> None:
     assert plan(facts(pod(node="n1"), job(), hosts=frozenset({"n1"})), RULES, synced=True, now=NOW) == Plan()
+
+
+def test_issue53_an_unbound_pods_job_pending_though_its_script_started_is_replaced() -> None:
+    lost = replace(job("PENDING", reason="Resources", submit_time=LONG_AGO), started=True)
+    assert kinds(plan(facts(pod(), lost), RULES, synced=True, now=NOW)) == ["ReplaceLostStart"]
+
+
+@pytest.mark.parametrize(
+    ("the_job", "group"),
+    [
+        pytest.param(replace(PENDING, started=True, restarts=1), None, id="requeued_by_slurm_waits_as_any"),
+        pytest.param(replace(PENDING, started=True), "g", id="a_podgroups_member_waits_with_its_group"),
+        pytest.param(PENDING, None, id="never_started_waits_as_any"),
+    ],
+)
+def test_a_pending_job_is_not_replaced(the_job: Any, group: str | None) -> None:
+    result = plan(facts(pod(), the_job, group=group), RULES, synced=True, now=NOW)
+    assert "ReplaceLostStart" not in kinds(result)

@@ -606,6 +606,22 @@ async def test_issue53_a_new_job_held_again_by_a_restarted_slurmctld_is_released
     assert [call for call in world.slurm.calls if call[0] == "release_job"] == [("release_job", 101)] * 2
 
 
+async def test_issue53_an_unbound_pods_job_pending_again_after_its_script_started_is_replaced() -> None:
+    """Catches: a Duplicate jobid drain (a fault run, seed 141421): slurmctld lost the start
+    of a job whose Pod was not bound yet, listed it PENDING (its placeholder then marked it
+    started), and started it again on the node where the first run still ran. The scheduler
+    now submits a new job for the Pod and cancels that one first."""
+    world = two_nodes()
+    await world.reconcile(world.create(pod()))
+    world.slurm.start(100, "sn-1")
+    revert(world, 100)  # the started mark stays: the script wrote it after the restart
+    await world.reconcile(KEY)
+    assert not deleted(world) and world.job_id(KEY) == 101
+    assert (100, None) in world.slurm.cancelled()
+    assert "PENDING again although its placeholder had started" in world.kube.notes("PlacementRejected")[0]
+    assert world.pod(KEY)["spec"].get("nodeName") is None
+
+
 async def test_issue53_a_job_put_back_to_pending_whose_node_another_job_took_ends_the_pod(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

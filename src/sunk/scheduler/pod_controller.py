@@ -283,6 +283,13 @@ class PodController:
                 plan = pod_actions.readopted_job_ended(action, why.job, self.clock.now())
                 return await self._carry_out(ref, pod, why.job, plan, said)
             return await self._carry_out(ref, pod, job, pod_actions.readoption_failed(action, why), said)
+        if isinstance(action, actions.ReplaceLostStart):
+            assert job is not None
+            problem = (
+                "Slurm lists it PENDING again although its placeholder had started: slurmctld lost "
+                "its start (a restart) while it ran, and would start it again where it still runs"
+            )
+            return await self.submitter.reject_placement(pod, job, None, problem, said, avoid_node=False)
         if isinstance(action, actions.FindOrSubmit):
             return await self._find_or_submit(pod, said)
         if isinstance(action, actions.ForGroup) and action.step is steps.Step.FIND_OR_SUBMIT:

@@ -231,6 +231,17 @@ class FindOrSubmit:
 
 
 @dataclass(frozen=True)
+class ReplaceLostStart:
+    """The unbound Pod's job is PENDING, never requeued, yet its placeholder marked it
+    started: slurmctld lost its start (restarted from state saved before it) while the
+    first run's processes still run on that node. Started there again, slurmd would refuse
+    it ("Duplicate jobid") and Slurm would drain the node; so a new job is submitted for the
+    Pod and this one cancelled, before Slurm's next scheduling pass if the scheduler is first."""
+
+    job_id: int
+
+
+@dataclass(frozen=True)
 class Bind:
     """The job runs and its script started: check its node strictly, then bind (or resubmit)."""
 
@@ -251,7 +262,15 @@ Said = list[Report]
 Effect = CancelJob | SignalJob | Event | DeletePod | Drain | SetCondition | Widen
 PodAction = ConfirmClaim | Effect
 Handover = (
-    ConfirmEnding | ConfirmMissing | ConfirmReverted | Readopt | FindOrSubmit | Bind | ForGroup | ReleaseGroup
+    ConfirmEnding
+    | ConfirmMissing
+    | ConfirmReverted
+    | Readopt
+    | FindOrSubmit
+    | ReplaceLostStart
+    | Bind
+    | ForGroup
+    | ReleaseGroup
 )
 GroupAction = SubmitAlone | SubmitGroup | CheckNodes | BindMember | ReleaseGroup | Event | SetCondition
 

@@ -25,6 +25,7 @@ from sunk.scheduler.decide.actions import (
     ForGroup,
     Plan,
     PodPlan,
+    ReplaceLostStart,
     SetCondition,
     Widen,
 )
@@ -104,6 +105,13 @@ def plan(facts: PodFacts, rules: Rules, *, synced: bool, now: float) -> PodPlan:
     if step is steps.Step.CHECK_BOUND:
         readoptable = not facts.group and not facts.being_deleted
         return pod_actions.for_bound_pod(pod, job, set(facts.hosts), readoptable=readoptable)
+    if step is steps.Step.LOST_START:
+        # A PodGroup's member waits with its group's job as before (its group is one job).
+        return (
+            Plan((ReplaceLostStart(job.job_id),))
+            if not facts.group
+            else Plan(waiting(pod, job, facts.group, rules))
+        )
     if step is steps.Step.GROUP_TIMED_OUT:
         assert facts.group is not None
         return Plan((ForGroup(facts.group, step),))

@@ -34,6 +34,7 @@ class Step(enum.Enum):
     REPORT_STARTING = "report-starting"  # the job runs, its script has not marked it yet
     GROUP_TIMED_OUT = "group-timed-out"  # a gang's job waited longer than its PodGroup allows
     WIDEN = "widen"  # a pending job leaves out nodes that can host the Pod now: give them back
+    LOST_START = "lost-start"  # unbound, its job PENDING though its script started: replace it
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,8 @@ def for_pod(
         return Decision(Step.CHECK_BOUND if job is not None else Step.CONFIRM_MISSING)
     if job is None:
         return Decision(Step.FIND_OR_SUBMIT)
+    if job.pending and job.started and not job.restarts:
+        return Decision(Step.LOST_START)
     if job.pending:
         if group_timed_out:
             return Decision(Step.GROUP_TIMED_OUT)
