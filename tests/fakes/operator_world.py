@@ -17,6 +17,7 @@ from sunk.operator.hardware import gres_in_conf
 from sunk.operator.nodeset import API_VERSION
 from sunk.operator.view import SlurmView
 from sunk.runtime.controller import Outcome
+from tests.fakes.clock import FakeClock
 from tests.fakes.ports import FakeKube, MemoryCache
 from tests.fakes.slurm import FakeSlurm
 
@@ -76,7 +77,7 @@ class OperatorWorld:
     nodes: MemoryCache = field(default_factory=MemoryCache)
     pods: MemoryCache = field(default_factory=MemoryCache)
     nodesets: MemoryCache = field(default_factory=MemoryCache)
-    slurm: FakeSlurm = field(default_factory=lambda: FakeSlurm(now=lambda: NOW_S))
+    slurm: FakeSlurm = field(default_factory=lambda: FakeSlurm(clock=FakeClock(start=NOW_S)))
     now: str = NOW
     settings: m.Settings = SETTINGS
     refreshes: int = 0

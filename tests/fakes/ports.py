@@ -11,6 +11,7 @@ from collections import defaultdict
 from typing import Any
 
 from sunk.kube.client import KubeError
+from sunk.runtime.ports import Clock, SystemClock
 
 Json = dict[str, Any]
 _uids = itertools.count(1)  # the uids of the Pods the fake creates
@@ -73,6 +74,7 @@ class FakeKube:
         self.calls: list[tuple[str, ...]] = []
         self.failures = Failures()
         self.graceful_deletes = graceful_deletes
+        self.clock: Clock = SystemClock()  # what bindings are dated with (a test world hands its own)
         self.hide_creates = False  # created Pods do not reach the cache (a lagging watch)
         self.hide_deletes = False  # deleted Pods stay in the cache as they were (a lagging watch)
         self._hidden: set[str] = set()
@@ -134,7 +136,7 @@ class FakeKube:
             raise KubeError(409, f"pod {name} is already assigned to node {pod['spec']['nodeName']}")
         pod.setdefault("spec", {})["nodeName"] = node
         # As the API server's binding does: PodScheduled turns True, dated now.
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(time.time()))
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(self.clock.now()))
         status = pod.setdefault("status", {})
         others = [c for c in status.get("conditions") or [] if c.get("type") != "PodScheduled"]
         scheduled = {"type": "PodScheduled", "status": "True", "lastTransitionTime": now}

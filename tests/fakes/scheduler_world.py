@@ -5,22 +5,19 @@ builds them."""
 from __future__ import annotations
 
 import copy
-import time
 from dataclasses import dataclass, field
-from types import ModuleType
 from typing import Any
 
 from sunk.kube.events import Recorder
 from sunk.runtime.controller import Outcome
-from sunk.scheduler import controllers, jobs
+from sunk.scheduler import controllers
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.config import Config
 from sunk.scheduler.hooks.auth import HookCredentials
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.policy import PERMISSIVE, PolicyFile
 from sunk.scheduler.translate import gang
-from tests.fakes import ports
-from tests.fakes import slurm as slurm_fake
+from tests.fakes.clock import FakeClock
 from tests.fakes.ports import FakeKube, MemoryCache
 from tests.fakes.slurm import FakeSlurm
 
@@ -93,34 +90,6 @@ def slurmd_pod(slurm_node: str, on: str, *, requests: dict[str, str] | None = No
     }
 
 
-class FakeClock:
-    """The scheduler's `Clock`, moved on by hand (`advance`); it starts at the real time.
-    The job index (`scheduler.jobs`) and the fakes still read the `time` module, so this
-    also stands in for theirs (`monkeypatch.setattr(module, "time", clock)` for each of
-    `FakeClock.TIME_READERS`), keeping one time for all."""
-
-    TIME_READERS: tuple[ModuleType, ...] = (jobs, ports, slurm_fake)
-
-    def __init__(self) -> None:
-        self.offset = 0.0
-
-    def now(self) -> float:
-        return time.time() + self.offset
-
-    def monotonic(self) -> float:
-        return time.monotonic() + self.offset
-
-    def advance(self, seconds: float) -> None:
-        self.offset += seconds
-
-    # -- as the `time` module of the TIME_READERS --------------------------------------------
-    def time(self) -> float:
-        return self.now()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(time, name)
-
-
 @dataclass
 class World:
     """Kubernetes and Slurm in memory, and the scheduler's controllers on them."""
@@ -136,10 +105,12 @@ class World:
     slurmd: MemoryCache = field(default_factory=MemoryCache)
 
     def __post_init__(self) -> None:
+        # One time for the whole world: the fakes stamp what they write on its clock too.
+        self.kube.clock = self.slurm.clock = self.clock
         self.pods = PodStore({NAMESPACE: self.kube.pods})
         config = self._config()
         self.cluster = ClusterView(self.nodes, self.slurmd, config.slurm_node_label)
-        self.index = controllers.job_index(self.slurm, config)
+        self.index = controllers.job_index(self.slurm, config, self.clock)
         self.recorder = Recorder(self.kube, SCHEDULER, "test-replica")
         self.settings = controllers.settings(config)
         built = controllers.build(

@@ -9,11 +9,10 @@ fake for all keeps the components' tests from drifting into two Slurms that disa
 from __future__ import annotations
 
 import dataclasses
-import time
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from sunk.runtime.ports import Clock, SystemClock
 from sunk.slurm.dataparser import DataParser
 from sunk.slurm.diag import SlurmDiag
 from sunk.slurm.dialect import Dialect, Submission
@@ -66,9 +65,9 @@ class FakeSlurm:
     raw_nodes: dict[str, Json] = field(default_factory=dict)
     calls: list[tuple[Any, ...]] = field(default_factory=list)
     failures: Failures = field(default_factory=Failures)
-    # What slurmctld stamps submissions, starts, ends and drains with (epoch seconds); read
-    # through the module's `time` by default, so the scheduler's FakeClock moves it too.
-    now: Callable[[], float] = field(default=lambda: time.time())
+    # What slurmctld stamps submissions, starts, ends and drains with (`now`, epoch seconds):
+    # a test world hands it its own clock, so Slurm's stamps and the components' ages agree.
+    clock: Clock = field(default_factory=SystemClock)
     next_id: int = 100
     submit_warning: str | None = None
     # Jobs a listing leaves out (a partial answer); a read of the one job still finds them.
@@ -92,7 +91,7 @@ class FakeSlurm:
         self.failures.fail(call, error or SlurmUnavailable("slurmrestd is down"), times)
 
     def _stamp(self) -> int:
-        return int(self.now())
+        return int(self.clock.now())
 
     # -- jobs ---------------------------------------------------------------------------------
     def submission(self, job: JobRequest, script: str, environment: dict[str, str]) -> Submission:

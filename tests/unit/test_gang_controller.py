@@ -12,7 +12,8 @@ from sunk.kube.client import KubeError
 from sunk.scheduler.decide import steps
 from sunk.scheduler.translate import gang
 from sunk.slurm.errors import SlurmNoAnswer, SlurmUnavailable
-from tests.fakes.scheduler_world import PREFIX, FakeClock, World, pod
+from tests.fakes.clock import FakeClock
+from tests.fakes.scheduler_world import PREFIX, World, pod
 
 A, B = "ns/a", "ns/b"
 

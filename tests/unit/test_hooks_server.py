@@ -47,7 +47,7 @@ class Target:
 @pytest.fixture
 async def served() -> AsyncIterator[tuple[TestClient, Target]]:
     target = Target()
-    server = HooksServer(target, Verifier(SECRET, SystemClock()))
+    server = HooksServer(target, Verifier(SECRET, SystemClock()), SystemClock())
     async with TestClient(TestServer(server.app, host="127.0.0.1")) as client:
         yield client, target
 

@@ -6,8 +6,6 @@ drains the node. Through the Pod controller on in-memory Kubernetes and Slurm.""
 
 from __future__ import annotations
 
-import time
-
 import pytest
 
 from sunk.scheduler.config import parse_job_id_range
@@ -17,6 +15,7 @@ from sunk.scheduler.translate import gang
 from sunk.slurm.dialect import Submission
 from sunk.slurm.errors import SlurmUnavailable
 from sunk.slurm.models import SlurmJob
+from tests.fakes.clock import FakeClock
 from tests.fakes.scheduler_world import World, pod
 from tests.fakes.slurm import FakeSlurm
 
@@ -168,9 +167,12 @@ def others(*job_ids: int) -> list[SlurmJob]:
     return [SlurmJob(i, f"j{i}", "RUNNING", "None", (), "", 0, 0, "batch", None, None) for i in job_ids]
 
 
+CLOCK = FakeClock()  # the job indexes' below, never moved on
+
+
 def index_of(first: int, last: int, *listed: int) -> JobIndex:
-    index = JobIndex(lambda _job: None, (first, last))
-    index.replace(others(*listed), time.monotonic())
+    index = JobIndex(lambda _job: None, CLOCK, (first, last))
+    index.replace(others(*listed), CLOCK.monotonic())
     return index
 
 
@@ -216,7 +218,7 @@ def test_issue53_once_wrapped_the_last_rounds_ids_listed_above_do_not_make_new_o
     wrap looked like one handed out before and was cancelled."""
     index = index_of(10, 13, 13)
     assert index.claim_ids() == 10
-    index.replace(others(10, 13), time.monotonic())
+    index.replace(others(10, 13), CLOCK.monotonic())
     highest = index.highest_id
     assert index.claim_ids() == 11 > highest
 

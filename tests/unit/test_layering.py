@@ -2,7 +2,8 @@
 (runtime, the Kubernetes and Slurm adapters) know no component, neither component imports
 the other, what users deploy never imports the dev cluster or the demo, and the product
 never imports the tests' fakes (tests/fakes, outside the package), and in the scheduler
-only each controller's executor writes through a port."""
+only each controller's executor writes through a port and the time is read only on the one
+injected clock."""
 
 from __future__ import annotations
 
@@ -250,3 +251,36 @@ def test_issue54_only_the_executors_call_a_ports_write_methods() -> None:
             ):
                 calls.append(f"{path.relative_to(ROOT.parent)}:{node.lineno} .{node.func.attr}(")
     assert calls == []
+
+
+# The clocks a module could read the time on behind the scheduler's one `Clock`: the `time`
+# module's and `datetime`'s "now".
+TIME_READS = {"time", "time_ns", "monotonic", "monotonic_ns", "perf_counter"}
+DATETIME_READS = {"now", "utcnow", "today"}
+
+
+def reads_the_time(node: ast.AST) -> bool:
+    """`time.monotonic` (called or handed on as a default), `datetime.now`,
+    `dt.datetime.now`, or `from time import monotonic`."""
+    if isinstance(node, ast.ImportFrom) and node.module == "time":
+        return any(alias.name in TIME_READS for alias in node.names)
+    if not isinstance(node, ast.Attribute):
+        return False
+    owner = ast.unparse(node.value)
+    if owner == "time":
+        return node.attr in TIME_READS
+    return owner.split(".")[-1] in {"datetime", "date"} and node.attr in DATETIME_READS
+
+
+def test_issue54_the_scheduler_reads_the_time_only_through_its_one_clock() -> None:
+    """Catches: a scheduler module reading the time itself again, which the tests could
+    only move on by patching that module (and a module they forget keeps the real time,
+    so waits and ages disagree). The app builds one `sunk.runtime.ports.Clock`, which owns
+    the real clock, and hands it to every module that needs the time."""
+    reads = sorted(
+        f"{path.relative_to(ROOT.parent)}:{node.lineno} {ast.unparse(node)}"
+        for path in sorted((ROOT / "scheduler").rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if reads_the_time(node)
+    )
+    assert reads == [], "\n".join(reads)

@@ -166,12 +166,13 @@ def test_r8_1_json_logs_are_one_object_per_line() -> None:
 
 
 def test_r8_2_a_listing_older_than_a_submit_does_not_forget_the_job() -> None:
-    import time as clock
 
     from sunk.scheduler.jobs import JobIndex
     from sunk.scheduler.translate import PodRef, job_name, pod_of_job_name
+    from tests.fakes.clock import FakeClock
 
-    index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"))
+    clock = FakeClock()
+    index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"), clock)
     ref = PodRef("ns", "p", "uid-1")
     listed_at = clock.monotonic()  # the listing is requested first…
     index.expect_submitted(ref, 7, job_name(ref, "sunk"), "")  # …the submit lands before its answer…
@@ -183,13 +184,14 @@ def test_r8_2_a_listing_older_than_a_submit_does_not_forget_the_job() -> None:
 
 
 def test_r9_1_a_cancelled_gang_counts_as_cancelled_until_the_next_listing() -> None:
-    import time as clock
 
     from sunk.scheduler.jobs import JobIndex
     from sunk.scheduler.translate import PodRef, job_name, pod_of_job_name
     from sunk.slurm.models import SlurmJob
+    from tests.fakes.clock import FakeClock
 
-    index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"))
+    clock = FakeClock()
+    index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"), clock)
     refs = [PodRef("ns", f"m{i}", f"uid-{i}") for i in range(2)]
     jobs = [
         SlurmJob(5 + i, job_name(r, "sunk"), "PENDING", "None", (), "", 0, 0, "b", None, None, het_job_id=5)
@@ -203,16 +205,17 @@ def test_r9_1_a_cancelled_gang_counts_as_cancelled_until_the_next_listing() -> N
 
 
 def test_r8_2_jobs_are_found_by_pod_name_across_listings_and_records() -> None:
-    import time as clock
 
     from sunk.scheduler.jobs import JobIndex
     from sunk.scheduler.translate import PodRef, job_name, pod_of_job_name
     from sunk.slurm.models import SlurmJob
+    from tests.fakes.clock import FakeClock
 
     def job(job_id: int, ref: PodRef) -> SlurmJob:
         return SlurmJob(job_id, job_name(ref, "sunk"), "RUNNING", "None", (), "", 0, 0, "batch", None, None)
 
-    index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"))
+    clock = FakeClock()
+    index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"), clock)
     old, new = PodRef("ns", "web", "uid-old"), PodRef("ns", "web", "uid-new")
     index.replace([job(1, old), job(2, PodRef("ns", "other", "u"))], clock.monotonic())
     index.observe(new, job(3, new))
@@ -225,14 +228,15 @@ def test_r8_2_jobs_are_found_by_pod_name_across_listings_and_records() -> None:
 def test_r8_2_a_listing_older_than_a_read_does_not_take_a_job_back_to_pending() -> None:
     """A listing requested before a job started, answered late, must not replace the read
     that saw it RUNNING: the bound Pod would look requeued and lose its job."""
-    import time as clock
     from dataclasses import replace
 
     from sunk.scheduler.jobs import JobIndex
     from sunk.scheduler.translate import PodRef, job_name, pod_of_job_name
     from sunk.slurm.models import SlurmJob
+    from tests.fakes.clock import FakeClock
 
-    index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"))
+    clock = FakeClock()
+    index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"), clock)
     ref = PodRef("ns", "p", "uid-1")
     pending = SlurmJob(7, job_name(ref, "sunk"), "PENDING", "None", (), "", 0, 0, "batch", None, None)
     listed_at = clock.monotonic()  # the listing is requested while the job still waits…
@@ -247,16 +251,17 @@ def test_r8_2_a_listing_older_than_a_read_does_not_take_a_job_back_to_pending() 
 def test_r8_2_a_reused_job_id_leaves_its_old_pods_key() -> None:
     """slurmctld restarted without its state hands job ID 40 to another Pod: the old Pod's
     key must no longer list it, or cleaning up the old Pod would cancel the new Pod's job."""
-    import time as clock
 
     from sunk.scheduler.jobs import JobIndex
     from sunk.scheduler.translate import PodRef, job_name, pod_of_job_name
     from sunk.slurm.models import SlurmJob
+    from tests.fakes.clock import FakeClock
 
     def job(ref: PodRef) -> SlurmJob:
         return SlurmJob(40, job_name(ref, "sunk"), "RUNNING", "None", (), "", 0, 0, "batch", None, None)
 
-    index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"))
+    clock = FakeClock()
+    index = JobIndex(lambda j: pod_of_job_name(j.name, "sunk"), clock)
     old, new = PodRef("ns", "old", "uid-old"), PodRef("ns", "new", "uid-new")
     index.replace([job(old)], clock.monotonic())
     index.observe(new, job(new))

@@ -144,7 +144,7 @@ async def holds(probe: object, *, seconds: float, what: str) -> None:
 @contextlib.asynccontextmanager
 async def placeholder_of(tmp_path: Path, scheduler: Scheduler, **env: str) -> AsyncIterator[Placeholder]:
     """A hooks API for `scheduler` and job 26's script, marked started; both stopped after."""
-    server = HooksServer(scheduler, Verifier(SECRET, SystemClock()))
+    server = HooksServer(scheduler, Verifier(SECRET, SystemClock()), SystemClock())
     port = await server.start("127.0.0.1", 0)
     placeholder = Placeholder(tmp_path, f"http://127.0.0.1:{port}")
     placeholder.env.update(env)

@@ -17,7 +17,8 @@ from sunk.scheduler.pod_controller import UNANSWERED_GRACE_S
 from sunk.scheduler.translate import PodRef, job_name
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer, SlurmUnavailable
 from sunk.slurm.request import owner_tag
-from tests.fakes.scheduler_world import NAMESPACE, PREFIX, SCHEDULER, FakeClock, World, pod
+from tests.fakes.clock import FakeClock
+from tests.fakes.scheduler_world import NAMESPACE, PREFIX, SCHEDULER, World, pod
 
 
 def two_nodes(clock: FakeClock | None = None) -> World:

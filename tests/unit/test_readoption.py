@@ -15,7 +15,8 @@ from sunk.slurm.dataparser import DataParser
 from sunk.slurm.dialect import Submission
 from sunk.slurm.errors import SlurmRejected, SlurmUnavailable
 from sunk.slurm.models import ACTIVE_STATES, SlurmJob
-from tests.fakes.scheduler_world import FakeClock, World, pod
+from tests.fakes.clock import FakeClock
+from tests.fakes.scheduler_world import World, pod
 from tests.fakes.slurm import FakeSlurm, FakeSubmitResult
 
 KEY = "ns/web"

@@ -87,6 +87,7 @@ class Scheduler:
         self.hooks_server = HooksServer(
             self,
             self.verifier,
+            self.clock,
             on_call=lambda outcome: metrics.HOOK_CALLS.labels(outcome).inc(),
             holds=Holds(config.slurm_kill_wait_s, self.clock.monotonic),
         )
@@ -119,11 +120,12 @@ class Scheduler:
             Informer(kube, slurmd_path, label_selector=config.slurmd_selector, name="slurmd")
         )
         self.cluster = ClusterView(self.nodes, self.slurmd, config.slurm_node_label)
-        self.index = controllers.job_index(slurm, config)
+        self.index = controllers.job_index(slurm, config, self.clock)
         self.poller = JobPoller(
             slurm,
             self.index,
             self._job_changed,
+            self.clock,
             interval=config.slurm_poll_interval_s,
             on_listing=lambda ids: self.pod_controller.prune(ids),
         )

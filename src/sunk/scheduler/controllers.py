@@ -37,11 +37,13 @@ def settings(config: Config) -> Settings:
     )
 
 
-def job_index(slurm: SlurmPort, config: Config) -> JobIndex:
+def job_index(slurm: SlurmPort, config: Config, clock: Clock) -> JobIndex:
     """The index of this scheduler's jobs: a job is one of ours when the name its owner tag
     vouches for names a Pod of this scheduler."""
     return JobIndex(
-        lambda job: pod_of_job_name(slurm.owner_name(job), config.scheduler_name), config.job_id_range
+        lambda job: pod_of_job_name(slurm.owner_name(job), config.scheduler_name),
+        clock,
+        config.job_id_range,
     )
 
 

@@ -9,11 +9,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import time
 from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
+from sunk.runtime.ports import Clock
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.client import SlurmClient
 from sunk.slurm.errors import SlurmError
@@ -52,12 +52,17 @@ class LostJob:
 
 
 class JobIndex:
-    """Jobs of one scheduler; other schedulers' and users' jobs are not ours."""
+    """Jobs of one scheduler; other schedulers' and users' jobs are not ours. Ages (what was
+    recorded since a listing, lost and vanished jobs, IDs Pods named) are read on `clock`."""
 
     def __init__(
-        self, owner: Callable[[SlurmJob], PodRef | None], id_range: tuple[int, int] | None = None
+        self,
+        owner: Callable[[SlurmJob], PodRef | None],
+        clock: Clock,
+        id_range: tuple[int, int] | None = None,
     ) -> None:
         self._owner = owner
+        self._clock = clock
         # The job IDs this scheduler asks Slurm for (first, last), kept clear of Slurm's
         # own counter by its MaxJobId; None: the counter's line is shared (it then walks
         # into IDs this scheduler asked for).
@@ -132,7 +137,7 @@ class JobIndex:
         this listing shows in no state at all, or under another Pod (a restarted slurmctld
         handed the ID out again): Slurm keeps an ended job listed for MinJobAge, so these
         were lost, not ended."""
-        now = time.monotonic()
+        now = self._clock.monotonic()
         for job_id in self._by_id.keys() - listed:
             if self._recorded_at.get(job_id, 0.0) < listed_at:  # not submitted or read since
                 self.vanished[job_id] = now
@@ -175,7 +180,7 @@ class JobIndex:
                 partition="",
                 time_limit_min=None,
                 priority=None,
-                submit_time=int(time.time()),
+                submit_time=int(self._clock.now()),
             ),
         )
 
@@ -198,7 +203,7 @@ class JobIndex:
             self._by_key.get((old[0].namespace, old[0].name), set()).discard(job.job_id)
         self._by_id[job.job_id] = (ref, job)
         self._by_key.setdefault((ref.namespace, ref.name), set()).add(job.job_id)
-        self._recorded_at[job.job_id] = time.monotonic()
+        self._recorded_at[job.job_id] = self._clock.monotonic()
         self._see(job.job_id)
 
     def _in_range(self, job_id: int) -> bool:
@@ -225,7 +230,7 @@ class JobIndex:
         if job_id:
             self._see(job_id)
             if self.id_range is not None and self._in_range(job_id):
-                self._named_ids[job_id] = time.monotonic()
+                self._named_ids[job_id] = self._clock.monotonic()
 
     def note_ids_of_pods(self, pods: Iterable[Json], prefix: str) -> None:
         """Every job ID a Pod names was handed out before, though Slurm may have lost it
@@ -275,7 +280,7 @@ class JobIndex:
         """Job `job_id` of Pod `uid` as last seen, when a listing showed it running less
         than MIN_JOB_AGE_S ago and a later one not at all: Slurm lost it, it did not end it."""
         lost = self.lost.get(job_id)
-        if lost is None or lost.ref.uid != uid or time.monotonic() - lost.seen_at >= MIN_JOB_AGE_S:
+        if lost is None or lost.ref.uid != uid or self._clock.monotonic() - lost.seen_at >= MIN_JOB_AGE_S:
             return None
         return lost.job
 
@@ -312,6 +317,7 @@ class JobPoller:
         slurm: SlurmClient,
         index: JobIndex,
         on_change: Callable[[PodRef], None],
+        clock: Clock,
         *,
         interval: float = 0.25,
         on_listing: Callable[[set[int]], None] = lambda _ids: None,
@@ -319,6 +325,7 @@ class JobPoller:
         self._slurm = slurm
         self._index = index
         self._on_change = on_change
+        self._clock = clock
         self._on_listing = on_listing
         self._interval = interval
         self.last_error: str | None = None
@@ -329,13 +336,13 @@ class JobPoller:
         while True:
             try:
                 # A full listing each time: it also notices jobs that vanished.
-                listed_at = time.monotonic()
+                listed_at = self._clock.monotonic()
                 jobs = await self._slurm.jobs()
-                took = time.monotonic() - listed_at
+                took = self._clock.monotonic() - listed_at
                 touched = self._index.replace(jobs, listed_at)
                 self._index.synced.set()
                 self.last_error = None
-                self.last_success = time.monotonic()
+                self.last_success = self._clock.monotonic()
                 for ref in touched:
                     self._on_change(ref)
                 self._on_listing(self._index.job_ids())

@@ -19,7 +19,6 @@ per job, from its first `terminating` call:
 from __future__ import annotations
 
 import logging
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,7 +40,8 @@ class _Hold:
 
 
 class Holds:
-    def __init__(self, kill_wait_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, kill_wait_s: float, clock: Callable[[], float]) -> None:
+        """`clock`: the scheduler's monotonic clock (`Clock.monotonic`), which tests move on by hand."""
         self._kill_wait_s = kill_wait_s
         self._clock = clock
         self._holds: dict[int, _Hold] = {}

@@ -16,12 +16,12 @@ import asyncio
 import logging
 import re
 import ssl
-import time
 from collections.abc import Awaitable, Callable
 from typing import Protocol
 
 from aiohttp import web
 
+from sunk.runtime.ports import Clock
 from sunk.scheduler.hooks.auth import Verifier
 from sunk.scheduler.hooks.holds import Holds
 from sunk.scheduler.translate import PodRef
@@ -61,11 +61,12 @@ class HooksServer:
         self,
         target: HookTarget,
         verifier: Verifier,
+        clock: Clock,
         on_call: Outcome | None = None,
         holds: Holds | None = None,
     ) -> None:
         self._target = target
-        self._holds = holds or Holds(kill_wait_s=30)
+        self._holds = holds or Holds(kill_wait_s=30, clock=clock.monotonic)
         self._verifier = verifier
         self._on_call = on_call or (lambda _outcome: None)
         self.app = web.Application()
@@ -75,7 +76,7 @@ class HooksServer:
         )
         self._runner: web.AppRunner | None = None
         self.port = 0
-        self._refusals = RefusalLog()
+        self._refusals = RefusalLog(clock.monotonic)
 
     async def start(self, host: str, port: int, tls: ssl.SSLContext | None = None) -> int:
         self._runner = web.AppRunner(self.app, access_log=None)
@@ -206,7 +207,8 @@ class RefusalLog:
     """Unauthenticated calls, logged at most once per REFUSAL_LOG_EVERY_S with a count: a
     flood of forged calls must not flood the log (or the disk) too."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(self, clock: Callable[[], float]) -> None:
+        """`clock`: the scheduler's monotonic clock (`Clock.monotonic`), which tests move on by hand."""
         self._clock = clock
         self._last = -REFUSAL_LOG_EVERY_S
         self._unlogged = 0
