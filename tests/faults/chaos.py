@@ -1267,11 +1267,19 @@ class ChaosRun:
                             f"after slurmctld's restart (fault #{restarted[-1].index}) Slurm killed job "
                             f"{job['job_id']} as it started on {node} and drained it: Duplicate jobid"
                         )
-        if event is not None and event.get("reason") == "PlaceholderJobMoved":
+        # Slurm ran the job on a Slurm node another Node hosts: restarted from older state,
+        # slurmctld started it again elsewhere. The scheduler re-adopts such a Pod on its own
+        # node, or deletes it saying so ("was started again on", or PlaceholderJobMoved for
+        # a job Slurm requeued); the job may be cancelled by then, but its record keeps
+        # where it ran.
+        note = str((event or {}).get("note") or "")
+        if event is not None and (
+            event.get("reason") == "PlaceholderJobMoved" or "was started again on" in note
+        ):
             for job in mine:
                 nodes = [n for n in str(job.get("nodes") or "").split(",") if n]
-                if job["job_state"] == "RUNNING" and nodes and self.hosts.get(nodes[0]) != track.node:
-                    return "job moved by Slurm", f"Slurm runs its job elsewhere: {_job_word(job)}"
+                if nodes and self.hosts.get(nodes[0]) != track.node:
+                    return "job moved by Slurm", f"Slurm ran its job elsewhere: {_job_word(job)}"
         return None
 
     # -- log excerpts ---------------------------------------------------------------------

@@ -205,3 +205,10 @@ def test_issue53_an_unbound_pods_job_pending_though_its_script_started_is_replac
 def test_a_pending_job_is_not_replaced(the_job: Any, group: str | None) -> None:
     result = plan(facts(pod(), the_job, group=group), RULES, synced=True, now=NOW)
     assert "ReplaceLostStart" not in kinds(result)
+
+
+def test_r8_2_a_pod_this_process_deleted_is_not_told_again_that_its_job_moved() -> None:
+    """Catches: a second Event (PlaceholderJobMoved) on a Pod already deleted for its job,
+    seen in a fault run right after a failed re-adoption had deleted it, saying why."""
+    gathered = facts(pod(node="n1"), job(), hosts=frozenset({"n2"}), being_deleted=True)
+    assert plan(gathered, RULES, synced=True, now=NOW) == Plan()

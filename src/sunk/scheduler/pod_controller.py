@@ -378,8 +378,9 @@ class PodController:
         return await self._execute(ref, pod, found, plan)
 
     async def _check_still_there(self, pod: Json, job: SlurmJob) -> Outcome:
-        readoptable = not gang.group_of(pod) and not self._being_deleted(pod)
-        plan = pod_actions.for_bound_pod(pod, job, self._hosts_of(job), readoptable=readoptable)
+        if self._being_deleted(pod):
+            return Outcome()  # this process deleted it already, saying why: once is enough
+        plan = pod_actions.for_bound_pod(pod, job, self._hosts_of(job), readoptable=not gang.group_of(pod))
         return await self._execute(PodRef.of(pod), pod, job, plan)
 
     def _hosts_of(self, job: SlurmJob) -> set[str]:

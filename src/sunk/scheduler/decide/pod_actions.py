@@ -89,7 +89,7 @@ def for_bound_pod(pod: Json, job: SlurmJob, hosts: set[str], *, readoptable: boo
     state): Slurm did not move it for a reason, so the job is read again and the Pod
     re-adopted on its own node (issue #53). A requeued job (Slurm chose to move it) or a
     PodGroup's member ends its Pod at once. `hosts`: the Nodes hosting the job's Slurm
-    node; `readoptable`: the Pod is no PodGroup's member and is not being deleted."""
+    node; `readoptable`: the Pod is no PodGroup's member."""
     if not moved(pod, job, hosts):
         return Plan()
     if not job.restarts and readoptable:

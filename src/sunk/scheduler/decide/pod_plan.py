@@ -102,9 +102,10 @@ def plan(facts: PodFacts, rules: Rules, *, synced: bool, now: float) -> PodPlan:
             kill_wait_s=rules.settings.kill_wait_s,
             now=now,
         )
+    if step is steps.Step.CHECK_BOUND and facts.being_deleted:
+        return Plan()  # this process deleted it already, saying why: once is enough
     if step is steps.Step.CHECK_BOUND:
-        readoptable = not facts.group and not facts.being_deleted
-        return pod_actions.for_bound_pod(pod, job, set(facts.hosts), readoptable=readoptable)
+        return pod_actions.for_bound_pod(pod, job, set(facts.hosts), readoptable=not facts.group)
     if step is steps.Step.LOST_START:
         # A PodGroup's member waits with its group's job as before (its group is one job).
         return (
