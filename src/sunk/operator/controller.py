@@ -20,7 +20,7 @@ from sunk.kube.events import Recorder
 from sunk.operator import actions as a
 from sunk.operator import members as m
 from sunk.operator import plan as p
-from sunk.operator.nodeset import API_VERSION, PLURAL, Invalid, NodeSet, parse
+from sunk.operator.nodeset import API_VERSION, PLURAL, Invalid, NodeSet, parse, regarding
 from sunk.operator.nodeset_metrics import Observed
 from sunk.operator.removal import busy, lifted_soon
 from sunk.operator.selection import assign, member_nodeset
@@ -374,7 +374,7 @@ class NodeSetController:
                 case a.SetFinalizer(present=present):
                     await self.set_finalizer(obj, present)
                 case a.Event(reason=reason, note=note, warning=warning, once_as=once_as, about=about):
-                    subject = p.regarding(obj) if about is None else _pod(namespace, *about)
+                    subject = regarding(obj) if about is None else _pod(namespace, *about)
                     await self.recorder.event_on(subject, reason, note, warning=warning, name=once_as)
                 case a.PatchStatus(status=status):
                     try:

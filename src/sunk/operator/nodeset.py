@@ -417,3 +417,15 @@ def _requests(resources: Json, problems: list[str]) -> Requests:
         problems.append(f"spec.resources: a cpu of {cpu} leaves Slurm no whole CPU to hand out")
     total, _ = pod_requests({"containers": [{"name": "slurmd", "resources": {"requests": merged}}]})
     return total
+
+
+def regarding(obj: Json) -> Json:
+    """The NodeSet as an Event's subject."""
+    meta = obj.get("metadata") or {}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "namespace": meta.get("namespace"),
+        "name": meta.get("name"),
+        "uid": meta.get("uid"),
+    }

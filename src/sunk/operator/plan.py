@@ -31,13 +31,13 @@ from sunk.operator.actions import (
     DeleteSlurmNode,
     Event,
     LabelBusy,
-    MarkDown,
     PatchStatus,
     SetFinalizer,
 )
 from sunk.operator.hardware import ShapeError, shape, slurm_node_name
 from sunk.operator.node_faults import actions as node_fault_actions
-from sunk.operator.nodeset import API_VERSION, KIND, DrainPolicy, Invalid, NodeSet
+from sunk.operator.nodeset import DrainPolicy, Invalid, NodeSet
+from sunk.operator.orphan_records import ORPHAN_DOWN, down_without_pod  # noqa: F401 (its Event reason, beside the others)
 from sunk.operator.removal import busy
 from sunk.operator.rollout import roll_out
 from sunk.operator.selection import Share
@@ -62,7 +62,6 @@ HELD = "NodeHeldByOtherNodeSet"
 INFEASIBLE = "NoFeasibleNodes"
 STALE_RECORD = "StaleSlurmNodeDeleted"
 RECORD_DELETED = "SlurmNodeDeleted"
-ORPHAN_DOWN = "SlurmNodeWithoutPodDown"
 FAILED_MEMBER = "FailedMember"
 
 
@@ -302,7 +301,7 @@ def _create(
                 notes.waiting.append(
                     f"Slurm node {name} still runs jobs from an earlier Pod; its new Pod waits until they end"
                 )
-                notes.actions += _down_without_pod(nodeset.name, name, record, slurm)
+                notes.actions += down_without_pod(nodeset.name, name, record, slurm)
                 continue
             # The Pod does not exist, so the record is an earlier Pod's: a new slurmd would
             # register under its old address and srun would fail to reach it.
@@ -449,31 +448,10 @@ def _clean_records(
             notes.waiting.append(
                 f"Slurm node {record_name} has no Pod but still lists jobs: its record is kept until they end"
             )
-            notes.actions += _down_without_pod(name, record_name, records[record_name], slurm)
+            notes.actions += down_without_pod(name, record_name, records[record_name], slurm)
             continue
         notes.actions.append(DeleteSlurmNode(record_name, "its Pod is gone"))
         notes.actions.append(Event(RECORD_DELETED, f"deleted Slurm node {record_name}: its Pod is gone"))
-
-
-def _down_without_pod(nodeset: str, name: str, record: SlurmNode, slurm: SlurmView) -> list[Action]:
-    """A record whose member Pod is gone (the kubelet ended its slurmd) that Slurm still
-    lists busy with no job running there: an allocation or a completing job whose end no
-    slurmd is left to report. Slurm keeps such a node busy until SlurmdTimeout, or for
-    ever, and the Node gets no new member meanwhile (the operator fault run's wedge).
-    Marked DOWN, Slurm lets go of that work and the record can go. A job Slurm still lists
-    running is left to Slurm's own verdict: the operator never ends a running job here."""
-    jobs = slurm.jobs_on(name)
-    if record.state.lower() == "down" or any(not job.ending for job in jobs):
-        return []
-    ending = ", ".join(f"{j.job_id} ({j.state})" for j in jobs) or "none listed"
-    reason = (
-        f"sunk: NodeSet {nodeset}: the Pod of {name} is gone, its slurmd with it; "
-        f"its work cannot end otherwise (jobs: {ending})"
-    )
-    return [
-        MarkDown(name, reason),
-        Event(ORPHAN_DOWN, f"marked Slurm node {name} DOWN: {reason[len('sunk: ') :]}", warning=True),
-    ]
 
 
 def _report_conflicts(nodeset: NodeSet, share: Share, notes: _Notes) -> None:
@@ -510,15 +488,3 @@ def _parse_now(now: str) -> dt.datetime:
 
 def _running(pod: Json) -> bool:
     return (pod.get("status") or {}).get("phase") == "Running"
-
-
-def regarding(obj: Json) -> Json:
-    """The NodeSet as an Event's subject."""
-    meta = obj.get("metadata") or {}
-    return {
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "namespace": meta.get("namespace"),
-        "name": meta.get("name"),
-        "uid": meta.get("uid"),
-    }
