@@ -342,13 +342,11 @@ class SlurmClient:
 
     async def set_excluded_nodes(self, job_id: int, nodes: list[str]) -> None:
         """Make `nodes` the excluded nodes of pending job `job_id` (--placement=pack)."""
-        await self._call(
-            "POST",
-            f"/job/{job_id}",
-            f"update the excluded nodes of job {job_id}",
-            json=self.dialect.exclusion_update(nodes),
-            endpoint="/job/{id}",
-        )
+        await self._update_job(job_id, "update the excluded nodes of", self.dialect.exclusion_update(nodes))
+
+    async def _update_job(self, job_id: int, what: str, body: dict[str, Any]) -> None:
+        """One job update over REST; `what` reads before "job N" in an error."""
+        await self._call("POST", f"/job/{job_id}", f"{what} job {job_id}", json=body, endpoint="/job/{id}")
 
     async def release_job(self, job_id: int) -> None:
         """Let a job submitted held (`JobRequest.hold`) start, ahead of every job waiting:
@@ -358,16 +356,10 @@ class SlurmClient:
         priority plugin computes, so the priority is set right after the release. The
         release is what matters: should the priority be refused (the job ended or runs
         already), the release stands."""
-        await self._call(
-            "POST", f"/job/{job_id}", f"release job {job_id}", json={"hold": False}, endpoint="/job/{id}"
-        )
+        await self._update_job(job_id, "release", {"hold": False})
         try:
-            await self._call(
-                "POST",
-                f"/job/{job_id}",
-                f"give released job {job_id} the top priority",
-                json=self.dialect.priority_update(TOP_PRIORITY),
-                endpoint="/job/{id}",
+            await self._update_job(
+                job_id, "give the top priority to released", self.dialect.priority_update(TOP_PRIORITY)
             )
         except SlurmError as err:
             log.info("job %s is released, but keeps the priority Slurm gave it (%s)", job_id, err)
