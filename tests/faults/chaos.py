@@ -225,6 +225,9 @@ class Report:
     notes: list[str] = field(default_factory=list)
     counters: Counter[str] = field(default_factory=Counter)
     harness_error: str | None = None
+    # Every Pod the scheduler deleted: its name, job, the harness's cause and its Events,
+    # so that a count in the tally can be explained after the namespace is gone.
+    deletions: list[Json] = field(default_factory=list)
 
     def fault_counts(self) -> Counter[str]:
         return Counter(f.kind for f in self.faults)
@@ -298,6 +301,7 @@ class Report:
             "counters": dict(self.counters),
             "settled_after_s": self.settled_after_s,
             "unsettled": self.unsettled,
+            "deletions": self.deletions,
             "notes": self.notes,
             "harness_error": self.harness_error,
             "faults": [
@@ -1151,6 +1155,18 @@ class ChaosRun:
                 )
             if why and "no longer exists in Slurm" in str(why[0].get("note")):
                 self.count(f"Slurm lost the job, Pod deleted: {_not_readopted_because(why[0])}")
+            self.report.deletions.append(
+                {
+                    "pod": track.name,
+                    "uid": track.uid,
+                    "group": track.group,
+                    "jobs": track.job_ids,
+                    "node": track.node,
+                    "went": self.report.rel(went_at),
+                    "cause": cause[0] if cause else None,
+                    "events": [f"{e.get('eventTime')} {e.get('reason')}: {e.get('note')}" for e in events],
+                }
+            )
             if not why:
                 seen = ", ".join(sorted({str(e.get("reason")) for e in events})) or "none"
                 self.violation(

@@ -45,6 +45,7 @@ from sunk_dev import DevCluster, procs
 from sunk_dev.kubeapi import AdminKube, KubeError
 from sunk_dev.platform import Platform, nodeset
 from tests.e2e.slurm_in_pods import delete_namespace
+from tests.support import wait_for
 
 Json = dict[str, Any]
 NAMESPACE = "opchaos"
@@ -296,6 +297,16 @@ class Run:
                 if member in str(event.get("note")) or (event.get("regarding") or {}).get("name") == member
             ]
             lines += about[-15:]
+            node = (pod.get("spec") or {}).get("nodeName")
+            if node and pod["metadata"].get("deletionTimestamp"):
+                # A member that will not go: what its kubelet did about it (preStop, kill).
+                kubelet_log = self.cluster.layout.logs / f"kubelet-{node}.log"
+                said = [line.strip()[:300] for line in _tail(kubelet_log) if member in line]
+                lines += [f"kubelet-{node}: {line}" for line in said[-12:]]
+        with contextlib.suppress(Exception):
+            record = self.rest.nodes().get(member)
+            if record is not None:
+                lines.append(f"{member} in Slurm: {record.get('state')} reason {record.get('reason')!r}")
         return lines
 
     def keep_operator_log(self) -> None:
@@ -436,6 +447,9 @@ class Run:
             self.record.violate(
                 f"wedged: {err}; it says {status.get('summary')!r}, removals {status.get('removals')}"
             )
+            for name, pod in sorted(self.members().items()):
+                if pod["metadata"].get("deletionTimestamp"):
+                    self.record.evidence += self.evidence(name)
         members = {n for n, p in self.members().items() if not p["metadata"].get("deletionTimestamp")}
         records = set(self.rest.nodes())
         if records != members:
@@ -450,7 +464,32 @@ class Run:
 
     def cleanup(self) -> None:
         self.platform.uninstall()
-        delete_namespace(self.kube, NAMESPACE, timeout=300)
+        try:
+            delete_namespace(self.kube, NAMESPACE, timeout=240)
+        except AssertionError:
+            # A member wedged in its preStop hook (the run reported it) would hold the
+            # namespace for its grace period; the next suite needs the real Nodes now.
+            pods = self.kube.get(f"/api/v1/namespaces/{NAMESPACE}/pods")["items"]
+            for pod in pods:
+                name = pod["metadata"]["name"]
+                print(f"cleanup: {name} still there after 240 s; deleting it without grace", flush=True)
+                with contextlib.suppress(KubeError):
+                    self.kube.delete(f"/api/v1/namespaces/{NAMESPACE}/pods/{name}", gracePeriodSeconds=0)
+            wait_for(
+                lambda: self.kube.find(f"/api/v1/namespaces/{NAMESPACE}") is None or None,
+                timeout=120,
+                what=f"namespace {NAMESPACE} to be gone",
+            )
+
+
+def _tail(path: Path, size: int = 4 << 20) -> list[str]:
+    """The last `size` bytes of a log, as lines (empty when it cannot be read)."""
+    try:
+        with path.open("rb") as log:
+            log.seek(max(0, path.stat().st_size - size))
+            return log.read().decode(errors="replace").splitlines()
+    except OSError:
+        return []
 
 
 def report(record: Record, seed: int) -> str:

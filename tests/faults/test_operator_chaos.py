@@ -22,6 +22,7 @@ def test_r10_5_no_job_is_killed_by_the_platform_under_20_random_faults(dev_clust
     seed = int(os.environ.get("SUNK_CHAOS_SEED") or random.randrange(1_000_000))
     with platform_run(dev_cluster, seed, 20) as run:
         record = run.run()
-    summary = report(record, seed)
-    print(summary)
+        # Printed before the cleanup, which may itself fail when the run left a member wedged.
+        summary = report(record, seed)
+        print(summary, flush=True)
     assert not record.violations, summary
