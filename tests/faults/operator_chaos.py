@@ -52,6 +52,11 @@ NAMESPACE = "opchaos"
 RELEASE = "slurm"
 POOL = "pool"
 REAL_NODES = ("real-1", "real-2", "real-3")
+# Every process of a container, with ps or, where the image has none, from /proc.
+PROCESSES = (
+    "ps -eo pid,ppid,stat,etime,args 2>/dev/null || "
+    "for p in /proc/[0-9]*; do echo \"${p#/proc/} $(tr '\\0' ' ' < $p/cmdline)\"; done"
+)
 NODESETS = f"/apis/sunk.coreweave.com/v1alpha1/namespaces/{NAMESPACE}/nodesets"
 REST_VERSION = "v0.0.42"  # Slurm 24.11, the platform images' default
 # Final job states: only COMPLETED means the job ran its course.
@@ -303,6 +308,11 @@ class Run:
                 kubelet_log = self.cluster.layout.logs / f"kubelet-{node}.log"
                 said = [line.strip()[:300] for line in _tail(kubelet_log) if member in line]
                 lines += [f"kubelet-{node}: {line}" for line in said[-12:]]
+                where = ("exec", member, "-c", "slurmd", "--")
+                ps = self.platform.kubectl(*where, "sh", "-c", PROCESSES, timeout=30)
+                lines += [f"{member} ps: {line}" for line in (ps.stdout + ps.stderr).splitlines()[:40]]
+                log = self.platform.kubectl("logs", member, "-c", "slurmd", "--tail=25", timeout=30)
+                lines += [f"{member} log: {line[:300]}" for line in (log.stdout + log.stderr).splitlines()]
         with contextlib.suppress(Exception):
             record = self.rest.nodes().get(member)
             if record is not None:
