@@ -314,6 +314,14 @@ class Run:
                 log = self.platform.kubectl("logs", member, "-c", "slurmd", "--tail=25", timeout=30)
                 lines += [f"{member} log: {line[:300]}" for line in (log.stdout + log.stderr).splitlines()]
         with contextlib.suppress(Exception):
+            # slurmctld's word on the member, this run of it and the one before a restart.
+            for previous in ("", "--previous"):
+                said = self.platform.kubectl(
+                    "logs", "slurm-controller-0", "-c", "slurmctld", *[a for a in [previous] if a], timeout=30
+                )
+                about = [line[:300] for line in said.stdout.splitlines() if member in line]
+                lines += [f"slurmctld{previous and ' (previous)'}: {line}" for line in about[-15:]]
+        with contextlib.suppress(Exception):
             record = self.rest.nodes().get(member)
             if record is not None:
                 lines.append(f"{member} in Slurm: {record.get('state')} reason {record.get('reason')!r}")
