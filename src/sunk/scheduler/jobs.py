@@ -329,7 +329,6 @@ class JobPoller:
         self._on_listing = on_listing
         self._interval = interval
         self.last_error: str | None = None
-        self.last_success = 0.0
 
     async def run(self) -> None:
         delay = self._interval
@@ -342,7 +341,6 @@ class JobPoller:
                 touched = self._index.replace(jobs, listed_at)
                 self._index.synced.set()
                 self.last_error = None
-                self.last_success = self._clock.monotonic()
                 for ref in touched:
                     self._on_change(ref)
                 self._on_listing(self._index.job_ids())
