@@ -302,6 +302,13 @@ class Run:
                 if member in str(event.get("note")) or (event.get("regarding") or {}).get("name") == member
             ]
             lines += about[-15:]
+            ip = (pod.get("status") or {}).get("podIP")
+            if ip:
+                # Connections to or from it the NetworkPolicy enforcer dropped (the dev
+                # cluster's, sunk_dev.netpol), the last of them.
+                enforcer = _tail(self.cluster.layout.logs / "sunk-netpol.log")
+                dropped = [line.strip()[:200] for line in enforcer if f'"{ip}"' in line]
+                lines += [f"sunk-netpol: {line}" for line in dropped[-15:]]
             node = (pod.get("spec") or {}).get("nodeName")
             if node and pod["metadata"].get("deletionTimestamp"):
                 # A member that will not go: what its kubelet did about it (preStop, kill).
