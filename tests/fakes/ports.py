@@ -167,15 +167,17 @@ class FakeKube:
         self.calls.append(("patch_pod_status", f"{namespace}/{name}"))
         return self._replace(pod)
 
-    async def delete_pod(self, namespace: str, name: str, uid: str) -> None:
+    async def delete_pod(self, namespace: str, name: str, uid: str, *, grace_s: int | None = None) -> None:
         """A bound Pod is marked for deletion (its kubelet ends it; at once without
-        `graceful_deletes`); an unbound one goes."""
+        `graceful_deletes` or with `grace_s` 0); an unbound one goes."""
         self.failures.check("delete_pod")
         pod = copy.deepcopy(self._pod(namespace, name, uid))
-        self.calls.append(("delete_pod", f"{namespace}/{name}"))
+        self.calls.append(
+            ("delete_pod", f"{namespace}/{name}" + ("" if grace_s is None else f" grace {grace_s}"))
+        )
         if self.hide_deletes:
             return
-        if self.graceful_deletes and (pod.get("spec") or {}).get("nodeName"):
+        if self.graceful_deletes and grace_s != 0 and (pod.get("spec") or {}).get("nodeName"):
             pod["metadata"].setdefault("deletionTimestamp", "2026-11-24T00:00:00Z")
             self._replace(pod)
         else:

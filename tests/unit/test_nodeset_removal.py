@@ -6,6 +6,7 @@ record. Scale-in, a cordoned Node, a roll-out and the NodeSet's deletion all tak
 from __future__ import annotations
 
 import dataclasses
+import datetime as dt
 import time
 
 from sunk.kube.client import KubeError
@@ -508,6 +509,54 @@ async def test_r10_5_a_deleted_member_drains_itself_and_waits_for_its_jobs_befor
     assert pre_stop[:2] == ["sh", "-c"] and pre_stop[-1] == "a-001-011"
     assert "state=drain" in pre_stop[2] and "until" in pre_stop[2]
     assert world.members("a")["a-001-011"]["spec"]["terminationGracePeriodSeconds"] == 3600
+
+
+async def rolled_member_left_terminating() -> tuple[OperatorWorld, str]:
+    """A roll-out deleted one idle member, and its Pod stays (its preStop hook has not
+    returned): the kubelet keeps a deleted Pod until then."""
+    world = await three_members()
+    world.kube.graceful_deletes = True
+    bump_image(world)
+    for _ in range(4):
+        await world.reconcile("a")
+        deleted = [n for n, pod in world.members("a").items() if pod["metadata"].get("deletionTimestamp")]
+        if deleted:
+            [going] = deleted
+            world.members("a")[going]["metadata"]["deletionTimestamp"] = world.now
+            return world, going
+    raise AssertionError("the roll-out deleted no member")
+
+
+def later(world: OperatorWorld, seconds: int) -> None:
+    at = dt.datetime.fromisoformat(world.now.replace("Z", "+00:00")) + dt.timedelta(seconds=seconds)
+    world.now = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+async def test_r10_5_a_member_still_terminating_while_its_node_is_drained_and_idle_goes_without_grace() -> (
+    None
+):
+    world, going = await rolled_member_left_terminating()
+    later(world, 100)
+    await world.reconcile("a")
+    assert going in world.members("a")  # its hook may still be about to return
+    later(world, 30)
+    await world.reconcile("a")
+    assert ("delete_pod", f"{NAMESPACE}/{going} grace 0") in world.kube.calls
+    assert going not in world.members("a")
+    [event] = [e for e in world.kube.events if e["reason"] == "MemberStuckTerminating"]
+    assert event["type"] == "Warning" and "without grace" in event["note"]
+
+
+async def test_r10_5_a_member_still_terminating_with_a_job_slurm_lists_there_is_left_to_its_hook() -> None:
+    world, going = await rolled_member_left_terminating()
+    world.slurm.run_job(going)  # a job Slurm still lists there (its end not yet seen)
+    later(world, 600)
+    for _ in range(2):
+        await world.reconcile("a")
+    assert going in world.members("a")
+    assert not [c for c in world.kube.calls if c[0] == "delete_pod" and c[1].endswith("grace 0")]
+    [removal] = world.status("a")["removals"]
+    assert removal["message"] == f"member {going} is terminating"
 
 
 # -- hardware -----------------------------------------------------------------------------------

@@ -36,8 +36,8 @@ async def test_r10_5_a_drain_lifted_while_the_pass_runs_keeps_the_member(
     delete = world.kube.delete_pod
     started: list[int] = []
 
-    async def slow_delete(namespace: str, name: str, uid: str) -> None:
-        await delete(namespace, name, uid)
+    async def slow_delete(namespace: str, name: str, uid: str, *, grace_s: int | None = None) -> None:
+        await delete(namespace, name, uid, grace_s=grace_s)
         if started or name not in leaving:
             return
         (other,) = [n for n in leaving if n != name]
@@ -70,8 +70,8 @@ async def test_r10_5_a_deletion_whose_answer_was_lost_never_gets_its_drain_lifte
     (going,) = [d[0] for d in drains(world)]
     delete = world.kube.delete_pod
 
-    async def answer_lost(namespace: str, name: str, uid: str) -> None:
-        await delete(namespace, name, uid)
+    async def answer_lost(namespace: str, name: str, uid: str, *, grace_s: int | None = None) -> None:
+        await delete(namespace, name, uid, grace_s=grace_s)
         raise KubeError(0, "ServerTimeoutError: timeout on reading data from socket")
 
     monkeypatch.setattr(world.kube, "delete_pod", answer_lost)
@@ -137,9 +137,9 @@ async def test_r10_5_a_member_handed_to_the_health_checks_gets_our_drain_before_
     delete = world.kube.delete_pod
     reasons: list[str] = []
 
-    async def noting_the_drain(namespace: str, name: str, uid: str) -> None:
+    async def noting_the_drain(namespace: str, name: str, uid: str, *, grace_s: int | None = None) -> None:
         reasons.append(world.slurm.record(name).reason)
-        await delete(namespace, name, uid)
+        await delete(namespace, name, uid, grace_s=grace_s)
 
     monkeypatch.setattr(world.kube, "delete_pod", noting_the_drain)
     for other in [n for n in world.members("a") if n != going]:

@@ -18,12 +18,14 @@ class CreatePod:
 class DeletePod:
     """Delete a member Pod. `idle_on`: its Slurm node, when it goes because that node was
     seen drained and idle: the controller reads Slurm again just before the deletion and
-    keeps the Pod unless that read still shows it so (NodeSetController.confirm_idle)."""
+    keeps the Pod unless that read still shows it so (NodeSetController.confirm_idle).
+    `grace_s`: the grace period to delete with, where the Pod's own must not apply."""
 
     name: str
     uid: str
     why: str
     idle_on: str = ""
+    grace_s: int | None = None  # 0: at once (a member stuck terminating); None: the Pod's own
 
 
 @dataclass(frozen=True)

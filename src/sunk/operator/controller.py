@@ -44,7 +44,9 @@ UNCERTAIN_DELETE_S = 60.0
 class OperatorKube(Protocol):
     async def create_pod(self, namespace: str, pod: Json) -> Json: ...
 
-    async def delete_pod(self, namespace: str, name: str, uid: str) -> None: ...
+    async def delete_pod(
+        self, namespace: str, name: str, uid: str, *, grace_s: int | None = None
+    ) -> None: ...
 
     async def patch_status(self, path: str, status: Json) -> Json: ...
 
@@ -327,14 +329,14 @@ class NodeSetController:
                     log.info(
                         "%s/%s: created Pod %s on %s", namespace, name, pod_name, pod["spec"]["nodeName"]
                     )
-                case a.DeletePod(name=pod_name, uid=uid, why=why, idle_on=node):
+                case a.DeletePod(name=pod_name, uid=uid, why=why, idle_on=node, grace_s=grace):
                     if node:
                         kept = await self.confirm_idle(node)
                         if kept:
                             log.info("%s/%s: kept Pod %s for now: %s", namespace, name, pod_name, kept)
                             return False
                     try:
-                        await self.kube.delete_pod(namespace, pod_name, uid)
+                        await self.kube.delete_pod(namespace, pod_name, uid, grace_s=grace)
                     except KubeError as err:
                         if err.unreachable or err.status >= 500:  # it may have landed
                             self.maybe_deleted.expect(uid, True)

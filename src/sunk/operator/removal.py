@@ -45,6 +45,11 @@ DRAINING = "DrainingMember"
 DELETED_EVENT = "SuccessfulDelete"
 DRAIN_TIMED_OUT = "DrainTimedOut"
 JOB_CANCELLED = "JobCancelledAfterDrainTimeout"
+STUCK_TERMINATING = "MemberStuckTerminating"
+# How long a deleted member may stay while Slurm shows its node drained and idle before it
+# is deleted again without grace (see _terminating): far above the few seconds its preStop
+# hook takes to see that, well below the hour of its grace period.
+STUCK_TERMINATING_S = 120
 
 
 def drain_reason(nodeset: str, cause: str) -> str:
@@ -156,7 +161,7 @@ def step(
     meta = leaving.pod.get("metadata") or {}
     name = leaving.slurm_name
     if meta.get("deletionTimestamp"):
-        return Step(phase="Deleting", message=f"member {name} is terminating")
+        return _terminating(nodeset, leaving, record, jobs, now_s, listed_after_write=listed_after_write)
     # A member whose container refused to confine jobs never started slurmd (its phase
     # stays Running through the crash loop): no record will ever come.
     running = (leaving.pod.get("status") or {}).get("phase") == "Running"
@@ -197,6 +202,61 @@ def step(
         ),
     ]
     return gone
+
+
+def _terminating(
+    nodeset: str,
+    leaving: Leaving,
+    record: SlurmNode | None,
+    jobs: tuple[SlurmJob, ...],
+    now_s: int,
+    *,
+    listed_after_write: bool,
+) -> Step:
+    """A deleted member whose Pod is still there. Its preStop hook keeps slurmd running
+    until the hook itself sees the node idle; a hook that cannot reach slurmctld (its
+    member cut off from it) waits out the whole grace period, an hour by default, holding
+    the Node and the roll-out. Once Slurm, as the operator reads it, has shown the node
+    drained and without work for STUCK_TERMINATING_S, the hook has nothing left to guard:
+    the Pod is deleted again without grace (after the same fresh read as any deletion)."""
+    meta = leaving.pod.get("metadata") or {}
+    name = leaving.slurm_name
+    waiting = Step(phase="Deleting", message=f"member {name} is terminating")
+    since = _epoch(str(meta["deletionTimestamp"]))
+    if since is None or now_s - since < STUCK_TERMINATING_S or record is None or not listed_after_write:
+        return waiting
+    if not record.drained or lifted_soon(record) or busy(record, jobs):
+        return waiting
+    age = now_s - since
+    waiting.message = (
+        f"member {name} is still terminating {age} s after its deletion while Slurm lists it idle"
+    )
+    waiting.actions += [
+        DeletePod(
+            meta["name"],
+            meta.get("uid", ""),
+            f"still terminating {age} s after its deletion; drained and idle",
+            idle_on=name,
+            grace_s=0,
+        ),
+        Event(
+            STUCK_TERMINATING,
+            f"Pod {meta['name']} on Node {leaving.node} was still terminating {age} s after its deletion "
+            f"(NodeSet {nodeset} {leaving.cause}) although Slurm lists its node {name} drained with no job "
+            f"({record.state.lower()}); its preStop hook waits while it cannot read that itself. "
+            "Deleting the Pod without grace.",
+            warning=True,
+            once_as=f"{name}.stuck.{meta.get('uid', '')}",
+        ),
+    ]
+    return waiting
+
+
+def _epoch(stamp: str) -> int | None:
+    try:
+        return int(dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
+    except ValueError:
+        return None
 
 
 def _wait_for_jobs(
