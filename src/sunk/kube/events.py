@@ -106,13 +106,21 @@ class Recorder:
         self._instance = instance
 
     async def event(
-        self, pod: Json, reason: str, note: str, *, warning: bool = False, explains: bool = False
+        self,
+        pod: Json,
+        reason: str,
+        note: str,
+        *,
+        warning: bool = False,
+        explains: bool = False,
+        name: str | None = None,
     ) -> None:
         """Best effort: a lost Event must never stop a scheduling decision. Except the one
         that says why the Pod is about to be deleted (`explains`): while the API server
         cannot be reached, that failure is raised, so the deletion waits for the Event's
         next try instead of leaving a Pod deleted with no word why (a fault run saw it: the
-        Event failed as kube-apiserver went down, the deletion landed as it came back)."""
+        Event failed as kube-apiserver went down, the deletion landed as it came back).
+        `name`: as for `event_on`."""
         meta = pod["metadata"]
         regarding = {
             "apiVersion": "v1",
@@ -122,7 +130,7 @@ class Recorder:
             "uid": meta.get("uid"),
             "resourceVersion": meta.get("resourceVersion"),
         }
-        await self.event_on(regarding, reason, note, warning=warning, raise_unreachable=explains)
+        await self.event_on(regarding, reason, note, warning=warning, name=name, raise_unreachable=explains)
 
     async def event_on(
         self,
