@@ -7,7 +7,8 @@ from __future__ import annotations
 import pytest
 
 from sunk.kube import events as ev
-from sunk.scheduler.decide.actions import CancelJob, ConfirmClaim, Plan, ReleaseGroup, SignalJob
+from sunk.runtime.actions import CancelJob
+from sunk.scheduler.decide.actions import ConfirmClaim, Plan, ReleaseGroup, SignalJob
 from sunk.scheduler.decide.claim_plan import ClaimFacts, plan
 from sunk.scheduler.decide.claims import CANCEL_CONFIRM_S
 from tests.unit.test_decide import REF, P, component, job, pod

@@ -9,11 +9,11 @@ from typing import Any
 import pytest
 
 from sunk.kube import events as ev
+from sunk.runtime.actions import Event
 from sunk.scheduler.decide import group_plan
 from sunk.scheduler.decide.actions import (
     BindMember,
     CheckNodes,
-    Event,
     Plan,
     ReleaseGroup,
     SetCondition,

@@ -13,6 +13,7 @@ import pytest
 from sunk.operator import actions as a
 from sunk.operator import health_checks as hc
 from sunk.operator import removal as r
+from sunk.runtime.actions import Drain, Event, Resume
 from sunk.slurm.models import SlurmNode
 from tests.fakes.operator_world import OperatorWorld
 from tests.unit import test_health_check_runner as runner
@@ -37,19 +38,19 @@ ROWS = [
         "checks off: our own drain is resumed, as before",
         drained(r.drain_reason("gpu", r.SCALE_IN)),
         False,
-        a.Resume(NAME),
+        Resume(NAME),
     ),
     Row(
         "checks on: our own drain is handed to the checks, not resumed",
         drained(r.drain_reason("gpu", r.SCALE_IN)),
         True,
-        a.Drain(NAME, hc.verify_reason("gpu")),
+        Drain(NAME, hc.verify_reason("gpu")),
     ),
     Row(
         "checks on: a busy member's drain is handed over the same way",
         drained(r.drain_reason("gpu", r.SCALE_IN), "mixed"),
         True,
-        a.Drain(NAME, hc.verify_reason("gpu")),
+        Drain(NAME, hc.verify_reason("gpu")),
     ),
     Row(
         "a failing check's drain is the checks' to lift",
@@ -88,9 +89,9 @@ def test_issue51_a_hand_over_says_why_the_member_is_not_back_yet() -> None:
     why, and that Event raised on a plain resume."""
     ours = drained(r.drain_reason("gpu", r.SCALE_IN))
     handed = hc.wanted_back("gpu", NAME, ours, True)
-    assert handed[0] == a.Drain(NAME, hc.verify_reason("gpu"))
-    assert [type(x) for x in handed] == [a.Drain, a.Event] and handed[1].reason == hc.VERIFYING
-    assert hc.wanted_back("gpu", NAME, ours, False) == [a.Resume(NAME)]
+    assert handed[0] == Drain(NAME, hc.verify_reason("gpu"))
+    assert [type(x) for x in handed] == [Drain, Event] and handed[1].reason == hc.VERIFYING
+    assert hc.wanted_back("gpu", NAME, ours, False) == [Resume(NAME)]
 
 
 def test_issue51_the_runner_lifts_the_hand_over_after_a_clean_run(tmp_path: Path) -> None:

@@ -14,6 +14,7 @@ from sunk.operator import plan as p
 from sunk.operator.nodeset import parse
 from sunk.operator.selection import Share
 from sunk.operator.view import SlurmView
+from sunk.runtime.actions import Event
 from sunk.slurm.models import SlurmJob, SlurmNode
 from tests.fakes.operator_world import IMAGE, NOW, SETTINGS, node, nodeset
 
@@ -50,7 +51,7 @@ ROWS = [
     Row(
         "a free Node gets a member and an Event saying so",
         listed(),
-        want=(a.SetFinalizer, a.CreatePod, a.Event, a.PatchStatus),
+        want=(a.SetFinalizer, a.CreatePod, Event, a.PatchStatus),
     ),
     Row(
         "nothing is created while Slurm's nodes are unknown",
@@ -61,7 +62,7 @@ ROWS = [
     Row(
         "an idle record an earlier Pod left is deleted before the new member is made",
         listed((record(),)),
-        want=(a.SetFinalizer, a.DeleteSlurmNode, a.Event, a.CreatePod, a.Event, a.PatchStatus),
+        want=(a.SetFinalizer, a.DeleteSlurmNode, Event, a.CreatePod, Event, a.PatchStatus),
     ),
     Row(
         "a record still running an earlier Pod's job keeps the new member waiting",
@@ -73,7 +74,7 @@ ROWS = [
         "a partition Slurm does not declare makes the NodeSet invalid, nothing else",
         listed(),
         spec={"partitions": ["nope"]},
-        want=(a.SetFinalizer, a.Event, a.PatchStatus),
+        want=(a.SetFinalizer, Event, a.PatchStatus),
     ),
     Row(
         "a deleted NodeSet with no member and no record lets its finalizer go",

@@ -8,7 +8,8 @@ from dataclasses import replace
 import pytest
 
 from sunk.kube import events as ev
-from sunk.scheduler.decide.actions import CancelJob, ConfirmReverted, DeletePod, Drain, Event, Plan
+from sunk.runtime.actions import CancelJob, Drain, Event
+from sunk.scheduler.decide.actions import ConfirmReverted, DeletePod, Plan
 from sunk.scheduler.decide.drains import DRAIN_MARGIN_S
 from sunk.scheduler.decide.pod_actions import for_bound_pod, for_ending_job
 from tests.unit.test_decide import NOW, job, pod

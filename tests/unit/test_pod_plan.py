@@ -9,12 +9,12 @@ from typing import Any
 import pytest
 
 from sunk.kube import events as ev
+from sunk.runtime.actions import Event
 from sunk.scheduler.decide.actions import (
     Bind,
     ConfirmEnding,
     ConfirmMissing,
     DeletePod,
-    Event,
     FindOrSubmit,
     ForGroup,
     Plan,

@@ -11,11 +11,11 @@ from dataclasses import replace
 
 import pytest
 
-from sunk.operator import actions as a
 from sunk.operator import health_checks as hc
 from sunk.operator import unhealthy as u
 from sunk.operator.config import from_args
 from sunk.operator.members import Settings
+from sunk.runtime.actions import Event
 from sunk.runtime.controller import DONE
 from sunk.slurm.models import SlurmNode
 from tests.fakes.operator_world import NOW_S, SETTINGS, OperatorWorld
@@ -121,7 +121,7 @@ def test_issue51_a_drain_the_status_already_shows_is_not_told_again() -> None:
     assert u.review(obj, [pod], [], 0, listing_of((record,)), CHECKS, at(60)).actions == ()
     fresh = {"metadata": {"name": "a"}, "status": {}}
     [told_now] = u.review(fresh, [pod], [], 0, listing_of((record,)), CHECKS, at(60)).actions
-    assert isinstance(told_now, a.Event) and told_now.reason == u.FAILED
+    assert isinstance(told_now, Event) and told_now.reason == u.FAILED
 
 
 @pytest.mark.parametrize(
@@ -288,7 +288,7 @@ def test_issue51_the_plan_says_what_it_replaces_in_typed_actions() -> None:
     found = u.review(obj, [pod], [], 0, listing_of((record,)), CHECKS, at(3600))
     [member] = found.leaving
     assert (member.slurm_name, member.node) == (FIRST, "node-1")
-    assert [type(x) for x in found.actions] == [a.Event, a.Event]  # HealthCheckFailed, Replacing
+    assert [type(x) for x in found.actions] == [Event, Event]  # HealthCheckFailed, Replacing
 
 
 # -- checks that cannot run --------------------------------------------------------------------

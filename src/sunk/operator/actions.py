@@ -1,10 +1,14 @@
 """What a NodeSet plan asks for, in order: typed, so the plan stays pure and the controller
-is the only place that talks to Kubernetes and Slurm."""
+is the only place that talks to Kubernetes and Slurm. A drain, a resume, a job's cancel and
+an Event mean here what they mean to the scheduler: those are the shared
+`sunk.runtime.actions`, named in `Action` with the operator's own."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from sunk.runtime.actions import CancelJob, Drain, Event, Resume
 
 Json = dict[str, Any]
 
@@ -35,17 +39,6 @@ class DeleteSlurmNode:
 
 
 @dataclass(frozen=True)
-class Drain:
-    name: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Resume:
-    name: str
-
-
-@dataclass(frozen=True)
 class MarkDown:
     """Mark a Slurm node DOWN (its machine is lost: sunk.operator.node_faults)."""
 
@@ -71,26 +64,11 @@ class LabelBusy:
 
 
 @dataclass(frozen=True)
-class CancelJob:
-    job_id: int
-    why: str
-
-
-@dataclass(frozen=True)
 class SetFinalizer:
     """Add (present) or remove the NodeSet's finalizer, so that its deletion waits until
     every member left the job-safe way."""
 
     present: bool
-
-
-@dataclass(frozen=True)
-class Event:
-    reason: str
-    note: str
-    warning: bool = False
-    once_as: str | None = None  # a name that makes the Event unique (recorded once)
-    about: tuple[str, str] | None = None  # (name, uid) of the member Pod it is about; None: the NodeSet
 
 
 @dataclass(frozen=True)

@@ -8,11 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from sunk.operator import members as m
-from sunk.operator.actions import Event
 from sunk.operator.hardware import gres_in_conf
 from sunk.operator.nodeset import CANCEL_JOBS, NodeSet
 from sunk.operator.status import UNKNOWN_TOPOLOGY_LABEL
 from sunk.operator.view import SlurmView
+from sunk.runtime.actions import Event
 
 Json = dict[str, Any]
 GRES_MISMATCH = "GresMismatch"

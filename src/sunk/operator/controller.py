@@ -25,6 +25,7 @@ from sunk.operator.nodeset_metrics import Observed
 from sunk.operator.removal import busy, lifted_soon
 from sunk.operator.selection import assign, member_nodeset
 from sunk.operator.view import SlurmView
+from sunk.runtime.actions import CancelJob, Drain, Event, Resume
 from sunk.runtime.controller import DONE, Outcome, after
 from sunk.runtime.expectations import Expectations
 from sunk.runtime.ports import Cache
@@ -348,10 +349,10 @@ class NodeSetController:
                 case a.DeleteSlurmNode(name=node, why=why):
                     await self.slurm.delete_node(node)
                     log.info("%s/%s: deleted Slurm node %s: %s", namespace, name, node, why)
-                case a.Drain(name=node, reason=reason):
+                case Drain(node=node, reason=reason):
                     await self.change_node(node, self.slurm.drain(node, reason))
                     log.info("%s/%s: drained Slurm node %s: %s", namespace, name, node, reason)
-                case a.Resume(name=node):
+                case Resume(node=node):
                     await self.change_node(node, self.slurm.resume(node))
                     log.info("%s/%s: resumed Slurm node %s", namespace, name, node)
                 case a.MarkDown(name=node, reason=reason):
@@ -370,13 +371,13 @@ class NodeSetController:
                     except KubeError as err:
                         if not (err.not_found or err.conflict):  # gone or replaced: nothing to mark
                             raise
-                case a.CancelJob(job_id=job_id, why=why):
+                case CancelJob(job_id=job_id, why=why):
                     await self.slurm.cancel(job_id)
                     log.warning("%s/%s: cancelled Slurm job %s: %s", namespace, name, job_id, why)
                 case a.SetFinalizer(present=present):
                     await self.set_finalizer(obj, present)
-                case a.Event(reason=reason, note=note, warning=warning, once_as=once_as, about=about):
-                    subject = regarding(obj) if about is None else _pod(namespace, *about)
+                case Event(reason=reason, note=note, warning=warning, once_as=once_as, pod=member):
+                    subject = regarding(obj) if member is None else _pod(namespace, member)
                     await self.recorder.event_on(subject, reason, note, warning=warning, name=once_as)
                 case a.PatchStatus(status=status):
                     try:
@@ -390,9 +391,11 @@ class NodeSetController:
 def _drains(result: p.Plan) -> bool:
     """The plan drains a member or deletes one (a member a check drained is deleted without
     a drain of ours: sunk.operator.unhealthy)."""
-    return any(isinstance(action, (a.Drain, a.DeletePod)) for action in result.actions)
+    return any(isinstance(action, (Drain, a.DeletePod)) for action in result.actions)
 
 
-def _pod(namespace: str, name: str, uid: str) -> Json:
+def _pod(namespace: str, pod: Json) -> Json:
     """A member Pod as an Event's subject (`kubectl describe pod` shows it)."""
+    meta = pod.get("metadata") or {}
+    name, uid = str(meta.get("name", "")), str(meta.get("uid", ""))
     return {"apiVersion": "v1", "kind": "Pod", "namespace": namespace, "name": name, "uid": uid or None}

@@ -27,7 +27,8 @@ from typing import Any
 
 from sunk.operator import members as m
 from sunk.operator import removal as r
-from sunk.operator.actions import Action, Drain, Event, Resume
+from sunk.operator.actions import Action
+from sunk.runtime.actions import Drain, Event, Resume
 from sunk.slurm.models import SlurmNode
 
 OWN_PREFIX = "sunk-hc: "  # the runner's OWN; Slurm-side tools classify reasons by it

@@ -40,7 +40,8 @@ from typing import Any
 from sunk.kube.nodefilter import node_ready
 from sunk.operator import health_checks as hc
 from sunk.operator import members as m
-from sunk.operator.actions import Action, Drain, Event, MarkDown, Resume, SetNodeCondition
+from sunk.operator.actions import Action, MarkDown, SetNodeCondition
+from sunk.runtime.actions import Drain, Event, Resume
 from sunk.slurm.models import SlurmNode
 
 Json = dict[str, Any]

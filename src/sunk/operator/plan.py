@@ -29,7 +29,6 @@ from sunk.operator.actions import (
     CreatePod,
     DeletePod,
     DeleteSlurmNode,
-    Event,
     LabelBusy,
     PatchStatus,
     SetFinalizer,
@@ -48,6 +47,7 @@ from sunk.operator.status import (
     nodeset_status,
 )
 from sunk.operator.view import SlurmView
+from sunk.runtime.actions import Event
 from sunk.slurm.models import SlurmNode
 
 Json = dict[str, Any]

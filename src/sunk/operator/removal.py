@@ -27,8 +27,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sunk.operator import confinement
-from sunk.operator.actions import Action, CancelJob, DeletePod, Drain, Event
+from sunk.operator.actions import Action, DeletePod
 from sunk.operator.nodeset import CANCEL_JOBS, DrainPolicy
+from sunk.runtime.actions import CancelJob, Drain, Event
 from sunk.slurm.models import SlurmJob, SlurmNode
 
 Json = dict[str, Any]

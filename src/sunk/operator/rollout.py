@@ -14,11 +14,12 @@ from sunk.kube.nodefilter import node_ready  # any object's Ready condition: her
 from sunk.operator import features
 from sunk.operator import members as m
 from sunk.operator import removal as r
-from sunk.operator.actions import Action, Event
+from sunk.operator.actions import Action
 from sunk.operator.hardware import ShapeError, shape
 from sunk.operator.nodeset import ON_DELETE, NodeSet
 from sunk.operator.selection import Share
 from sunk.operator.view import SlurmView, slurm_state
+from sunk.runtime.actions import Event
 
 Json = dict[str, Any]
 FEATURE_IN_USE = "FeatureInUse"

@@ -34,8 +34,9 @@ from sunk.kube.nodefilter import node_ready  # any object's Ready condition: her
 from sunk.operator import health_checks as hc
 from sunk.operator import members as m
 from sunk.operator import removal as r
-from sunk.operator.actions import Action, Event
+from sunk.operator.actions import Action
 from sunk.operator.view import SlurmView
+from sunk.runtime.actions import Event
 from sunk.slurm.models import SlurmNode
 
 Json = dict[str, Any]
@@ -167,7 +168,7 @@ def _failed(nodeset: str, pod: Json, name: str, record: SlurmNode) -> Event:
         "it takes no new job until they pass",
         warning=True,
         once_as=f"{nodeset}.unhealthy.{name}.{record.reason_changed_at}.{record.reason}",
-        about=_about(pod),
+        pod=pod,
     )
 
 
@@ -178,7 +179,7 @@ def _passed(nodeset: str, pod: Json, name: str, was: Json) -> Event:
         f"member {name} passed its health checks and is back in service "
         f"(drained since {was[SINCE]}: {was.get('reason', '')})",
         once_as=f"{nodeset}.healthy.{name}.{was[SINCE]}",
-        about=_about(pod),
+        pod=pod,
     )
 
 
@@ -188,11 +189,6 @@ def _since(was: Json, record: SlurmNode, pod: Json, now: str) -> str:
     carried = was.get(SINCE) if was.get("reason") != record.reason else None
     began = str(carried or stamped or was.get(SINCE) or now)
     return max(began, str((pod.get("metadata") or {}).get("creationTimestamp") or ""))
-
-
-def _about(pod: Json) -> tuple[str, str]:
-    meta = pod.get("metadata") or {}
-    return (str(meta.get("name", "")), str(meta.get("uid", "")))
 
 
 def _terminating(pod: Json) -> bool:

@@ -12,9 +12,10 @@ from sunk import metrics
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.metrics import kube_scheduler
+from sunk.runtime.actions import Event
 from sunk.runtime.controller import Outcome
 from sunk.runtime.ports import Clock
-from sunk.scheduler.decide.actions import BindPod, Event, Said
+from sunk.scheduler.decide.actions import BindPod, Said
 from sunk.scheduler.placement import Choice, Placement
 from sunk.scheduler.pod_executor import PodExecutor
 from sunk.scheduler.ports import KubePort

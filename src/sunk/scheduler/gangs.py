@@ -27,15 +27,14 @@ from typing import Any
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.metrics import kube_scheduler
+from sunk.runtime.actions import CancelJob, Event
 from sunk.runtime.controller import Outcome
 from sunk.runtime.ports import Clock
 from sunk.scheduler.binding import Binder
 from sunk.scheduler.decide import group_plan, pod_state, steps
 from sunk.scheduler.decide.actions import (
     BindMember,
-    CancelJob,
     CheckNodes,
-    Event,
     GroupPlan,
     RecordJob,
     ReleaseGroup,

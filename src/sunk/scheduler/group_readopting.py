@@ -27,6 +27,7 @@ from typing import Any
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.metrics import kube_scheduler
+from sunk.runtime.actions import CancelJob, Event
 from sunk.runtime.controller import Outcome
 from sunk.runtime.ports import Clock
 from sunk.scheduler.decide import actions, pod_actions, pod_state, submission
@@ -231,14 +232,14 @@ class GroupReadoption:
                         f"component {component.job_id} of its PodGroup {group}'s new job {leader} holds its "
                         f"resources on {lost.node} again"
                     )
-                    said.append(actions.Event(ev.PLACEHOLDER_READOPTED, note, pod=member))
+                    said.append(Event(ev.PLACEHOLDER_READOPTED, note, pod=member))
             kube_scheduler.attempt("readopted", len(members))
             return None
         finally:
             if not handed:
                 why = f"PodGroup {group}'s new job, not handed to its members"
                 uids = [member["metadata"]["uid"] for member in members]
-                await self.readopter.executor.cancel_job(actions.CancelJob(leader, why), *uids)
+                await self.readopter.executor.cancel_job(CancelJob(leader, why), *uids)
 
     async def _release(self, leader: int, count: int) -> None:
         """Let every component start (submitted held, as a re-adopted job is, until all is

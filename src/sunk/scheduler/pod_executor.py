@@ -21,6 +21,7 @@ from typing import Any
 from sunk import metrics
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
+from sunk.runtime.actions import CancelJob, Drain, Event
 from sunk.runtime.ports import Clock
 from sunk.scheduler.decide import actions, pod_state
 from sunk.scheduler.decide.pod_actions import STARTED_AT
@@ -72,7 +73,7 @@ class PodExecutor:
         """One effect of a Pod controller's plan; False when the plan must stop here (Slurm
         would not widen). `deleting`: the plan deletes the Pod, so its Events say why and
         must be written first (an unreachable API server is raised, not skipped)."""
-        if isinstance(action, actions.CancelJob):
+        if isinstance(action, CancelJob):
             assert job is not None
             log.info("cancelling Slurm job %s of %s: %s", action.job_id, ref, action.why)
             await self.slurm.cancel(action.job_id)
@@ -84,17 +85,17 @@ class PodExecutor:
             log.info("telling Slurm job %s of %s that %s", action.job_id, ref, action.why)
             await self.slurm.cancel(action.job_id, signal=action.signal)
             self.memory.signalled.add((action.job_id, ref.uid))
-        elif isinstance(action, actions.Event | actions.SetCondition):
+        elif isinstance(action, Event | actions.SetCondition):
             await self.tell(pod, action, explains=deleting)
         elif isinstance(action, actions.DeletePod):
             assert pod is not None
             await self._delete(pod)
-        elif isinstance(action, actions.Drain):
+        elif isinstance(action, Drain):
             assert job is not None
             self.memory.drained.add(job.job_id)  # the placeholder script drains too: one try here
             problem = await self.slurm.drain(action.node, action.reason)
             if problem:
-                await self.tell(pod, actions.Event(ev.NODE_DRAINED, problem, warning=True))
+                await self.tell(pod, Event(ev.NODE_DRAINED, problem, warning=True))
         elif isinstance(action, actions.Widen):
             return await self._widen(ref, action)
         return True
@@ -105,9 +106,14 @@ class PodExecutor:
         drain Events)."""
         target = report.pod if report.pod is not None else pod
         assert target is not None
-        if isinstance(report, actions.Event):
+        if isinstance(report, Event):
             await self.recorder.event(
-                target, report.reason, report.note, warning=report.warning, explains=explains
+                target,
+                report.reason,
+                report.note,
+                warning=report.warning,
+                explains=explains,
+                name=report.once_as,
             )
         else:
             written = await self.recorder.condition(target, False, report.reason, report.message)
@@ -155,7 +161,7 @@ class PodExecutor:
         )
         self.memory.job_written.expect(meta["uid"], action.job_id)
 
-    async def cancel_job(self, action: actions.CancelJob, *uids: str) -> None:
+    async def cancel_job(self, action: CancelJob, *uids: str) -> None:
         """Cancel a job a step submitted and did not hand to a Pod (or a group's job it
         releases); `uids`: the Pods for whom the cancel is remembered as settling it."""
         log.info("cancelling Slurm job %s: %s", action.job_id, action.why)

@@ -36,6 +36,7 @@ from typing import Any
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.metrics import kube_scheduler
+from sunk.runtime.actions import CancelJob, Event
 from sunk.runtime.ports import Clock
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.decide import actions, pod_actions, pod_state, submission
@@ -225,7 +226,7 @@ class Readopter:
             "while this Pod ran; "
             f"job {job.job_id} holds its resources on {action.node} again{left}"
         )
-        said.append(actions.Event(ev.PLACEHOLDER_READOPTED, note, pod=pod))
+        said.append(Event(ev.PLACEHOLDER_READOPTED, note, pod=pod))
         return None
 
     async def _ended(self, ref: PodRef, job_id: int) -> Ended | None:
@@ -281,4 +282,4 @@ class Readopter:
 
     async def _cancel(self, ref: PodRef, job_id: int) -> None:
         why = f"a re-adopted job of {ref} not handed to it"
-        await self.executor.cancel_job(actions.CancelJob(job_id, why), ref.uid)
+        await self.executor.cancel_job(CancelJob(job_id, why), ref.uid)

@@ -17,10 +17,10 @@ from typing import Any
 
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
+from sunk.runtime.actions import Drain, Resume
 from sunk.runtime.controller import DONE, Outcome, after
 from sunk.runtime.queue import WorkQueue
 from sunk.scheduler.cluster import ClusterView
-from sunk.scheduler.decide.actions import Drain, Resume
 from sunk.scheduler.decide.drains import out_of_use
 from sunk.scheduler.decide.slurm_node import (
     DrainEvent,

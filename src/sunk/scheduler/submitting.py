@@ -18,11 +18,12 @@ from sunk import metrics
 from sunk.kube import events as ev
 from sunk.kube.client import KubeError
 from sunk.metrics import kube_scheduler
+from sunk.runtime.actions import CancelJob, Event
 from sunk.runtime.controller import Outcome
 from sunk.scheduler import policy
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.decide import submission
-from sunk.scheduler.decide.actions import CancelJob, Event, RecordJob, Said, SetCondition
+from sunk.scheduler.decide.actions import RecordJob, Said, SetCondition
 from sunk.scheduler.decide.packing import Packing, pack
 from sunk.scheduler.decide.pod_plan import size
 from sunk.scheduler.decide.problems import placement_problem

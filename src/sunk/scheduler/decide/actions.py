@@ -1,11 +1,12 @@
 """The scheduler's typed actions: one word per idea for every plan its controllers carry
 out (the Pod controller's `pod_plan`, `pod_actions` and `claim_plan`, the PodGroup steps'
 `group_plan`, the Slurm-node controller's `slurm_node`). Where an action means what one of
-the operator's means, it has that action's name. `SubmitJob`, `RecordJob`, `ReleaseHeld`
-and `BindPod` are the writes the Pod controller's collaborators ask its executor for in
-the middle of a step (the answer of one is what the next reads). The last few are the Pod
-controller's steps that read Slurm or the API server on the way: the controller hands each
-to the collaborator that owns it.
+the operator's means, it is the same class, from `sunk.runtime.actions`: `Drain`, `Resume`,
+`CancelJob` and `Event`. `SubmitJob`, `RecordJob`, `ReleaseHeld` and `BindPod` are the
+writes the Pod controller's collaborators ask its executor for in the middle of a step (the
+answer of one is what the next reads). The last few are the Pod controller's steps that
+read Slurm or the API server on the way: the controller hands each to the collaborator that
+owns it.
 
 Events and PodScheduled reports (`Event`, `SetCondition`) are written by the Pod
 controller's executor alone: its collaborators (submitter, binder, readopter, PodGroup
@@ -17,23 +18,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Generic, TypeVar
 
+from sunk.runtime.actions import CancelJob, Drain, Event
 from sunk.scheduler.decide.steps import Step
 from sunk.scheduler.translate.gang import PodGroup
 from sunk.slurm.dialect import Submission
 from sunk.slurm.models import SlurmJob
 
 Json = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class CancelJob:
-    """Cancel `job_id` and remember it was done, so it is never done twice for the Pod's
-    ending. `settles_claim`: the cancel ends a job whose Pod is gone; its time is remembered
-    instead, so a cancel Slurm lost (a slurmctld crash) is sent again."""
-
-    job_id: int
-    why: str  # for the log
-    settles_claim: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,32 +96,6 @@ class BindMember:
 @dataclass(frozen=True)
 class DeletePod:
     """Delete the plan's Pod (its UID as precondition); once asked, never asked again."""
-
-
-@dataclass(frozen=True)
-class Drain:
-    """Take `node` out of use in Slurm, saying why."""
-
-    node: str
-    reason: str
-
-
-@dataclass(frozen=True)
-class Resume:
-    """Put `node` back in use; `host` is its uncordoned Node, for the log."""
-
-    node: str
-    host: str
-
-
-@dataclass(frozen=True)
-class Event:
-    """An Event on `pod` (None: the plan's Pod)."""
-
-    reason: str
-    note: str
-    warning: bool = False
-    pod: Json | None = None
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.kube import events as ev
-from sunk.scheduler.decide.actions import CancelJob, ConfirmClaim, Plan, PodPlan, ReleaseGroup, SignalJob
+from sunk.runtime.actions import CancelJob
+from sunk.scheduler.decide.actions import ConfirmClaim, Plan, PodPlan, ReleaseGroup, SignalJob
 from sunk.scheduler.decide.claims import CANCEL_CONFIRM_S, Claim, for_claim
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.models import SlurmJob

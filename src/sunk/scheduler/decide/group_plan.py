@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.kube import events as ev
+from sunk.runtime.actions import Event
 from sunk.scheduler.decide.actions import (
     BindMember,
     CheckNodes,
-    Event,
     GroupPlan,
     Plan,
     ReleaseGroup,

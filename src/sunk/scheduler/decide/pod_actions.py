@@ -15,12 +15,10 @@ import math
 from typing import Any
 
 from sunk.kube import events as ev
+from sunk.runtime.actions import CancelJob, Drain, Event
 from sunk.scheduler.decide.actions import (
-    CancelJob,
     ConfirmReverted,
     DeletePod,
-    Drain,
-    Event,
     Plan,
     PodAction,
     PodPlan,

@@ -15,12 +15,12 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.kube import events as ev
+from sunk.runtime.actions import Event
 from sunk.scheduler.decide import packing, pod_actions, steps
 from sunk.scheduler.decide.actions import (
     Bind,
     ConfirmEnding,
     ConfirmMissing,
-    Event,
     FindOrSubmit,
     ForGroup,
     Plan,

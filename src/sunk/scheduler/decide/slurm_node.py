@@ -12,7 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from sunk.scheduler.decide.actions import Drain, Resume
+from sunk.runtime.actions import Drain, Resume
 from sunk.scheduler.decide.drains import cordon_drain_reason, drain_notice, for_cordon, pod_drain_note
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.models import SlurmJob, SlurmNode
