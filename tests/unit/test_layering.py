@@ -284,3 +284,23 @@ def test_issue54_the_scheduler_reads_the_time_only_through_its_one_clock() -> No
         if reads_the_time(node)
     )
     assert reads == [], "\n".join(reads)
+
+
+def test_issue54_an_action_both_components_mean_alike_is_defined_once() -> None:
+    """Catches: a component defining its own drain, resume, cancel or Event again beside
+    the shared one in `sunk.runtime.actions`, so that the two vocabularies drift apart
+    (different field names for one meaning). The shared names are read from that module."""
+    shared = {
+        node.name
+        for node in ast.walk(ast.parse((ROOT / "runtime" / "actions.py").read_text()))
+        if isinstance(node, ast.ClassDef)
+    }
+    assert {"Drain", "Resume", "CancelJob", "Event"} <= shared
+    again = sorted(
+        f"{path.relative_to(ROOT.parent)}:{node.lineno} {node.name}"
+        for component in ("scheduler", "operator")
+        for path in sorted((ROOT / component).rglob("*.py"))
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ClassDef) and node.name in shared
+    )
+    assert again == []
