@@ -26,6 +26,7 @@ import base64
 import contextlib
 import os
 import random
+import re
 import signal
 import ssl
 import sys
@@ -92,6 +93,7 @@ class Record:
     refused: int = 0  # submissions Slurm refused (a partition with no node at that moment)
     violations: list[str] = field(default_factory=list)
     evidence: list[str] = field(default_factory=list)  # what was seen when a violation was found
+    notes: list[str] = field(default_factory=list)  # what is worth saying without being a violation
 
     def violate(self, text: str) -> None:
         self.violations.append(text)
@@ -486,6 +488,16 @@ class Run:
         }
         if drained:
             self.record.violate(f"nodes left drained: {drained}")
+        # Not a violation (nothing was killed), but a sign that a member could not reach
+        # slurmctld: the run says how often the operator had to end a preStop hook's wait.
+        with contextlib.suppress(httpx.HTTPError, KubeError):
+            events = self.kube.get(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")["items"]
+            for event in events:
+                if event.get("reason") == "MemberStuckTerminating":
+                    self.record.notes.append(f"{event.get('eventTime')} {event.get('note')}")
+                    named = re.search(r"Pod (\S+) on Node", str(event.get("note")))
+                    if named:
+                        self.record.evidence += self.evidence(named[1])
 
     def cleanup(self) -> None:
         self.platform.uninstall()
@@ -530,6 +542,8 @@ def report(record: Record, seed: int) -> str:
         f"violations: {len(record.violations)}",
     ]
     lines += [f"  {v}" for v in record.violations]
+    if record.notes:
+        lines += ["notes:"] + [f"  {line}" for line in record.notes]
     if record.evidence:
         lines += ["evidence:"] + [f"  {line}" for line in record.evidence]
     return "\n".join(lines)
