@@ -13,7 +13,7 @@ from sunk.scheduler import policy
 from sunk.scheduler.decide import claims, drains, steps
 from sunk.scheduler.decide.drains import kill_wait_drain_reason
 from sunk.scheduler.jobs import MIN_JOB_AGE_S
-from sunk.scheduler.pod_controller import UNANSWERED_GRACE_S
+from sunk.scheduler.submitting import UNANSWERED_GRACE_S
 from sunk.scheduler.translate import PodRef, job_name
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer, SlurmUnavailable
 from sunk.slurm.request import owner_tag
@@ -96,7 +96,7 @@ async def test_r2_4_a_refusal_the_cache_does_not_show_yet_is_not_made_twice() ->
 
 async def test_r12_1_a_pod_the_trust_policy_forbids_is_refused_for_good() -> None:
     world = two_nodes()
-    world.pod_controller.submitter.policy.policy = policy.parse("default:\n  accounts: [research]\n")
+    world.pod_controller.reader.policy.policy = policy.parse("default:\n  accounts: [research]\n")
     key = world.create(pod(annotations={PREFIX + "account": "finance"}))
     await world.reconcile(key)
     assert world.slurm.submitted() == []

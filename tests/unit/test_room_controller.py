@@ -187,7 +187,7 @@ async def test_r4_3_a_pod_being_bound_counts_before_the_informer_shows_it() -> N
     await world.reconcile(key)
     elsewhere = pod("elsewhere", cpu="600m", memory="256Mi")
     world.create(elsewhere)  # the cache shows it unbound still
-    world.pod_controller.binder.places.placing(elsewhere, "n1")  # bound a moment ago
+    world.pod_controller.places.placing(elsewhere, "n1")  # bound a moment ago
     world.slurm.start(100, "sn-1")
     await world.reconcile(key)
     assert "nodeName" not in world.pod(key)["spec"]
@@ -202,7 +202,7 @@ async def test_issue53_a_pod_bound_and_gone_before_the_next_look_holds_no_room()
     key = world.create(web())
     await world.reconcile(key)
     gone = world.create(pod("gone", cpu="600m", memory="256Mi"))
-    world.pod_controller.binder.places.placing(world.pod(gone), "n1")
+    world.pod_controller.places.placing(world.pod(gone), "n1")
     world.remove(gone)
     world.slurm.start(100, "sn-1")
     await world.reconcile(key)
@@ -288,7 +288,7 @@ async def test_r9_1_a_group_refused_for_want_of_room_leaves_no_member_counted_as
     await world.reconcile("ns/a")
     assert [world.pod(k)["spec"].get("nodeName") for k in ("ns/a", "ns/b")] == [None, None]
     assert "Node n1 has no room" in world.kube.notes("PlacementRejected")[-1]
-    assert world.pod_controller.binder.places.placed(pod("someone-else")) == []
+    assert world.pod_controller.places.placed(pod("someone-else")) == []
 
 
 def test_r4_3_the_sums_per_node_follow_the_cache_as_pods_come_change_and_go() -> None:

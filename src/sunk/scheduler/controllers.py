@@ -11,7 +11,6 @@ from dataclasses import dataclass
 from sunk.kube.events import Recorder
 from sunk.runtime.ports import Clock
 from sunk.runtime.queue import WorkQueue
-from sunk.scheduler.binding import Binder
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.config import Config
 from sunk.scheduler.gangs import Gangs
@@ -27,7 +26,7 @@ from sunk.scheduler.policy import PolicyFile
 from sunk.scheduler.ports import KubePort, SlurmPort
 from sunk.scheduler.readopting import Readopter
 from sunk.scheduler.slurmnodes import SlurmNodeController, SlurmNodePoller
-from sunk.scheduler.submitting import Submitter
+from sunk.scheduler.submitting import SubmitReader
 from sunk.scheduler.translate import Settings, pod_of_job_name
 
 
@@ -79,25 +78,25 @@ def build(
         recorder=recorder,
         index=index,
         memory=memory,
-        prefix=shared.annotation_prefix,
+        places=places,
+        cluster=cluster,
+        settings=shared,
+        script=script,
+        hooks=hooks,
         clock=clock,
         placement=config.placement,
     )
-    submitter = Submitter(
-        executor=executor,
+    reader = SubmitReader(
         slurm=slurm,
         cluster=cluster,
         index=index,
         places=places,
         memory=memory,
         settings=shared,
-        script=script,
-        hooks=hooks,
         policy=policy,
         placement=config.placement,
         refuse_static_cpu=config.static_cpu_pods == "refuse",
     )
-    binder = Binder(kube=kube, executor=executor, places=places, clock=clock)
     gangs = Gangs(
         kube=kube,
         slurm=slurm,
@@ -105,8 +104,8 @@ def build(
         pods=pods,
         index=index,
         memory=memory,
-        submitter=submitter,
-        binder=binder,
+        reader=reader,
+        places=places,
         clock=clock,
     )
     readopter = Readopter(
@@ -114,7 +113,6 @@ def build(
         executor=executor,
         index=index,
         settings=shared,
-        submitter=submitter,
         policy=policy,
         cluster=cluster,
         clock=clock,
@@ -127,8 +125,8 @@ def build(
         index=index,
         settings=shared,
         memory=memory,
-        submitter=submitter,
-        binder=binder,
+        reader=reader,
+        places=places,
         gangs=gangs,
         readopter=readopter,
         group_readoption=GroupReadoption(readopter, pods, clock),

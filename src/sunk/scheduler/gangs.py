@@ -10,10 +10,12 @@ before it starts, or a placement is rejected. What to do is decided from data al
 sunk.scheduler.decide.group_plan (on sunk.scheduler.translate.gang and sunk.scheduler.decide:
 when a group may be submitted, whether its members agree on one Slurm identity, whether it
 timed out, whether all members may be bound); this module gathers the facts under the
-group's lock and carries the plan's actions out through the collaborators the Pod
-controller is handed too (`Submitter`, `Binder`) and the Pod controller's executor, which
-makes every write (`pod_executor`). What the members are told goes to the pass's `Said`
-list, written by that executor too.
+group's lock and carries the plan's actions out through the Pod controller's executor,
+which makes every write (`pod_executor`), reading what a member's job is decided from as
+the Pod controller does (`submitting.SubmitReader`, `decide.submit_plan`) and checking each
+member's node with the same strict check (`placement.Placement.choose`). What the members
+are told goes to the pass's `Said` list, written by that executor too. A member beyond its
+group's job is handed back to the Pod controller, which submits it as a single Pod.
 """
 
 from __future__ import annotations
@@ -30,10 +32,11 @@ from sunk.metrics import kube_scheduler
 from sunk.runtime.actions import CancelJob, Event
 from sunk.runtime.controller import Outcome
 from sunk.runtime.ports import Clock
-from sunk.scheduler.binding import Binder
-from sunk.scheduler.decide import group_plan, pod_state, steps
+from sunk.scheduler.decide import bind_plan, group_plan, pod_state, submit_plan
 from sunk.scheduler.decide.actions import (
+    Attempt,
     BindMember,
+    BindPod,
     CheckNodes,
     GroupPlan,
     RecordJob,
@@ -46,12 +49,13 @@ from sunk.scheduler.decide.actions import (
 from sunk.scheduler.decide.group_plan import GROUP_WAIT_S
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
+from sunk.scheduler.placement import Placement
 from sunk.scheduler.pod_executor import PodExecutor
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import KubePort, SlurmPort
-from sunk.scheduler.submitting import Submitter
+from sunk.scheduler.submitting import SubmitReader
 from sunk.scheduler.translate import PlaceholderJob, PodRef, gang
-from sunk.slurm.dialect import JOB_PATH, group_submission
+from sunk.slurm.dialect import group_submission
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer
 from sunk.slurm.models import SlurmJob
 
@@ -59,13 +63,11 @@ log = logging.getLogger(__name__)
 Json = dict[str, Any]
 # How long a PodGroup read from the API server is used before it is read again.
 GROUP_TTL_S = 5.0
-# As for one Pod: a group whose submit got no answer waits for a listing this much later.
-UNANSWERED_GRACE_S = 3.0
 
 
 class Gangs:
     """The PodGroup steps. The Pod controller hands a member's key here when the member
-    belongs to a group; the steps use the same submitter and binder it does."""
+    belongs to a group; the steps read, check nodes and write as it does."""
 
     def __init__(
         self,
@@ -76,8 +78,8 @@ class Gangs:
         pods: PodStore,
         index: JobIndex,
         memory: Memory,
-        submitter: Submitter,
-        binder: Binder,
+        reader: SubmitReader,
+        places: Placement,
         clock: Clock,
     ) -> None:
         self.kube = kube  # read only: the PodGroups
@@ -86,8 +88,8 @@ class Gangs:
         self.pods = pods
         self.index = index
         self.memory = memory
-        self.submitter = submitter
-        self.binder = binder
+        self.reader = reader
+        self.places = places
         self.clock = clock
         self._locks: defaultdict[str, asyncio.Lock] = defaultdict(asyncio.Lock)
         self._groups: dict[str, tuple[float, gang.PodGroup | None, str | None]] = {}
@@ -165,74 +167,75 @@ class Gangs:
         return sorted(waiting, key=lambda p: str(p["metadata"]["name"])), placed
 
     # -- submitting -----------------------------------------------------------------------
-    async def find_or_submit(self, pod: Json, name: str, said: Said) -> Outcome:
+    async def find_or_submit(self, pod: Json, name: str, said: Said) -> Outcome | SubmitAlone:
         """A member with no job: adopt its component, or, once the group has its members,
-        submit one job for all of them (whichever member's turn comes first does it)."""
+        submit one job for all of them (whichever member's turn comes first does it). A
+        member beyond the group's job (`SubmitAlone`) goes back to the Pod controller."""
         namespace = pod["metadata"]["namespace"]
         key = f"{namespace}/{name}"
         async with self._locks[key]:
-            if await self.submitter.adopt(pod, said):
+            adoptable = self.reader.adoptable(pod)
+            if adoptable is not None:
+                adopt, adopted = submit_plan.adoption(adoptable, self.reader.avoid(pod))
+                await self.executor.apply(PodRef.of(pod), pod, None, adopt)
+                said.append(replace(adopted, pod=pod))
                 return Outcome()
             group, problem = await self.podgroup(namespace, name)
             facts = group_plan.SubmitFacts(pod, group, problem)
             if group is not None:
                 facts = self._submit_facts(pod, group, namespace, name)
-            return await self._carry_out(pod, group_plan.for_submit(facts), said)
+            plan = group_plan.for_submit(facts)
+            if plan.actions and isinstance(plan.actions[0], SubmitAlone):
+                return plan.actions[0]
+            return await self._carry_out(pod, plan, said)
 
     def _submit_facts(
         self, pod: Json, group: gang.PodGroup, namespace: str, name: str
     ) -> group_plan.SubmitFacts:
         """What the caches and this process's memory say of an existing group's members."""
         members, placed = self._members_waiting(namespace, name)
-        unanswered_since = max(
-            (self.memory.unanswered_since(p["metadata"]["uid"]) for p in members), default=0.0
-        )
         return group_plan.SubmitFacts(
             pod,
             group,
             waiting=tuple(members),
             placed=placed,
             retry_in=self._retry_at.get(f"{namespace}/{name}", 0.0) - self.clock.monotonic(),
-            unanswered=steps.unanswered_wait(unanswered_since, self.index.listed_at, UNANSWERED_GRACE_S),
+            unanswered=any(self.reader.unanswered(p["metadata"]["uid"]) for p in members),
         )
 
     async def _carry_out(self, pod: Json, plan: GroupPlan, said: Said) -> Outcome:
         """The group's actions, in order; what the members are told goes to `said`."""
         for action in plan.actions:
-            if isinstance(action, Event | SetCondition):
+            if isinstance(action, Event | SetCondition | Attempt):
                 said.append(action)
-            elif isinstance(action, SubmitAlone):
-                return await self.submitter.submit_pod(pod, said)
             elif isinstance(action, SubmitGroup):
                 return await self._submit(action.group, action.members, said)
             elif isinstance(action, ReleaseGroup):
                 return await self.release(action, said)
             elif isinstance(action, BindMember):
-                await self.binder.bind_to(action.pod, action.job, action.node, said, action.note)
+                bound = BindPod(action.pod, action.node, action.job.submit_time or None)
+                if await self.executor.bind_pod(bound) is None:  # else on that Node already
+                    said.append(bind_plan.scheduled(action.pod, action.job, action.node, action.note))
         return Outcome(requeue_after=plan.after)
 
     async def _submit(self, group: gang.PodGroup, members: tuple[Json, ...], said: Said) -> Outcome:
         jobs: list[PlaceholderJob] = []
         for pod in members:
-            prepared = self.submitter.prepare(pod, self.submitter.avoid_nodes(pod), said)
-            if not isinstance(prepared, PlaceholderJob):
+            prepared = submit_plan.prepare(
+                pod, self.reader.inputs(pod), self.reader.rules, self.reader.avoid(pod)
+            )
+            said += prepared.said
+            if prepared.job is None:
                 return Outcome(requeue_after=GROUP_WAIT_S)  # that member says why; the rest wait
-            jobs.append(prepared)
+            jobs.append(prepared.job)
         disagree = group_plan.identity(group, members, jobs)
         if disagree is not None:
             return await self._carry_out(members[0], disagree, said)
         # The batch script runs in the first component only, so only it needs the script's
         # environment (its Pod, the hooks API, its key); Slurm wants one for each.
-        parts = [
-            self.slurm.submission(
-                job.request,
-                self.submitter.script,
-                self.submitter.environment(job) if i == 0 else {"PATH": JOB_PATH},
-            )
-            for i, job in enumerate(jobs)
-        ]
+        parts = [self.executor.part(job, runs_script=i == 0) for i, job in enumerate(jobs)]
         try:
-            submitted = await self.submitter.ids.submit_new(group_submission(parts), len(parts))
+            submitted = await self.executor.ids.submit_new(group_submission(parts), len(parts))
         except SlurmError as err:
             if isinstance(err, SlurmNoAnswer):
                 for job in jobs:
@@ -241,14 +244,14 @@ class Gangs:
                 said += [SetCondition(ev.SLURM_UNAVAILABLE, str(err), pod) for pod in members]
                 raise
             for pod in members:
-                self.submitter.refuse(pod, ev.REJECTED_BY_SLURM, [f"PodGroup {group}: {err}"], said)
+                said += submit_plan.refusal(pod, ev.REJECTED_BY_SLURM, [f"PodGroup {group}: {err}"])
             return Outcome()
         leader = submitted.job_id
         try:
             components = {
                 ref.uid: job
                 for job in await self.slurm.job_group(leader)
-                if (ref := self.submitter.pod_of(job))
+                if (ref := self.index.owner_of(job))
             }
         except SlurmError:
             components = {}
@@ -263,7 +266,7 @@ class Gangs:
         for pod, job in zip(members, jobs, strict=True):
             try:
                 await self.executor.record_job(
-                    RecordJob(pod, components[job.pod.uid].job_id, self.submitter.avoid_nodes(pod))
+                    RecordJob(pod, components[job.pod.uid].job_id, self.reader.avoid(pod))
                 )
             except KubeError as err:
                 if not (err.not_found or err.conflict):
@@ -296,7 +299,7 @@ class Gangs:
                 continue
             if (pod.get("spec") or {}).get("nodeName"):
                 continue  # bound already: its job ending deletes it (never happens before all are)
-            avoided = self.submitter.avoid_nodes(pod) + ((avoid[ref.uid],) if ref.uid in avoid else ())
+            avoided = self.reader.avoid(pod) + ((avoid[ref.uid],) if ref.uid in avoid else ())
             try:
                 await self.executor.record_job(RecordJob(pod, None, avoided))
             except KubeError as err:
@@ -366,7 +369,7 @@ class Gangs:
             # it alone, as Slurm's count never shows: Slurm would put the group there again.
             # Room that other Pods hold for now (terminating ones too) is waited for.
             company = [(t.node, t.pod) for t in targets if t.node]
-            choice = await self.binder.target(member, component, company=company)
+            choice = await self.places.choose(member, component, company=company)
             targets.append(
                 group_plan.Target(
                     member,
@@ -380,6 +383,6 @@ class Gangs:
             if choice.node is None:
                 # None is bound: the members checked before stop counting as placed.
                 for checked in targets[:-1]:
-                    self.binder.places.forget(checked.pod["metadata"]["uid"])
+                    self.places.forget(checked.pod["metadata"]["uid"])
                 break
         return tuple(targets)

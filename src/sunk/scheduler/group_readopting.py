@@ -34,7 +34,7 @@ from sunk.scheduler.decide import actions, pod_actions, pod_state, submission
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.readopting import POLL_S, START_WITHIN_S, Ended, Readopter
 from sunk.scheduler.translate import PodRef, gang, translate
-from sunk.slurm.dialect import JOB_PATH, Submission, group_submission
+from sunk.slurm.dialect import Submission, group_submission
 from sunk.slurm.errors import SlurmError, SlurmRejected, SlurmUnavailable
 from sunk.slurm.models import SlurmJob
 
@@ -169,7 +169,7 @@ class GroupReadoption:
         """One new heterogeneous job for the whole group; every member names its component."""
         members = [member for member, _ in judged]
         every = tuple(judged)
-        if not self.readopter.submitter.ids.choosing:
+        if not self.readopter.executor.ids.choosing:
             why = "Slurm does not let this scheduler choose job IDs here, and a lost job's ID may come back"
             return GroupRefused(f"its PodGroup {group} cannot be re-adopted: {why}", every)
         limits = [a.time_limit_min for _, a in judged if a.time_limit_min is not None]
@@ -193,12 +193,10 @@ class GroupReadoption:
             request = dataclasses.replace(
                 job.request, required_nodes=(lost.node,), excluded_nodes=(), time_limit_min=limit, hold=True
             )
-            submitter = self.readopter.submitter
-            environment = submitter.environment(job) if i == 0 else {"PATH": JOB_PATH}
-            parts.append(self.readopter.slurm.submission(request, submitter.script, environment))
+            parts.append(self.readopter.executor.part(job, request=request, runs_script=i == 0))
             names.append((job.pod, job.name, request.comment))
         try:
-            answer = await self.readopter.submitter.ids.submit_new(
+            answer = await self.readopter.executor.ids.submit_new(
                 group_submission(parts), len(parts), counter_ok=False
             )
         except SlurmError as err:
@@ -283,10 +281,14 @@ class GroupReadoption:
     async def _record(self, member: Json, job_id: int, started_at: int | None) -> bool:
         """The member names its component; False when it went meanwhile (its component is
         then a claim whose Pod is gone, settled as any)."""
-        submitter = self.readopter.submitter
         try:
             await self.readopter.executor.record_job(
-                actions.RecordJob(member, job_id, submitter.avoid_nodes(member), started_at)
+                actions.RecordJob(
+                    member,
+                    job_id,
+                    pod_state.avoid_nodes(member, self.readopter.settings.annotation_prefix),
+                    started_at,
+                )
             )
         except KubeError as err:
             if err.not_found or err.conflict:

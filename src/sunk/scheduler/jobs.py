@@ -158,6 +158,10 @@ class JobIndex:
 
     # What this process learned or did since the last listing. Each wins over a listing
     # requested before it, and is replaced by the first listing requested after it.
+    def owner_of(self, job: SlurmJob) -> PodRef | None:
+        """The Pod `job` was submitted for, when this scheduler submitted it."""
+        return self._owner(job)
+
     def observe(self, ref: PodRef, job: SlurmJob) -> None:
         """A job just read from Slurm (a single read, not a listing). A job ID a slurmctld
         that lost its state handed out again leaves its old Pod's key."""

@@ -18,13 +18,14 @@ import asyncio
 import contextlib
 from collections import defaultdict
 from collections.abc import Sequence
-from typing import Any, NamedTuple
+from typing import Any
 
 from sunk.kube import noderoom
 from sunk.kube.resources import Requests
 from sunk.runtime.ports import Clock
 from sunk.scheduler.cluster import ClusterView, RoomCheck
 from sunk.scheduler.decide import problems
+from sunk.scheduler.decide.bind_plan import Choice
 from sunk.scheduler.decide.pod_state import finished
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import SlurmPort
@@ -37,19 +38,6 @@ Json = dict[str, Any]
 NODE_STATE_TTL_S = 0.5
 # How long a binding this process made counts for affinity rules before the informer shows it.
 PLACING_TTL_S = 30.0
-
-
-class Choice(NamedTuple):
-    """The Node a started job's Pod goes to, or why not and what its next job avoids."""
-
-    node: str | None
-    problem: str = ""
-    avoid_node: bool = False  # the Slurm node is the problem: the next job leaves it out
-    remember: bool = True  # ... and the Pod remembers it (avoid-nodes); False: only while it lasts
-    # The Node (`waits_on`) has room for the Pod beside the slurmd Pods, but other Pods hold
-    # it for now (ended, preempted or still running): the job keeps its node and the Pod is
-    # bound once they are gone.
-    waits_on: str | None = None
 
 
 class Placement:

@@ -8,12 +8,16 @@ where the last process stopped, without a second job for the same Pod.
 
 A pass first settles every job naming the Pod key (`decide.claim_plan`), then gathers
 what the caches and this process's memory say of the Pod (`PodFacts`); `decide.pod_plan`
-returns the step's typed actions, and `_execute` takes them in order: an effect goes to
-the executor (`pod_executor.PodExecutor`, the one file of the Pod path that writes to
-Kubernetes or Slurm), a step that reads on the way to the collaborator that owns it
-(submitting, binding, re-adopting, the PodGroup steps). The collaborators hand their own
-writes to the same executor, and say what the Pods must be told, which `_execute` has the
-executor write once the step is done or has failed.
+returns the step's typed actions, and `_carry_out` takes them in order through the
+executor (`pod_executor.PodExecutor`, the one file of the Pod path that writes to
+Kubernetes or Slurm). A step that needs a fresh read returns one read action: the
+controller reads (`submitting.SubmitReader` for a submission, `placement.Placement` for
+the strict node check before a binding) and plans again (`decide.submit_plan`,
+`decide.bind_plan`); a submission's answer is planned on (`submit_plan.answered`) before
+the rest of the plan goes on. Confirming a hook call's claim, re-adoption and the PodGroup
+steps are handed to the collaborators that own them, which hand their writes to the same
+executor and say what the Pods must be told, which the executor writes once the step is
+done or has failed.
 """
 
 from __future__ import annotations
@@ -23,27 +27,33 @@ from typing import Any
 
 from sunk.runtime.controller import Outcome
 from sunk.runtime.ports import Clock
-from sunk.scheduler.binding import Binder
 from sunk.scheduler.cluster import ClusterView
-from sunk.scheduler.decide import actions, claim_plan, pod_actions, pod_plan, pod_state, steps
+from sunk.scheduler.decide import (
+    actions,
+    bind_plan,
+    claim_plan,
+    pod_actions,
+    pod_plan,
+    pod_state,
+    steps,
+    submit_plan,
+)
 from sunk.scheduler.gangs import Gangs
 from sunk.scheduler.group_readopting import GroupReadoption
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
+from sunk.scheduler.placement import Placement
 from sunk.scheduler.pod_executor import PodExecutor
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import SlurmPort
 from sunk.scheduler.readopting import Ended, Readopter
-from sunk.scheduler.submitting import Submitter
+from sunk.scheduler.submitting import SubmitReader
 from sunk.scheduler.translate import PodRef, Settings, gang, translate
 from sunk.slurm.errors import SlurmError
 from sunk.slurm.models import SlurmJob
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
-# A submission that got no answer is looked for in a listing requested at least this long
-# after it, before the Pod is submitted again (slurmrestd may act on it late).
-UNANSWERED_GRACE_S = 3.0
 # How soon a Pod whose cache lags behind this process's own write is looked at again.
 WRITE_UNSEEN_RECHECK_S = 0.2
 # Slurm reads on behalf of hook calls in flight at once; beyond that the poller answers.
@@ -65,8 +75,8 @@ class PodController:
         index: JobIndex,
         settings: Settings,
         memory: Memory,
-        submitter: Submitter,
-        binder: Binder,
+        reader: SubmitReader,
+        places: Placement,
         gangs: Gangs,
         readopter: Readopter,
         group_readoption: GroupReadoption,
@@ -82,8 +92,8 @@ class PodController:
         self.settings = settings
         self.prefix = settings.annotation_prefix
         self.memory = memory
-        self.submitter = submitter
-        self.binder = binder
+        self.reader = reader  # what a submission is decided from
+        self.places = places  # the strict node check before a binding
         self.gangs = gangs
         self.readopter = readopter
         self.group_readoption = group_readoption
@@ -93,7 +103,7 @@ class PodController:
     def prune(self, live: set[int]) -> None:
         """After every job listing: forget what concerned jobs Slurm no longer lists."""
         self.memory.prune(live)
-        self.binder.places.prune()
+        self.places.prune()
         self.gangs.prune()
 
     # -- small readers --------------------------------------------------------------------
@@ -191,11 +201,11 @@ class PodController:
     async def _still_claims(self, ref: PodRef, job_id: int) -> bool:
         """Ask Slurm whether `job_id` is still the job of `ref` (`ConfirmClaim`)."""
         found = await self.slurm.job(job_id)
-        if found is not None and self.submitter.pod_of(found) == ref:
+        if found is not None and self.index.owner_of(found) == ref:
             return True
         log.info("not cancelling job %s: Slurm no longer holds it for %s", job_id, ref)
         if found is not None:
-            owner = self.submitter.pod_of(found)
+            owner = self.index.owner_of(found)
             if owner is not None:
                 self.index.observe(owner, found)  # the ID's new owner: the old key forgets it
         return False
@@ -245,9 +255,15 @@ class PodController:
             if isinstance(action, actions.ConfirmClaim):
                 if not await self._still_claims(ref, action.job_id):
                     return Outcome()
+            elif isinstance(action, actions.SubmitPod):
+                assert pod is not None
+                answer = await self.executor.submit_pod(pod, action)
+                then = submit_plan.answered(pod, action, answer, pack_on=self.reader.rules.pack)
+                await self._carry_out(ref, pod, job, actions.Plan(then), said)  # the rest goes on
             elif isinstance(action, actions.Effect):
-                if not await self.executor.apply(ref, pod, job, action, deleting=deleting):
-                    return Outcome(requeue_after=1)  # Slurm would not widen: looked at again
+                stop = await self.executor.apply(ref, pod, job, action, deleting=deleting)
+                if stop is not None:
+                    return stop
             else:
                 return await self._hand_over(ref, pod, job, action, said)
         return Outcome(requeue_after=plan.after)
@@ -285,15 +301,24 @@ class PodController:
             return await self._carry_out(ref, pod, job, pod_actions.readoption_failed(action, why), said)
         if isinstance(action, actions.ReplaceLostStart):
             assert job is not None
-            problem = (
-                "Slurm lists it PENDING again although its placeholder had started: slurmctld lost "
-                "its start (a restart) while it ran, and would start it again where it still runs"
+            plan = bind_plan.rejected(
+                pod,
+                job,
+                None,
+                bind_plan.LOST_START,
+                self.reader.avoid(pod),
+                self.reader.inputs(pod),
+                self.reader.rules,
+                avoid_node=False,
             )
-            return await self.submitter.reject_placement(pod, job, None, problem, said, avoid_node=False)
+            return await self._carry_out(ref, pod, job, plan, said)
         if isinstance(action, actions.FindOrSubmit):
-            return await self._find_or_submit(pod, said)
+            return await self._carry_out(ref, pod, None, self._new_job_plan(pod), said)
         if isinstance(action, actions.ForGroup) and action.step is steps.Step.FIND_OR_SUBMIT:
-            return await self.gangs.find_or_submit(pod, action.group, said)
+            done = await self.gangs.find_or_submit(pod, action.group, said)
+            if isinstance(done, actions.SubmitAlone):  # a member beyond its group's job
+                return await self._carry_out(ref, pod, None, self._new_job_plan(pod), said)
+            return done
         assert job is not None  # binding and a group's timeout are about the Pod's job
         if isinstance(action, actions.Bind):
             return await self._bind(pod, job, said)
@@ -323,7 +348,7 @@ class PodController:
         finally:
             self._asking_slurm -= 1
         self.memory.ending_reported.discard((job_id, ref.uid))
-        if found is not None and self.submitter.pod_of(found) == ref:
+        if found is not None and self.index.owner_of(found) == ref:
             self.index.observe(ref, found)
             if steps.slurm_ends(pod, found):
                 return await self._job_ending(pod, found)  # says why, deletes, drains if late
@@ -347,7 +372,7 @@ class PodController:
         ref = PodRef.of(pod)
         if job_id is not None:
             found = await self.slurm.job(job_id)
-            if found is not None and self.submitter.pod_of(found) == ref:
+            if found is not None and self.index.owner_of(found) == ref:
                 self.index.observe(ref, found)
                 return Outcome(requeue_after=1) if found.ending else await self._check_still_there(pod, found)
         # Slurm has no record of it: lost or ended (the readopter weighs the evidence).
@@ -366,7 +391,7 @@ class PodController:
     async def _confirm_reverted(self, pod: Json, job_id: int) -> Outcome:
         """A bound Pod's job looks PENDING again: read it; if Slurm says so, re-adopt."""
         found, ref = await self.slurm.job(job_id), PodRef.of(pod)
-        if found is None or self.submitter.pod_of(found) != ref:
+        if found is None or self.index.owner_of(found) != ref:
             return await self._confirm_missing(pod)
         self.index.observe(ref, found)
         if not pod_actions.lost_start(pod, found, self._hosts_of(found)):
@@ -396,18 +421,11 @@ class PodController:
         return bool(meta.get("deletionTimestamp")) or self.memory.deleting.get(key) == meta.get("uid")
 
     # -- an unbound Pod -------------------------------------------------------------------
-    async def _find_or_submit(self, pod: Json, said: actions.Said) -> Outcome:
+    def _new_job_plan(self, pod: Json) -> actions.PodPlan:
         """No job yet: use one Slurm holds for this Pod (a crash fell between submit and
         annotate), or submit one, unless a submission got no answer and no listing since
         could have shown its job."""
-        uid = pod["metadata"]["uid"]
-        if await self.submitter.adopt(pod, said):
-            self.memory.answered(uid)
-            return Outcome()
-        if steps.unanswered_wait(self.memory.unanswered_since(uid), self.index.listed_at, UNANSWERED_GRACE_S):
-            return Outcome(requeue_after=1)
-        self.memory.answered(uid)
-        return await self.submitter.submit_pod(pod, said)
+        return submit_plan.for_new_job(self.reader.new_job(pod), self.reader.rules)
 
     # -- widening a pending job's excluded nodes (R9.2, R9.4) ------------------------------
     def _widenable(self, pod: Json, job: SlurmJob | None) -> set[str] | None:
@@ -422,24 +440,14 @@ class PodController:
         result = translate(pod, self.settings)
         if result.job is None:
             return None
-        excluded = tuple(self.submitter.excluded_for(pod)) + self.submitter.avoid_nodes(pod)
+        excluded = tuple(self.places.excluded_for(pod)) + self.reader.avoid(pod)
         needed = set(result.job.avoiding(excluded).excluded_nodes)
         return needed if set(job.excluded_nodes) - needed else None
 
     # -- binding (R4.3, R4.4) -------------------------------------------------------------
     async def _bind(self, pod: Json, job: SlurmJob, said: actions.Said) -> Outcome:
-        choice = await self.binder.target(pod, job)
-        if choice.waits_on is not None:
-            plan = pod_actions.waiting_for_room(pod, job, choice.waits_on, choice.problem)
-            return await self._carry_out(PodRef.of(pod), pod, job, plan, said)
-        if choice.node is None:
-            return await self.submitter.reject_placement(
-                pod,
-                job,
-                job.nodes[0] if job.nodes else None,
-                choice.problem,
-                said,
-                avoid_node=choice.avoid_node,
-                remember=choice.remember,
-            )
-        return await self.binder.bind_to(pod, job, choice.node, said)
+        """Check the job's node strictly (a fresh read of it, under its lock), then plan."""
+        choice = await self.places.choose(pod, job)
+        inputs = self.reader.inputs(pod) if choice.rejects else None
+        plan = bind_plan.for_choice(pod, job, choice, self.reader.avoid(pod), inputs, self.reader.rules)
+        return await self._carry_out(PodRef.of(pod), pod, job, plan, said)

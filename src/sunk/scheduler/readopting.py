@@ -44,7 +44,6 @@ from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.pod_executor import PodExecutor
 from sunk.scheduler.policy import PolicyFile
 from sunk.scheduler.ports import SlurmPort
-from sunk.scheduler.submitting import Submitter
 from sunk.scheduler.translate import PodRef, Settings, translate
 from sunk.slurm.errors import SlurmError, SlurmRejected, SlurmUnavailable
 from sunk.slurm.models import SlurmJob, SlurmNode
@@ -90,7 +89,6 @@ class Readopter:
         executor: PodExecutor,
         index: JobIndex,
         settings: Settings,
-        submitter: Submitter,
         policy: PolicyFile,
         cluster: ClusterView,
         clock: Clock,
@@ -101,7 +99,6 @@ class Readopter:
         self.cluster = cluster
         self.index = index
         self.settings = settings
-        self.submitter = submitter
         self.policy = policy
 
     async def evidence(self, pod: Json) -> Evidence:
@@ -170,7 +167,7 @@ class Readopter:
             time_limit_min=action.time_limit_min,
             hold=True,
         )
-        held = self.slurm.submission(request, self.submitter.script, self.submitter.environment(placeholder))
+        held = self.executor.part(placeholder, request=request)
         self.index.note_id(action.old_job)  # the lost job's ID is handed out before, whoever saw it
         job_id = 0
         try:
@@ -179,7 +176,7 @@ class Readopter:
                 # get higher IDs than this one and say nothing of it.
                 highest = self.index.highest_id
                 try:
-                    job_id = (await self.submitter.ids.submit_new(held)).job_id
+                    job_id = (await self.executor.ids.submit_new(held)).job_id
                 except SlurmError as err:
                     if err.retryable:
                         raise
@@ -233,7 +230,7 @@ class Readopter:
         """The new job, when Slurm has ended it (or is ending it) though this scheduler never
         cancelled it: a user's scancel of the job squeue shows for the Pod."""
         job = await self.slurm.job(job_id)
-        if job is None or not job.ending or self.submitter.pod_of(job) != ref:
+        if job is None or not job.ending or self.index.owner_of(job) != ref:
             return None
         log.info("new job %s of %s ended in Slurm (%s) before it ran", job_id, ref, job.state)
         self.index.observe(ref, job)
@@ -269,7 +266,7 @@ class Readopter:
         """The Pod names its new job; False when the Pod went meanwhile (the job is then
         cancelled by the caller)."""
         try:
-            avoid = self.submitter.avoid_nodes(pod)
+            avoid = pod_state.avoid_nodes(pod, self.settings.annotation_prefix)
             started = job.start_time or int(self.clock.now())
             await self.executor.record_job(actions.RecordJob(pod, job.job_id, avoid, started))
         except KubeError as err:

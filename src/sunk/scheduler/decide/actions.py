@@ -15,11 +15,13 @@ them, so what a Pod is told has one writer and one vocabulary."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
 from sunk.runtime.actions import CancelJob, Drain, Event
+from sunk.scheduler.decide.packing import Packing
 from sunk.scheduler.decide.steps import Step
+from sunk.scheduler.translate import PlaceholderJob
 from sunk.scheduler.translate.gang import PodGroup
 from sunk.slurm.dialect import Submission
 from sunk.slurm.models import SlurmJob
@@ -129,12 +131,43 @@ class SubmitJob:
 class RecordJob:
     """Write on `pod` the job it names (None: none now), the nodes its jobs must avoid and,
     for a re-adopted job, when it started (epoch); until the cache shows the job, the Pod is
-    not judged by the old one."""
+    not judged by the old one. `orphan_why`: the job was submitted for the Pod in this pass;
+    should the Pod be gone or replaced, the job is cancelled for this reason and the plan
+    stops there."""
 
     pod: Json
     job_id: int | None
     avoid: tuple[str, ...]
     started_at: int | None = None
+    orphan_why: str = ""
+
+
+@dataclass(frozen=True)
+class AdoptJob:
+    """The Pod names `job_id`, a job Slurm already holds for it (a crash fell between a
+    submission and its record on the Pod)."""
+
+    job_id: int
+    avoid: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class SubmitPod:
+    """Submit the plan's Pod's placeholder `job` (its nodes to avoid: `avoid`; where
+    --placement=pack steers it: `packing`). The executor answers with the job ID Slurm gave,
+    or Slurm's refusal; `submit_plan.answered` says what follows."""
+
+    job: PlaceholderJob
+    avoid: tuple[str, ...]
+    packing: Packing = field(default_factory=Packing)
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """Count one scheduling attempt of a Pod with this result (kube-scheduler's
+    `schedule_attempts_total`, which dashboards built for it read)."""
+
+    result: str
 
 
 @dataclass(frozen=True)
@@ -146,10 +179,13 @@ class ReleaseHeld:
 
 @dataclass(frozen=True)
 class BindPod:
-    """Bind `pod` to Node `node` through the binding subresource."""
+    """Bind `pod` to Node `node` through the binding subresource; `submitted_at`: when its
+    job was submitted (epoch), for the submit-to-started metric. A conflict because the Pod
+    is on that Node already stops the plan; any other failure forgets the placement."""
 
     pod: Json
     node: str
+    submitted_at: float | None = None
 
 
 @dataclass(frozen=True)
@@ -192,7 +228,9 @@ class Readopt:
 
 @dataclass(frozen=True)
 class FindOrSubmit:
-    """No job yet: adopt one Slurm holds for the Pod, or submit one."""
+    """No job yet: read what a submission needs (a job Slurm holds for the Pod, the
+    namespace's policy, the nodes its constraints rule out), then plan the submission
+    (`submit_plan.for_new_job`)."""
 
 
 @dataclass(frozen=True)
@@ -208,7 +246,8 @@ class ReplaceLostStart:
 
 @dataclass(frozen=True)
 class Bind:
-    """The job runs and its script started: check its node strictly, then bind (or resubmit)."""
+    """The job runs and its script started: read its node's state and check it strictly
+    (`Placement.choose`), then plan the binding or the resubmission (`bind_plan`)."""
 
 
 @dataclass(frozen=True)
@@ -220,11 +259,25 @@ class ForGroup:
     step: Step
 
 
-Report = Event | SetCondition
-# What a collaborator's step calls for telling Pods, in order, for the executor to write.
+Report = Event | SetCondition | Attempt
+# What a collaborator's step calls for telling Pods (and the attempts metric), in order,
+# for the executor to write.
 Said = list[Report]
 # What the Pod controller's executor carries out of a plan as it stands.
-Effect = CancelJob | SignalJob | Event | DeletePod | Drain | SetCondition | Widen
+Effect = (
+    CancelJob
+    | SignalJob
+    | Event
+    | DeletePod
+    | Drain
+    | SetCondition
+    | Widen
+    | Attempt
+    | AdoptJob
+    | RecordJob
+    | SubmitPod
+    | BindPod
+)
 PodAction = ConfirmClaim | Effect
 Handover = (
     ConfirmEnding
@@ -237,7 +290,7 @@ Handover = (
     | ForGroup
     | ReleaseGroup
 )
-GroupAction = SubmitAlone | SubmitGroup | CheckNodes | BindMember | ReleaseGroup | Event | SetCondition
+GroupAction = SubmitAlone | SubmitGroup | CheckNodes | BindMember | ReleaseGroup | Report
 
 
 Act = TypeVar("Act")

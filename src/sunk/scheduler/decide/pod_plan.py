@@ -29,9 +29,9 @@ from sunk.scheduler.decide.actions import (
     SetCondition,
     Widen,
 )
-from sunk.scheduler.translate import PlaceholderJob, Settings, translate
+from sunk.scheduler.decide.submit_plan import size
+from sunk.scheduler.translate import Settings, translate
 from sunk.slurm.models import SlurmJob
-from sunk.slurm.request import gres_text
 
 Json = dict[str, Any]
 
@@ -174,9 +174,3 @@ def waiting_condition(job: SlurmJob) -> tuple[str, str]:
         ev.WAITING_FOR_START,
         f"Slurm job {job.job_id} is {job.state} on {where}; waiting for its placeholder script to start",
     )
-
-
-def size(job: PlaceholderJob) -> str:
-    """A job's size in words, for the Events that name it."""
-    gpus = f", GRES {gres_text(job.gres)}" if job.gres else ""
-    return f"{job.cpus} CPU, {job.memory_mib} MiB{gpus}"

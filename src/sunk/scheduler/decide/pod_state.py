@@ -27,3 +27,9 @@ def finally_refused(pod: Json) -> bool:
 def recorded_job_id(pod: Json, prefix: str) -> int | None:
     raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(prefix + "job-id")
     return int(raw) if isinstance(raw, str) and raw.isdigit() else None
+
+
+def avoid_nodes(pod: Json, prefix: str) -> tuple[str, ...]:
+    """The Slurm nodes where a placement of the Pod was rejected for good (its annotation)."""
+    raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(prefix + "avoid-nodes")
+    return tuple(n for n in str(raw or "").split(",") if n)

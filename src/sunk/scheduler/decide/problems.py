@@ -6,6 +6,7 @@ in words, said on the Pod."""
 from __future__ import annotations
 
 import re
+from collections.abc import Set as AbstractSet
 
 from sunk.slurm.models import SlurmJob, SlurmNode, gres_counts
 
@@ -14,7 +15,7 @@ def placement_problem(
     required: tuple[str, ...],
     excluded: dict[str, str],
     avoid: tuple[str, ...],
-    slurm_nodes: set[str],
+    slurm_nodes: AbstractSet[str],
     largest: str | None = None,
 ) -> str | None:
     """Why no job should be submitted for the Pod now (R4.3), or None. `excluded` maps the
