@@ -24,7 +24,7 @@ from sunk.scheduler.decide.actions import (
 from sunk.scheduler.decide.packing import PACK_PATIENCE_S
 from sunk.scheduler.decide.pod_plan import PodFacts, Rules, plan
 from sunk.scheduler.decide.steps import TRANSIENT_S, Step
-from sunk.scheduler.translate import Settings
+from sunk.scheduler.translate import PodRef, Settings
 from tests.unit.test_decide import NOW, P, job, pod
 
 RULES = Rules(Settings(P, 30, "sunk"), pack=False)
@@ -59,6 +59,22 @@ ROWS = [
     ),
     pytest.param(
         facts(pod(job_id=None)), RULES, True, Plan((FindOrSubmit(),)), id="r4_1_a_pod_without_a_job_gets_one"
+    ),
+    # Catches a second job for one Pod after a crash between a submission and its record.
+    pytest.param(
+        facts(pod(job_id=None), claims=((PodRef("ns", "web", "uid-1"), job("PENDING", job_id=9)),)),
+        RULES,
+        True,
+        Plan((FindOrSubmit(adoptable=9),)),
+        id="r8_2_a_job_slurm_holds_for_the_pod_is_adopted",
+    ),
+    # Catches a job of the Pod's earlier incarnation (another UID) taken as its own.
+    pytest.param(
+        facts(pod(job_id=None), claims=((PodRef("ns", "web", "uid-0"), job("PENDING", job_id=9)),)),
+        RULES,
+        True,
+        Plan((FindOrSubmit(),)),
+        id="r8_2_a_job_of_an_earlier_pod_of_that_name_is_not_adopted",
     ),
     pytest.param(
         facts(pod(job_id=None), group="train"),

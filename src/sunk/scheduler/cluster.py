@@ -6,20 +6,33 @@ Pod, or two on different Nodes) means "not usable": the scheduler never guesses.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
 
 from sunk.kube import noderoom
 from sunk.kube.nodefilter import affinity_allows, node_ready, why_not
+from sunk.kube.resources import Requests
 from sunk.runtime.ports import Cache
 from sunk.scheduler.translate import podaffinity
 from sunk.slurm.models import SlurmNode
 
 Json = dict[str, Any]
-# Why a Pod has no room on a Node in the kubelet's count (`noderoom.shortfall`), or None.
-RoomCheck = Callable[[Json], str | None]
+
+
+@dataclass(frozen=True)
+class Room:
+    """What a Pod asks of a Node and what the Pods counted there hold, in the kubelet's
+    count (`placement.Placement.room`)."""
+
+    wanted: Requests
+    held: Mapping[str, noderoom.Tally]  # Node name → what the counted Pods there request
+
+    def shortfall(self, node: Json) -> str | None:
+        """Why the Pod would not fit on `node`, or None."""
+        name = node.get("metadata", {}).get("name", "")
+        return noderoom.shortfall(node, self.wanted, self.held.get(name) or noderoom.Tally())
 
 
 @dataclass(frozen=True)
@@ -91,7 +104,7 @@ class ClusterView:
         pod: Json,
         placed: list[Json],
         mapping: dict[str, set[str]] | None = None,
-        room: RoomCheck | None = None,
+        room: Room | None = None,
     ) -> Target:
         """The Node for `slurm_node`, or why the Pod must not be placed there (R4.3, R9.3).
         `placed`: the Pods already on Nodes, for the Pod's affinity and spread rules;
@@ -114,7 +127,7 @@ class ClusterView:
             return Target(slurm_node, node, f"Node {host} is not Ready")
         problem = why_not(pod_spec, node)
         if problem is None and room is not None:
-            short = room(node)
+            short = room.shortfall(node)
             if short is not None:
                 return Target(slurm_node, node, short, lasting=False)
         if problem is None and podaffinity.has_rules(pod):
@@ -128,7 +141,7 @@ class ClusterView:
             problem = podaffinity.problem(pod, node, self.nodes.store, placed, candidates)
         return Target(slurm_node, node, problem)
 
-    def excluded_for(self, pod: Json, placed: list[Json], room: RoomCheck | None = None) -> dict[str, str]:
+    def excluded_for(self, pod: Json, placed: list[Json], room: Room | None = None) -> dict[str, str]:
         """Slurm nodes the Pod must avoid, each with the reason."""
         mapping = self.host_map()
         excluded = {}

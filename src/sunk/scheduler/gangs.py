@@ -235,7 +235,7 @@ class Gangs:
         # environment (its Pod, the hooks API, its key); Slurm wants one for each.
         parts = [self.executor.part(job, runs_script=i == 0) for i, job in enumerate(jobs)]
         try:
-            submitted = await self.executor.ids.submit_new(group_submission(parts), len(parts))
+            submitted = await self.executor.submit_new(group_submission(parts), len(parts))
         except SlurmError as err:
             if isinstance(err, SlurmNoAnswer):
                 for job in jobs:

@@ -196,7 +196,7 @@ class GroupReadoption:
             parts.append(self.readopter.executor.part(job, request=request, runs_script=i == 0))
             names.append((job.pod, job.name, request.comment))
         try:
-            answer = await self.readopter.executor.ids.submit_new(
+            answer = await self.readopter.executor.submit_new(
                 group_submission(parts), len(parts), counter_ok=False
             )
         except SlurmError as err:

@@ -22,12 +22,9 @@ counter could hand a person's job the ID of a lost job of ours still running.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable
 
-from sunk.scheduler.decide.actions import SubmitJob
 from sunk.scheduler.jobs import JobIdsExhausted, JobIndex
-from sunk.scheduler.ports import SlurmPort, SubmitAnswer
-from sunk.slurm.dialect import Submission, with_job_ids
+from sunk.scheduler.ports import SlurmPort
 from sunk.slurm.errors import SlurmRejected, SlurmUnavailable
 
 log = logging.getLogger(__name__)
@@ -41,16 +38,12 @@ TRIES = 5
 
 
 class FreshIds:
-    """Submits jobs under IDs never handed out before, where Slurm lets it: it chooses the
-    IDs and what a refusal means; `send` (the Pod controller's executor) makes each
-    submission and answers with Slurm's answer."""
+    """Chooses the IDs a submission asks for, and says what Slurm's refusal of one means;
+    the Pod controller's executor makes the submissions (`PodExecutor.submit_new`)."""
 
-    def __init__(
-        self, slurm: SlurmPort, index: JobIndex, send: Callable[[SubmitJob], Awaitable[SubmitAnswer]]
-    ) -> None:
+    def __init__(self, slurm: SlurmPort, index: JobIndex) -> None:
         self.slurm = slurm
         self.index = index
-        self.send = send
         self.refused = False  # slurmctld did not let this scheduler's token choose
 
     @property
@@ -58,38 +51,39 @@ class FreshIds:
         """Whether submissions ask for their IDs (else Slurm's counter gives them)."""
         return self.slurm.dialect.chooses_job_ids and not self.refused
 
-    async def submit_new(
-        self, submission: Submission, components: int = 1, *, counter_ok: bool = True
-    ) -> SubmitAnswer:
-        """Submit under the next unclaimed IDs (`components` of them for a heterogeneous
-        job); raises as `SlurmPort.submit` does. `counter_ok`: False when the job must not
-        be submitted at all unless it can ask for its IDs (raises `SlurmRejected`)."""
-        for _ in range(TRIES):
-            try:
-                first = self.index.claim_ids(components) if self.choosing else None
-            except JobIdsExhausted as err:
-                raise SlurmUnavailable(
-                    f"{err}; the submission waits for jobs to end (or widen --job-id-range, "
-                    "keeping Slurm's MaxJobId at or below its start)"
-                ) from None
-            if first is None and not counter_ok:
-                raise SlurmRejected("Slurm does not let this scheduler choose job IDs here")
-            if first is None:
-                return await self.send(SubmitJob(submission))
-            try:
-                return await self.send(SubmitJob(with_job_ids(submission, first)))
-            except SlurmRejected as err:
-                if err.code == DUPLICATE_JOB_ID:
-                    log.info("job ID %s is held by a job not seen yet; asking for the next", first)
-                    continue
-                if err.code == INVALID_JOB_ID:
-                    log.warning(
-                        "Slurm does not let this scheduler choose job IDs (%s): new jobs take Slurm's "
-                        "counter, which a slurmctld restarted without its state rolls back (give the "
-                        "scheduler a Slurm token of root or SlurmUser)",
-                        err,
-                    )
-                    self.refused = True
-                    continue
-                raise
-        raise SlurmUnavailable(f"Slurm held a job record under each of {TRIES} new job IDs in a row")
+    def next(self, components: int = 1, *, counter_ok: bool = True) -> int | None:
+        """The first of the next `components` unclaimed IDs, or None: Slurm's counter gives
+        them. `counter_ok`: False when the job must not be submitted at all unless it can
+        ask for its IDs (raises `SlurmRejected`)."""
+        try:
+            first = self.index.claim_ids(components) if self.choosing else None
+        except JobIdsExhausted as err:
+            raise SlurmUnavailable(
+                f"{err}; the submission waits for jobs to end (or widen --job-id-range, "
+                "keeping Slurm's MaxJobId at or below its start)"
+            ) from None
+        if first is None and not counter_ok:
+            raise SlurmRejected("Slurm does not let this scheduler choose job IDs here")
+        return first
+
+    def asks_again(self, err: SlurmRejected, first: int) -> bool:
+        """Whether Slurm's refusal of a submission asking for `first` means: ask again (the
+        ID is held by a job not seen yet, or this token may not choose and the counter
+        gives the ID from now on)."""
+        if err.code == DUPLICATE_JOB_ID:
+            log.info("job ID %s is held by a job not seen yet; asking for the next", first)
+            return True
+        if err.code == INVALID_JOB_ID:
+            log.warning(
+                "Slurm does not let this scheduler choose job IDs (%s): new jobs take Slurm's "
+                "counter, which a slurmctld restarted without its state rolls back (give the "
+                "scheduler a Slurm token of root or SlurmUser)",
+                err,
+            )
+            self.refused = True
+            return True
+        return False
+
+    @staticmethod
+    def gave_up() -> SlurmUnavailable:
+        return SlurmUnavailable(f"Slurm held a job record under each of {TRIES} new job IDs in a row")

@@ -51,6 +51,15 @@ class LostJob:
     seen_at: float
 
 
+@dataclass(frozen=True)
+class PodJobs:
+    """The index's jobs for one Pod (`JobIndex.of_pod`)."""
+
+    claims: list[tuple[PodRef, SlurmJob]]  # every job named for the Pod's key
+    job: SlurmJob | None  # the Pod's own job
+    leader: SlurmJob | None  # its gang's first component
+
+
 class JobIndex:
     """Jobs of one scheduler; other schedulers' and users' jobs are not ours. Ages (what was
     recorded since a listing, lost and vanished jobs, IDs Pods named) are read on `clock`."""
@@ -298,6 +307,17 @@ class JobIndex:
             return job
         leader = self._by_id.get(job.group_leader)
         return replace(job, started=leader is not None and leader[1].started)
+
+    def of_pod(self, ref: PodRef, job_id: int | None) -> PodJobs:
+        """What the index holds for one Pod, in one read: every job named for its key
+        (whichever UID), the job its annotation names `job_id` if the index holds it for
+        its UID (never an ID alone: IDs restart when Slurm's state is wiped), with a gang's
+        start mark, and that job's group leader. The ID counts as handed out before."""
+        self.note_id(job_id)
+        found = self._by_id.get(job_id) if job_id is not None else None
+        job = self.with_group_mark(found[1]) if found is not None and found[0].uid == ref.uid else None
+        leader = self._by_id.get(job.group_leader) if job is not None and job.group_leader else None
+        return PodJobs(self.for_key(ref.namespace, ref.name), job, leader[1] if leader else None)
 
     def for_key(self, namespace: str, name: str) -> list[tuple[PodRef, SlurmJob]]:
         """Every job named for this Pod name, whichever Pod UID: called on each reconcile."""

@@ -23,7 +23,7 @@ from typing import Any
 from sunk.kube import noderoom
 from sunk.kube.resources import Requests
 from sunk.runtime.ports import Clock
-from sunk.scheduler.cluster import ClusterView, RoomCheck
+from sunk.scheduler.cluster import ClusterView, Room
 from sunk.scheduler.decide import problems
 from sunk.scheduler.decide.bind_plan import Choice
 from sunk.scheduler.decide.pod_state import finished
@@ -86,13 +86,13 @@ class Placement:
         async with rules, self._node_locks[slurm_node]:
             # From the room check to `placing` nothing awaits: no other binding comes between.
             placed = self.placed(pod) if rules_apply else []
-            target = self.cluster.target(slurm_node, pod, placed, room=self.room_check(pod))
+            target = self.cluster.target(slurm_node, pod, placed, room=self.room(pod))
             node_problem = problems.slurm_node_problem(slurm_node, state)
             problem = target.problem or node_problem
             if problem is not None or target.node is None:
                 lasting = target.problem is None or target.lasting
                 if not lasting and target.node is not None:
-                    beside = self.room_check(pod, with_mine=False, beside=company or ())(target.node)
+                    beside = self.room(pod, with_mine=False, beside=company or ()).shortfall(target.node)
                     if beside is None and node_problem is None:
                         name = target.node["metadata"]["name"]
                         return Choice(None, problem or "", False, waits_on=name)
@@ -125,7 +125,7 @@ class Placement:
         able to preempt), and a binding the kubelet would refuse is held back by `choose`
         until those Pods are gone."""
         placed = self.placed(pod) if podaffinity.has_rules(pod) else []
-        return self.cluster.excluded_for(pod, placed, room=self.room_check(pod, with_mine=False))
+        return self.cluster.excluded_for(pod, placed, room=self.room(pod, with_mine=False))
 
     def placed(self, pod: Json) -> list[Json]:
         """The Pods of this scheduler on a Node (or being bound to one), but `pod`: what its
@@ -142,24 +142,14 @@ class Placement:
             if u != uid and not p["metadata"].get("deletionTimestamp") and not finished(p)
         ]
 
-    def room_check(
-        self, pod: Json, *, with_mine: bool = True, beside: Sequence[tuple[str, Json]] = ()
-    ) -> RoomCheck:
-        """Why `pod` would not fit on a Node in the kubelet's count, or None. The Nodes are
-        counted when the first is asked (by a binding: under its node's lock). `with_mine`
-        False: beside the slurmd Pods alone, and the (Node, Pod) pairs of `beside`."""
-        wanted = noderoom.requests_of(pod)
+    def room(self, pod: Json, *, with_mine: bool = True, beside: Sequence[tuple[str, Json]] = ()) -> Room:
+        """What `pod` asks of a Node and what each Node holds in the kubelet's count (for a
+        binding: under its node's lock). `with_mine` False: the slurmd Pods alone, and the
+        (Node, Pod) pairs of `beside`."""
         meta = pod["metadata"]
-        counted: list[dict[str, noderoom.Tally]] = []
-
-        def check(node: Json) -> str | None:
-            if not counted:
-                key = f"{meta.get('namespace')}/{meta.get('name')}"
-                counted.append(self._tallies(key, meta.get("uid", "")) if with_mine else self._beside(beside))
-            name = node.get("metadata", {}).get("name", "")
-            return noderoom.shortfall(node, wanted, counted[0].get(name) or noderoom.Tally())
-
-        return check
+        key = f"{meta.get('namespace')}/{meta.get('name')}"
+        held = self._tallies(key, meta.get("uid", "")) if with_mine else self._beside(beside)
+        return Room(noderoom.requests_of(pod), held)
 
     def _beside(self, pods: Sequence[tuple[str, Json]]) -> dict[str, noderoom.Tally]:
         """Node → what the slurmd Pods and `pods` (each on its Node) request there."""

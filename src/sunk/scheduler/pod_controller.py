@@ -40,7 +40,7 @@ from sunk.scheduler.decide import (
 )
 from sunk.scheduler.gangs import Gangs
 from sunk.scheduler.group_readopting import GroupReadoption
-from sunk.scheduler.jobs import JobIndex
+from sunk.scheduler.jobs import JobIndex, PodJobs
 from sunk.scheduler.memory import Memory
 from sunk.scheduler.placement import Placement
 from sunk.scheduler.pod_executor import PodExecutor
@@ -106,24 +106,12 @@ class PodController:
         self.places.prune()
         self.gangs.prune()
 
-    # -- small readers --------------------------------------------------------------------
-    def _recorded_job_id(self, pod: Json) -> int | None:
-        return pod_state.recorded_job_id(pod, self.prefix)
-
-    def _current_job(self, pod: Json) -> SlurmJob | None:
-        job_id = self._recorded_job_id(pod)
-        found = self.index.get(job_id) if job_id is not None else None
-        if found is None or found[0].uid != pod["metadata"]["uid"]:
-            return None  # never trust a job ID alone: IDs restart when Slurm's state is wiped
-        return self.index.with_group_mark(found[1])
-
-    async def _group_timed_out(self, pod: Json, job: SlurmJob | None) -> bool:
-        name = gang.group_of(pod)
-        if name is None or job is None or job.group_leader is None or not job.pending:
+    async def _group_timed_out(self, view: pod_state.PodView, jobs: PodJobs) -> bool:
+        job = jobs.job
+        if view.group is None or job is None or job.group_leader is None or not job.pending:
             return False
-        group, _ = await self.gangs.podgroup(pod["metadata"]["namespace"], name)
-        leader = self.index.get(job.group_leader)
-        submitted = leader[1].submit_time if leader else job.submit_time
+        group, _ = await self.gangs.podgroup(view.ref.namespace, view.group)
+        submitted = jobs.leader.submit_time if jobs.leader else job.submit_time
         return group is not None and gang.timed_out(group, submitted, self.clock.now())
 
     # -- the entry point ------------------------------------------------------------------
@@ -133,56 +121,50 @@ class PodController:
         pod = self.pods.get(key)
         if pod is None:
             self.memory.deleting.pop(key, None)
-        elif self.memory.job_written.unseen(pod["metadata"]["uid"], self._recorded_job_id(pod)):
+            recheck = Outcome()
+            for ref, other in self.index.for_key(namespace, name):
+                recheck = recheck.merge(await self._settle_claim(ref, other, None))
+            return recheck
+        view = pod_state.view(pod, self.prefix)
+        if self.memory.job_written.unseen(view.ref.uid, view.job_id):
             # The cache still shows the job this process just moved the Pod off (a rejected
             # placement, a released group): judged by that copy, the Pod would look ended
             # and its new job unowned.
             return Outcome(requeue_after=WRITE_UNSEEN_RECHECK_S)
-        elif self.memory.refused.unseen(pod["metadata"]["uid"], pod_state.finally_refused(pod)):
+        if self.memory.refused.unseen(view.ref.uid, view.refused):
             return Outcome(requeue_after=WRITE_UNSEEN_RECHECK_S)  # refused already: no second word
+        jobs = self.index.of_pod(view.ref, view.job_id)
         recheck = Outcome()  # a cancel to confirm: the job is looked at until Slurm ends it
-        for ref, other in self.index.for_key(namespace, name):
+        for ref, other in jobs.claims:
             recheck = recheck.merge(await self._settle_claim(ref, other, pod))
-        if pod is None:
-            return recheck
         # A cancel to confirm and the Pod's own next look: the sooner wins.
-        return recheck.merge(await self._next_step(pod))
-
-    async def _next_step(self, pod: Json) -> Outcome:
-        facts = await self._gather(pod)
+        facts = await self._gather(pod, view, jobs)
         plan = pod_plan.plan(facts, self.rules, synced=self.index.synced.is_set(), now=self.clock.now())
-        return await self._execute(PodRef.of(pod), pod, facts.job, plan)
+        return recheck.merge(await self._execute(view.ref, pod, facts.job, plan))
 
-    async def _gather(self, pod: Json) -> pod_plan.PodFacts:
+    async def _gather(self, pod: Json, view: pod_state.PodView, jobs: PodJobs) -> pod_plan.PodFacts:
         """What the caches and this process's memory say about a live Pod."""
-        uid = pod["metadata"]["uid"]
-        job_id = self._recorded_job_id(pod)
-        self.index.note_id(job_id)
-        job = self._current_job(pod)
-        leader = self.index.get(job.group_leader) if job is not None and job.group_leader else None
+        uid, job = view.ref.uid, jobs.job
         hosts: set[str] = set()
-        if (
-            job is not None
-            and (pod.get("spec") or {}).get("nodeName")
-            and job.running
-            and len(job.nodes) == 1
-        ):
+        if job is not None and view.bound and job.running and len(job.nodes) == 1:
             # The Slurm node → Node map is built from every slurmd Pod: only for a job that runs.
             hosts = self.cluster.host_map().get(job.nodes[0], set())
         needed = self._widenable(pod, job)
         return pod_plan.PodFacts(
             pod,
-            job_id,
+            view.job_id,
             job,
-            leader=leader[1] if leader else None,
-            group=gang.group_of(pod),
-            group_timed_out=await self._group_timed_out(pod, job),
-            ending_reported=(job_id, uid) in self.memory.ending_reported,
+            leader=jobs.leader,
+            group=view.group,
+            group_timed_out=await self._group_timed_out(view, jobs),
+            ending_reported=(view.job_id, uid) in self.memory.ending_reported,
             cancelled_for_pod=job is not None and (job.job_id, uid) in self.memory.signalled,
             being_deleted=self._being_deleted(pod),
             drained=job is not None and job.job_id in self.memory.drained,
             hosts=frozenset(hosts),
             needed=frozenset(needed) if needed is not None else None,
+            claims=tuple(jobs.claims),
+            avoid=view.avoid,
         )
 
     async def _settle_claim(self, ref: PodRef, job: SlurmJob, pod: Json | None) -> Outcome:
@@ -313,15 +295,16 @@ class PodController:
             )
             return await self._carry_out(ref, pod, job, plan, said)
         if isinstance(action, actions.FindOrSubmit):
-            return await self._carry_out(ref, pod, None, self._new_job_plan(pod), said)
+            return await self._carry_out(ref, pod, None, self._new_job_plan(pod, action), said)
         if isinstance(action, actions.ForGroup) and action.step is steps.Step.FIND_OR_SUBMIT:
             done = await self.gangs.find_or_submit(pod, action.group, said)
             if isinstance(done, actions.SubmitAlone):  # a member beyond its group's job
-                return await self._carry_out(ref, pod, None, self._new_job_plan(pod), said)
+                alone = actions.FindOrSubmit(avoid=self.reader.avoid(pod))
+                return await self._carry_out(ref, pod, None, self._new_job_plan(pod, alone), said)
             return done
         assert job is not None  # binding and a group's timeout are about the Pod's job
         if isinstance(action, actions.Bind):
-            return await self._bind(pod, job, said)
+            return await self._bind(pod, job, action.avoid, said)
         if action.step is steps.Step.GROUP_TIMED_OUT:
             return await self.gangs.timed_out(pod, job, said)
         return await self.gangs.bind_members(pod, job, said)
@@ -368,7 +351,7 @@ class PodController:
         """A bound Pod whose job no listing shows. A listing proves nothing (a partial
         answer, a fail-over, a token for another user): only Slurm saying so about this
         very job does."""
-        job_id = self._recorded_job_id(pod)
+        job_id = pod_state.recorded_job_id(pod, self.prefix)
         ref = PodRef.of(pod)
         if job_id is not None:
             found = await self.slurm.job(job_id)
@@ -421,11 +404,11 @@ class PodController:
         return bool(meta.get("deletionTimestamp")) or self.memory.deleting.get(key) == meta.get("uid")
 
     # -- an unbound Pod -------------------------------------------------------------------
-    def _new_job_plan(self, pod: Json) -> actions.PodPlan:
+    def _new_job_plan(self, pod: Json, action: actions.FindOrSubmit) -> actions.PodPlan:
         """No job yet: use one Slurm holds for this Pod (a crash fell between submit and
         annotate), or submit one, unless a submission got no answer and no listing since
         could have shown its job."""
-        return submit_plan.for_new_job(self.reader.new_job(pod), self.reader.rules)
+        return submit_plan.for_new_job(self.reader.new_job(pod, action), self.reader.rules)
 
     # -- widening a pending job's excluded nodes (R9.2, R9.4) ------------------------------
     def _widenable(self, pod: Json, job: SlurmJob | None) -> set[str] | None:
@@ -445,9 +428,9 @@ class PodController:
         return needed if set(job.excluded_nodes) - needed else None
 
     # -- binding (R4.3, R4.4) -------------------------------------------------------------
-    async def _bind(self, pod: Json, job: SlurmJob, said: actions.Said) -> Outcome:
+    async def _bind(self, pod: Json, job: SlurmJob, avoid: tuple[str, ...], said: actions.Said) -> Outcome:
         """Check the job's node strictly (a fresh read of it, under its lock), then plan."""
         choice = await self.places.choose(pod, job)
         inputs = self.reader.inputs(pod) if choice.rejects else None
-        plan = bind_plan.for_choice(pod, job, choice, self.reader.avoid(pod), inputs, self.reader.rules)
+        plan = bind_plan.for_choice(pod, job, choice, avoid, inputs, self.reader.rules)
         return await self._carry_out(PodRef.of(pod), pod, job, plan, said)

@@ -34,14 +34,14 @@ from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.decide import actions, pod_state
 from sunk.scheduler.decide.pod_actions import STARTED_AT
 from sunk.scheduler.hooks.auth import HookCredentials
-from sunk.scheduler.job_ids import FreshIds
+from sunk.scheduler.job_ids import TRIES, FreshIds
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
 from sunk.scheduler.placement import Placement
 from sunk.scheduler.ports import KubePort, SlurmPort, SubmitAnswer
 from sunk.scheduler.translate import PlaceholderJob, PodRef, Settings
-from sunk.slurm.dialect import JOB_PATH, Submission, mark_environment
-from sunk.slurm.errors import SlurmError, SlurmNoAnswer
+from sunk.slurm.dialect import JOB_PATH, Submission, mark_environment, with_job_ids
+from sunk.slurm.errors import SlurmError, SlurmNoAnswer, SlurmRejected
 from sunk.slurm.models import SlurmJob
 from sunk.slurm.request import JobRequest
 
@@ -85,7 +85,7 @@ class PodExecutor:
         self.placement_policy = placement  # --placement
         # Every job this scheduler submits (a Pod's, a group's, a re-adopted one) asks for
         # an ID never handed out before, where Slurm lets it.
-        self.ids = FreshIds(slurm, index, self.submit_job)
+        self.ids = FreshIds(slurm, index)
 
     # -- a plan's effects, for the Pod controller's loop ------------------------------------
     async def apply(
@@ -220,7 +220,7 @@ class PodExecutor:
         job = action.job
         self.memory.answered(job.pod.uid)
         try:
-            answer = await self.ids.submit_new(self.part(job))
+            answer = await self.submit_new(self.part(job))
         except SlurmError as err:
             if isinstance(err, SlurmNoAnswer):
                 self.memory.note_unanswered(job.pod.uid)
@@ -235,8 +235,21 @@ class PodExecutor:
             metrics.PACKING.labels("packed").inc()
         return answer
 
-    async def submit_job(self, action: actions.SubmitJob) -> SubmitAnswer:
-        return await self.slurm.submit(action.submission)
+    async def submit_new(
+        self, submission: Submission, components: int = 1, *, counter_ok: bool = True
+    ) -> SubmitAnswer:
+        """Submit under the next unclaimed IDs (`components` of them for a heterogeneous
+        job), as `job_ids.FreshIds` chooses them; raises as `SlurmPort.submit` does."""
+        for _ in range(TRIES):
+            first = self.ids.next(components, counter_ok=counter_ok)
+            if first is None:
+                return await self.slurm.submit(submission)
+            try:
+                return await self.slurm.submit(with_job_ids(submission, first))
+            except SlurmRejected as err:
+                if not self.ids.asks_again(err, first):
+                    raise
+        raise self.ids.gave_up()
 
     async def record_job(self, action: actions.RecordJob) -> None:
         meta = action.pod["metadata"]

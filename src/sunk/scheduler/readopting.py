@@ -176,7 +176,7 @@ class Readopter:
                 # get higher IDs than this one and say nothing of it.
                 highest = self.index.highest_id
                 try:
-                    job_id = (await self.executor.ids.submit_new(held)).job_id
+                    job_id = (await self.executor.submit_new(held)).job_id
                 except SlurmError as err:
                     if err.retryable:
                         raise

@@ -11,6 +11,7 @@ from typing import Any
 from sunk.scheduler import policy
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.decide import pod_state, steps
+from sunk.scheduler.decide.actions import FindOrSubmit
 from sunk.scheduler.decide.submit_plan import NewJobFacts, SubmitInputs, SubmitRules
 from sunk.scheduler.jobs import JobIndex
 from sunk.scheduler.memory import Memory
@@ -85,7 +86,9 @@ class SubmitReader:
             self.cluster.slurm_node_usage if self.rules.pack else (),
         )
 
-    def new_job(self, pod: Json) -> NewJobFacts:
-        """Everything a Pod without a job is planned from."""
-        uid = pod["metadata"]["uid"]
-        return NewJobFacts(pod, self.avoid(pod), self.adoptable(pod), self.unanswered(uid), self.inputs(pod))
+    def new_job(self, pod: Json, action: FindOrSubmit) -> NewJobFacts:
+        """Everything a Pod without a job is planned from; the inputs of a submission are
+        read only when the Pod neither adopts a job nor waits for a listing."""
+        unanswered = self.unanswered(pod["metadata"]["uid"])
+        inputs = None if action.adoptable is not None or unanswered else self.inputs(pod)
+        return NewJobFacts(pod, action.avoid, action.adoptable, unanswered, inputs)

@@ -2,14 +2,14 @@
 out (the Pod controller's `pod_plan`, `pod_actions` and `claim_plan`, the PodGroup steps'
 `group_plan`, the Slurm-node controller's `slurm_node`). Where an action means what one of
 the operator's means, it is the same class, from `sunk.runtime.actions`: `Drain`, `Resume`,
-`CancelJob` and `Event`. `SubmitJob`, `RecordJob`, `ReleaseHeld` and `BindPod` are the
-writes the Pod controller's collaborators ask its executor for in the middle of a step (the
-answer of one is what the next reads). The last few are the Pod controller's steps that
-read Slurm or the API server on the way: the controller hands each to the collaborator that
-owns it.
+`CancelJob` and `Event`. `RecordJob`, `ReleaseHeld` and `BindPod` are also the writes the
+remaining collaborators (re-adoption, the PodGroup steps) ask the executor for in the
+middle of a step. The last few are the Pod controller's steps that read Slurm or the API
+server on the way: `FindOrSubmit` and `Bind` are read by the controller, which plans
+again (`submit_plan`, `bind_plan`); the others it hands to the collaborator that owns them.
 
 Events and PodScheduled reports (`Event`, `SetCondition`) are written by the Pod
-controller's executor alone: its collaborators (submitter, binder, readopter, PodGroup
+controller's executor alone: its collaborators (readopter, group re-adoption, PodGroup
 steps) add the ones their step calls for to the pass's `Said` list instead of writing
 them, so what a Pod is told has one writer and one vocabulary."""
 
@@ -23,7 +23,6 @@ from sunk.scheduler.decide.packing import Packing
 from sunk.scheduler.decide.steps import Step
 from sunk.scheduler.translate import PlaceholderJob
 from sunk.scheduler.translate.gang import PodGroup
-from sunk.slurm.dialect import Submission
 from sunk.slurm.models import SlurmJob
 
 Json = dict[str, Any]
@@ -117,14 +116,6 @@ class Widen:
     job_id: int
     nodes: tuple[str, ...]
     given_back: tuple[str, ...]
-
-
-@dataclass(frozen=True)
-class SubmitJob:
-    """Send `submission` to Slurm as it is (its job IDs, if any, already chosen); the
-    executor answers with Slurm's answer, which the step that asked goes on with."""
-
-    submission: Submission
 
 
 @dataclass(frozen=True)
@@ -228,9 +219,13 @@ class Readopt:
 
 @dataclass(frozen=True)
 class FindOrSubmit:
-    """No job yet: read what a submission needs (a job Slurm holds for the Pod, the
-    namespace's policy, the nodes its constraints rule out), then plan the submission
-    (`submit_plan.for_new_job`)."""
+    """No job yet: adopt `adoptable`, a job Slurm already holds for the Pod (a crash fell
+    between a submission and its record), or read what a submission needs (the namespace's
+    policy, the nodes the Pod's constraints rule out) and plan it
+    (`submit_plan.for_new_job`). `avoid`: the nodes the Pod avoids (its annotation)."""
+
+    adoptable: int | None = None
+    avoid: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -247,7 +242,10 @@ class ReplaceLostStart:
 @dataclass(frozen=True)
 class Bind:
     """The job runs and its script started: read its node's state and check it strictly
-    (`Placement.choose`), then plan the binding or the resubmission (`bind_plan`)."""
+    (`Placement.choose`), then plan the binding or the resubmission (`bind_plan`).
+    `avoid`: the nodes the Pod avoids (its annotation), for a resubmission."""
+
+    avoid: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

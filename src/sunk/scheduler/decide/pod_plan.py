@@ -30,7 +30,7 @@ from sunk.scheduler.decide.actions import (
     Widen,
 )
 from sunk.scheduler.decide.submit_plan import size
-from sunk.scheduler.translate import Settings, translate
+from sunk.scheduler.translate import PodRef, Settings, translate
 from sunk.slurm.models import SlurmJob
 
 Json = dict[str, Any]
@@ -52,6 +52,8 @@ class PodFacts:
     drained: bool = False  # this process drained the job's node already
     hosts: frozenset[str] = frozenset()  # bound, job running: the Nodes hosting its node
     needed: frozenset[str] | None = None  # a pending job leaves out more than this: widen
+    claims: tuple[tuple[PodRef, SlurmJob], ...] = ()  # every job the index names for its key
+    avoid: tuple[str, ...] = ()  # where a placement of its was rejected for good
 
 
 @dataclass(frozen=True)
@@ -80,7 +82,9 @@ def plan(facts: PodFacts, rules: Rules, *, synced: bool, now: float) -> PodPlan:
     if step is steps.Step.CONFIRM_MISSING:
         return Plan((ConfirmMissing(),))
     if step is steps.Step.FIND_OR_SUBMIT:
-        return Plan((ForGroup(facts.group, step),) if facts.group else (FindOrSubmit(),))
+        return Plan(
+            (ForGroup(facts.group, step),) if facts.group else (FindOrSubmit(adoptable(facts), facts.avoid),)
+        )
     if step is steps.Step.NOTHING:
         return Plan()
     if step is steps.Step.CONFIRM_ENDING:
@@ -118,11 +122,17 @@ def plan(facts: PodFacts, rules: Rules, *, synced: bool, now: float) -> PodPlan:
         return Plan((ForGroup(facts.group, step),))
     if step is steps.Step.BIND:
         group = facts.group if job.group_leader is not None else None
-        return Plan((ForGroup(group, step),) if group else (Bind(),))
+        return Plan((ForGroup(group, step),) if group else (Bind(facts.avoid),))
     if step is steps.Step.WIDEN:
         assert facts.needed is not None
         return Plan(widening(job, facts.needed, pack=rules.pack))
     return Plan(waiting(pod, job, facts.group, rules))
+
+
+def adoptable(facts: PodFacts) -> int | None:
+    """The newest active job Slurm holds for the Pod's UID, which it does not name yet."""
+    uid = facts.pod["metadata"]["uid"]
+    return max((job.job_id for ref, job in facts.claims if ref.uid == uid and job.active), default=None)
 
 
 def widening(job: SlurmJob, needed: frozenset[str], *, pack: bool) -> tuple[Widen | Event, ...]:

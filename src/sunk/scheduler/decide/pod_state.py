@@ -4,7 +4,10 @@ the claims, the Pod's step and the planners read a Pod the same way."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
+
+from sunk.scheduler.translate import PodRef, gang
 
 Json = dict[str, Any]
 ENDED_PHASES = ("Succeeded", "Failed")
@@ -33,3 +36,26 @@ def avoid_nodes(pod: Json, prefix: str) -> tuple[str, ...]:
     """The Slurm nodes where a placement of the Pod was rejected for good (its annotation)."""
     raw = ((pod.get("metadata") or {}).get("annotations") or {}).get(prefix + "avoid-nodes")
     return tuple(n for n in str(raw or "").split(",") if n)
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What a live Pod's own object says, read once per pass by the Pod controller."""
+
+    ref: PodRef
+    job_id: int | None  # the job its annotation names
+    refused: bool  # refused for good
+    group: str | None  # the PodGroup it belongs to
+    bound: bool  # it has a Node
+    avoid: tuple[str, ...]  # where a placement of its was rejected for good
+
+
+def view(pod: Json, prefix: str) -> PodView:
+    return PodView(
+        PodRef.of(pod),
+        recorded_job_id(pod, prefix),
+        finally_refused(pod),
+        gang.group_of(pod),
+        bool((pod.get("spec") or {}).get("nodeName")),
+        avoid_nodes(pod, prefix),
+    )

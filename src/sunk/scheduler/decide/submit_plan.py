@@ -83,7 +83,7 @@ class NewJobFacts:
     avoid: tuple[str, ...]  # where a placement of its was rejected before (its annotation)
     adoptable: int | None  # the newest active job Slurm holds for the Pod's UID
     unanswered: bool  # a submission got no answer and no listing since could show its job
-    inputs: SubmitInputs
+    inputs: SubmitInputs | None  # read unless the Pod adopts a job or waits
 
 
 @dataclass(frozen=True)
@@ -148,6 +148,7 @@ def for_new_job(facts: NewJobFacts, rules: SubmitRules) -> PodPlan:
         return Plan(adoption(facts.adoptable, facts.avoid))
     if facts.unanswered:
         return Plan(after=1)
+    assert facts.inputs is not None
     prepared = prepare(facts.pod, facts.inputs, rules, facts.avoid)
     if prepared.job is None:
         return Plan(prepared.said, after=prepared.after)
