@@ -34,7 +34,7 @@ class DeletePod:
 
 @dataclass(frozen=True)
 class DeleteSlurmNode:
-    name: str
+    node: str
     why: str
 
 
@@ -42,7 +42,7 @@ class DeleteSlurmNode:
 class MarkDown:
     """Mark a Slurm node DOWN (its machine is lost: sunk.operator.node_faults)."""
 
-    name: str
+    node: str
     reason: str
 
 

@@ -346,7 +346,7 @@ class NodeSetController:
                     else:
                         self.deleted.expect(uid, True)
                     log.info("%s/%s: deleted Pod %s: %s", namespace, name, pod_name, why)
-                case a.DeleteSlurmNode(name=node, why=why):
+                case a.DeleteSlurmNode(node=node, why=why):
                     await self.slurm.delete_node(node)
                     log.info("%s/%s: deleted Slurm node %s: %s", namespace, name, node, why)
                 case Drain(node=node, reason=reason):
@@ -355,7 +355,7 @@ class NodeSetController:
                 case Resume(node=node):
                     await self.change_node(node, self.slurm.resume(node))
                     log.info("%s/%s: resumed Slurm node %s", namespace, name, node)
-                case a.MarkDown(name=node, reason=reason):
+                case a.MarkDown(node=node, reason=reason):
                     await self.change_node(node, self.slurm.mark_down(node, reason))
                     log.warning("%s/%s: marked Slurm node %s DOWN: %s", namespace, name, node, reason)
                 case a.SetNodeCondition(node=node, condition=condition):
