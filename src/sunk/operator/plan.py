@@ -15,13 +15,12 @@ NodeSet keeps a finalizer until its last member and record are gone.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from sunk.kube.nodefilter import node_ready  # any object's Ready condition: here a Pod's
-from sunk.operator import checks, confinement, demand, health_checks, unhealthy
+from sunk.operator import checks, confinement, demand, health_checks, times, unhealthy
 from sunk.operator import members as m
 from sunk.operator import removal as r
 from sunk.operator.actions import (
@@ -208,7 +207,7 @@ def plan(
     if nodeset.demand is not None:
         previous = (obj.get("status") or {}).get("demand") or {}
         decision = demand.decide(
-            nodeset, members, records, slurm.jobs or {}, slurm.waiting, previous, _parse_now(now)
+            nodeset, members, records, slurm.jobs or {}, slurm.waiting, previous, times.parse(now)
         )
         status["demand"] = decision.status
         notes.actions += [Event(reason, note) for reason, note in decision.events]
@@ -351,7 +350,7 @@ def _leaving(
     leaving += [r.Leaving(by_node[n], m.slurm_name_of(by_node[n]), n, r.SCALE_IN) for n in surplus]
     staying = [n for n in kept if n not in surplus]
     rolling = roll_out(
-        nodeset, share, [by_node[n] for n in staying], nodes, slurm, cost, _parse_now(now), settings
+        nodeset, share, [by_node[n] for n in staying], nodes, slurm, cost, times.parse(now), settings
     )
     notes.rollout = rolling.message
     notes.actions += rolling.actions
@@ -362,7 +361,7 @@ def _remove(
     name: str, policy: DrainPolicy, leaving: list[r.Leaving], slurm: SlurmView, now: str, notes: _Notes
 ) -> None:
     records = slurm.nodes or {}
-    now_s = int(_parse_now(now).timestamp())
+    now_s = int(times.parse(now).timestamp())
     for member in leaving:
         step = r.step(
             name,
@@ -480,10 +479,6 @@ def _finish(obj: Json, notes: _Notes, status: Json, *, after: float | None) -> P
     if changed(status, obj.get("status") or {}):
         actions.append(PatchStatus(status))
     return Plan(tuple(actions), after)
-
-
-def _parse_now(now: str) -> dt.datetime:
-    return dt.datetime.strptime(now, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=dt.UTC)
 
 
 def _running(pod: Json) -> bool:

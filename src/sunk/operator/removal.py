@@ -21,12 +21,11 @@ roll-out's budget) is `cost`: see its docstring.
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sunk.operator import confinement
+from sunk.operator import confinement, times
 from sunk.operator.actions import Action, DeletePod
 from sunk.operator.nodeset import CANCEL_JOBS, DrainPolicy
 from sunk.runtime.actions import CancelJob, Drain, Event
@@ -223,7 +222,7 @@ def _terminating(
     meta = leaving.pod.get("metadata") or {}
     name = leaving.slurm_name
     waiting = Step(phase="Deleting", message=f"member {name} is terminating")
-    since = _epoch(str(meta["deletionTimestamp"]))
+    since = times.epoch(str(meta["deletionTimestamp"]))
     if since is None or now_s - since < STUCK_TERMINATING_S or record is None or not listed_after_write:
         return waiting
     if not record.drained or lifted_soon(record) or busy(record, jobs):
@@ -253,13 +252,6 @@ def _terminating(
     return waiting
 
 
-def _epoch(stamp: str) -> int | None:
-    try:
-        return int(dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")).timestamp())
-    except ValueError:
-        return None
-
-
 def _wait_for_jobs(
     nodeset: str,
     leaving: Leaving,
@@ -278,7 +270,7 @@ def _wait_for_jobs(
     wait = Step(jobs=ids, message=f"member {name} drains: waits for {listed}")
     ours = drained_by(nodeset, record)
     if ours and record.reason_changed_at:
-        wait.since = _iso(record.reason_changed_at)
+        wait.since = times.stamp(record.reason_changed_at)
     if not record.reason.startswith(DRAIN_PREFIX):
         wait.message += f" (drained by someone else: {record.reason or 'no reason given'})"
     timeout = policy.timeout_s
@@ -320,10 +312,6 @@ def _draining_note(nodeset: str, name: str, cause: str, jobs: tuple[SlurmJob, ..
         return f"draining member {name} (NodeSet {nodeset} {cause}); it is idle and goes next"
     ids = ", ".join(str(j.job_id) for j in jobs)
     return f"draining member {name} (NodeSet {nodeset} {cause}); it goes once its jobs end: {ids}"
-
-
-def _iso(epoch: int) -> str:
-    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 def records_of(nodeset: str, records: Mapping[str, SlurmNode]) -> list[str]:

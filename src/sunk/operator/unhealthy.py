@@ -25,7 +25,6 @@ finds those members (the operator's own `verify` hand-over is no failure) and:
 
 from __future__ import annotations
 
-import datetime as dt
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -34,6 +33,7 @@ from sunk.kube.nodefilter import node_ready  # any object's Ready condition: her
 from sunk.operator import health_checks as hc
 from sunk.operator import members as m
 from sunk.operator import removal as r
+from sunk.operator import times
 from sunk.operator.actions import Action
 from sunk.operator.view import SlurmView
 from sunk.runtime.actions import Event
@@ -47,8 +47,6 @@ FAILED = "HealthCheckFailed"
 PASSED = "HealthCheckPassed"
 REPLACING = "ReplacingUnhealthyMember"
 HEALTHY = "Healthy"
-
-_ISO = "%Y-%m-%dT%H:%M:%SZ"
 
 
 @dataclass(frozen=True)
@@ -133,7 +131,7 @@ def _replacements(
     due = False
     for pod, record in sorted(sick, key=lambda s: (since[s[1].name], s[1].name)):
         name = record.name
-        age = (_parse(now) - _parse(since[name])).total_seconds()
+        age = (times.parse(now) - times.parse(since[name])).total_seconds()
         if name in going:
             continue
         if age < after:
@@ -185,7 +183,7 @@ def _passed(nodeset: str, pod: Json, name: str, was: Json) -> Event:
 
 def _since(was: Json, record: SlurmNode, pod: Json, now: str) -> str:
     """When the member's check drain began (see the module's docstring)."""
-    stamped = _iso(record.reason_changed_at) if record.reason_changed_at else None
+    stamped = times.stamp(record.reason_changed_at) if record.reason_changed_at else None
     carried = was.get(SINCE) if was.get("reason") != record.reason else None
     began = str(carried or stamped or was.get(SINCE) or now)
     return max(began, str((pod.get("metadata") or {}).get("creationTimestamp") or ""))
@@ -200,11 +198,3 @@ def _duration(seconds: int) -> str:
     h, rest = divmod(seconds, 3600)
     mins, s = divmod(rest, 60)
     return "".join(f"{n}{unit}" for n, unit in ((h, "h"), (mins, "m"), (s, "s")) if n) or "0s"
-
-
-def _iso(epoch: int) -> str:
-    return dt.datetime.fromtimestamp(epoch, dt.UTC).strftime(_ISO)
-
-
-def _parse(text: str) -> dt.datetime:
-    return dt.datetime.strptime(text, _ISO).replace(tzinfo=dt.UTC)
