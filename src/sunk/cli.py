@@ -190,11 +190,11 @@ def run_server(name: str, args: argparse.Namespace) -> int:
 
 
 def run_apply_config(args: argparse.Namespace) -> int:
-    """slurmctld's sidecar: runs until SIGTERM (see sunk.operator.config_apply)."""
+    """slurmctld's sidecar: runs until SIGTERM (see sunk.operator.chart.config_apply)."""
     import asyncio
 
     from sunk import logs
-    from sunk.operator.config_apply import run_forever
+    from sunk.operator.chart.config_apply import run_forever
 
     logs.setup(args.log_level, args.log_format)
     asyncio.run(
@@ -296,7 +296,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         if args.command == "ensure-hooks-secret":
             return run_ensure_hooks_secret(args)
         if args.command == "ensure-slurm-secrets":
-            from sunk.operator import secrets
+            from sunk.operator.chart import secrets
 
             return secrets.run(
                 args.namespace,
@@ -310,13 +310,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 tuple(args.restapi_tls_host),
             )
         if args.command == "remove-nodesets":
-            from sunk.operator import uninstall
+            from sunk.operator.chart import uninstall
 
             return uninstall.run(args.namespace, args.kubeconfig)
         if args.command == "apply-config":
             return run_apply_config(args)
         if args.command == "check-partitions":
-            from sunk.operator import upgrade_check
+            from sunk.operator.chart import upgrade_check
 
             return upgrade_check.run(
                 args.slurm_api_base, args.slurm_jwt_key_file, args.slurm_user, args.keep, args.slurm_ca_file

@@ -20,7 +20,7 @@ from typing import Any
 import httpx
 import pytest
 
-from sunk.operator.config_apply import APPLIED_AT, APPLIED_HASH, config_hash
+from sunk.operator.chart.config_apply import APPLIED_AT, APPLIED_HASH, config_hash
 from sunk.slurm.hostlist import expand
 from sunk.slurm.jwt import expires_at, mint
 from sunk_dev import DevCluster, netpol

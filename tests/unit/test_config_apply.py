@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sunk.kube.client import KubeError
-from sunk.operator.config_apply import (
+from sunk.operator.chart.config_apply import (
     APPLIED_AT,
     APPLIED_HASH,
     HELD_HASH,

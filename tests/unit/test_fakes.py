@@ -7,7 +7,7 @@ import ast
 from pathlib import Path
 
 from sunk.operator.app import PolledSlurm
-from sunk.operator.config_apply import ConfigSlurm
+from sunk.operator.chart.config_apply import ConfigSlurm
 from sunk.operator.controller import OperatorSlurm
 from sunk.scheduler.ports import SlurmPort
 from tests.fakes.slurm import FakeSlurm

@@ -1,5 +1,5 @@
 """The Slurm JWTs sunk signs itself (sunk.slurm.jwt): the bytes slurmctld checks, and the
-chart's keys and scheduler token made once from them (sunk.operator.secrets)."""
+chart's keys and scheduler token made once from them (sunk.operator.chart.secrets)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ import pytest
 from cryptography import x509
 
 from sunk.kube.client import KubeClient, KubeError
-from sunk.operator.secrets import ensure_slurm_secrets
+from sunk.operator.chart.secrets import ensure_slurm_secrets
 from sunk.slurm.jwt import mint
 
 KEY = bytes(range(32))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from sunk.operator.upgrade_check import (
+from sunk.operator.chart.upgrade_check import (
     CheckFailed,
     jobs_in_dropped_partitions,
     list_jobs,

@@ -9,7 +9,7 @@ as it always did.
 
 {{/*
 The Secrets templates/secrets-job.yaml makes: name → the keys its Job requires of one that
-exists (sunk.operator.secrets: it fails on an existing Secret without them).
+exists (sunk.operator.chart.secrets: it fails on an existing Secret without them).
 */}}
 {{- define "slurm.ownedSecrets" -}}
 {{- $f := include "slurm.fullname" . -}}

@@ -52,7 +52,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from sunk.kube.client import KubeClient, KubeError
 from sunk.kube.events import event_object
 from sunk.metrics.server import serve_metrics
-from sunk.operator.upgrade_check import refusals
+from sunk.operator.chart.upgrade_check import refusals
 from sunk.slurm.client import SlurmClient, SlurmVersionError
 from sunk.slurm.errors import SlurmError
 from sunk.slurm.models import SlurmJob
