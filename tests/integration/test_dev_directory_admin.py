@@ -13,7 +13,7 @@ from pathlib import Path
 import ldap3
 import pytest
 
-from sunk.operator.people import render
+from sunk.operator.directory.people import render
 from sunk_dev import directory
 from sunk_dev import directory_admin as admin
 from sunk_dev.errors import DevClusterError

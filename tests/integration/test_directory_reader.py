@@ -11,7 +11,7 @@ import pytest
 
 from sunk.ldap.models import Directory, DirectoryError, DirectorySettings
 from sunk.ldap.reader import read
-from sunk.operator.people import render
+from sunk.operator.directory.people import render
 from sunk_dev import directory
 from sunk_dev.layout import Layout
 from tests.support import running_slapd

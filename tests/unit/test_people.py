@@ -10,7 +10,7 @@ import pytest
 
 from sunk.ldap.models import Directory, Group, User
 from sunk.operator.config import OperatorConfig, add_arguments, from_args
-from sunk.operator.people import render
+from sunk.operator.directory.people import render
 
 
 def user(name: str, uid: int, **kw: object) -> User:

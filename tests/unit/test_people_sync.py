@@ -8,7 +8,7 @@ from typing import Any
 
 from sunk.kube.client import KubeError
 from sunk.ldap.models import Directory, DirectoryError, Group, User
-from sunk.operator.people_sync import CURRENT, HOME_OFF_VOLUME, READ_FAILED, REFUSED, PeopleSync
+from sunk.operator.directory.people_sync import CURRENT, HOME_OFF_VOLUME, READ_FAILED, REFUSED, PeopleSync
 
 Json = dict[str, Any]
 PATH = "/api/v1/namespaces/slurm/configmaps/slurm-people"

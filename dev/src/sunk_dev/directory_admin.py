@@ -4,7 +4,7 @@ The seeded people (alice, bob, carol) are made once, offline, by `directory.star
 module changes the running slapd the way an admin of a real directory would: LDIF sent with
 ldapmodify (Debian's ldap-utils, installed with slapd), bound as the rootdn with the
 password read from `directory/admin.password` (`-y`: never on a command line). What it
-checks first is what sunk's operator would refuse anyway (`sunk.operator.people`): a
+checks first is what sunk's operator would refuse anyway (`sunk.operator.directory.people`): a
 person or group it would leave out of the name service is refused here, with the reason,
 rather than added and silently ignored.
 
@@ -25,7 +25,7 @@ from pathlib import Path
 
 from sunk.ldap.models import Directory, DirectoryError, DirectorySettings, Group, User
 from sunk.ldap.reader import read
-from sunk.operator.people import RESERVED_IDS, render
+from sunk.operator.directory.people import RESERVED_IDS, render
 from sunk_dev import directory
 from sunk_dev.errors import DevClusterError
 from sunk_dev.layout import Layout

@@ -83,7 +83,7 @@ class Settings:
     conf_server: str  # host:port of slurmctld, for configless slurmd
     auth_secret: str  # the Secret holding slurm.key (auth/slurm)
     topology_labels: tuple[str, ...] = ()  # Node labels topology.conf is written from (if any)
-    people_configmap: str = ""  # the directory's people (sunk.operator.people_sync), if any
+    people_configmap: str = ""  # the directory's people (sunk.operator.directory.people_sync), if any
     confinement: bool = False  # slurmd confines jobs in cgroups (the chart's slurm.confinement)
     private_tmp: bool = False  # and gives each job its own /tmp (slurm.confinement.privateTmp)
     # <service>.<namespace>.svc.<domain> of the chart's headless hosts Service: each member

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from sunk.operator.accounts import actions as a
 from sunk.operator.accounts.mapping import GroupMapping
-from sunk.operator.people import FIRST_ID, RESERVED_IDS, SYSTEM_NAMES
+from sunk.operator.directory.people import FIRST_ID, RESERVED_IDS, SYSTEM_NAMES
 from sunk.slurm.accounts import AccountsSnapshot
 
 MAPPING_INVALID = "AccountMappingInvalid"

@@ -20,7 +20,7 @@ from sunk.kube.client import KubeError
 from sunk.operator.accounts import actions as a
 from sunk.operator.accounts.mapping import GroupMapping
 from sunk.operator.accounts.plan import Plan, Roster, marker, plan, roster
-from sunk.operator.people_sync import ConfigMapPort, EventPort
+from sunk.operator.directory.people_sync import ConfigMapPort, EventPort
 from sunk.slurm.accounts import AccountsSnapshot, Association
 from sunk.slurm.errors import SlurmError
 

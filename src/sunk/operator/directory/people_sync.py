@@ -1,7 +1,7 @@
 """Keeps the cluster's people ConfigMap equal to the directory: one reader for the whole
 cluster (the acting operator), so that no node queries the directory itself.
 
-Every interval it reads a snapshot (sunk.ldap), renders it (sunk.operator.people) and
+Every interval it reads a snapshot (sunk.ldap), renders it (sunk.operator.directory.people) and
 replaces the ConfigMap's data when it changed. Login and slurmd Pods mount the ConfigMap:
 the kubelet brings a change to them within about a minute, so a person removed from the
 directory loses their login within one interval and that minute. When the directory
@@ -23,7 +23,7 @@ from prometheus_client import Counter, Gauge
 
 from sunk.kube.client import KubeError
 from sunk.ldap.models import Directory, DirectoryError
-from sunk.operator.people import People, render
+from sunk.operator.directory.people import People, render
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
