@@ -1,11 +1,11 @@
 """Who wrote a Slurm node's reason, and the drain and down episodes found by comparing one
-listing with the next (sunk.operator.episodes): pure, table-tested."""
+listing with the next (sunk.operator.metrics.episodes): pure, table-tested."""
 
 from __future__ import annotations
 
 import pytest
 
-from sunk.operator.episodes import DOWN, DRAIN, Episode, advance, reason_owner
+from sunk.operator.metrics.episodes import DOWN, DRAIN, Episode, advance, reason_owner
 from sunk.operator.removal import drain_reason
 from sunk.slurm.models import SlurmNode
 

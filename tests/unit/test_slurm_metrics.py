@@ -1,4 +1,4 @@
-"""The operator's Slurm metrics (sunk.operator.slurm_metrics), built from Slurm answers
+"""The operator's Slurm metrics (sunk.operator.metrics.slurm_metrics), built from Slurm answers
 recorded on 24.11 and fed through the poller as in production."""
 
 from __future__ import annotations
@@ -13,8 +13,8 @@ from prometheus_client import CollectorRegistry
 
 from sunk.metrics import REGISTRY
 from sunk.operator.app import SlurmPoller
-from sunk.operator.census import count_jobs
-from sunk.operator.slurm_metrics import SlurmMetrics, install
+from sunk.operator.metrics.census import count_jobs
+from sunk.operator.metrics.slurm_metrics import SlurmMetrics, install
 from sunk.operator.view import SlurmView
 from sunk.slurm.client import make_dialect
 from sunk.slurm.diag import parse_diag

@@ -6,7 +6,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-from sunk.operator.census import JobCensus
+from sunk.operator.metrics.census import JobCensus
 from sunk.operator.removal import busy
 from sunk.slurm.models import SlurmJob, SlurmNode
 

@@ -1,7 +1,7 @@
 """slurmctld's scheduler statistics (sdiag, slurmrestd's `/diag`), read into one value.
 
 Slurm 25.11+ serves these itself on its metrics endpoint; for older releases the operator
-reads them here and publishes them under the same names (sunk.operator.slurm_families).
+reads them here and publishes them under the same names (sunk.operator.metrics.slurm_families).
 Every REST version sunk speaks names these fields alike at the top of `statistics`, the
 numbers plain or in Slurm's {set, infinite, number} wrapper, so one parser serves all.
 """

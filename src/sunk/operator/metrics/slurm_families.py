@@ -17,7 +17,7 @@ from collections.abc import Iterator
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
-from sunk.operator.census import STATE_WORDS, JobCensus
+from sunk.operator.metrics.census import STATE_WORDS, JobCensus
 from sunk.operator.removal import busy
 from sunk.operator.view import SlurmView
 from sunk.slurm.diag import SlurmDiag

@@ -1,7 +1,7 @@
 """Slurm's job queue counted once per listing, so a metrics scrape never walks the jobs.
 
 The poller lists every job anyway; counting them there costs one pass per listing, while a
-scrape reads a handful of small maps whatever the queue's length (sunk.operator.slurm_metrics).
+scrape reads a handful of small maps whatever the queue's length (sunk.operator.metrics.slurm_metrics).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@ metrics count, found by comparing one node listing with the next.
 
 Pure: `advance` takes the episodes open after the last listing and the new listing, and
 returns the episodes open now with those that began and ended in between. The poller's
-metrics (sunk.operator.slurm_metrics) turn them into a failure counter and duration
+metrics (sunk.operator.metrics.slurm_metrics) turn them into a failure counter and duration
 histograms; an alert on "drained with no known reason" reads `reason_owner`.
 """
 

@@ -1,11 +1,11 @@
 """The operator's Slurm metrics: one Collector that the poller feeds after each listing and
 a scrape reads, so a scrape never asks Slurm anything.
 
-It serves Slurm's state under Slurm's native names (sunk.operator.slurm_families) unless
+It serves Slurm's state under Slurm's native names (sunk.operator.metrics.slurm_families) unless
 slurmctld serves them itself (`--slurm-native-metrics`), and always what Slurm's endpoint
 lacks, under `sunk_slurm_`: one info series per node with its state, reason and who wrote
 the reason, partition membership, pending jobs by reason, the oldest pending job's age,
-drain and down episodes (sunk.operator.episodes) and the collector's own health. While
+drain and down episodes (sunk.operator.metrics.episodes) and the collector's own health. While
 Slurm does not answer, the Slurm families are absent, never zeros, and
 `sunk_slurm_collector_up` says 0.
 """
@@ -21,8 +21,8 @@ from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
 from sunk.metrics import REGISTRY
-from sunk.operator import episodes as e
-from sunk.operator.slurm_families import native_families
+from sunk.operator.metrics import episodes as e
+from sunk.operator.metrics.slurm_families import native_families
 from sunk.operator.view import SlurmView, slurm_state
 from sunk.slurm.diag import SlurmDiag
 
