@@ -27,7 +27,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from sunk.metrics import REGISTRY
 from sunk.operator.metrics.census import count_jobs
 from sunk.operator.metrics.slurm_metrics import SlurmMetrics
-from sunk.operator.view import SlurmView
+from sunk.operator.nodeset.view import SlurmView
 from sunk.slurm.diag import parse_diag
 from sunk.slurm.models import SlurmJob, SlurmNode
 

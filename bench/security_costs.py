@@ -48,7 +48,7 @@ from typing import Any
 from tests.e2e.slurm_in_pods import containers_running, delete_namespace
 
 from bench.observe import percentile
-from sunk.operator.nodeset import ROLLING
+from sunk.operator.nodeset.spec import ROLLING
 from sunk_dev import DevCluster, hostnet, netpol, registry
 from sunk_dev.errors import DevClusterError
 from sunk_dev.kubeapi import AdminKube

@@ -50,7 +50,7 @@ def test_issue51_on_by_default_and_off_renders_nothing_of_the_checks(helm: Path,
 
 def test_issue51_on_slurm_conf_names_the_mounted_runner(helm: Path, slurm_chart: Path) -> None:
     """Catches: a HealthCheckProgram path other than where the operator mounts the runner
-    (sunk.operator.members.HEALTH_CHECKS_PATH), or an interval Slurm would misread."""
+    (sunk.operator.nodeset.members.HEALTH_CHECKS_PATH), or an interval Slurm would misread."""
     objects = render(slurm_chart, helm, ON)
     assert conf_value(objects, "HealthCheckProgram") == "/etc/sunk/health-checks/run"
     assert conf_value(objects, "HealthCheckInterval") == "60"

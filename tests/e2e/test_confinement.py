@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from sunk.operator.confinement import CONFINED, CONFINEMENT_UNAVAILABLE
+from sunk.operator.nodeset.confinement import CONFINED, CONFINEMENT_UNAVAILABLE
 from sunk_dev import DevCluster
 from sunk_dev.kubeapi import AdminKube
 from sunk_dev.platform import Platform, nodeset
@@ -211,7 +211,7 @@ def test_issue36_two_jobs_on_one_node_each_see_their_own_tmp_and_shm_removed_at_
     """Catches jobs sharing /tmp or /dev/shm (one reads the other's mark), a job's directory
     left on the node after it ends, and jobs that fail to boot on some CPUs: Linux 6.18
     refuses to pin a job's mount namespace made on a CPU whose numbers run below those of
-    slurmd's namespace (sunk.operator.confinement.ORDERED_NAMESPACE moves slurmd)."""
+    slurmd's namespace (sunk.operator.nodeset.confinement.ORDERED_NAMESPACE moves slurmd)."""
     member = member_on(kube, "real-1")
     srun = f"srun -w {member} -c1 --mem=32M"
     said = logged_in(platform, f"{srun} sh -c '{MARKS}' & {srun} sh -c '{MARKS}' & wait")

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-from sunk.operator.members import SLURM_NODE_LABEL
+from sunk.operator.nodeset.members import SLURM_NODE_LABEL
 from sunk_dev import DevCluster, realcluster
 from sunk_dev.kubeapi import AdminKube, KubeError
 from sunk_dev.platform import Platform, nodeset

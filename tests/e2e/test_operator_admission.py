@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from sunk.operator.shared_volumes import SharedVolume
+from sunk.operator.nodeset.shared_volumes import SharedVolume
 from sunk_dev import DevCluster
 from sunk_dev.kubeapi import AdminKube
 from tests.chart.conftest import SLURM_CHART, build_chart_dependencies, render_chart

@@ -9,13 +9,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sunk.kube.events import Recorder
-from sunk.operator import members as m
 from sunk.operator.app import SlurmPoller
-from sunk.operator.controller import NodeSetController
-from sunk.operator.features import in_conf
-from sunk.operator.hardware import gres_in_conf
-from sunk.operator.nodeset import API_VERSION
-from sunk.operator.view import SlurmView
+from sunk.operator.nodeset import members as m
+from sunk.operator.nodeset.controller import NodeSetController
+from sunk.operator.nodeset.features import in_conf
+from sunk.operator.nodeset.hardware import gres_in_conf
+from sunk.operator.nodeset.spec import API_VERSION
+from sunk.operator.nodeset.view import SlurmView
 from sunk.runtime.controller import Outcome
 from tests.fakes.clock import FakeClock
 from tests.fakes.ports import FakeKube, MemoryCache

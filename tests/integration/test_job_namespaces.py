@@ -6,7 +6,7 @@ to bind-mount a mount namespace numbered below the binding process's own. slurms
 each job's namespace that way, so in a container whose namespace was made on the "wrong"
 CPU, jobs that start on another CPU fail to boot. These tests make such a namespace on the
 host (unshare, root only: nothing outside it is touched) and check that the member's start
-script (sunk.operator.confinement.ORDERED_NAMESPACE) moves to one that can pin them all.
+script (sunk.operator.nodeset.confinement.ORDERED_NAMESPACE) moves to one that can pin them all.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from sunk.operator import confinement
+from sunk.operator.nodeset import confinement
 
 pytestmark = pytest.mark.skipif(
     os.geteuid() != 0 or len(os.sched_getaffinity(0)) < 2,

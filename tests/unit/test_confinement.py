@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from sunk.operator import confinement as c
-from sunk.operator import removal as r
-from sunk.operator.nodeset import DrainPolicy
+from sunk.operator.nodeset import confinement as c
+from sunk.operator.nodeset import removal as r
+from sunk.operator.nodeset.spec import DrainPolicy
 from tests.fakes.operator_world import SETTINGS, OperatorWorld
 from tests.unit.test_people import operator_config
 

@@ -23,7 +23,7 @@ import pytest
 import yaml
 
 from sunk.metrics import REGISTRY, kube_scheduler
-from sunk.operator.nodeset_metrics import NodeSetMetrics
+from sunk.operator.nodeset.nodeset_metrics import NodeSetMetrics
 from sunk_dev.dashboards import reading
 from sunk_dev.dashboards.reading import Query, metric_names, queries, variable_selectors
 from sunk_dev.layout import cache_dir

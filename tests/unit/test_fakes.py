@@ -8,7 +8,7 @@ from pathlib import Path
 
 from sunk.operator.app import PolledSlurm
 from sunk.operator.chart.config_apply import ConfigSlurm
-from sunk.operator.controller import OperatorSlurm
+from sunk.operator.nodeset.controller import OperatorSlurm
 from sunk.scheduler.ports import SlurmPort
 from tests.fakes.slurm import FakeSlurm
 

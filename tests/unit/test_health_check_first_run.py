@@ -10,9 +10,9 @@ import re
 from dataclasses import replace
 from pathlib import Path
 
-from sunk.operator import health_checks as hc
-from sunk.operator import members as m
-from sunk.operator import node_faults as nf
+from sunk.operator.nodeset import health_checks as hc
+from sunk.operator.nodeset import members as m
+from sunk.operator.nodeset import node_faults as nf
 from tests.fakes.operator_world import OperatorWorld
 from tests.unit import test_health_check_runner as runner
 

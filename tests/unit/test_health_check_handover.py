@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from sunk.operator import actions as a
-from sunk.operator import health_checks as hc
-from sunk.operator import removal as r
+from sunk.operator.nodeset import actions as a
+from sunk.operator.nodeset import health_checks as hc
+from sunk.operator.nodeset import removal as r
 from sunk.runtime.actions import Drain, Event, Resume
 from sunk.slurm.models import SlurmNode
 from tests.fakes.operator_world import OperatorWorld

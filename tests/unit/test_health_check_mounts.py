@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 
 from sunk.operator import config
-from sunk.operator import members as m
+from sunk.operator.nodeset import members as m
 from tests.fakes.operator_world import OperatorWorld
 
 Json = dict[str, Any]

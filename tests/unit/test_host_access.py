@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from sunk.operator.nodeset import Invalid, NodeSet, parse
+from sunk.operator.nodeset.spec import Invalid, NodeSet, parse
 from tests.fakes.operator_world import SETTINGS, OperatorWorld, nodeset
 
 IMAGE = "slurmd:24.11"

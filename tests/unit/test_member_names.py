@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import dataclasses
 
-from sunk.operator import members as m
-from sunk.operator.nodeset import NodeSet, parse
+from sunk.operator.nodeset import members as m
+from sunk.operator.nodeset.spec import NodeSet, parse
 from tests.fakes.operator_world import SETTINGS, OperatorWorld, nodeset
 
 DOMAIN = "slurm-hosts.slurm.svc.cluster.local"

@@ -1,6 +1,6 @@
 """Issue #49: a job past its memory loses its task to the OOM killer, never its slurmstepd.
 
-The member's start script (sunk.operator.confinement.OOM_FLOOR) chooses the OOM scores slurmd
+The member's start script (sunk.operator.nodeset.confinement.OOM_FLOOR) chooses the OOM scores slurmd
 and slurmstepd start with. Run here with sh on this machine's kernel, from a process at the
 score the kubelet gives a Burstable Pod, as a member's container starts.
 """
@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import subprocess
 
-from sunk.operator.confinement import OOM_FLOOR
+from sunk.operator.nodeset.confinement import OOM_FLOOR
 
 BURSTABLE = 979
 

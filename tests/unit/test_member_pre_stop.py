@@ -7,7 +7,7 @@ from __future__ import annotations
 import subprocess
 from pathlib import Path
 
-from sunk.operator.members import PRE_STOP
+from sunk.operator.nodeset.members import PRE_STOP
 
 SCONTROL = r"""#!/bin/sh
 # `show node`: the next line of $STATES ("fail" = no answer); `update`: logged.

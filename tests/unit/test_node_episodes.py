@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from sunk.operator.metrics.episodes import DOWN, DRAIN, Episode, advance, reason_owner
-from sunk.operator.removal import drain_reason
+from sunk.operator.nodeset.removal import drain_reason
 from sunk.slurm.models import SlurmNode
 
 

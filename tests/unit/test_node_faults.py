@@ -4,7 +4,7 @@ A lost machine (its Node not Ready) has its member marked DOWN under the Node's 
 condition, a Node fault condition (Node Problem Detector's) drains it, and both come back
 when the Node is well again (through the health checks when they are on); a health
 check's drain shows on the Node as the SlurmHealthCheck condition. Only `sunk-node: `
-reasons are the operator's to set or lift (sunk.operator.node_faults)."""
+reasons are the operator's to set or lift (sunk.operator.nodeset.node_faults)."""
 
 from __future__ import annotations
 
@@ -13,10 +13,10 @@ from typing import Any
 
 import pytest
 
-from sunk.operator import health_checks as hc
-from sunk.operator import node_faults as nf
 from sunk.operator.config import node_conditions
-from sunk.operator.selection import member_nodeset
+from sunk.operator.nodeset import health_checks as hc
+from sunk.operator.nodeset import node_faults as nf
+from sunk.operator.nodeset.selection import member_nodeset
 from tests.fakes.operator_world import OperatorWorld
 
 Json = dict[str, Any]

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-from sunk.operator import members as m
+from sunk.operator.nodeset import members as m
 from tests.fakes.operator_world import OperatorWorld
 
 

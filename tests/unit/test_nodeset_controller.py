@@ -6,7 +6,7 @@ created, idle-only scale-in, and nothing removed while Slurm cannot be read."""
 from __future__ import annotations
 
 from sunk.kube.client import KubeError
-from sunk.operator import plan as p
+from sunk.operator.nodeset import plan as p
 from tests.fakes.operator_world import OperatorWorld
 
 

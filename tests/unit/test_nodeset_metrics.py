@@ -1,11 +1,11 @@
-"""The NodeSets' metrics (sunk.operator.nodeset_metrics), read from what the controller's
+"""The NodeSets' metrics (sunk.operator.nodeset.nodeset_metrics), read from what the controller's
 passes computed, driven through the in-memory fakes (tests.fakes.operator_world)."""
 
 from __future__ import annotations
 
 from prometheus_client import CollectorRegistry
 
-from sunk.operator.nodeset_metrics import NodeSetMetrics
+from sunk.operator.nodeset.nodeset_metrics import NodeSetMetrics
 from tests.fakes.operator_world import NOW_S, OperatorWorld
 
 

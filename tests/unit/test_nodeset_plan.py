@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from sunk.operator import actions as a
-from sunk.operator import plan as p
-from sunk.operator.nodeset import parse
-from sunk.operator.selection import Share
-from sunk.operator.view import SlurmView
+from sunk.operator.nodeset import actions as a
+from sunk.operator.nodeset import plan as p
+from sunk.operator.nodeset.selection import Share
+from sunk.operator.nodeset.spec import parse
+from sunk.operator.nodeset.view import SlurmView
 from sunk.runtime.actions import Event
 from sunk.slurm.models import SlurmJob, SlurmNode
 from tests.fakes.operator_world import IMAGE, NOW, SETTINGS, node, nodeset

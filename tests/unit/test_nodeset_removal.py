@@ -10,7 +10,7 @@ import datetime as dt
 import time
 
 from sunk.kube.client import KubeError
-from sunk.operator import plan as p
+from sunk.operator.nodeset import plan as p
 from tests.fakes.operator_world import NAMESPACE, NOW_S, OperatorWorld
 
 MEMBERS = ["a-001-011", "a-002-012", "a-003-013"]

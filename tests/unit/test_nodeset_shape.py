@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from sunk.operator.hardware import gres_type, slurm_node_name
-from sunk.operator.nodeset import Invalid, NodeSet, parse
+from sunk.operator.nodeset.hardware import gres_type, slurm_node_name
+from sunk.operator.nodeset.spec import Invalid, NodeSet, parse
 from tests.fakes.operator_world import node, nodeset
 
 

@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from sunk.kube.client import KubeError
-from sunk.operator import plan as p
+from sunk.operator.nodeset import plan as p
 from sunk.slurm.errors import SlurmError
 from tests.fakes.operator_world import NAMESPACE, SETTINGS, OperatorWorld
 from tests.fakes.slurm import FakeSlurm

@@ -9,10 +9,10 @@ from typing import cast
 
 import pytest
 
-from sunk.operator import members as m
 from sunk.operator.app import PolledSlurm, SlurmPoller
-from sunk.operator.removal import drain_reason, waits_on_jobs
-from sunk.operator.view import SlurmView
+from sunk.operator.nodeset import members as m
+from sunk.operator.nodeset.removal import drain_reason, waits_on_jobs
+from sunk.operator.nodeset.view import SlurmView
 from sunk.slurm.models import SlurmJob, SlurmNode
 from tests.fakes.operator_world import OperatorWorld
 

@@ -12,9 +12,9 @@ from typing import Any
 
 import pytest
 
-from sunk.operator import members as m
-from sunk.operator import shared_volumes
-from sunk.operator.shared_volumes import SharedVolume
+from sunk.operator.nodeset import members as m
+from sunk.operator.nodeset import shared_volumes
+from sunk.operator.nodeset.shared_volumes import SharedVolume
 from tests.fakes.operator_world import OperatorWorld
 
 DATA = SharedVolume("slurm-data", "/shared")
@@ -52,7 +52,7 @@ def test_r10_7_a_malformed_flag_is_a_start_up_error_naming_the_item(text: str, s
 def test_r10_7_the_volume_name_is_the_same_in_every_process() -> None:
     """Catches a name from Python's salted hash(): each operator restart would change every
     member's spec and roll them all."""
-    code = "from sunk.operator.shared_volumes import SharedVolume as V; "
+    code = "from sunk.operator.nodeset.shared_volumes import SharedVolume as V; "
     code += "print(V('slurm-data', '/shared').volume_name)"
     names = {
         subprocess.run(

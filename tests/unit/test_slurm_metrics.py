@@ -15,7 +15,7 @@ from sunk.metrics import REGISTRY
 from sunk.operator.app import SlurmPoller
 from sunk.operator.metrics.census import count_jobs
 from sunk.operator.metrics.slurm_metrics import SlurmMetrics, install
-from sunk.operator.view import SlurmView
+from sunk.operator.nodeset.view import SlurmView
 from sunk.slurm.client import make_dialect
 from sunk.slurm.diag import parse_diag
 from sunk.slurm.models import SlurmJob, SlurmNode

@@ -11,10 +11,10 @@ from dataclasses import replace
 
 import pytest
 
-from sunk.operator import health_checks as hc
-from sunk.operator import unhealthy as u
 from sunk.operator.config import from_args
-from sunk.operator.members import Settings
+from sunk.operator.nodeset import health_checks as hc
+from sunk.operator.nodeset import unhealthy as u
+from sunk.operator.nodeset.members import Settings
 from sunk.runtime.actions import Event
 from sunk.runtime.controller import DONE
 from sunk.slurm.models import SlurmNode

@@ -2,7 +2,7 @@
 slurm.healthChecks.nodeConditions: Node condition types that name a fault when their status
 is "True" (Node Problem Detector's). The operator drains a member whose Node has one, with
 the reason "sunk-node: <Type>: <message>", and returns it when the condition clears
-(sunk.operator.node_faults). Comma-joined for --node-conditions; values the operator would
+(sunk.operator.nodeset.node_faults). Comma-joined for --node-conditions; values the operator would
 refuse fail the render here, naming the value.
 */}}
 {{- define "slurm.nodeConditions" -}}

@@ -19,23 +19,23 @@ from sunk.kube.events import Recorder
 from sunk.kube.informer import Informer, object_key
 from sunk.kube.leader import LeaderElector
 from sunk.ldap.reader import read as read_directory
-from sunk.operator import members as m
 from sunk.operator import topology
 from sunk.operator.accounts.sync import AccountSync
 from sunk.operator.config import OperatorConfig
-from sunk.operator.controller import NodeSetController
-from sunk.operator.demand import waiting_by_partition
 from sunk.operator.directory.people_sync import PeopleSync
-from sunk.operator.features import pending_by_feature
 from sunk.operator.metrics.census import count_jobs
 from sunk.operator.metrics.slurm_metrics import SlurmMetrics, install
-from sunk.operator.nodeset import API_VERSION, PLURAL
-from sunk.operator.nodeset_metrics import NodeSetMetrics
-from sunk.operator.removal import jobs_by_node, waits_on_jobs
-from sunk.operator.selection import member_nodeset
+from sunk.operator.nodeset import members as m
+from sunk.operator.nodeset.controller import NodeSetController
+from sunk.operator.nodeset.demand import waiting_by_partition
+from sunk.operator.nodeset.features import pending_by_feature
+from sunk.operator.nodeset.nodeset_metrics import NodeSetMetrics
+from sunk.operator.nodeset.removal import jobs_by_node, waits_on_jobs
+from sunk.operator.nodeset.selection import member_nodeset
+from sunk.operator.nodeset.spec import API_VERSION, PLURAL
+from sunk.operator.nodeset.view import SlurmView
 from sunk.operator.token_keeper import TokenKeeper
 from sunk.operator.topology import TopologyWriter
-from sunk.operator.view import SlurmView
 from sunk.runtime import shell
 from sunk.runtime.manager import Manager
 from sunk.runtime.queue import WorkQueue

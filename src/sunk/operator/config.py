@@ -10,10 +10,10 @@ from pathlib import Path
 
 from sunk.flags import parse_bind, parse_duration, true_or_false
 from sunk.ldap.models import DirectorySettings
-from sunk.operator import shared_volumes
 from sunk.operator.accounts import mapping
 from sunk.operator.accounts.mapping import GroupMapping
-from sunk.operator.shared_volumes import SharedVolume
+from sunk.operator.nodeset import shared_volumes
+from sunk.operator.nodeset.shared_volumes import SharedVolume
 
 
 @dataclass(frozen=True)

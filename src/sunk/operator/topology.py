@@ -30,8 +30,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from sunk.kube.client import KubeError
-from sunk.operator.members import SLURM_NODE_LABEL
-from sunk.operator.selection import NODESET_LABEL
+from sunk.operator.nodeset.members import SLURM_NODE_LABEL
+from sunk.operator.nodeset.selection import NODESET_LABEL
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]

@@ -3,7 +3,7 @@ names for each, so that a drain, a resume, a cancel or an Event reads the same i
 scheduler's plans and the operator's, and a reader who knows one knows the other.
 
 Each component keeps its own vocabulary (`sunk.scheduler.decide.actions`,
-`sunk.operator.actions`) for what only it does, and names these in its unions; its executor
+`sunk.operator.nodeset.actions`) for what only it does, and names these in its unions; its executor
 still decides how each is carried out (what it logs, what it remembers). Where only one
 component needs a field, the shared class carries it with a default that means "nothing
 more" to the other:

@@ -15,7 +15,7 @@ import sys
 from typing import Any
 
 from sunk.kube.client import KubeClient, KubeError
-from sunk.operator.nodeset import API_VERSION, PLURAL
+from sunk.operator.nodeset.spec import API_VERSION, PLURAL
 
 POLL_S = 5.0
 

@@ -12,9 +12,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass
 
-from sunk.operator import health_checks as hc
-from sunk.operator.removal import DRAIN_PREFIX
-from sunk.operator.view import slurm_state
+from sunk.operator.nodeset import health_checks as hc
+from sunk.operator.nodeset.removal import DRAIN_PREFIX
+from sunk.operator.nodeset.view import slurm_state
 from sunk.slurm.models import SlurmNode
 
 # Reasons sunk's components write all start "sunk:" (the operator's NodeSet drains, a

@@ -18,8 +18,8 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 
 from sunk.operator.metrics.census import STATE_WORDS, JobCensus
-from sunk.operator.removal import busy
-from sunk.operator.view import SlurmView
+from sunk.operator.nodeset.removal import busy
+from sunk.operator.nodeset.view import SlurmView
 from sunk.slurm.diag import SlurmDiag
 from sunk.slurm.models import SlurmNode, gres_is
 

@@ -23,7 +23,7 @@ from prometheus_client.registry import Collector
 from sunk.metrics import REGISTRY
 from sunk.operator.metrics import episodes as e
 from sunk.operator.metrics.slurm_families import native_families
-from sunk.operator.view import SlurmView, slurm_state
+from sunk.operator.nodeset.view import SlurmView, slurm_state
 from sunk.slurm.diag import SlurmDiag
 
 # What one listing asks Slurm, in the order the poller asks.

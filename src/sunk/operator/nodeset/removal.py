@@ -12,7 +12,7 @@ previous one done:
 2. wait until Slurm lists neither an allocation nor a job on it (no timeout by default;
    with `spec.drain.timeout` it is reported, or its jobs cancelled, once the drain is older);
 3. delete the Pod;
-4. delete the Slurm node record (sunk.operator.plan, once the Pod is gone).
+4. delete the Slurm node record (sunk.operator.nodeset.plan, once the Pod is gone).
 
 A member Slurm has no record of while its Pod runs is not touched: that is a listing sunk
 cannot trust, not an idle node. Which members go first when only some must (scale-in, a
@@ -25,15 +25,15 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sunk.operator import confinement, times
-from sunk.operator.actions import Action, DeletePod
-from sunk.operator.nodeset import CANCEL_JOBS, DrainPolicy
+from sunk.operator.nodeset import confinement, times
+from sunk.operator.nodeset.actions import Action, DeletePod
+from sunk.operator.nodeset.spec import CANCEL_JOBS, DrainPolicy
 from sunk.runtime.actions import CancelJob, Drain, Event
 from sunk.slurm.models import SlurmJob, SlurmNode
 
 Json = dict[str, Any]
 DRAIN_PREFIX = "sunk: NodeSet"
-VERIFY_PREFIX = "sunk-hc: verify: "  # sunk.operator.health_checks.verify_reason's
+VERIFY_PREFIX = "sunk-hc: verify: "  # sunk.operator.nodeset.health_checks.verify_reason's
 
 SCALE_IN = "scales in"
 ROLL_OUT = "replaces members with an outdated template"

@@ -10,11 +10,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sunk.kube.nodefilter import node_ready  # any object's Ready condition: here a Pod's
-from sunk.operator import confinement, health_checks, unhealthy
-from sunk.operator import members as m
-from sunk.operator.nodeset import NodeSet
-from sunk.operator.selection import Share
-from sunk.operator.view import SlurmView, slurm_state
+from sunk.operator.nodeset import confinement, health_checks, unhealthy
+from sunk.operator.nodeset import members as m
+from sunk.operator.nodeset.selection import Share
+from sunk.operator.nodeset.spec import NodeSet
+from sunk.operator.nodeset.view import SlurmView, slurm_state
 
 Json = dict[str, Any]
 UNKNOWN_TOPOLOGY_LABEL = "UnknownTopologyLabel"

@@ -1,6 +1,6 @@
 """What a member's Kubernetes Node says of its machine, and what Slurm says back (issue #51).
 
-Three rules, decided without I/O for one NodeSet's members each pass (sunk.operator.plan):
+Three rules, decided without I/O for one NodeSet's members each pass (sunk.operator.nodeset.plan):
 
 - **A lost machine.** A member whose Node is not Ready (NotReady, or Unknown once the node
   lifecycle controller stops hearing from the kubelet) has its Slurm node marked DOWN, the
@@ -12,7 +12,7 @@ Three rules, decided without I/O for one NodeSet's members each pass (sunk.opera
   with status "True" is drained with the reason `sunk-node: <Type>: <message>`.
 - **Back.** When the Node is Ready and has no such condition again, a member that carries
   one of these `sunk-node: ` reasons is returned: with the health checks on (its Pod runs
-  the runner) it is handed to them (sunk.operator.health_checks.verify_reason), which lift
+  the runner) it is handed to them (sunk.operator.nodeset.health_checks.verify_reason), which lift
   it after a clean run; otherwise it is resumed.
 
 The operator owns only reasons that start with `sunk-node: `. A node drained or downed
@@ -38,9 +38,9 @@ from collections.abc import Collection, Mapping
 from typing import Any
 
 from sunk.kube.nodefilter import node_ready
-from sunk.operator import health_checks as hc
-from sunk.operator import members as m
-from sunk.operator.actions import Action, MarkDown, SetNodeCondition
+from sunk.operator.nodeset import health_checks as hc
+from sunk.operator.nodeset import members as m
+from sunk.operator.nodeset.actions import Action, MarkDown, SetNodeCondition
 from sunk.runtime.actions import Drain, Event, Resume
 from sunk.slurm.models import SlurmNode
 

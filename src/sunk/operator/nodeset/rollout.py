@@ -11,14 +11,14 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.kube.nodefilter import node_ready  # any object's Ready condition: here a Pod's
-from sunk.operator import features
-from sunk.operator import members as m
-from sunk.operator import removal as r
-from sunk.operator.actions import Action
-from sunk.operator.hardware import ShapeError, shape
-from sunk.operator.nodeset import ON_DELETE, NodeSet
-from sunk.operator.selection import Share
-from sunk.operator.view import SlurmView, slurm_state
+from sunk.operator.nodeset import features
+from sunk.operator.nodeset import members as m
+from sunk.operator.nodeset import removal as r
+from sunk.operator.nodeset.actions import Action
+from sunk.operator.nodeset.hardware import ShapeError, shape
+from sunk.operator.nodeset.selection import Share
+from sunk.operator.nodeset.spec import ON_DELETE, NodeSet
+from sunk.operator.nodeset.view import SlurmView, slurm_state
 from sunk.runtime.actions import Event
 
 Json = dict[str, Any]

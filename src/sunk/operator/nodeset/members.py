@@ -14,10 +14,10 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from sunk.operator import confinement, shared_volumes
-from sunk.operator.hardware import Shape
-from sunk.operator.nodeset import API_VERSION, KIND, NodeSet
-from sunk.operator.selection import NODESET_LABEL
+from sunk.operator.nodeset import confinement, shared_volumes
+from sunk.operator.nodeset.hardware import Shape
+from sunk.operator.nodeset.selection import NODESET_LABEL
+from sunk.operator.nodeset.spec import API_VERSION, KIND, NodeSet
 
 Json = dict[str, Any]
 SLURM_NODE_LABEL = "sunk.coreweave.com/slurm-node"
@@ -67,7 +67,7 @@ HEALTH_CHECKS_PATH = "/etc/sunk/health-checks"
 HEALTH_SCRIPTS_VOLUME = "sunk-health-check-scripts"
 HEALTH_SCRIPTS_PATH = "/etc/sunk/health-checks.d"
 # With the checks on, a member registers drained, under the checks' hand-over reason
-# (sunk.operator.health_checks: `sunk-hc: verify:`), so that it takes no job before one full
+# (sunk.operator.nodeset.health_checks: `sunk-hc: verify:`), so that it takes no job before one full
 # clean run, which resumes it. slurmctld creates a dynamic node in the State its `--conf`
 # names, with its Reason (DRAIN and DOWN, Slurm 23.11 on); a slurmd that registers again
 # (a restart) finds its node and keeps its state. The reason is quoted: Slurm's parser takes
@@ -98,10 +98,10 @@ class Settings:
     health_checks_configmap: str = ""  # slurmd's health check runner, if checks are on
     health_check_scripts_configmap: str = ""  # the operator's own check scripts, if any
     # Node condition types that name a fault when "True": a member's Slurm node is drained
-    # while its Node has one (sunk.operator.node_faults).
+    # while its Node has one (sunk.operator.nodeset.node_faults).
     node_conditions: tuple[str, ...] = ()
     # A member a check has drained this long is replaced once idle (0: never), at most
-    # `health_replace_max_unavailable` members of a NodeSet away at once (sunk.operator.unhealthy).
+    # `health_replace_max_unavailable` members of a NodeSet away at once (sunk.operator.nodeset.unhealthy).
     health_replace_after_s: int = 0
     health_replace_max_unavailable: int = 1
 

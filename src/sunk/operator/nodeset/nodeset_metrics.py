@@ -22,12 +22,12 @@ from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.metrics_core import Metric
 from prometheus_client.registry import Collector
 
-from sunk.operator.nodeset import NodeSet
+from sunk.operator.nodeset.spec import NodeSet
 
 Json = dict[str, Any]
-# A member's Slurm state as the status counts it (sunk.operator.view.slurm_state).
+# A member's Slurm state as the status counts it (sunk.operator.nodeset.view.slurm_state).
 MEMBER_STATES = ("idle", "allocated", "mixed", "draining", "drained", "down", "unknown", "unregistered")
-DRAINING = "Draining"  # a removal's phase while its node drains (sunk.operator.removal.Step)
+DRAINING = "Draining"  # a removal's phase while its node drains (sunk.operator.nodeset.removal.Step)
 
 
 @dataclass(frozen=True)

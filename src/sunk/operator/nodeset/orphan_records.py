@@ -4,8 +4,8 @@ wedging its NodeSet for ever). Kept apart from `plan` so the planner stays one r
 
 from __future__ import annotations
 
-from sunk.operator.actions import Action, MarkDown
-from sunk.operator.view import SlurmView
+from sunk.operator.nodeset.actions import Action, MarkDown
+from sunk.operator.nodeset.view import SlurmView
 from sunk.runtime.actions import Event
 from sunk.slurm.models import SlurmNode
 

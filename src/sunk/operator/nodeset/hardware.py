@@ -20,7 +20,7 @@ from typing import Any
 
 from sunk.kube.quantity import QuantityError, parse_quantity
 from sunk.kube.resources import MIB
-from sunk.operator.nodeset import NodeSet
+from sunk.operator.nodeset.spec import NodeSet
 
 Json = dict[str, Any]
 PARTITION_FEATURE = "part_{}"  # the chart's slurm.conf: NodeSet=part_<p> Feature=part_<p>

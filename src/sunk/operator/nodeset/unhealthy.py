@@ -2,7 +2,7 @@
 (issue #51).
 
 A failing check drains its member's Slurm node under `sunk-hc: <check>: ...`
-(sunk.operator.health_checks), and that fact would otherwise stay inside Slurm. Each pass
+(sunk.operator.nodeset.health_checks), and that fact would otherwise stay inside Slurm. Each pass
 finds those members (the operator's own `verify` hand-over is no failure) and:
 
 - tells Kubernetes: a HealthCheckFailed Event on the member's Pod when a drain is new (or
@@ -15,7 +15,7 @@ finds those members (the operator's own `verify` hand-over is no failure) and:
   then restarts); the pass's own time when Slurm gives none; never before the Pod was made
   (a record an earlier Pod left says nothing of this one).
 - replaces a member drained for longer than `health_replace_after_s`, through the job-safe
-  removal path (sunk.operator.removal), and only once Slurm lists no job on it: its drain
+  removal path (sunk.operator.nodeset.removal), and only once Slurm lists no job on it: its drain
   is the checks', so no job is ever cancelled or cut short for it. At most
   `health_replace_max_unavailable` members of a NodeSet are away at once, counting every
   member not ready for any reason (about to be made, starting, terminating), so a check
@@ -30,12 +30,12 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sunk.kube.nodefilter import node_ready  # any object's Ready condition: here a Pod's
-from sunk.operator import health_checks as hc
-from sunk.operator import members as m
-from sunk.operator import removal as r
-from sunk.operator import times
-from sunk.operator.actions import Action
-from sunk.operator.view import SlurmView
+from sunk.operator.nodeset import health_checks as hc
+from sunk.operator.nodeset import members as m
+from sunk.operator.nodeset import removal as r
+from sunk.operator.nodeset import times
+from sunk.operator.nodeset.actions import Action
+from sunk.operator.nodeset.view import SlurmView
 from sunk.runtime.actions import Event
 from sunk.slurm.models import SlurmNode
 

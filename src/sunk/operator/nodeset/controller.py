@@ -17,14 +17,14 @@ from typing import Any, Protocol
 
 from sunk.kube.client import KubeError
 from sunk.kube.events import Recorder
-from sunk.operator import actions as a
-from sunk.operator import members as m
-from sunk.operator import plan as p
-from sunk.operator.nodeset import API_VERSION, PLURAL, Invalid, NodeSet, parse, regarding
-from sunk.operator.nodeset_metrics import Observed
-from sunk.operator.removal import busy, lifted_soon
-from sunk.operator.selection import assign, member_nodeset
-from sunk.operator.view import SlurmView
+from sunk.operator.nodeset import actions as a
+from sunk.operator.nodeset import members as m
+from sunk.operator.nodeset import plan as p
+from sunk.operator.nodeset.nodeset_metrics import Observed
+from sunk.operator.nodeset.removal import busy, lifted_soon
+from sunk.operator.nodeset.selection import assign, member_nodeset
+from sunk.operator.nodeset.spec import API_VERSION, PLURAL, Invalid, NodeSet, parse, regarding
+from sunk.operator.nodeset.view import SlurmView
 from sunk.runtime.actions import CancelJob, Drain, Event, Resume
 from sunk.runtime.controller import DONE, Outcome, after
 from sunk.runtime.expectations import Expectations
@@ -390,7 +390,7 @@ class NodeSetController:
 
 def _drains(result: p.Plan) -> bool:
     """The plan drains a member or deletes one (a member a check drained is deleted without
-    a drain of ours: sunk.operator.unhealthy)."""
+    a drain of ours: sunk.operator.nodeset.unhealthy)."""
     return any(isinstance(action, (Drain, a.DeletePod)) for action in result.actions)
 
 

@@ -4,7 +4,7 @@ Each pass looks at the jobs waiting in the NodeSet's partitions and at how long 
 member has been idle, and decides the size the NodeSet should have; that size is kept in
 `status.demand.replicas` (so a restarted operator goes on from it) and read back as the
 NodeSet's replicas, so growing and shrinking take the same paths as a `kubectl scale`:
-new members as usual, leaving ones through sunk.operator.removal, job-safely.
+new members as usual, leaving ones through sunk.operator.nodeset.removal, job-safely.
 
 It grows by one member per waiting job, and only when every member it has asked for is
 registered and none is idle (an idle member will get a waiting job without help, and a
@@ -20,8 +20,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from sunk.operator.nodeset import NodeSet
-from sunk.operator.removal import busy
+from sunk.operator.nodeset.removal import busy
+from sunk.operator.nodeset.spec import NodeSet
 from sunk.slurm.models import SlurmJob, SlurmNode
 
 Json = dict[str, Any]

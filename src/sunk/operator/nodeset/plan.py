@@ -1,13 +1,13 @@
 """What the NodeSet controller does for one NodeSet, decided without I/O.
 
-Given the NodeSet, its share of the Nodes (sunk.operator.selection), its members and what
+Given the NodeSet, its share of the Nodes (sunk.operator.nodeset.selection), its members and what
 Slurm says about their nodes, `plan` returns typed actions in the order they must happen
 and the status to write. Every "is it safe?" question fails closed: when Slurm's node list
 cannot be read, nothing is created, drained or deleted, and the status says why.
 
 Members that must go (scale-in, a Node cordoned or no longer selected, an outdated
 template, one the health checks keep drained, the NodeSet deleted) all take
-sunk.operator.removal's path: drain, wait for no job, delete the Pod, delete the record. A
+sunk.operator.nodeset.removal's path: drain, wait for no job, delete the Pod, delete the record. A
 drain this controller made is lifted when the member is wanted again (with health checks
 on, only by the checks, after a clean run); anyone else's drain is left alone. A deleted
 NodeSet keeps a finalizer until its last member and record are gone.
@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from sunk.kube.nodefilter import node_ready  # any object's Ready condition: here a Pod's
-from sunk.operator import checks, confinement, demand, health_checks, times, unhealthy
-from sunk.operator import members as m
-from sunk.operator import removal as r
-from sunk.operator.actions import (
+from sunk.operator.nodeset import checks, confinement, demand, health_checks, times, unhealthy
+from sunk.operator.nodeset import members as m
+from sunk.operator.nodeset import removal as r
+from sunk.operator.nodeset.actions import (
     Action,
     CreatePod,
     DeletePod,
@@ -32,20 +32,20 @@ from sunk.operator.actions import (
     PatchStatus,
     SetFinalizer,
 )
-from sunk.operator.hardware import ShapeError, shape, slurm_node_name
-from sunk.operator.node_faults import actions as node_fault_actions
-from sunk.operator.nodeset import DrainPolicy, Invalid, NodeSet
-from sunk.operator.orphan_records import ORPHAN_DOWN, down_without_pod  # noqa: F401 (its Event reason, beside the others)
-from sunk.operator.removal import busy
-from sunk.operator.rollout import roll_out
-from sunk.operator.selection import Share
-from sunk.operator.status import (
+from sunk.operator.nodeset.hardware import ShapeError, shape, slurm_node_name
+from sunk.operator.nodeset.node_faults import actions as node_fault_actions
+from sunk.operator.nodeset.orphan_records import ORPHAN_DOWN, down_without_pod  # noqa: F401 (its Event reason, beside the others)
+from sunk.operator.nodeset.removal import busy
+from sunk.operator.nodeset.rollout import roll_out
+from sunk.operator.nodeset.selection import Share
+from sunk.operator.nodeset.spec import DrainPolicy, Invalid, NodeSet
+from sunk.operator.nodeset.status import (
     Findings,
     changed,
     feasibility_message,
     nodeset_status,
 )
-from sunk.operator.view import SlurmView
+from sunk.operator.nodeset.view import SlurmView
 from sunk.runtime.actions import Event
 from sunk.slurm.models import SlurmNode
 
@@ -196,7 +196,7 @@ def plan(
         ]
     _remove(nodeset.name, nodeset.drain, leaving, slurm, now, notes)
     _resume_kept(nodeset.name, members, leaving, records, settings, notes)
-    in_hand = {x.slurm_name for x in leaving}  # lost machines, faults: sunk.operator.node_faults
+    in_hand = {x.slurm_name for x in leaving}  # lost machines, faults: sunk.operator.nodeset.node_faults
     notes.actions += node_fault_actions(nodeset.name, members, nodes, records, settings, now, in_hand)
     _label_busy(members, slurm, notes)
     _clean_records(nodeset.name, members, share, nodes, slurm, unseen, notes)
@@ -399,7 +399,7 @@ def _resume_kept(
 ) -> None:
     """A member this NodeSet drained that is wanted again (a scale back up, an uncordon, a
     roll-out undone) gets its drain lifted, or with health checks on is handed to them to
-    lift after a clean run (sunk.operator.health_checks); nobody else's drain is touched."""
+    lift after a clean run (sunk.operator.nodeset.health_checks); nobody else's drain is touched."""
     going = {member.slurm_name for member in leaving}
     for pod in members:
         slurm_name = m.slurm_name_of(pod)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from sunk.operator.metrics.census import JobCensus
-from sunk.operator.removal import busy
+from sunk.operator.nodeset.removal import busy
 from sunk.slurm.models import SlurmJob, SlurmNode
 
 

@@ -40,7 +40,7 @@ class DeleteSlurmNode:
 
 @dataclass(frozen=True)
 class MarkDown:
-    """Mark a Slurm node DOWN (its machine is lost: sunk.operator.node_faults)."""
+    """Mark a Slurm node DOWN (its machine is lost: sunk.operator.nodeset.node_faults)."""
 
     node: str
     reason: str

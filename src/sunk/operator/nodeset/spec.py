@@ -15,7 +15,7 @@ from typing import Any
 
 from sunk.kube.quantity import QuantityError, parse_quantity
 from sunk.kube.resources import MIB, Requests, pod_requests
-from sunk.operator import host_access
+from sunk.operator.nodeset import host_access
 
 Json = dict[str, Any]
 
@@ -163,7 +163,7 @@ def parse(
     obj: Json, default_image: str, *, allow_host_access: bool = False, allowed_images: tuple[str, ...] = ()
 ) -> NodeSet | Invalid:
     """The NodeSet, or every problem with it. A template reaching into its Nodes
-    (`sunk.operator.host_access`) is one, unless the administrator allowed that; one
+    (`sunk.operator.nodeset.host_access`) is one, unless the administrator allowed that; one
     reaching for a credential, or a slurmd image that is neither the default's repository
     nor one of `allowed_images`, always is."""
     meta, spec = obj.get("metadata") or {}, obj.get("spec") or {}

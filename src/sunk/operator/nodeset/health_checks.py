@@ -2,11 +2,11 @@
 
 The checks (charts/slurm/files/health-check.sh, run by slurmd) own every drain whose reason
 starts with `sunk-hc: `, and lift only those, only after a run in which every check passed.
-The operator owns its `sunk: NodeSet <name> ...` drains (sunk.operator.removal). Neither
+The operator owns its `sunk: NodeSet <name> ...` drains (sunk.operator.nodeset.removal). Neither
 ever lifts the other's, which keeps a node that failed a check out of service.
 
 A new member starts the same way: with the checks on it registers drained under
-`sunk-hc: verify: ...` (sunk.operator.members.FIRST_CHECK_REASON), so it takes no job before
+`sunk-hc: verify: ...` (sunk.operator.nodeset.members.FIRST_CHECK_REASON), so it takes no job before
 their first clean run.
 
 That leaves one gap: a member the operator drained (to scale in, for a cordon) that is
@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sunk.operator import members as m
-from sunk.operator import removal as r
-from sunk.operator.actions import Action
+from sunk.operator.nodeset import members as m
+from sunk.operator.nodeset import removal as r
+from sunk.operator.nodeset.actions import Action
 from sunk.runtime.actions import Drain, Event, Resume
 from sunk.slurm.models import SlurmNode
 

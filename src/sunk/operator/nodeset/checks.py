@@ -7,11 +7,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from sunk.operator import members as m
-from sunk.operator.hardware import gres_in_conf
-from sunk.operator.nodeset import CANCEL_JOBS, NodeSet
-from sunk.operator.status import UNKNOWN_TOPOLOGY_LABEL
-from sunk.operator.view import SlurmView
+from sunk.operator.nodeset import members as m
+from sunk.operator.nodeset.hardware import gres_in_conf
+from sunk.operator.nodeset.spec import CANCEL_JOBS, NodeSet
+from sunk.operator.nodeset.status import UNKNOWN_TOPOLOGY_LABEL
+from sunk.operator.nodeset.view import SlurmView
 from sunk.runtime.actions import Event
 
 Json = dict[str, Any]

@@ -24,7 +24,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
-from sunk.operator.confinement import CAPABILITIES
+from sunk.operator.nodeset.confinement import CAPABILITIES
 
 Json = dict[str, Any]
 SLURMD = "slurmd"  # the container the operator runs slurmd in (members.CONTAINER)

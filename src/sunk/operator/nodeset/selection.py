@@ -8,7 +8,7 @@ stay: selection and taints still allow it and it is not cordoned (a cordon is th
 step of a Node's maintenance, so its member is drained and goes once idle); Readiness and
 fit no longer matter, nor do the taints the node lifecycle controller puts on a Node that
 is not Ready (not-ready, unreachable): a lost machine's member is marked DOWN and comes
-back with it (sunk.operator.node_faults).
+back with it (sunk.operator.nodeset.node_faults).
 
 The assignment is computed for every NodeSet at once, from the caches alone, and comes out
 the same whoever computes it: Nodes held by a member stay with their NodeSet; free Nodes
@@ -26,8 +26,8 @@ from typing import Any
 from sunk.kube.nodefilter import affinity_allows, node_ready, untolerated_taints
 from sunk.kube.quantity import QuantityError, parse_quantity
 from sunk.kube.resources import Requests, pod_requests
-from sunk.operator.hardware import slurm_node_name
-from sunk.operator.nodeset import NodeSet
+from sunk.operator.nodeset.hardware import slurm_node_name
+from sunk.operator.nodeset.spec import NodeSet
 
 Json = dict[str, Any]
 NODESET_LABEL = "sunk.coreweave.com/nodeset"
