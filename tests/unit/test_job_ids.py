@@ -9,8 +9,8 @@ from __future__ import annotations
 import pytest
 
 from sunk.scheduler.config import parse_job_id_range
-from sunk.scheduler.job_ids import TRIES, FreshIds
 from sunk.scheduler.jobs import DEFAULT_JOB_ID_RANGE, JobIndex
+from sunk.scheduler.pod.job_ids import TRIES, FreshIds
 from sunk.scheduler.translate import gang
 from sunk.slurm.dialect import Submission
 from sunk.slurm.errors import SlurmUnavailable

@@ -207,7 +207,7 @@ def test_no_module_of_one_component_imports_the_other(component: str, other: str
 # The files allowed to call a port's write methods: each controller's one executor. The
 # Slurm-node controller is a controller of its own (its drains and resumes, their Events
 # and the Pods' `drain-explained` annotation), with its executor in its one file.
-EXECUTORS = {"sunk.scheduler.pod_executor", "sunk.scheduler.slurmnodes"}
+EXECUTORS = {"sunk.scheduler.pod.executor", "sunk.scheduler.slurmnodes"}
 # What the ports offer that only reads (a read added to a port is named here; until it is,
 # the test below takes it for a write).
 PORT_READS = {"get", "dialect", "submission", "owner_name", "jobs", "job", "job_group", "nodes", "node"}

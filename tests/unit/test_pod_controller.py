@@ -13,7 +13,7 @@ from sunk.scheduler import policy
 from sunk.scheduler.decide import claims, drains, steps
 from sunk.scheduler.decide.drains import kill_wait_drain_reason
 from sunk.scheduler.jobs import MIN_JOB_AGE_S
-from sunk.scheduler.submitting import UNANSWERED_GRACE_S
+from sunk.scheduler.pod.submitting import UNANSWERED_GRACE_S
 from sunk.scheduler.translate import PodRef, job_name
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer, SlurmUnavailable
 from sunk.slurm.request import owner_tag

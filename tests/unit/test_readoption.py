@@ -8,8 +8,8 @@ from __future__ import annotations
 import pytest
 
 from sunk.kube.client import KubeError
-from sunk.scheduler import readopting
 from sunk.scheduler.jobs import MIN_JOB_AGE_S
+from sunk.scheduler.pod import readopting
 from sunk.scheduler.translate import PodRef, gang
 from sunk.slurm.dataparser import DataParser
 from sunk.slurm.dialect import Submission

@@ -11,7 +11,7 @@ import random
 
 from sunk.kube import noderoom
 from sunk.scheduler.app import frees_room, node_inputs, slurmd_inputs
-from sunk.scheduler.room import NodeSums
+from sunk.scheduler.pod.room import NodeSums
 from sunk.scheduler.translate import gang
 from tests.fakes.ports import MemoryCache
 from tests.fakes.scheduler_world import PREFIX, World, node, pod, slurmd_pod

@@ -13,20 +13,20 @@ from sunk.runtime.ports import Clock
 from sunk.runtime.queue import WorkQueue
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.config import Config
-from sunk.scheduler.gangs import Gangs
-from sunk.scheduler.group_readopting import GroupReadoption
 from sunk.scheduler.hooks.auth import HookCredentials
 from sunk.scheduler.jobs import JobIndex
-from sunk.scheduler.memory import Memory
-from sunk.scheduler.placement import Placement
-from sunk.scheduler.pod_controller import PodController
-from sunk.scheduler.pod_executor import PodExecutor
+from sunk.scheduler.pod.controller import PodController
+from sunk.scheduler.pod.executor import PodExecutor
+from sunk.scheduler.pod.gangs import Gangs
+from sunk.scheduler.pod.group_readopting import GroupReadoption
+from sunk.scheduler.pod.memory import Memory
+from sunk.scheduler.pod.placement import Placement
+from sunk.scheduler.pod.readopting import Readopter
+from sunk.scheduler.pod.submitting import SubmitReader
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.policy import PolicyFile
 from sunk.scheduler.ports import KubePort, SlurmPort
-from sunk.scheduler.readopting import Readopter
 from sunk.scheduler.slurmnodes import SlurmNodeController, SlurmNodePoller
-from sunk.scheduler.submitting import SubmitReader
 from sunk.scheduler.translate import Settings, pod_of_job_name
 
 

@@ -1,7 +1,7 @@
 """A started job's Pod, decided without I/O once its node was checked (R4.3, R4.4): bind it,
 let it wait for the kubelet's room, or reject the placement and submit again.
 
-The node check itself (`placement.Placement.choose`) reads Slurm's view of the node and
+The node check itself (`pod.placement.Placement.choose`) reads Slurm's view of the node and
 holds the node's lock while it counts the room; its answer, a `Choice`, is what this plans
 from. The PodGroup steps bind their members with the same `BindPod` and `scheduled` Event.
 """

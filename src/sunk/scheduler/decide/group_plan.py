@@ -9,7 +9,7 @@ actions of its next step, in order, decided without I/O.
 - `for_timeout`: the group's job waited longer than its PodGroup allows: release it;
 - `submitted`, `released`, `waiting`: what the members are told of those steps.
 
-`gangs.Gangs` gathers the facts under the group's lock and carries the actions out.
+`pod.gangs.Gangs` gathers the facts under the group's lock and carries the actions out.
 """
 
 from __future__ import annotations

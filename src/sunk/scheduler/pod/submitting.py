@@ -14,8 +14,8 @@ from sunk.scheduler.decide import pod_state, steps
 from sunk.scheduler.decide.actions import FindOrSubmit
 from sunk.scheduler.decide.submit_plan import NewJobFacts, SubmitInputs, SubmitRules
 from sunk.scheduler.jobs import JobIndex
-from sunk.scheduler.memory import Memory
-from sunk.scheduler.placement import Placement
+from sunk.scheduler.pod.memory import Memory
+from sunk.scheduler.pod.placement import Placement
 from sunk.scheduler.ports import SlurmPort
 from sunk.scheduler.translate import Settings, translate
 

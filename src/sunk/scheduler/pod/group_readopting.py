@@ -11,7 +11,7 @@ once every component runs on its node, each member names its own. If any member 
 check, or Slurm cannot start the new job at once, every member goes, each told why: the
 group is re-adopted whole or not at all. Whoever ends the new job first ends the group
 (each member then names its ended component, and ends with it on its own pass). Every
-write is handed as a typed action to the Pod controller's executor (`pod_executor`).
+write is handed as a typed action to the Pod controller's executor (`executor`).
 """
 
 from __future__ import annotations
@@ -31,8 +31,8 @@ from sunk.runtime.actions import CancelJob, Event
 from sunk.runtime.controller import Outcome
 from sunk.runtime.ports import Clock
 from sunk.scheduler.decide import actions, pod_actions, pod_state, submission
+from sunk.scheduler.pod.readopting import POLL_S, START_WITHIN_S, Ended, Readopter
 from sunk.scheduler.pods import PodStore
-from sunk.scheduler.readopting import POLL_S, START_WITHIN_S, Ended, Readopter
 from sunk.scheduler.translate import PodRef, gang, translate
 from sunk.slurm.dialect import Submission, group_submission
 from sunk.slurm.errors import SlurmError, SlurmRejected, SlurmUnavailable

@@ -17,7 +17,7 @@ does not let the scheduler choose (22.05's REST API), a job whose ID is not high
 seen is cancelled (it never ran) and another submitted, up to TRIES times.
 
 Every write (the submission, its release, a cancel, the Pod's new job) is handed as a
-typed action to the Pod controller's executor (`pod_executor`); this module reads Slurm
+typed action to the Pod controller's executor (`executor`); this module reads Slurm
 and decides what comes next from each answer.
 
 Whoever ends the new job before it runs for the Pod (a user's `scancel` of the job squeue
@@ -41,7 +41,7 @@ from sunk.runtime.ports import Clock
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.decide import actions, pod_actions, pod_state, submission
 from sunk.scheduler.jobs import JobIndex
-from sunk.scheduler.pod_executor import PodExecutor
+from sunk.scheduler.pod.executor import PodExecutor
 from sunk.scheduler.policy import PolicyFile
 from sunk.scheduler.ports import SlurmPort
 from sunk.scheduler.translate import PodRef, Settings, translate

@@ -11,7 +11,7 @@ sunk.scheduler.decide.group_plan (on sunk.scheduler.translate.gang and sunk.sche
 when a group may be submitted, whether its members agree on one Slurm identity, whether it
 timed out, whether all members may be bound); this module gathers the facts under the
 group's lock and carries the plan's actions out through the Pod controller's executor,
-which makes every write (`pod_executor`), reading what a member's job is decided from as
+which makes every write (`executor`), reading what a member's job is decided from as
 the Pod controller does (`submitting.SubmitReader`, `decide.submit_plan`) and checking each
 member's node with the same strict check (`placement.Placement.choose`). What the members
 are told goes to the pass's `Said` list, written by that executor too. A member beyond its
@@ -48,12 +48,12 @@ from sunk.scheduler.decide.actions import (
 )
 from sunk.scheduler.decide.group_plan import GROUP_WAIT_S
 from sunk.scheduler.jobs import JobIndex
-from sunk.scheduler.memory import Memory
-from sunk.scheduler.placement import Placement
-from sunk.scheduler.pod_executor import PodExecutor
+from sunk.scheduler.pod.executor import PodExecutor
+from sunk.scheduler.pod.memory import Memory
+from sunk.scheduler.pod.placement import Placement
+from sunk.scheduler.pod.submitting import SubmitReader
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import KubePort, SlurmPort
-from sunk.scheduler.submitting import SubmitReader
 from sunk.scheduler.translate import PlaceholderJob, PodRef, gang
 from sunk.slurm.dialect import group_submission
 from sunk.slurm.errors import SlurmError, SlurmNoAnswer

@@ -34,10 +34,10 @@ from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.decide import actions, pod_state
 from sunk.scheduler.decide.pod_actions import STARTED_AT
 from sunk.scheduler.hooks.auth import HookCredentials
-from sunk.scheduler.job_ids import TRIES, FreshIds
 from sunk.scheduler.jobs import JobIndex
-from sunk.scheduler.memory import Memory
-from sunk.scheduler.placement import Placement
+from sunk.scheduler.pod.job_ids import TRIES, FreshIds
+from sunk.scheduler.pod.memory import Memory
+from sunk.scheduler.pod.placement import Placement
 from sunk.scheduler.ports import KubePort, SlurmPort, SubmitAnswer
 from sunk.scheduler.translate import PlaceholderJob, PodRef, Settings
 from sunk.slurm.dialect import JOB_PATH, Submission, mark_environment, with_job_ids

@@ -27,9 +27,9 @@ from sunk.scheduler.cluster import ClusterView, Room
 from sunk.scheduler.decide import problems
 from sunk.scheduler.decide.bind_plan import Choice
 from sunk.scheduler.decide.pod_state import finished
+from sunk.scheduler.pod.room import NodeSums
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import SlurmPort
-from sunk.scheduler.room import NodeSums
 from sunk.scheduler.translate import Settings, podaffinity, translate
 from sunk.slurm.models import SlurmJob, SlurmNode
 

@@ -9,7 +9,7 @@ where the last process stopped, without a second job for the same Pod.
 A pass first settles every job naming the Pod key (`decide.claim_plan`), then gathers
 what the caches and this process's memory say of the Pod (`PodFacts`); `decide.pod_plan`
 returns the step's typed actions, and `_carry_out` takes them in order through the
-executor (`pod_executor.PodExecutor`, the one file of the Pod path that writes to
+executor (`executor.PodExecutor`, the one file of the Pod path that writes to
 Kubernetes or Slurm). A step that needs a fresh read returns one read action: the
 controller reads (`submitting.SubmitReader` for a submission, `placement.Placement` for
 the strict node check before a binding) and plans again (`decide.submit_plan`,
@@ -38,16 +38,16 @@ from sunk.scheduler.decide import (
     steps,
     submit_plan,
 )
-from sunk.scheduler.gangs import Gangs
-from sunk.scheduler.group_readopting import GroupReadoption
 from sunk.scheduler.jobs import JobIndex, PodJobs
-from sunk.scheduler.memory import Memory
-from sunk.scheduler.placement import Placement
-from sunk.scheduler.pod_executor import PodExecutor
+from sunk.scheduler.pod.executor import PodExecutor
+from sunk.scheduler.pod.gangs import Gangs
+from sunk.scheduler.pod.group_readopting import GroupReadoption
+from sunk.scheduler.pod.memory import Memory
+from sunk.scheduler.pod.placement import Placement
+from sunk.scheduler.pod.readopting import Ended, Readopter
+from sunk.scheduler.pod.submitting import SubmitReader
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import SlurmPort
-from sunk.scheduler.readopting import Ended, Readopter
-from sunk.scheduler.submitting import SubmitReader
 from sunk.scheduler.translate import PodRef, Settings, gang, translate
 from sunk.slurm.errors import SlurmError
 from sunk.slurm.models import SlurmJob
