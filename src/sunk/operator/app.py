@@ -26,7 +26,7 @@ from sunk.operator.directory.people_sync import PeopleSync
 from sunk.operator.metrics.census import count_jobs
 from sunk.operator.metrics.slurm_metrics import SlurmMetrics, install
 from sunk.operator.nodeset import members as m
-from sunk.operator.nodeset.controller import NodeSetController
+from sunk.operator.nodeset.controller import NodeSetController, OperatorKube, OperatorSlurm, utc_now
 from sunk.operator.nodeset.demand import waiting_by_partition
 from sunk.operator.nodeset.features import pending_by_feature
 from sunk.operator.nodeset.nodeset_metrics import NodeSetMetrics
@@ -38,6 +38,7 @@ from sunk.operator.token_keeper import TokenKeeper
 from sunk.operator.topology import TopologyWriter
 from sunk.runtime import shell
 from sunk.runtime.manager import Manager
+from sunk.runtime.ports import Cache
 from sunk.runtime.queue import WorkQueue
 from sunk.slurm.accounts import SlurmAccounts, unsupported
 from sunk.slurm.client import SlurmClient
@@ -154,6 +155,71 @@ class SlurmPoller:
             await asyncio.sleep(self.pause())
 
 
+def stale_s(config: OperatorConfig) -> float:
+    """How old a listing of Slurm may be before it counts as unknown: six polls, a minute
+    at least (the controller's view and the scheduler's metrics alike)."""
+    return max(60.0, 6 * config.poll_s)
+
+
+def member_settings(config: OperatorConfig) -> m.Settings:
+    """What every member shares, from the operator's flags; the people ConfigMap only with
+    a directory to fill it (`from_args` names one always)."""
+    return m.Settings(
+        config.release,
+        config.conf_server,
+        config.auth_secret,
+        config.topology_labels,
+        config.people_configmap if config.directory is not None else "",
+        confinement=config.confinement,
+        private_tmp=config.private_tmp,
+        hosts_domain=config.hosts_domain,
+        allow_host_access=config.allow_host_access,
+        allowed_images=config.allowed_images,
+        shared_volumes=config.shared_volumes,
+        services_configmap=config.services_configmap,
+        services_digest=config.services_digest,
+        health_checks_configmap=config.health_checks_configmap,
+        health_check_scripts_configmap=config.health_check_scripts_configmap,
+        node_conditions=config.node_conditions,
+        health_replace_after_s=config.health_replace_after_s,
+        health_replace_max_unavailable=config.health_replace_max_unavailable,
+    )
+
+
+def build_controller(
+    config: OperatorConfig,
+    *,
+    kube: OperatorKube,
+    slurm: OperatorSlurm,
+    view: Callable[[], SlurmView],
+    nodesets: Cache,
+    nodes: Cache,
+    pods: Cache,
+    recorder: Recorder,
+    refresh: Callable[[], Awaitable[None]],
+    directory_problem: Callable[[], str | None],
+    clock: Callable[[], str] = utc_now,
+) -> NodeSetController:
+    """The NodeSet controller, built one way: `Operator` builds it on the real clients and
+    informers, the tests' `OperatorWorld` (tests/fakes) on fakes, from the same
+    `OperatorConfig`."""
+    return NodeSetController(
+        kube,
+        slurm,
+        view,
+        nodesets=nodesets,
+        nodes=nodes,
+        pods=pods,
+        settings=member_settings(config),
+        default_image=config.slurmd_image,
+        recorder=recorder,
+        clock=clock,
+        stale_s=stale_s(config),
+        refresh=refresh,
+        directory_problem=directory_problem,
+    )
+
+
 class Operator:
     def __init__(self, config: OperatorConfig, kube: KubeClient, slurm: SlurmClient) -> None:
         self.config = config
@@ -174,30 +240,10 @@ class Operator:
         self.slurm_metrics = SlurmMetrics(
             native=not config.slurm_native_metrics,
             membership=self._membership,
-            stale_s=max(60.0, 6 * config.poll_s),
+            stale_s=stale_s(config),
         )
         install(self.slurm_metrics)
         self.poller = SlurmPoller(slurm, config.poll_s, self._enqueue_all, self.slurm_metrics)
-        settings = m.Settings(
-            config.release,
-            config.conf_server,
-            config.auth_secret,
-            config.topology_labels,
-            config.people_configmap if config.directory is not None else "",
-            confinement=config.confinement,
-            private_tmp=config.private_tmp,
-            hosts_domain=config.hosts_domain,
-            allow_host_access=config.allow_host_access,
-            allowed_images=config.allowed_images,
-            shared_volumes=config.shared_volumes,
-            services_configmap=config.services_configmap,
-            services_digest=config.services_digest,
-            health_checks_configmap=config.health_checks_configmap,
-            health_check_scripts_configmap=config.health_check_scripts_configmap,
-            node_conditions=config.node_conditions,
-            health_replace_after_s=config.health_replace_after_s,
-            health_replace_max_unavailable=config.health_replace_max_unavailable,
-        )
         self.people: PeopleSync | None = None
         if config.directory is not None:
             directory = config.directory
@@ -214,17 +260,15 @@ class Operator:
             )
             self.people.on_change = self._enqueue_all  # the NodeSets' DirectoryRead condition
         people = self.people
-        self.controller = NodeSetController(
-            kube,
-            slurm,
-            lambda: self.poller.view,
+        self.controller = build_controller(
+            config,
+            kube=kube,
+            slurm=slurm,
+            view=lambda: self.poller.view,
             nodesets=self.nodesets,
             nodes=self.nodes,
             pods=self.pods,
-            settings=settings,
-            default_image=config.slurmd_image,
             recorder=self.recorder,
-            stale_s=max(60.0, 6 * config.poll_s),
             refresh=self.poller.poll_once,
             directory_problem=lambda: people.problem if people is not None else None,
         )
