@@ -20,7 +20,7 @@ from sunk_dev import DevCluster
 from sunk_dev.kubeapi import AdminKube
 from tests.chart.conftest import SLURM_CHART, build_chart_dependencies, render_chart
 from tests.e2e.test_chart_rbac import account_token, apply, collection, refusal
-from tests.fakes.operator_world import SETTINGS, OperatorWorld
+from tests.fakes.operator_world import CONFIG, OperatorWorld, with_people
 from tests.support import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -132,17 +132,16 @@ async def operators_own_member(namespace: str) -> dict[str, Any]:
     """A member as the operator makes it for the chart's defaults (confinement, private /tmp,
     the people and health check ConfigMaps, a shared /home), ready to
     create in `namespace` as the policy sees it."""
-    settings = dataclasses.replace(
-        SETTINGS,
+    config = dataclasses.replace(
+        with_people(CONFIG, "r1-people"),
         release="r1",
         auth_secret="r1-auth",
         confinement=True,
         private_tmp=True,
-        people_configmap="r1-people",
         health_checks_configmap="r1-health-checks",
         shared_volumes=(SharedVolume("r1-home", "/home", False),),
     )
-    world = OperatorWorld(settings=settings)
+    world = OperatorWorld(config=config)
     world.add_node("node-1", "10.64.1.11")
     world.add_nodeset("compute")
     await world.reconcile("compute")

@@ -4,12 +4,16 @@ slurmd stand-in that move members along."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from sunk.kube.events import Recorder
-from sunk.operator.app import SlurmPoller
+from sunk.ldap.models import DirectorySettings
+from sunk.operator.app import SlurmPoller, build_controller, member_settings
+from sunk.operator.config import OperatorConfig
 from sunk.operator.nodeset import members as m
 from sunk.operator.nodeset.controller import NodeSetController
 from sunk.operator.nodeset.features import in_conf
@@ -23,10 +27,35 @@ from tests.fakes.slurm import FakeSlurm
 
 Json = dict[str, Any]
 NAMESPACE = "slurm"
-SETTINGS = m.Settings("slurm", "slurm-controller.slurm.svc.cluster.local:6817", "slurm-auth")
 IMAGE = "registry.example/slurmd:24.11"
+# The operator's flags in the tests: a world's controller is built from them by the app's own
+# factory (`app.build_controller`), so what the app forgets to pass on no test sees either.
+CONFIG = OperatorConfig(
+    namespace=NAMESPACE,
+    release="slurm",
+    slurm_api_base="http://slurm-restapi.slurm.svc.cluster.local:6820",
+    slurm_jwt_key_file=Path("/nonexistent/jwt_hs256.key"),  # the fakes check no token
+    conf_server="slurm-controller.slurm.svc.cluster.local:6817",
+    auth_secret="slurm-auth",
+    slurmd_image=IMAGE,
+)
+SETTINGS = member_settings(CONFIG)  # what every member shares under CONFIG
+# A directory for a config with people (`with_people`): the world never reads it.
+DIRECTORY = DirectorySettings(
+    uri="ldap://directory.example:389",
+    bind_dn="cn=sunk,dc=example,dc=org",
+    password_file=Path("/nonexistent/directory-password"),
+    user_base="ou=people,dc=example,dc=org",
+    group_base="ou=groups,dc=example,dc=org",
+)
 NOW = "2026-11-24T12:00:00Z"
 NOW_S = 1795521600  # NOW in epoch seconds
+
+
+def with_people(config: OperatorConfig, configmap: str) -> OperatorConfig:
+    """`config` with a directory whose people are written to `configmap` (members mount it;
+    without a directory, the operator mounts none, whatever --people-configmap says)."""
+    return dataclasses.replace(config, directory=DIRECTORY, people_configmap=configmap)
 
 
 def node(
@@ -71,46 +100,52 @@ def nodeset(name: str, *, created: str = "2026-01-01T00:00:00Z", generation: int
 
 @dataclass
 class OperatorWorld:
-    """Caches, fakes, the app's Slurm poller and a controller wired together; `kubelet()`
-    and `slurmd()` play the parts that make a created member Run and register."""
+    """Caches, fakes, the app's Slurm poller and a controller the app's factory builds from
+    `config` (the operator's flags); `kubelet()` and `slurmd()` play the parts that make a
+    created member Run and register."""
 
     nodes: MemoryCache = field(default_factory=MemoryCache)
     pods: MemoryCache = field(default_factory=MemoryCache)
     nodesets: MemoryCache = field(default_factory=MemoryCache)
     slurm: FakeSlurm = field(default_factory=lambda: FakeSlurm(clock=FakeClock(start=NOW_S)))
     now: str = NOW
-    settings: m.Settings = SETTINGS
+    config: OperatorConfig = CONFIG
     refreshes: int = 0
     directory_problem: str | None = None  # what the people sync says of its last read
 
     def __post_init__(self) -> None:
         # The operator's own poller, the only writer of the view (`poll` runs one listing).
-        self.poller = SlurmPoller(self.slurm, interval=10.0, changed=lambda: None)
+        self.poller = SlurmPoller(self.slurm, interval=self.config.poll_s, changed=lambda: None)
         self.kube = FakeKube(self.pods, self.nodesets, self.nodes, graceful_deletes=False)
         self.controller = self.new_controller()
 
-    def restarted_with(self, settings: m.Settings) -> OperatorWorld:
+    def restarted_with(self, config: OperatorConfig) -> OperatorWorld:
         """The same cluster and Slurm, with an operator restarted under other flags."""
         return OperatorWorld(
-            nodes=self.nodes, pods=self.pods, nodesets=self.nodesets, slurm=self.slurm, settings=settings
+            nodes=self.nodes, pods=self.pods, nodesets=self.nodesets, slurm=self.slurm, config=config
         )
 
     def new_controller(self) -> NodeSetController:
-        """A fresh controller on the same world (an operator restart)."""
-        return NodeSetController(
-            self.kube,
-            self.slurm,
-            lambda: self.poller.view,
+        """A fresh controller on the same world (an operator restart), built as the app
+        builds its own."""
+        return build_controller(
+            self.config,
+            kube=self.kube,
+            slurm=self.slurm,
+            view=lambda: self.poller.view,
             nodesets=self.nodesets,
             nodes=self.nodes,
             pods=self.pods,
-            settings=self.settings,
-            default_image=IMAGE,
             recorder=Recorder(self.kube, "sunk-operator", "test"),
-            clock=lambda: self.now,
             refresh=self.refresh,
             directory_problem=lambda: self.directory_problem,
+            clock=lambda: self.now,
         )
+
+    @property
+    def settings(self) -> m.Settings:
+        """What the controller's members share, as the factory made them from `config`."""
+        return self.controller.settings
 
     def add_node(self, name: str, address: str, **kw: Any) -> None:
         self.nodes.put(node(name, address, **kw))

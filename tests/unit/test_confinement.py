@@ -12,12 +12,12 @@ import pytest
 from sunk.operator.nodeset import confinement as c
 from sunk.operator.nodeset import removal as r
 from sunk.operator.nodeset.spec import DrainPolicy
-from tests.fakes.operator_world import SETTINGS, OperatorWorld
+from tests.fakes.operator_world import CONFIG, OperatorWorld
 from tests.unit.test_people import operator_config
 
 
 def confined_world() -> OperatorWorld:
-    world = OperatorWorld(settings=dataclasses.replace(SETTINGS, confinement=True))
+    world = OperatorWorld(config=dataclasses.replace(CONFIG, confinement=True))
     world.add_node("node-1", "10.64.1.11", labels={"pool": "gpu"})
     world.add_nodeset("a")
     return world
@@ -54,7 +54,7 @@ async def test_issue36_with_private_tmp_slurmd_starts_after_the_preflight_in_an_
     """Catches a member whose slurmd starts in the container's own mount namespace, where on
     Linux 6.18 and later jobs started on some CPUs cannot have their namespace pinned (and
     fail to boot), or one that looks for that namespace before the cgroups are checked."""
-    world = OperatorWorld(settings=dataclasses.replace(SETTINGS, confinement=True, private_tmp=True))
+    world = OperatorWorld(config=dataclasses.replace(CONFIG, confinement=True, private_tmp=True))
     world.add_node("node-1", "10.64.1.11")
     world.add_nodeset("a")
     await world.reconcile("a")
@@ -70,7 +70,7 @@ async def test_issue36_turning_private_tmp_on_rolls_the_members_out() -> None:
     turned on (slurmd loads job_container/tmpfs only at start)."""
     world = confined_world()
     await world.settle("a")
-    on = world.restarted_with(dataclasses.replace(world.settings, private_tmp=True))
+    on = world.restarted_with(dataclasses.replace(world.config, private_tmp=True))
     await on.reconcile("a")
     assert on.condition("a", "UpToDate")["reason"] == "RollingOut"
 
@@ -175,7 +175,7 @@ async def test_issue52_no_container_of_a_member_goes_without_seccomp_container_s
     """Catches a member whose slurmd (or sidecar) runs Unconfined: container steps once needed
     it for crun's pivot_root, which RuntimeDefault refuses; the runtime now does without it
     (--no-pivot), so every container keeps the Pod's RuntimeDefault."""
-    world = OperatorWorld(settings=dataclasses.replace(SETTINGS, confinement=True))
+    world = OperatorWorld(config=dataclasses.replace(CONFIG, confinement=True))
     world.add_node("node-1", "10.64.1.11")
     world.add_nodeset("a", template={"spec": {"containers": [{"name": "sidecar", "image": "busybox"}]}})
     await world.reconcile("a")
@@ -203,11 +203,11 @@ async def test_issue36_turning_confinement_off_or_on_rolls_the_members_out() -> 
     deleting each Pod by hand."""
     world = confined_world()
     await world.settle("a")
-    off = world.restarted_with(dataclasses.replace(world.settings, confinement=False))
+    off = world.restarted_with(dataclasses.replace(world.config, confinement=False))
     await off.reconcile("a")
     assert off.condition("a", "UpToDate")["reason"] == "RollingOut"
     await off.settle("a")
-    on = off.restarted_with(dataclasses.replace(off.settings, confinement=True))
+    on = off.restarted_with(dataclasses.replace(off.config, confinement=True))
     await on.reconcile("a")
     assert on.condition("a", "UpToDate")["reason"] == "RollingOut"
 

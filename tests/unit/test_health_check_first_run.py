@@ -13,7 +13,7 @@ from pathlib import Path
 from sunk.operator.nodeset import health_checks as hc
 from sunk.operator.nodeset import members as m
 from sunk.operator.nodeset import node_faults as nf
-from tests.fakes.operator_world import OperatorWorld
+from tests.fakes.operator_world import CONFIG, OperatorWorld
 from tests.unit import test_health_check_runner as runner
 
 MEMBER = "a-001-011"  # NodeSet a's member on node-1 (10.64.1.11)
@@ -33,11 +33,10 @@ def slurm_parse(line: str) -> dict[str, str]:
 
 
 def world(checks: bool = True, conditions: tuple[str, ...] = ()) -> OperatorWorld:
-    base = OperatorWorld().settings
-    settings = replace(
-        base, health_checks_configmap="r1-health-checks" if checks else "", node_conditions=conditions
+    config = replace(
+        CONFIG, health_checks_configmap="r1-health-checks" if checks else "", node_conditions=conditions
     )
-    w = OperatorWorld(settings=settings)
+    w = OperatorWorld(config=config)
     w.add_node("node-1", "10.64.1.11")
     w.add_nodeset("a", replicas=1)
     return w

@@ -15,7 +15,7 @@ from sunk.operator.nodeset import health_checks as hc
 from sunk.operator.nodeset import removal as r
 from sunk.runtime.actions import Drain, Event, Resume
 from sunk.slurm.models import SlurmNode
-from tests.fakes.operator_world import OperatorWorld
+from tests.fakes.operator_world import CONFIG, OperatorWorld
 from tests.unit import test_health_check_runner as runner
 
 NAME = "gpu-001-011"
@@ -104,8 +104,7 @@ def test_issue51_the_runner_lifts_the_hand_over_after_a_clean_run(tmp_path: Path
 
 
 def world(checks: bool) -> OperatorWorld:
-    base = OperatorWorld().settings
-    w = OperatorWorld(settings=replace(base, health_checks_configmap="r1-health-checks" if checks else ""))
+    w = OperatorWorld(config=replace(CONFIG, health_checks_configmap="r1-health-checks" if checks else ""))
     w.add_node("node-1", "10.64.1.11")
     w.add_node("node-2", "10.64.1.12")
     w.add_nodeset("a", replicas=2)
@@ -133,7 +132,7 @@ async def test_issue51_a_member_made_before_the_checks_were_on_is_resumed_as_bef
     before = world(checks=False)
     before.spec("a")["updateStrategy"] = {"type": "OnDelete"}  # the old members stay
     await before.settle("a")
-    w = before.restarted_with(replace(before.settings, health_checks_configmap="r1-health-checks"))
+    w = before.restarted_with(replace(before.config, health_checks_configmap="r1-health-checks"))
     w.nodesets.get("slurm/a")["spec"]["replicas"] = 1  # type: ignore[index]
     await w.reconcile("a")
     [(_, scaled_in, _)] = [c for c in w.slurm.calls if c[0] == "drain"]

@@ -13,16 +13,14 @@ import pytest
 
 from sunk.operator import config
 from sunk.operator.nodeset import members as m
-from tests.fakes.operator_world import OperatorWorld
+from tests.fakes.operator_world import CONFIG, OperatorWorld
 
 Json = dict[str, Any]
 
 
 def world(runner: str = "", scripts: str = "") -> OperatorWorld:
-    settings = replace(
-        OperatorWorld().settings, health_checks_configmap=runner, health_check_scripts_configmap=scripts
-    )
-    w = OperatorWorld(settings=settings)
+    config = replace(CONFIG, health_checks_configmap=runner, health_check_scripts_configmap=scripts)
+    w = OperatorWorld(config=config)
     w.add_node("node-1", "10.64.1.11")
     w.add_nodeset("gpu")
     return w
@@ -73,7 +71,7 @@ async def test_issue51_turning_the_checks_on_rolls_the_members_out() -> None:
     slurmd would find no HealthCheckProgram)."""
     before = world()
     await before.settle("gpu")
-    after = before.restarted_with(replace(before.settings, health_checks_configmap="r1-health-checks"))
+    after = before.restarted_with(replace(before.config, health_checks_configmap="r1-health-checks"))
     await after.reconcile("gpu")
     assert after.condition("gpu", "UpToDate")["reason"] == "RollingOut"
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from sunk.operator.nodeset.spec import Invalid, NodeSet, parse
-from tests.fakes.operator_world import SETTINGS, OperatorWorld, nodeset
+from tests.fakes.operator_world import CONFIG, OperatorWorld, nodeset
 
 IMAGE = "slurmd:24.11"
 
@@ -142,7 +142,7 @@ async def test_issue38_a_refused_template_gets_no_member_and_says_why_in_its_con
 
 
 async def test_issue38_with_host_access_allowed_the_member_gets_what_its_template_asks() -> None:
-    world = OperatorWorld(settings=dataclasses.replace(SETTINGS, allow_host_access=True))
+    world = OperatorWorld(config=dataclasses.replace(CONFIG, allow_host_access=True))
     world.add_node("node-1", "10.64.1.11")
     world.add_nodeset("a", template=template(hostPID=True))
     await world.reconcile("a")
@@ -266,7 +266,7 @@ def test_issue52_a_slurmd_image_must_be_one_the_administrator_allowed(
 async def test_issue52_an_allowed_sidecar_gets_no_capability_of_confinements_and_no_key() -> None:
     """The members the operator makes from a template with a sidecar: confinement's
     capabilities, the unconfined AppArmor profile and slurm.key go to the slurmd container only."""
-    world = OperatorWorld(settings=dataclasses.replace(SETTINGS, confinement=True))
+    world = OperatorWorld(config=dataclasses.replace(CONFIG, confinement=True))
     world.add_node("node-1", "10.64.1.11")
     world.add_nodeset("a", template=sidecar(securityContext={"capabilities": {"drop": ["ALL"]}}))
     await world.reconcile("a")

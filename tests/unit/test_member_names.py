@@ -5,15 +5,16 @@ from __future__ import annotations
 
 import dataclasses
 
+from sunk.operator.config import OperatorConfig
 from sunk.operator.nodeset import members as m
 from sunk.operator.nodeset.spec import NodeSet, parse
-from tests.fakes.operator_world import SETTINGS, OperatorWorld, nodeset
+from tests.fakes.operator_world import CONFIG, SETTINGS, OperatorWorld, nodeset
 
 DOMAIN = "slurm-hosts.slurm.svc.cluster.local"
 
 
-async def member(settings: m.Settings, template: dict[str, object] | None = None) -> dict[str, object]:
-    world = OperatorWorld(settings=settings)
+async def member(config: OperatorConfig, template: dict[str, object] | None = None) -> dict[str, object]:
+    world = OperatorWorld(config=config)
     world.add_node("node-1", "10.64.1.11")
     world.add_nodeset("a", **({"template": template} if template else {}))
     await world.reconcile("a")
@@ -25,7 +26,7 @@ async def member(settings: m.Settings, template: dict[str, object] | None = None
 async def test_a_member_is_named_in_the_hosts_domain_and_searches_it() -> None:
     """Catches a member whose Slurm node name does not resolve from slurmctld (it stalls
     about ten seconds at the end of each job srun started there)."""
-    spec = await member(dataclasses.replace(SETTINGS, hosts_domain=DOMAIN))
+    spec = await member(dataclasses.replace(CONFIG, hosts_domain=DOMAIN))
     assert spec["hostname"] == "a-001-011" and spec["subdomain"] == "slurm-hosts"
     assert spec["dnsConfig"] == {"searches": [DOMAIN]}
 
@@ -34,7 +35,7 @@ async def test_a_templates_own_dns_settings_are_kept_beside_the_hosts_domain() -
     """Catches the operator replacing a NodeSet's own search domains or nameserver options."""
     ndots = [{"name": "ndots", "value": "2"}]
     own = {"spec": {"dnsConfig": {"searches": ["corp.example"], "options": ndots}}}
-    spec = await member(dataclasses.replace(SETTINGS, hosts_domain=DOMAIN), own)
+    spec = await member(dataclasses.replace(CONFIG, hosts_domain=DOMAIN), own)
     assert spec["dnsConfig"] == {
         "searches": ["corp.example", DOMAIN],
         "options": [{"name": "ndots", "value": "2"}],
@@ -51,5 +52,5 @@ def test_naming_members_does_not_roll_the_ones_running() -> None:
 
 
 async def test_without_a_hosts_domain_members_are_as_before() -> None:
-    spec = await member(SETTINGS)
+    spec = await member(CONFIG)
     assert "subdomain" not in spec and "dnsConfig" not in spec

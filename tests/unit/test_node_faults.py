@@ -17,7 +17,7 @@ from sunk.operator.config import node_conditions
 from sunk.operator.nodeset import health_checks as hc
 from sunk.operator.nodeset import node_faults as nf
 from sunk.operator.nodeset.selection import member_nodeset
-from tests.fakes.operator_world import OperatorWorld
+from tests.fakes.operator_world import CONFIG, OperatorWorld
 
 Json = dict[str, Any]
 MEMBER = "a-001-011"  # NodeSet a's member on node-1 (10.64.1.11)
@@ -37,18 +37,17 @@ DEADLOCK = {
 
 async def world(*, checks: bool = False, runner: bool = True) -> OperatorWorld:
     """One member on node-1, settled; the checks on (and mounted in it) when asked."""
-    base = OperatorWorld().settings
-    settings = replace(base, node_conditions=nf.DEFAULT_CONDITIONS)
+    config = replace(CONFIG, node_conditions=nf.DEFAULT_CONDITIONS)
     if checks and runner:
-        settings = replace(settings, health_checks_configmap="r1-health-checks")
-    w = OperatorWorld(settings=settings)
+        config = replace(config, health_checks_configmap="r1-health-checks")
+    w = OperatorWorld(config=config)
     w.add_node("node-1", "10.64.1.11")
     w.add_nodeset("a", replicas=1)
     if checks and not runner:
         w.spec("a")["updateStrategy"] = {"type": "OnDelete"}  # the member made before stays
     await w.settle("a")
     if checks and not runner:
-        w = w.restarted_with(replace(settings, health_checks_configmap="r1-health-checks"))
+        w = w.restarted_with(replace(config, health_checks_configmap="r1-health-checks"))
     assert w.slurm.record(MEMBER).state == "idle"
     return w
 

@@ -7,12 +7,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from sunk.operator.nodeset import members as m
-from tests.fakes.operator_world import OperatorWorld
+from tests.fakes.operator_world import CONFIG, OperatorWorld
 
 
 def world(configmap: str = "", digest: str = "") -> OperatorWorld:
-    settings = replace(OperatorWorld().settings, services_configmap=configmap, services_digest=digest)
-    w = OperatorWorld(settings=settings)
+    w = OperatorWorld(config=replace(CONFIG, services_configmap=configmap, services_digest=digest))
     w.add_node("node-1", "10.64.1.11")
     w.add_nodeset("gpu")
     return w
@@ -61,7 +60,7 @@ async def test_issue35_without_services_members_mount_none() -> None:
 async def test_issue35_changed_services_roll_the_members_out() -> None:
     before = world("slurm-slurmd-services", "digest-1")
     await before.settle("gpu")
-    after = before.restarted_with(replace(before.settings, services_digest="digest-2"))
+    after = before.restarted_with(replace(before.config, services_digest="digest-2"))
     await after.reconcile("gpu")
     assert after.condition("gpu", "UpToDate")["reason"] == "RollingOut"
 
@@ -69,6 +68,6 @@ async def test_issue35_changed_services_roll_the_members_out() -> None:
 async def test_issue35_the_same_services_after_an_operator_restart_roll_nothing() -> None:
     before = world("slurm-slurmd-services", "digest-1")
     await before.settle("gpu")
-    after = before.restarted_with(before.settings)
+    after = before.restarted_with(before.config)
     await after.reconcile("gpu")
     assert after.condition("gpu", "UpToDate")["status"] == "True"

@@ -12,7 +12,7 @@ import pytest
 from sunk.kube.client import KubeError
 from sunk.operator.nodeset import plan as p
 from sunk.slurm.errors import SlurmError
-from tests.fakes.operator_world import NAMESPACE, SETTINGS, OperatorWorld
+from tests.fakes.operator_world import CONFIG, NAMESPACE, OperatorWorld
 from tests.fakes.slurm import FakeSlurm
 from tests.unit.test_nodeset_removal import drains, pod_deletes, three_members
 
@@ -123,7 +123,7 @@ async def test_r10_5_a_member_handed_to_the_health_checks_gets_our_drain_before_
     which the runner inside the member lifts after its next clean run), in again: the
     member must carry the NodeSet's own drain when its Pod is deleted, or the runner can
     lift the drain under it and Slurm start a job there as slurmd stops."""
-    world = OperatorWorld(settings=dataclasses.replace(SETTINGS, health_checks_configmap="r1-health-checks"))
+    world = OperatorWorld(config=dataclasses.replace(CONFIG, health_checks_configmap="r1-health-checks"))
     for i in range(1, 4):
         world.add_node(f"node-{i}", f"10.64.{i}.{i + 10}")
     world.add_nodeset("a", replicas=3)

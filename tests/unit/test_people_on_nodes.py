@@ -4,14 +4,12 @@ directory was set are replaced through the roll-out, the job-safe way."""
 
 from __future__ import annotations
 
-from dataclasses import replace
-
 from sunk.operator.nodeset import members as m
-from tests.fakes.operator_world import OperatorWorld
+from tests.fakes.operator_world import CONFIG, OperatorWorld, with_people
 
 
 def world(people: str = "") -> OperatorWorld:
-    w = OperatorWorld(settings=replace(OperatorWorld().settings, people_configmap=people))
+    w = OperatorWorld(config=with_people(CONFIG, people) if people else CONFIG)
     w.add_node("node-1", "10.64.1.11")
     w.add_nodeset("gpu")
     return w
@@ -36,7 +34,7 @@ async def test_r10_6_without_a_directory_members_mount_no_people() -> None:
 async def test_r10_6_members_made_before_the_directory_was_set_are_rolled_out() -> None:
     before = world()
     await before.settle("gpu")
-    after = before.restarted_with(replace(before.settings, people_configmap="slurm-people"))
+    after = before.restarted_with(with_people(before.config, "slurm-people"))
     await after.reconcile("gpu")
     assert after.condition("gpu", "UpToDate")["reason"] == "RollingOut"
 

@@ -15,14 +15,14 @@ import pytest
 from sunk.operator.nodeset import members as m
 from sunk.operator.nodeset import shared_volumes
 from sunk.operator.nodeset.shared_volumes import SharedVolume
-from tests.fakes.operator_world import OperatorWorld
+from tests.fakes.operator_world import CONFIG, OperatorWorld
 
 DATA = SharedVolume("slurm-data", "/shared")
 HOMES = SharedVolume("homes", "/home", read_only=True)
 
 
 def world(volumes: tuple[SharedVolume, ...] = (), template: dict[str, Any] | None = None) -> OperatorWorld:
-    w = OperatorWorld(settings=replace(OperatorWorld().settings, shared_volumes=volumes))
+    w = OperatorWorld(config=replace(CONFIG, shared_volumes=volumes))
     w.add_node("node-1", "10.64.1.11")
     w.add_nodeset("gpu", **({"template": template} if template else {}))
     return w
@@ -103,6 +103,6 @@ async def test_r10_7_a_template_mount_at_a_shared_path_is_replaced_not_doubled()
 async def test_r10_7_members_made_before_a_shared_volume_was_added_are_rolled_out() -> None:
     before = world()
     await before.settle("gpu")
-    after = before.restarted_with(replace(before.settings, shared_volumes=(DATA,)))
+    after = before.restarted_with(replace(before.config, shared_volumes=(DATA,)))
     await after.reconcile("gpu")
     assert after.condition("gpu", "UpToDate")["reason"] == "RollingOut"

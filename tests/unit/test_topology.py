@@ -11,7 +11,7 @@ import pytest
 
 from sunk.operator.config import topology_settings
 from sunk.operator.topology import KEY, Member, TopologyWriter, members_of, render
-from tests.fakes.operator_world import SETTINGS, OperatorWorld
+from tests.fakes.operator_world import CONFIG, OperatorWorld
 
 Json = dict[str, Any]
 LEAF, SPINE = "example.com/leaf", "example.com/spine"
@@ -117,7 +117,7 @@ def test_r10_4_a_wrong_topology_setting_stops_the_operator_at_start(
 
 
 async def test_r10_4_a_members_node_without_a_topology_label_is_named_on_its_nodeset() -> None:
-    world = OperatorWorld(settings=dataclasses.replace(SETTINGS, topology_labels=(LEAF,)))
+    world = OperatorWorld(config=dataclasses.replace(CONFIG, topology_labels=(LEAF,)))
     world.add_node("node-1", "10.64.1.11", labels={LEAF: "a"})
     world.add_node("node-2", "10.64.2.12")
     world.add_nodeset("gpu", replicas=2)

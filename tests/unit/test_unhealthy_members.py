@@ -11,20 +11,19 @@ from dataclasses import replace
 
 import pytest
 
-from sunk.operator.config import from_args
+from sunk.operator.config import OperatorConfig, from_args
 from sunk.operator.nodeset import health_checks as hc
 from sunk.operator.nodeset import unhealthy as u
-from sunk.operator.nodeset.members import Settings
 from sunk.runtime.actions import Event
 from sunk.runtime.controller import DONE
 from sunk.slurm.models import SlurmNode
-from tests.fakes.operator_world import NOW_S, SETTINGS, OperatorWorld
+from tests.fakes.operator_world import CONFIG, NOW_S, OperatorWorld
 from tests.unit.test_health_check_mounts import _args
 from tests.unit.test_nodeset_plan import listed as listing_of
 
 GPUS = "sunk-hc: gpus: sees 7 of 8 GPUs (/dev/nvidiaN devices)"
 MOUNTS = "sunk-hc: mounts: /shared is not writable (Read-only file system)"
-CHECKS = replace(SETTINGS, health_checks_configmap="r1-health-checks", health_replace_after_s=1800)
+CHECKS = replace(CONFIG, health_checks_configmap="r1-health-checks", health_replace_after_s=1800)
 FIRST, SECOND, THIRD = "a-001-011", "a-002-012", "a-003-013"
 
 
@@ -32,8 +31,8 @@ def at(seconds_after_now: int) -> str:
     return dt.datetime.fromtimestamp(NOW_S + seconds_after_now, dt.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-async def world(members: int = 1, settings: Settings = CHECKS) -> OperatorWorld:
-    w = OperatorWorld(settings=settings)
+async def world(members: int = 1, config: OperatorConfig = CHECKS) -> OperatorWorld:
+    w = OperatorWorld(config=config)
     for i in range(1, members + 1):
         w.add_node(f"node-{i}", f"10.64.{i}.1{i}")
     w.add_nodeset("a", replicas=members)
@@ -101,7 +100,7 @@ async def test_issue51_a_lifted_drain_says_the_member_returned() -> None:
 async def test_issue51_another_check_taking_over_is_told_and_keeps_the_drain_start() -> None:
     """Catches: a second failing check going unsaid, or its new reason time (Slurm restamps
     it) restarting the clock that replacement counts from."""
-    w = await world(settings=replace(CHECKS, health_replace_after_s=0))
+    w = await world(config=replace(CHECKS, health_replace_after_s=0))
     check_drains(w, FIRST, GPUS)
     await w.reconcile("a")
     w.now = at(600)
@@ -229,11 +228,11 @@ async def test_issue51_a_check_failing_everywhere_replaces_one_member_at_a_time(
 
 async def test_issue51_no_replacement_without_a_delay_or_without_room() -> None:
     """Catches: replacing although replacement is off (no delay given, or maxUnavailable 0)."""
-    for settings in (
+    for config in (
         replace(CHECKS, health_replace_after_s=0),
         replace(CHECKS, health_replace_max_unavailable=0),
     ):
-        w = await world(settings=settings)
+        w = await world(config=config)
         check_drains(w, FIRST, GPUS)
         w.now = at(86400)
         await w.reconcile("a")  # writes the status
@@ -312,5 +311,5 @@ async def test_issue51_a_check_script_that_cannot_run_is_named_on_the_nodeset_an
 
 async def test_issue51_without_checks_the_nodeset_has_no_configured_condition() -> None:
     """Catches: a condition about checks on a NodeSet whose members run none."""
-    w = await world(settings=SETTINGS)
+    w = await world(config=CONFIG)
     assert hc.CONFIGURED not in [c["type"] for c in w.status("a")["conditions"]]
