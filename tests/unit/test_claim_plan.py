@@ -9,7 +9,7 @@ import pytest
 from sunk.kube import events as ev
 from sunk.runtime.actions import CancelJob
 from sunk.scheduler.decide.actions import ConfirmClaim, Plan, ReleaseGroup, SignalJob
-from sunk.scheduler.decide.claim_plan import ClaimFacts, plan
+from sunk.scheduler.decide.claim_plan import HANDOVER_RECHECK_S, ClaimFacts, plan
 from sunk.scheduler.decide.claims import CANCEL_CONFIRM_S
 from tests.unit.test_decide import REF, P, component, job, pod
 
@@ -27,6 +27,13 @@ ROWS = [
             after=CANCEL_CONFIRM_S,
         ),
         id="r5_1_a_job_whose_pod_is_gone_is_cancelled_once_slurm_confirms_it_is_the_pods",
+    ),
+    # Catches a PodGroup's new job (a re-adoption) cancelled by a member's own pass before it
+    # was recorded on the members.
+    pytest.param(
+        ClaimFacts(REF, job(), pod(job_id=6), handing_over=True),
+        Plan(after=HANDOVER_RECHECK_S),
+        id="r8_2_a_job_being_handed_over_to_its_pod_is_left_alone_and_looked_at_again",
     ),
     pytest.param(
         ClaimFacts(REF, job("COMPLETING"), None),

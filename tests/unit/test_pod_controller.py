@@ -165,6 +165,24 @@ async def test_r3_4_a_job_left_by_an_earlier_pod_of_the_same_name_is_cancelled_n
     assert world.job_id(key) == 101
 
 
+@pytest.mark.parametrize(("handing_over", "cancelled"), [(True, []), (False, [(100, None)])])
+async def test_r8_2_a_job_being_handed_over_to_its_pod_is_not_cancelled_by_the_pods_own_pass(
+    handing_over: bool, cancelled: list[tuple[int, str | None]]
+) -> None:
+    """Catches a PodGroup member's own pass cancelling its group's new job (a re-adoption)
+    between the job's submission and its record on the member: a fault run saw the group
+    re-adopted in part, and a whole group deleted. Once handed over (or given up), the
+    same job is a claim like any other."""
+    world = two_nodes()
+    key = await submitted(world)
+    world.pod(key)["metadata"]["annotations"][PREFIX + "job-id"] = "99"  # names an older job
+    later = world.restarted()  # its memory holds no expectation of job 100 on the Pod
+    if handing_over:
+        later.pod_controller.memory.handing_over.add(100)
+    await later.reconcile(key)
+    assert world.slurm.cancelled() == cancelled
+
+
 async def test_r8_2_a_submit_that_got_no_answer_is_not_sent_again_before_a_listing_could_show_it() -> None:
     world = two_nodes()
     key = world.create(pod())

@@ -5,6 +5,8 @@ in-memory Kubernetes and Slurm; each test names the bug it catches."""
 
 from __future__ import annotations
 
+import asyncio
+
 import pytest
 
 from sunk.kube.client import KubeError
@@ -314,6 +316,31 @@ async def test_issue53_a_gang_slurm_lost_is_readopted_whole_with_one_new_job() -
     assert len(world.kube.notes("PlaceholderReadopted")) == 2
     await world.reconcile("ns/b")  # b's pass finds the group re-adopted: nothing more
     assert len(world.slurm.submitted()) == 2 and active_jobs(world) == [102, 103]
+
+
+async def test_issue53_a_members_own_pass_during_its_gangs_readoption_leaves_the_new_job_alone() -> None:
+    """Catches: member b's own pass, run between the group's new job's submission and its
+    record on the members, cancelling that job as one b does not name (a fault run saw the
+    group re-adopted in part, and a whole group deleted)."""
+    world = two_nodes()
+    await gang_bound(world)
+    world.slurm.restart_without(100, 101)
+    release = world.slurm.release_job
+    passes: list[asyncio.Task[object]] = []
+
+    async def release_while_b_passes(job_id: int) -> None:
+        if job_id == 102:
+            passes.append(asyncio.create_task(world.reconcile("ns/b")))
+            for _ in range(20):  # b's pass settles its claims, then waits for the group's lock
+                await asyncio.sleep(0)
+        await release(job_id)
+
+    world.slurm.release_job = release_while_b_passes  # type: ignore[method-assign]
+    await world.reconcile("ns/a")
+    await asyncio.gather(*passes)
+    assert not any(call[0] == "delete_pod" for call in world.kube.calls)
+    assert (world.job_id("ns/a"), world.job_id("ns/b")) == (102, 103)
+    assert active_jobs(world) == [102, 103]
 
 
 async def test_issue53_a_gangs_new_job_slurm_loses_too_is_tried_again_not_the_groups_end() -> None:

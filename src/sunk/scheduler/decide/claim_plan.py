@@ -21,6 +21,8 @@ from sunk.scheduler.translate import PodRef
 from sunk.slurm.models import SlurmJob
 
 Json = dict[str, Any]
+# How soon a job being handed over to its Pod is looked at again.
+HANDOVER_RECHECK_S = 1.0
 
 
 @dataclass(frozen=True)
@@ -33,11 +35,16 @@ class ClaimFacts:
     cancelled_at: float | None = None  # monotonic time this process's cancel was accepted
     signalled: bool = False  # this process signalled (or cancelled) it for the Pod already
     others_running: bool = False  # a gang's job: another member is there and not finished
+    # this process is handing the job over to its Pod (a PodGroup's re-adoption, between
+    # its submission and its record on the members): left alone meanwhile
+    handing_over: bool = False
 
 
 def plan(facts: ClaimFacts, *, prefix: str, now: float) -> PodPlan:
     """`now` is the monotonic clock `cancelled_at` was taken on."""
     job, ref = facts.job, facts.ref
+    if facts.handing_over:
+        return Plan(after=HANDOVER_RECHECK_S)
     verdict = for_claim(
         facts.pod,
         ref,

@@ -176,6 +176,7 @@ class PodController:
             cancelled_at=self.memory.cancelled.get((job.job_id, ref.uid)),
             signalled=(job.job_id, ref.uid) in self.memory.signalled,
             others_running=job.group_leader is not None and self.gangs.others_running(ref, job),
+            handing_over=job.job_id in self.memory.handing_over,
         )
         plan = claim_plan.plan(facts, prefix=self.prefix, now=self.clock.monotonic())
         return await self._execute(ref, pod, job, plan)

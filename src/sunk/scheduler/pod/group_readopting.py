@@ -204,6 +204,9 @@ class GroupReadoption:
                 raise
             return GroupRefused(f"Slurm refused a new job for its PodGroup {group} ({err})", every)
         leader = answer.job_id
+        components = self._by_offset(leader, len(parts))
+        handing_over = self.readopter.executor.memory.handing_over
+        handing_over.update(components)  # the members' own passes leave them alone until recorded
         for offset, (ref, name, comment) in enumerate(names):
             self.readopter.index.expect_submitted(ref, leader + offset, name, comment)
         handed = False
@@ -234,6 +237,7 @@ class GroupReadoption:
             kube_scheduler.attempt("readopted", len(members))
             return None
         finally:
+            handing_over.difference_update(components)
             if not handed:
                 why = f"PodGroup {group}'s new job, not handed to its members"
                 uids = [member["metadata"]["uid"] for member in members]

@@ -34,6 +34,11 @@ class Memory:
         # Pod UID → True once this process refused it for good, until the cache shows the
         # refusal: a pass in between would refuse again, and tell the Pod's owner twice.
         self.refused: Expectations[bool] = Expectations()
+        # The components of a PodGroup's new job (a re-adoption) this process submitted and
+        # has not yet recorded on the members nor cancelled. Until then a member's own pass
+        # would see a job naming it that it does not name, and cancel the group's new job
+        # (found by a fault run: the group was then re-adopted in part, or not at all).
+        self.handing_over: set[int] = set()
 
     def note_unanswered(self, uid: str) -> None:
         """A submission for Pod `uid` got no answer: Slurm may hold a job for it that no
