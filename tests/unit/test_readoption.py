@@ -6,12 +6,15 @@ in-memory Kubernetes and Slurm; each test names the bug it catches."""
 from __future__ import annotations
 
 import asyncio
+import copy
 
 import pytest
 
 from sunk.kube.client import KubeError
+from sunk.scheduler.decide.actions import Readopt
 from sunk.scheduler.jobs import MIN_JOB_AGE_S
 from sunk.scheduler.pod import readopting
+from sunk.scheduler.pod.group_readopting import UNSEEN_WAIT_S
 from sunk.scheduler.translate import PodRef, gang
 from sunk.slurm.dataparser import DataParser
 from sunk.slurm.dialect import Submission
@@ -341,6 +344,24 @@ async def test_issue53_a_members_own_pass_during_its_gangs_readoption_leaves_the
     assert not any(call[0] == "delete_pod" for call in world.kube.calls)
     assert (world.job_id("ns/a"), world.job_id("ns/b")) == (102, 103)
     assert active_jobs(world) == [102, 103]
+
+
+async def test_issue53_a_pass_that_waited_for_its_gangs_lock_never_readopts_an_old_copy() -> None:
+    """Catches: a member's pass that decided to re-adopt before another member's pass did
+    it, and got the group's lock while the cache still showed the member's lost job,
+    re-adopting the group a second time (a fault run saw a member named by two jobs)."""
+    world = two_nodes()
+    await gang_bound(world)
+    stale_b = copy.deepcopy(world.pod("ns/b"))
+    world.slurm.restart_without(100, 101)
+    await world.reconcile("ns/a")  # a's pass re-adopts the whole group: b names 103
+    assert world.job_id("ns/b") == 103
+    world.kube.pods.put(stale_b)  # the cache has not shown b's record yet
+    waited = await world.pod_controller.group_readoption.readopt(
+        stale_b, Readopt(101, "sn-2", None, group="g"), []
+    )
+    assert waited == UNSEEN_WAIT_S
+    assert len(world.slurm.submitted()) == 2 and active_jobs(world) == [102, 103]
 
 
 async def test_issue53_a_gangs_new_job_slurm_loses_too_is_tried_again_not_the_groups_end() -> None:

@@ -42,6 +42,8 @@ log = logging.getLogger(__name__)
 Json = dict[str, Any]
 # A member's node has not registered with a just restarted slurmctld: look again this soon.
 REGISTER_WAIT_S = 1.0
+# How soon a group is judged again while the cache lags behind a record this process wrote.
+UNSEEN_WAIT_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,12 @@ class GroupReadoption:
             if current is None or self._job_id(current) != action.old_job:
                 return None  # another member's pass re-adopted (or ended) the group meanwhile
             members = self._bound_members(meta["namespace"], action.group)
+            written = self.readopter.executor.memory.job_written
+            if any(written.unseen(m["metadata"]["uid"], self._job_id(m)) for m in [current, *members]):
+                # This process recorded a newer job on a member that the cache does not show
+                # yet (a pass re-adopted or ended the group meanwhile): judged by that copy,
+                # the member would be re-adopted a second time.
+                return UNSEEN_WAIT_S
             judged: list[tuple[Json, actions.Readopt]] = []
             for member in members:
                 verdict = await self._judge(member, action.group)
