@@ -216,12 +216,36 @@ class SchedulerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
         # Jobs keep the hooks URL they were submitted with, so a restart keeps the port.
         self.hooks_port = hooks_port or free_port()
+        self._hooks_port_chosen = hooks_port is None  # ours to choose again until it served
         self.metrics_port = free_port()
         self.probes_port = free_port()
         # Tests place Pods as any Slurm user unless they give a --policy of their own.
         self.policy = permissive_policy(cluster.layout)
 
     def start(self, *, wait: bool = True) -> SchedulerProcess:
+        """Start it (and wait for its caches). A port `free_port` chose may be taken by
+        someone else before the process binds it (another suite's connection, on a shared
+        machine): then it is started again on other ports, twice at most."""
+        for attempt in range(3):
+            self._launch()
+            if not wait:
+                return self
+            wait_for(
+                lambda: self._synced(self.offset) or self._died(),
+                timeout=30,
+                what=f"scheduler {self.name} to sync its caches",
+            )
+            if attempt < 2 and self._died() and "address already in use" in self.output():
+                self.metrics_port, self.probes_port = free_port(), free_port()
+                if self._hooks_port_chosen:
+                    self.hooks_port = free_port()
+                continue
+            break
+        assert self.proc is not None and self.proc.poll() is None, f"scheduler exited; see {self.log}"
+        self._hooks_port_chosen = False
+        return self
+
+    def _launch(self) -> None:
         env = {**os.environ, **self.cluster.env(), **self.extra_env}
         argv = [
             sys.executable,
@@ -240,19 +264,9 @@ class SchedulerProcess:
             *(() if any(a.startswith("--policy") for a in self.args) else (f"--policy={self.policy}",)),
             *self.args,
         ]
-        offset = self.log.stat().st_size if self.log.exists() else 0
+        self.offset = self.log.stat().st_size if self.log.exists() else 0
         with open(self.log, "ab") as out:
             self.proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT)
-        self.offset = offset
-        if not wait:
-            return self
-        wait_for(
-            lambda: self._synced(offset) or self._died(),
-            timeout=30,
-            what=f"scheduler {self.name} to sync its caches",
-        )
-        assert self.proc.poll() is None, f"scheduler exited; see {self.log}"
-        return self
 
     def _synced(self, offset: int) -> bool:
         return "caches synced" in self.output(offset)
