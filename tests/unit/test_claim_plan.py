@@ -4,6 +4,8 @@ checks (whether the job may live at all is `claims.for_claim`, tested in test_de
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from sunk.kube import events as ev
@@ -11,7 +13,14 @@ from sunk.runtime.actions import CancelJob
 from sunk.scheduler.decide.actions import ConfirmClaim, Plan, ReleaseGroup, SignalJob
 from sunk.scheduler.decide.claim_plan import HANDOVER_RECHECK_S, ClaimFacts, plan
 from sunk.scheduler.decide.claims import CANCEL_CONFIRM_S
-from tests.unit.test_decide import REF, P, component, job, pod
+from sunk.scheduler.decide.pod_state import PodView
+from tests.unit.test_decide import REF, component, job, seen
+from tests.unit.test_decide import pod as pod_object
+
+
+def pod(**kw: Any) -> PodView:
+    return seen(pod_object(**kw))
+
 
 RELEASED = (
     "member web left before the group's Slurm job 40 started; that job was cancelled and the group "
@@ -98,4 +107,4 @@ ROWS = [
 
 @pytest.mark.parametrize(("facts", "expected"), ROWS)
 def test_what_settles_a_claim(facts: ClaimFacts, expected: Plan) -> None:
-    assert plan(facts, prefix=P, now=101.0) == expected
+    assert plan(facts, now=101.0) == expected

@@ -10,6 +10,7 @@ import pytest
 
 from sunk.scheduler.decide import claims, drains, group_plan, packing, problems, steps
 from sunk.scheduler.decide.claims import Claim
+from sunk.scheduler.decide.pod_state import PodView, view
 from sunk.scheduler.decide.steps import Step
 from sunk.scheduler.translate import JobOptions, PlaceholderJob, PodRef
 from sunk.slurm.models import SlurmJob, SlurmNode
@@ -38,6 +39,15 @@ def pod(
         status["conditions"] = [{"type": "PodScheduled", "status": "False", "reason": refused}]
     spec = {"nodeName": node} if node else {}
     return {"metadata": meta, "spec": spec, "status": status}
+
+
+def seen(the_pod: dict[str, Any]) -> PodView:
+    """What the Pod controller reads of `the_pod` once per pass."""
+    return view(the_pod, P)
+
+
+def seen_if(the_pod: dict[str, Any] | None) -> PodView | None:
+    return seen(the_pod) if the_pod is not None else None
 
 
 def job(state: str = "RUNNING", *, job_id: int = 7, started: bool | None = None, **kw: Any) -> SlurmJob:
@@ -166,7 +176,7 @@ def test_a_job_claiming_a_pod_key(
     verdict: Claim,
 ) -> None:
     got = claims.for_claim(
-        the_pod, REF, the_job, prefix=P, cancelled_at=cancelled_at, signalled=signalled, now=now
+        seen_if(the_pod), REF, the_job, cancelled_at=cancelled_at, signalled=signalled, now=now
     )
     assert got is verdict
 
@@ -350,7 +360,7 @@ REPORTED = [
 def test_a_placeholders_word_that_its_job_ends_is_only_a_claim(
     the_pod: dict[str, Any], the_job: SlurmJob | None, step: Step
 ) -> None:
-    decision = steps.for_pod(the_pod, the_job, prefix=P, synced=True, now=NOW, ending_reported=True)
+    decision = steps.for_pod(seen(the_pod), the_job, synced=True, now=NOW, ending_reported=True)
     assert decision.step is step
 
 
@@ -419,7 +429,7 @@ def test_r5_3_one_drain_has_one_event_name_and_a_new_drain_another() -> None:
 def test_the_next_step_for_a_pod(
     the_pod: dict[str, Any], the_job: SlurmJob | None, synced: bool, step: Step, after: float
 ) -> None:
-    decision = steps.for_pod(the_pod, the_job, prefix=P, synced=synced, now=NOW)
+    decision = steps.for_pod(seen(the_pod), the_job, synced=synced, now=NOW)
     assert decision.step is step
     assert decision.after == pytest.approx(after)
 
@@ -639,9 +649,7 @@ GANG_CLAIMS = [
 
 
 def test_r9_1_a_group_is_released_once_for_a_member_that_left() -> None:
-    got = claims.for_claim(
-        None, REF, component(1, "PENDING"), prefix=P, cancelled_at=1.0, signalled=False, now=100.0
-    )
+    got = claims.for_claim(None, REF, component(1, "PENDING"), cancelled_at=1.0, signalled=False, now=100.0)
     assert got is Claim.KEEP
 
 
@@ -650,10 +658,9 @@ def test_a_gangs_component_claiming_a_member(
     the_pod: dict[str, Any] | None, the_job: SlurmJob, others_running: bool, verdict: Claim
 ) -> None:
     got = claims.for_claim(
-        the_pod,
+        seen_if(the_pod),
         REF,
         the_job,
-        prefix=P,
         cancelled_at=None,
         signalled=False,
         now=0.0,
@@ -664,13 +671,13 @@ def test_a_gangs_component_claiming_a_member(
 
 def test_r9_1_a_gang_pending_past_its_timeout_is_timed_out() -> None:
     got = steps.for_pod(
-        pod(job_id=41), component(1, "PENDING"), prefix=P, synced=True, now=NOW, group_timed_out=True
+        seen(pod(job_id=41)), component(1, "PENDING"), synced=True, now=NOW, group_timed_out=True
     )
     assert got.step is Step.GROUP_TIMED_OUT
 
 
 def test_r9_1_a_running_gang_is_never_timed_out() -> None:
-    got = steps.for_pod(pod(job_id=41), component(1), prefix=P, synced=True, now=NOW, group_timed_out=True)
+    got = steps.for_pod(seen(pod(job_id=41)), component(1), synced=True, now=NOW, group_timed_out=True)
     assert got.step is Step.BIND
 
 
@@ -825,26 +832,26 @@ def test_r9_2_jobs_steered_to_a_node_count_there_until_the_next_listing() -> Non
 
 def test_r9_2_a_packed_job_waits_its_patience_out_before_widening() -> None:
     pending = job("PENDING", reason="Resources", submit_time=int(NOW) - 2)
-    got = steps.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=packing.PACK_PATIENCE_S)
+    got = steps.for_pod(seen(pod()), pending, synced=True, now=NOW, widen_after=packing.PACK_PATIENCE_S)
     assert got.step is Step.WAIT
     assert got.after == pytest.approx(packing.PACK_PATIENCE_S - 2)
 
 
 def test_r9_2_a_packed_job_still_waiting_after_its_patience_is_widened() -> None:
     pending = job("PENDING", reason="Resources", submit_time=int(NOW) - 6)
-    got = steps.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=packing.PACK_PATIENCE_S)
+    got = steps.for_pod(seen(pod()), pending, synced=True, now=NOW, widen_after=packing.PACK_PATIENCE_S)
     assert got.step is Step.WIDEN
 
 
 def test_r9_2_a_pending_job_leaving_out_only_what_the_pod_rules_out_is_only_reported() -> None:
     pending = job("PENDING", reason="Resources", submit_time=int(NOW) - 6)
-    got = steps.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=None)
+    got = steps.for_pod(seen(pod()), pending, synced=True, now=NOW, widen_after=None)
     assert got.step is Step.REPORT_PENDING
 
 
 def test_r9_4_a_pending_job_leaving_out_nodes_usable_again_is_widened_at_once() -> None:
     pending = job("PENDING", reason="Resources", submit_time=int(NOW) - 1)
-    got = steps.for_pod(pod(), pending, prefix=P, synced=True, now=NOW, widen_after=0.0)
+    got = steps.for_pod(seen(pod()), pending, synced=True, now=NOW, widen_after=0.0)
     assert got.step is Step.WIDEN
 
 
@@ -869,4 +876,4 @@ def test_r8_2_a_submission_with_no_answer_is_not_sent_again_before_a_listing_cou
 def test_whether_a_pod_still_holds_its_job(manifest: dict[str, Any], held: bool) -> None:
     """Catches a placeholder held to KillWait (and its node drained) for a gang member whose
     group was given a new job: unbound and naming no job, it runs nothing on the old one."""
-    assert claims.holds_job(manifest, REF, 7, P) is held
+    assert claims.holds_job(seen(manifest), REF, 7) is held

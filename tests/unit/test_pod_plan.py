@@ -25,16 +25,16 @@ from sunk.scheduler.decide.packing import PACK_PATIENCE_S
 from sunk.scheduler.decide.pod_plan import PodFacts, Rules, plan
 from sunk.scheduler.decide.steps import TRANSIENT_S, Step
 from sunk.scheduler.translate import PodRef, Settings
-from tests.unit.test_decide import NOW, P, job, pod
+from tests.unit.test_decide import NOW, P, job, pod, seen
 
 RULES = Rules(Settings(P, 30, "sunk"), pack=False)
 PACK = Rules(Settings(P, 30, "sunk"), pack=True)
 LONG_AGO = int(NOW - TRANSIENT_S - 1)
 
 
-def facts(the_pod: dict[str, Any], the_job: Any = None, **kw: Any) -> PodFacts:
-    job_id = (the_pod["metadata"]["annotations"] or {}).get(P + "job-id")
-    return PodFacts(the_pod, int(job_id) if job_id else None, the_job, **kw)
+def facts(the_pod: dict[str, Any], the_job: Any = None, *, group: str | None = None, **kw: Any) -> PodFacts:
+    read = seen(the_pod)
+    return PodFacts(the_pod, replace(read, group=group) if group else read, the_job, **kw)
 
 
 def kinds(result: Plan) -> list[str]:

@@ -9,6 +9,7 @@ from typing import Any
 
 from sunk.runtime.ports import Clock
 from sunk.scheduler.decide.claims import holds_job
+from sunk.scheduler.decide.pod_state import view
 from sunk.scheduler.hooks.server import PodGoneWaiters
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.translate import PodRef
@@ -51,7 +52,7 @@ class PodGone:
 
     def _holding(self, member: PodRef, job_id: int) -> bool:
         pod = self._pods.get(f"{member.namespace}/{member.name}")
-        return holds_job(pod, member, job_id, self._prefix)
+        return holds_job(view(pod, self._prefix) if pod is not None else None, member, job_id)
 
     async def wait(self, ref: PodRef, job_id: int, within: float) -> bool:
         """True once no member holds the job, waiting up to `within` seconds for the
@@ -68,7 +69,7 @@ class PodGone:
     def why_waiting(self, ref: PodRef, job_id: int) -> str:
         for member, member_job in self._members(ref, job_id):
             pod = self._pods.get(f"{member.namespace}/{member.name}")
-            if pod is not None and holds_job(pod, member, member_job, self._prefix):
+            if pod is not None and holds_job(view(pod, self._prefix), member, member_job):
                 who = "its Pod" if member == ref else f"its gang's member {member}"
                 return f"{who} {why_held(pod)}"
         return "no Pod holds it any more: the next call is answered gone"

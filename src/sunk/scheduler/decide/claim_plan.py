@@ -11,16 +11,15 @@ to look again after CANCEL_CONFIRM_S.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from sunk.kube import events as ev
 from sunk.runtime.actions import CancelJob
 from sunk.scheduler.decide.actions import ConfirmClaim, Plan, PodPlan, ReleaseGroup, SignalJob
 from sunk.scheduler.decide.claims import CANCEL_CONFIRM_S, Claim, for_claim
-from sunk.scheduler.translate import PodRef
+from sunk.scheduler.decide.pod_state import PodView
+from sunk.scheduler.translate.job import PodRef
 from sunk.slurm.models import SlurmJob
 
-Json = dict[str, Any]
 # How soon a job being handed over to its Pod is looked at again.
 HANDOVER_RECHECK_S = 1.0
 
@@ -31,7 +30,7 @@ class ClaimFacts:
 
     ref: PodRef  # the Pod the job names
     job: SlurmJob
-    pod: Json | None  # the Pod the cache holds under that key, if any
+    pod: PodView | None  # the Pod the cache holds under that key, if any
     cancelled_at: float | None = None  # monotonic time this process's cancel was accepted
     signalled: bool = False  # this process signalled (or cancelled) it for the Pod already
     others_running: bool = False  # a gang's job: another member is there and not finished
@@ -40,7 +39,7 @@ class ClaimFacts:
     handing_over: bool = False
 
 
-def plan(facts: ClaimFacts, *, prefix: str, now: float) -> PodPlan:
+def plan(facts: ClaimFacts, *, now: float) -> PodPlan:
     """`now` is the monotonic clock `cancelled_at` was taken on."""
     job, ref = facts.job, facts.ref
     if facts.handing_over:
@@ -49,7 +48,6 @@ def plan(facts: ClaimFacts, *, prefix: str, now: float) -> PodPlan:
         facts.pod,
         ref,
         job,
-        prefix=prefix,
         cancelled_at=facts.cancelled_at,
         signalled=facts.signalled,
         now=now,

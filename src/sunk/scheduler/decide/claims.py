@@ -6,13 +6,11 @@ is gone, or one that has moved on to another job."""
 from __future__ import annotations
 
 import enum
-from typing import Any
 
-from sunk.scheduler.decide.pod_state import finally_refused, finished, recorded_job_id
-from sunk.scheduler.translate import PodRef
+from sunk.scheduler.decide.pod_state import PodView
+from sunk.scheduler.translate.job import PodRef
 from sunk.slurm.models import SlurmJob
 
-Json = dict[str, Any]
 # A cancelled job that Slurm still runs this long after is cancelled again.
 CANCEL_CONFIRM_S = 5.0
 
@@ -26,38 +24,34 @@ class Claim(enum.Enum):
     # job is cancelled and the other members wait for a new one (never deleted for it)
 
 
-def owns(pod: Json | None, ref: PodRef, job: SlurmJob, prefix: str) -> bool:
+def owns(pod: PodView | None, ref: PodRef, job: SlurmJob) -> bool:
     """The live Pod that `job` names still counts on it."""
     if pod is None:
         return False
-    meta = pod["metadata"]
-    if meta.get("uid") != ref.uid or meta.get("deletionTimestamp"):
+    if pod.ref.uid != ref.uid or pod.deleting:
         return False
-    if finished(pod) or finally_refused(pod):
+    if pod.finished or pod.refused:
         return False  # a refused Pod owns no job, whatever Slurm made of the refusal
-    recorded = recorded_job_id(pod, prefix)
-    return recorded is None or recorded == job.job_id
+    return pod.job_id is None or pod.job_id == job.job_id
 
 
-def holds_job(pod: Json | None, ref: PodRef, job_id: int, prefix: str) -> bool:
+def holds_job(pod: PodView | None, ref: PodRef, job_id: int) -> bool:
     """The Pod `ref` may still run something on job `job_id`'s resources: it exists, has not
     finished, and has not been given another job since (a rejected placement). A Pod being
     deleted still holds its job: its containers may still run. One never bound that names
     no job (a gang's member whose group was given a new job) runs nothing anywhere."""
-    if pod is None or pod["metadata"].get("uid") != ref.uid or finished(pod):
+    if pod is None or pod.ref.uid != ref.uid or pod.finished:
         return False
-    recorded = recorded_job_id(pod, prefix)
-    if recorded is None and not (pod.get("spec") or {}).get("nodeName"):
+    if pod.job_id is None and not pod.bound:
         return False
-    return recorded in (None, job_id)
+    return pod.job_id in (None, job_id)
 
 
 def for_claim(
-    pod: Json | None,
+    pod: PodView | None,
     ref: PodRef,
     job: SlurmJob,
     *,
-    prefix: str,
     cancelled_at: float | None,
     signalled: bool,
     now: float,
@@ -67,18 +61,12 @@ def for_claim(
     process's cancel of it was accepted (monotonic), `now` the same clock. For a component
     of a gang's job, `others_running` says another member still runs: a member that
     succeeded waits for them (the group's job ends as one), a member that failed ends it."""
-    if not job.active or owns(pod, ref, job, prefix):
+    if not job.active or owns(pod, ref, job):
         return Claim.KEEP
     group = job.group_leader is not None
-    if (
-        group
-        and others_running
-        and pod is not None
-        and pod["metadata"].get("uid") == ref.uid
-        and (pod.get("status") or {}).get("phase") == "Succeeded"
-    ):
+    if group and others_running and pod is not None and pod.ref.uid == ref.uid and pod.succeeded:
         return Claim.KEEP
-    gone = pod is None or not holds_job(pod, ref, job.job_id, prefix) or finally_refused(pod)
+    gone = pod is None or not holds_job(pod, ref, job.job_id) or pod.refused
     if gone:
         if group and job.pending:
             return Claim.RELEASE_GROUP if cancelled_at is None else Claim.KEEP

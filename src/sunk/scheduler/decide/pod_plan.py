@@ -29,6 +29,7 @@ from sunk.scheduler.decide.actions import (
     SetCondition,
     Widen,
 )
+from sunk.scheduler.decide.pod_state import PodView
 from sunk.scheduler.decide.submit_plan import size
 from sunk.scheduler.translate import PodRef, Settings, translate
 from sunk.slurm.models import SlurmJob
@@ -41,10 +42,9 @@ class PodFacts:
     """What one pass gathered about a live Pod from the caches and this process's memory."""
 
     pod: Json
-    job_id: int | None  # the job its annotation names
-    job: SlurmJob | None  # that job, if the index holds it for the Pod's UID
+    view: PodView  # what the object says, read once: its job ID, group, rejected placements
+    job: SlurmJob | None  # the job it names, if the index holds it for the Pod's UID
     leader: SlurmJob | None = None  # the first component of that job's group, if any
-    group: str | None = None  # the PodGroup it belongs to
     group_timed_out: bool = False
     ending_reported: bool = False  # its job's script said on the hooks API that Slurm ends it
     cancelled_for_pod: bool = False  # this process cancelled (or signalled) the job for the Pod
@@ -53,7 +53,6 @@ class PodFacts:
     hosts: frozenset[str] = frozenset()  # bound, job running: the Nodes hosting its node
     needed: frozenset[str] | None = None  # a pending job leaves out more than this: widen
     claims: tuple[tuple[PodRef, SlurmJob], ...] = ()  # every job the index names for its key
-    avoid: tuple[str, ...] = ()  # where a placement of its was rejected for good
 
 
 @dataclass(frozen=True)
@@ -65,11 +64,11 @@ class Rules:
 
 
 def plan(facts: PodFacts, rules: Rules, *, synced: bool, now: float) -> PodPlan:
-    pod, job = facts.pod, facts.job
+    pod, job, seen = facts.pod, facts.job, facts.view
+    group = seen.group
     decision = steps.for_pod(
-        pod,
+        seen,
         job,
-        prefix=rules.settings.annotation_prefix,
         synced=synced,
         now=now,
         ending_reported=facts.ending_reported,
@@ -82,19 +81,17 @@ def plan(facts: PodFacts, rules: Rules, *, synced: bool, now: float) -> PodPlan:
     if step is steps.Step.CONFIRM_MISSING:
         return Plan((ConfirmMissing(),))
     if step is steps.Step.FIND_OR_SUBMIT:
-        return Plan(
-            (ForGroup(facts.group, step),) if facts.group else (FindOrSubmit(adoptable(facts), facts.avoid),)
-        )
+        return Plan((ForGroup(group, step),) if group else (FindOrSubmit(adoptable(facts), seen.avoid),))
     if step is steps.Step.NOTHING:
         return Plan()
     if step is steps.Step.CONFIRM_ENDING:
-        assert facts.job_id is not None
-        return Plan((ConfirmEnding(facts.job_id),))
+        assert seen.job_id is not None
+        return Plan((ConfirmEnding(seen.job_id),))
     assert job is not None  # every other step is about the Pod's job
     reverted = pod_actions.reverted(pod, job) and not facts.being_deleted
     if step is steps.Step.END_POD and reverted:
         # Slurm lost its start: re-adopt it (a PodGroup's member: the whole group, or none).
-        return pod_actions.for_reverted(job, facts.group)
+        return pod_actions.for_reverted(job, group)
     if step is steps.Step.END_POD:
         return pod_actions.for_ending_job(
             pod,
@@ -109,29 +106,25 @@ def plan(facts: PodFacts, rules: Rules, *, synced: bool, now: float) -> PodPlan:
     if step is steps.Step.CHECK_BOUND and facts.being_deleted:
         return Plan()  # this process deleted it already, saying why: once is enough
     if step is steps.Step.CHECK_BOUND:
-        return pod_actions.for_bound_pod(pod, job, set(facts.hosts), readoptable=not facts.group)
+        return pod_actions.for_bound_pod(pod, job, set(facts.hosts), readoptable=not group)
     if step is steps.Step.LOST_START:
         # A PodGroup's member waits with its group's job as before (its group is one job).
-        return (
-            Plan((ReplaceLostStart(job.job_id),))
-            if not facts.group
-            else Plan(waiting(pod, job, facts.group, rules))
-        )
+        return Plan((ReplaceLostStart(job.job_id),)) if not group else Plan(waiting(pod, job, group, rules))
     if step is steps.Step.GROUP_TIMED_OUT:
-        assert facts.group is not None
-        return Plan((ForGroup(facts.group, step),))
+        assert group is not None
+        return Plan((ForGroup(group, step),))
     if step is steps.Step.BIND:
-        group = facts.group if job.group_leader is not None else None
-        return Plan((ForGroup(group, step),) if group else (Bind(facts.avoid),))
+        in_group = group if job.group_leader is not None else None
+        return Plan((ForGroup(in_group, step),) if in_group else (Bind(seen.avoid),))
     if step is steps.Step.WIDEN:
         assert facts.needed is not None
         return Plan(widening(job, facts.needed, pack=rules.pack))
-    return Plan(waiting(pod, job, facts.group, rules))
+    return Plan(waiting(pod, job, group, rules))
 
 
 def adoptable(facts: PodFacts) -> int | None:
     """The newest active job Slurm holds for the Pod's UID, which it does not name yet."""
-    uid = facts.pod["metadata"]["uid"]
+    uid = facts.view.ref.uid
     return max((job.job_id for ref, job in facts.claims if ref.uid == uid and job.active), default=None)
 
 

@@ -1,13 +1,15 @@
-"""What a Pod's own object says of it, read by every other question: whether its containers
-ended for good, whether it was refused for good, and which job it records. Kept apart so
-the claims, the Pod's step and the planners read a Pod the same way."""
+"""What a Pod's own object says of it, read once per pass (`view`) and then by every other
+question: whether its containers ended for good, whether it was refused for good, and which
+job it records. Kept apart so the claims, the Pod's step and the planners read a Pod the
+same way, from one `PodView` instead of each from the object."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
 
-from sunk.scheduler.translate import PodRef, gang
+from sunk.scheduler.translate import gang
+from sunk.scheduler.translate.job import PodRef
 
 Json = dict[str, Any]
 ENDED_PHASES = ("Succeeded", "Failed")
@@ -48,14 +50,23 @@ class PodView:
     group: str | None  # the PodGroup it belongs to
     bound: bool  # it has a Node
     avoid: tuple[str, ...]  # where a placement of its was rejected for good
+    finished: bool = False  # its containers ended for good
+    deleting: bool = False  # its deletion was asked (deletionTimestamp)
+    succeeded: bool = False  # phase Succeeded
 
 
 def view(pod: Json, prefix: str) -> PodView:
+    meta = pod.get("metadata") or {}
+    phase = (pod.get("status") or {}).get("phase")
     return PodView(
-        PodRef.of(pod),
+        # Built here, not by PodRef.of: one read of the object, in one module.
+        PodRef(meta.get("namespace", "default"), meta.get("name", ""), meta.get("uid", "")),
         recorded_job_id(pod, prefix),
         finally_refused(pod),
         gang.group_of(pod),
         bool((pod.get("spec") or {}).get("nodeName")),
         avoid_nodes(pod, prefix),
+        finished=phase in ENDED_PHASES,
+        deleting=bool(meta.get("deletionTimestamp")),
+        succeeded=phase == "Succeeded",
     )

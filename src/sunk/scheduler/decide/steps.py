@@ -6,12 +6,10 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
-from typing import Any
 
-from sunk.scheduler.decide.pod_state import finally_refused, finished
+from sunk.scheduler.decide.pod_state import PodView
 from sunk.slurm.models import SlurmJob
 
-Json = dict[str, Any]
 # A pending or starting state is reported on the Pod only once it lasts this long.
 TRANSIENT_S = 3.0
 # Why a job waits in the normal course of things (Slurm has not looked at it yet, jobs of
@@ -44,10 +42,9 @@ class Decision:
 
 
 def for_pod(
-    pod: Json,
+    pod: PodView,
     job: SlurmJob | None,
     *,
-    prefix: str,
     synced: bool,
     now: float,
     ending_reported: bool = False,
@@ -63,12 +60,12 @@ def for_pod(
     now (a Node uncordoned or Ready again, a slurmd Pod back, or --placement=pack keeping idle
     nodes for whole-node Pods); it gets them back once it has waited that long since its
     submission (0: at once; PACK_PATIENCE_S under --placement=pack)."""
-    if finally_refused(pod):
+    if pod.refused:
         return Decision(Step.NOTHING)
-    bound = bool((pod.get("spec") or {}).get("nodeName"))
-    if job is not None and slurm_ends(pod, job):
+    bound = pod.bound
+    if job is not None and slurm_ends(bound, job):
         return Decision(Step.END_POD)
-    if pod["metadata"].get("deletionTimestamp") or finished(pod):
+    if pod.deleting or pod.finished:
         return Decision(Step.NOTHING)
     if ending_reported:
         return Decision(Step.CONFIRM_ENDING)
@@ -98,10 +95,9 @@ def for_pod(
     return Decision(Step.NOTHING)
 
 
-def slurm_ends(pod: Json, job: SlurmJob) -> bool:
-    """Slurm is ending the Pod's job, or gave up its resources while the Pod is bound
+def slurm_ends(bound: bool, job: SlurmJob) -> bool:
+    """Slurm is ending the Pod's job, or gave up its resources while the Pod is `bound`
     (requeued, suspended): either way the Pod must go."""
-    bound = bool((pod.get("spec") or {}).get("nodeName"))
     return job.ending or (bound and job.gave_up_resources)
 
 

@@ -123,7 +123,7 @@ class PodController:
             self.memory.deleting.pop(key, None)
             recheck = Outcome()
             for ref, other in self.index.for_key(namespace, name):
-                recheck = recheck.merge(await self._settle_claim(ref, other, None))
+                recheck = recheck.merge(await self._settle_claim(ref, other, None, None))
             return recheck
         view = pod_state.view(pod, self.prefix)
         if self.memory.job_written.unseen(view.ref.uid, view.job_id):
@@ -136,7 +136,7 @@ class PodController:
         jobs = self.index.of_pod(view.ref, view.job_id)
         recheck = Outcome()  # a cancel to confirm: the job is looked at until Slurm ends it
         for ref, other in jobs.claims:
-            recheck = recheck.merge(await self._settle_claim(ref, other, pod))
+            recheck = recheck.merge(await self._settle_claim(ref, other, pod, view))
         # A cancel to confirm and the Pod's own next look: the sooner wins.
         facts = await self._gather(pod, view, jobs)
         plan = pod_plan.plan(facts, self.rules, synced=self.index.synced.is_set(), now=self.clock.now())
@@ -152,10 +152,9 @@ class PodController:
         needed = self._widenable(pod, job)
         return pod_plan.PodFacts(
             pod,
-            view.job_id,
+            view,
             job,
             leader=jobs.leader,
-            group=view.group,
             group_timed_out=await self._group_timed_out(view, jobs),
             ending_reported=(view.job_id, uid) in self.memory.ending_reported,
             cancelled_for_pod=job is not None and (job.job_id, uid) in self.memory.signalled,
@@ -164,21 +163,22 @@ class PodController:
             hosts=frozenset(hosts),
             needed=frozenset(needed) if needed is not None else None,
             claims=tuple(jobs.claims),
-            avoid=view.avoid,
         )
 
-    async def _settle_claim(self, ref: PodRef, job: SlurmJob, pod: Json | None) -> Outcome:
+    async def _settle_claim(
+        self, ref: PodRef, job: SlurmJob, pod: Json | None, view: pod_state.PodView | None
+    ) -> Outcome:
         """One job naming this Pod key: `claim_plan` says whether it may live and how it ends."""
         facts = claim_plan.ClaimFacts(
             ref,
             job,
-            pod,
+            view,
             cancelled_at=self.memory.cancelled.get((job.job_id, ref.uid)),
             signalled=(job.job_id, ref.uid) in self.memory.signalled,
             others_running=job.group_leader is not None and self.gangs.others_running(ref, job),
             handing_over=job.job_id in self.memory.handing_over,
         )
-        plan = claim_plan.plan(facts, prefix=self.prefix, now=self.clock.monotonic())
+        plan = claim_plan.plan(facts, now=self.clock.monotonic())
         return await self._execute(ref, pod, job, plan)
 
     async def _still_claims(self, ref: PodRef, job_id: int) -> bool:
@@ -334,7 +334,7 @@ class PodController:
         self.memory.ending_reported.discard((job_id, ref.uid))
         if found is not None and self.index.owner_of(found) == ref:
             self.index.observe(ref, found)
-            if steps.slurm_ends(pod, found):
+            if steps.slurm_ends(bool((pod.get("spec") or {}).get("nodeName")), found):
                 return await self._job_ending(pod, found)  # says why, deletes, drains if late
             log.warning(
                 "the placeholder of job %s said Slurm is ending it, but Slurm says %s; the Pod %s stays",
