@@ -78,7 +78,7 @@ def test_r9_4_a_slurm_node_whose_slurmd_pod_is_terminating_is_never_chosen() -> 
         Store([node()]), Store([slurmd("n1", terminating=True)]), "sunk.coreweave.com/slurm-node"
     )  # type: ignore[arg-type]
     view.slurm_nodes = {"sn-1"}
-    assert "no slurmd Pod" in view.excluded_for({"metadata": {}, "spec": {}}, [])["sn-1"]
+    assert "no slurmd Pod" in view.excluded_for({"metadata": {}, "spec": {}}, None)["sn-1"]
     live = ClusterView(Store([node()]), Store([slurmd("n1")]), "sunk.coreweave.com/slurm-node")  # type: ignore[arg-type]
     live.slurm_nodes = {"sn-1"}
-    assert live.excluded_for({"metadata": {}, "spec": {}}, []) == {}
+    assert live.excluded_for({"metadata": {}, "spec": {}}, None) == {}

@@ -44,14 +44,14 @@ DEFAULTS = Settings()
 
 def ok(manifest: dict[str, Any], settings: Settings = DEFAULTS) -> Any:
     result = translate(manifest, settings)
-    assert result.valid, result.errors
+    assert not result.errors, result.errors
     assert result.job is not None
     return result.job
 
 
 def errors(manifest: dict[str, Any], settings: Settings = DEFAULTS) -> list[str]:
     result = translate(manifest, settings)
-    assert not result.valid
+    assert result.errors
     return result.errors
 
 
@@ -351,7 +351,7 @@ def test_r3_annotation_prefix_is_configurable() -> None:
 
 def test_r3_unknown_annotations_under_the_prefix_are_noted_not_fatal() -> None:
     result = translate(pod({P + "partion": "high"}), Settings())
-    assert result.valid
+    assert not result.errors
     assert any("partion" in note for note in result.notes)
 
 
@@ -387,7 +387,7 @@ def requesting(devices: dict[str, str], key: str = "requests") -> dict[str, Any]
 
 def test_r12_3_an_extended_resource_the_table_does_not_know_is_refused() -> None:
     result = translate(requesting({"example.com/fpga": "1"}), DEFAULTS)
-    assert not result.valid
+    assert result.errors
     assert "example.com/fpga, which this scheduler does not map to a Slurm GRES" in result.errors[0]
     assert "nvidia.com/gpu" in result.errors[0] and "--device-gres" in result.errors[0]
 

@@ -102,12 +102,13 @@ class ClusterView:
         self,
         slurm_node: str,
         pod: Json,
-        placed: list[Json],
+        placed: list[Json] | None,
         mapping: dict[str, set[str]] | None = None,
         room: Room | None = None,
     ) -> Target:
         """The Node for `slurm_node`, or why the Pod must not be placed there (R4.3, R9.3).
-        `placed`: the Pods already on Nodes, for the Pod's affinity and spread rules;
+        `placed`: the Pods already on Nodes, for the Pod's affinity and spread rules (None:
+        it has none, `Translation.pod_rules`);
         `room`: whether the Pod fits there in the kubelet's count (None: not checked)."""
         pod_spec = pod.get("spec") or {}
         hosts = set((mapping or self.host_map()).get(slurm_node, ()))
@@ -130,7 +131,7 @@ class ClusterView:
             short = room.shortfall(node)
             if short is not None:
                 return Target(slurm_node, node, short, lasting=False)
-        if problem is None and podaffinity.has_rules(pod):
+        if problem is None and placed is not None:
             candidates = [
                 n
                 for names in (mapping or self.host_map()).values()
@@ -141,8 +142,8 @@ class ClusterView:
             problem = podaffinity.problem(pod, node, self.nodes.store, placed, candidates)
         return Target(slurm_node, node, problem)
 
-    def excluded_for(self, pod: Json, placed: list[Json], room: Room | None = None) -> dict[str, str]:
-        """Slurm nodes the Pod must avoid, each with the reason."""
+    def excluded_for(self, pod: Json, placed: list[Json] | None, room: Room | None = None) -> dict[str, str]:
+        """Slurm nodes the Pod must avoid, each with the reason (`placed` as for `target`)."""
         mapping = self.host_map()
         excluded = {}
         for slurm_node in sorted(self.slurm_nodes | set(mapping)):

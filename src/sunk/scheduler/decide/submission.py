@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sunk.scheduler import policy
-from sunk.scheduler.translate import PlaceholderJob, Translation, podaffinity
+from sunk.scheduler.translate import PlaceholderJob, Translation
 from sunk.slurm.request import JobRequest
 
 Json = dict[str, Any]
@@ -79,7 +79,7 @@ def vet(
     Pod, with every problem of that kind: invalid for Slurm, then forbidden by the trust
     policy, then what this REST version cannot express, then static CPU pinning when the
     scheduler refuses it."""
-    if not translation.valid or translation.job is None:
+    if translation.errors or translation.job is None:
         return Vetting(None, Refusal(INVALID, tuple(translation.errors)))
     job, forbidden = policy.check(rules, pod, translation.job, prefix)
     if forbidden:
@@ -92,7 +92,8 @@ def vet(
         return Vetting(None, Refusal(INVALID, (pinned + "; this scheduler refuses such Pods",)))
     notices = [Notice(STATIC_CPU, pinned)] if pinned else []
     notices += [Notice(IGNORED_ANNOTATION, note) for note in translation.notes]
-    ignored = podaffinity.not_honoured(pod)
-    if ignored:
-        notices.append(Notice(RULE_NOT_HONOURED, "sunk does not apply: " + "; ".join(ignored)))
+    if translation.not_honoured:
+        notices.append(
+            Notice(RULE_NOT_HONOURED, "sunk does not apply: " + "; ".join(translation.not_honoured))
+        )
     return Vetting(job, None, tuple(notices))

@@ -59,11 +59,15 @@ class HookCredentials:
     secret: bytes = field(repr=False)
     ca_pem: str = ""  # what placeholders verify the hooks API's certificate with ("": plain HTTP)
 
-    def key_for(self, pod_uid: str) -> str:
-        return pod_key(self.secret, pod_uid)
-
-    def token_for(self, pod_uid: str) -> str:
-        return pod_token(self.secret, pod_uid)
+    def environment_for(self, pod_uid: str) -> dict[str, str]:
+        """What the placeholder of Pod `pod_uid` is told to reach the hooks API with: where
+        it listens, the Pod's token and signing key, and the CA to verify it by."""
+        return {
+            "SUNK_HOOK_URL": self.url,
+            "SUNK_HOOK_TOKEN": pod_token(self.secret, pod_uid),
+            "SUNK_HOOK_KEY": pod_key(self.secret, pod_uid),
+            **({"SUNK_HOOK_CA": self.ca_pem} if self.ca_pem else {}),
+        }
 
 
 def signature(key_hex: str, method: str, path: str, timestamp: str, nonce: str) -> str:

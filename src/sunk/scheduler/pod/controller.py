@@ -424,7 +424,7 @@ class PodController:
         result = translate(pod, self.settings)
         if result.job is None:
             return None
-        excluded = tuple(self.places.excluded_for(pod)) + self.reader.avoid(pod)
+        excluded = tuple(self.places.excluded_for(pod, result.pod_rules)) + self.reader.avoid(pod)
         needed = set(result.job.avoiding(excluded).excluded_nodes)
         return needed if set(job.excluded_nodes) - needed else None
 

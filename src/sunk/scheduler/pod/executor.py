@@ -188,16 +188,13 @@ class PodExecutor:
     def environment(self, job: PlaceholderJob) -> dict[str, str]:
         """What the placeholder script of `job` is told (its Pod, the hooks API, its token
         and key)."""
-        hooks = self.hooks()
+        ref = job.pod
         environment = {
             "PATH": JOB_PATH,
             **mark_environment(self.slurm.dialect, job.request),
-            "SUNK_POD": str(job.pod),
-            "SUNK_POD_UID": job.pod.uid,
-            "SUNK_HOOK_URL": hooks.url,
-            "SUNK_HOOK_TOKEN": hooks.token_for(job.pod.uid),
-            "SUNK_HOOK_KEY": hooks.key_for(job.pod.uid),
-            **({"SUNK_HOOK_CA": hooks.ca_pem} if hooks.ca_pem else {}),
+            "SUNK_POD": f"{ref.namespace}/{ref.name}",
+            "SUNK_POD_UID": ref.uid,
+            **self.hooks().environment_for(ref.uid),
             "SUNK_KILL_WAIT": str(self.settings.kill_wait_s),
         }
         if os.environ.get("SLURM_CONF"):

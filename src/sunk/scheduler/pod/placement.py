@@ -21,16 +21,15 @@ from collections.abc import Sequence
 from typing import Any
 
 from sunk.kube import noderoom
-from sunk.kube.resources import Requests
 from sunk.runtime.ports import Clock
 from sunk.scheduler.cluster import ClusterView, Room
 from sunk.scheduler.decide import problems
 from sunk.scheduler.decide.bind_plan import Choice
 from sunk.scheduler.decide.pod_state import finished
-from sunk.scheduler.pod.room import NodeSums
+from sunk.scheduler.pod.room import Tallies
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import SlurmPort
-from sunk.scheduler.translate import Settings, podaffinity, translate
+from sunk.scheduler.translate import Settings, translate
 from sunk.slurm.models import SlurmJob, SlurmNode
 
 Json = dict[str, Any]
@@ -56,8 +55,7 @@ class Placement:
         self._placing: dict[str, tuple[float, Json]] = {}
         self._node_states: dict[str, tuple[float, SlurmNode | None]] = {}
         # What the Pods on each Node hold in the kubelet's count: this scheduler's, the slurmd Pods.
-        self._mine = NodeSums(pods.items)
-        self._slurmd = NodeSums(lambda: cluster.slurmd_pods.store.items())
+        self._sums = Tallies(pods.items, cluster.slurmd_pods)
 
     async def choose(self, pod: Json, job: SlurmJob, company: list[tuple[str, Json]] | None = None) -> Choice:
         """The Node to bind `pod` to, or why not. Strict node locking: never a doubtful node
@@ -70,7 +68,8 @@ class Placement:
         if len(job.nodes) != 1:
             return Choice(None, f"Slurm allocated {len(job.nodes)} nodes, not one", True)
         slurm_node = job.nodes[0]
-        wanted = translate(pod, self.settings).job
+        translation = translate(pod, self.settings)
+        wanted = translation.job
         short = (
             problems.allocation_problem(job, wanted.cpus, wanted.memory_mib, wanted.gres) if wanted else None
         )
@@ -81,11 +80,11 @@ class Placement:
         # A Pod with affinity or spread rules also takes one lock shared by all such Pods:
         # their rules span Nodes (a zone), and each must count the others' placements.
         state = await self._slurm_node_state(slurm_node)
-        rules_apply = podaffinity.has_rules(pod)
+        rules_apply = translation.pod_rules
         rules = self._rules_lock if rules_apply else contextlib.nullcontext()
         async with rules, self._node_locks[slurm_node]:
             # From the room check to `placing` nothing awaits: no other binding comes between.
-            placed = self.placed(pod) if rules_apply else []
+            placed = self.placed(pod) if rules_apply else None
             target = self.cluster.target(slurm_node, pod, placed, room=self.room(pod))
             node_problem = problems.slurm_node_problem(slurm_node, state)
             problem = target.problem or node_problem
@@ -114,7 +113,7 @@ class Placement:
         """The binding of Pod `uid` failed: it no longer counts as placed."""
         self._placing.pop(uid, None)
 
-    def excluded_for(self, pod: Json) -> dict[str, str]:
+    def excluded_for(self, pod: Json, pod_rules: bool) -> dict[str, str]:
         """The Slurm nodes the Pod's own constraints rule out, with why: those of the Node
         (`ClusterView.target`), and Nodes where it can never fit in the kubelet's count:
         where the slurmd Pods alone leave too little of the Node's allocatable. Only Pods
@@ -123,8 +122,9 @@ class Placement:
         A Node this scheduler's own Pods fill for now is not ruled out: Slurm counts their
         jobs on the node as well, so the Pod's job waits in Slurm's queue for it (in line,
         able to preempt), and a binding the kubelet would refuse is held back by `choose`
-        until those Pods are gone."""
-        placed = self.placed(pod) if podaffinity.has_rules(pod) else []
+        until those Pods are gone. `pod_rules`: the Pod has inter-Pod rules
+        (`Translation.pod_rules`)."""
+        placed = self.placed(pod) if pod_rules else None
         return self.cluster.excluded_for(pod, placed, room=self.room(pod, with_mine=False))
 
     def placed(self, pod: Json) -> list[Json]:
@@ -148,37 +148,12 @@ class Placement:
         (Node, Pod) pairs of `beside`."""
         meta = pod["metadata"]
         key = f"{meta.get('namespace')}/{meta.get('name')}"
-        held = self._tallies(key, meta.get("uid", "")) if with_mine else self._beside(beside)
+        held = (
+            self._sums.around(key, meta.get("uid", ""), self._in_flight())
+            if with_mine
+            else self._sums.beside(beside)
+        )
         return Room(noderoom.requests_of(pod), held)
-
-    def _beside(self, pods: Sequence[tuple[str, Json]]) -> dict[str, noderoom.Tally]:
-        """Node → what the slurmd Pods and `pods` (each on its Node) request there."""
-        tallies = dict(self._slurmd.look())
-        for node, other in pods:
-            _count_on(tallies, node, noderoom.requests_of(other))
-        return tallies
-
-    def _tallies(self, key: str, uid: str) -> dict[str, noderoom.Tally]:
-        """Node → what the Pods this scheduler sees there request, as the kubelet counts
-        them: the slurmd Pods, and this scheduler's Pods bound or being bound, but the Pod
-        `key` (UID `uid`) itself. (A Pod in both caches, a slurmd Pod naming this scheduler,
-        would count twice: no NodeSet makes one.)"""
-        mine, theirs = self._mine.look(), self._slurmd.look()
-        tallies = {
-            node: tally.plus(theirs[node]) if node in theirs else tally for node, tally in mine.items()
-        }
-        for node, tally in theirs.items():
-            tallies.setdefault(node, tally)
-        besides: list[tuple[str, Requests, int]] = []
-        own_node, held = self._mine.held(key)
-        if own_node is not None and held is not None:  # the Pod itself, should it be bound already
-            besides.append((own_node, held, -1))
-        for other_uid, other in self._in_flight().items():
-            if other_uid != uid and noderoom.counts(other):
-                besides.append((other["spec"]["nodeName"], noderoom.requests_of(other), 1))
-        for node, requests, sign in besides:
-            _count_on(tallies, node, requests, sign)
-        return tallies
 
     def _in_flight(self) -> dict[str, Json]:
         """UID → each Pod being bound that the informer does not show on its Node yet (those
@@ -213,10 +188,3 @@ class Placement:
             del self._node_locks[node]
         for uid in [u for u, (at, _) in self._placing.items() if now - at > PLACING_TTL_S]:
             del self._placing[uid]
-
-
-def _count_on(tallies: dict[str, noderoom.Tally], node: str, requests: Requests, sign: int = 1) -> None:
-    """Count one Pod more (sign -1: fewer) on `node` in `tallies`, on a copy of its tally:
-    the tallies NodeSums keeps stay as they are."""
-    tallies[node] = (tallies.get(node) or noderoom.Tally()).copy()
-    tallies[node].add(requests, sign)

@@ -1,5 +1,6 @@
-"""What the Pods this scheduler sees hold on each Node, in the kubelet's count (R4.3): one
-cache's Pods (the slurmd Pods, or the scheduler's own), summed per Node.
+"""What the Pods this scheduler sees hold on each Node, in the kubelet's count (R4.3): each
+cache's Pods (the slurmd Pods, and the scheduler's own) summed per Node (`NodeSums`), and
+the two put together around one Pod (`Tallies`), with the Pods being bound.
 
 Asked at every submission and binding, so it is kept up to date instead of summed again:
 an informer replaces a cached object whenever it changes, so each look compares every
@@ -9,11 +10,12 @@ what changed. A cache of thousands of Pods costs about a millisecond a look.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from sunk.kube import noderoom
 from sunk.kube.resources import Requests
+from sunk.runtime.ports import Cache
 
 Json = dict[str, Any]
 # The object summed, its Node, and what it holds there (None: it holds nothing, being
@@ -63,3 +65,48 @@ class NodeSums:
         tally.add(held, sign)
         if tally.pods == 0:
             del self._by_node[node]
+
+
+class Tallies:
+    """Node → what the Pods there request in the kubelet's count: the slurmd Pods (from
+    their cache) and this scheduler's own (from `mine`)."""
+
+    def __init__(self, mine: Callable[[], Iterable[tuple[str, Json]]], slurmd: Cache) -> None:
+        self._mine = NodeSums(mine)
+        # The informer replaces its store on a relist: read it through at each look.
+        self._slurmd = NodeSums(lambda: slurmd.store.items())
+
+    def beside(self, pods: Sequence[tuple[str, Json]]) -> dict[str, noderoom.Tally]:
+        """The slurmd Pods, and `pods` (each on its Node)."""
+        tallies = dict(self._slurmd.look())
+        for node, other in pods:
+            count_on(tallies, node, noderoom.requests_of(other))
+        return tallies
+
+    def around(self, key: str, uid: str, in_flight: Mapping[str, Json]) -> dict[str, noderoom.Tally]:
+        """The slurmd Pods, this scheduler's Pods bound and those being bound (`in_flight`,
+        UID → the Pod as bound), but the Pod `key` (UID `uid`) itself. (A Pod in both caches,
+        a slurmd Pod naming this scheduler, would count twice: no NodeSet makes one.)"""
+        mine, theirs = self._mine.look(), self._slurmd.look()
+        tallies = {
+            node: tally.plus(theirs[node]) if node in theirs else tally for node, tally in mine.items()
+        }
+        for node, tally in theirs.items():
+            tallies.setdefault(node, tally)
+        besides: list[tuple[str, Requests, int]] = []
+        own_node, held = self._mine.held(key)
+        if own_node is not None and held is not None:  # the Pod itself, should it be bound already
+            besides.append((own_node, held, -1))
+        for other_uid, other in in_flight.items():
+            if other_uid != uid and noderoom.counts(other):
+                besides.append((other["spec"]["nodeName"], noderoom.requests_of(other), 1))
+        for node, requests, sign in besides:
+            count_on(tallies, node, requests, sign)
+        return tallies
+
+
+def count_on(tallies: dict[str, noderoom.Tally], node: str, requests: Requests, sign: int = 1) -> None:
+    """Count one Pod more (sign -1: fewer) on `node` in `tallies`, on a copy of its tally:
+    the tallies NodeSums keeps stay as they are."""
+    tallies[node] = (tallies.get(node) or noderoom.Tally()).copy()
+    tallies[node].add(requests, sign)

@@ -77,10 +77,11 @@ class SubmitReader:
         """The translation, policy and ruled-out nodes a submission of `pod` is decided by.
         The ruled-out nodes are those of the Pod's own constraints (see
         `Placement.excluded_for`): never a Node that is only busy now."""
+        translation = translate(pod, self.settings)
         return SubmitInputs(
-            translate(pod, self.settings),
+            translation,
             self.policy.current(),
-            self.places.excluded_for(pod),
+            self.places.excluded_for(pod, translation.pod_rules),
             self.cluster.slurm_nodes,
             self.cluster.largest,
             self.cluster.slurm_node_usage if self.rules.pack else (),

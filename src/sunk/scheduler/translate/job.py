@@ -10,6 +10,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from sunk.kube.resources import pod_requests
+from sunk.scheduler.translate import podaffinity
 from sunk.scheduler.translate.annotations import DEFAULT_PREFIX, JobOptions, parse_annotations
 from sunk.slurm.request import JobRequest
 
@@ -68,6 +69,9 @@ class Settings:
 
 @dataclass(frozen=True)
 class PlaceholderJob:
+    """The job a Pod gets. Its name, the nodes it leaves out and the request Slurm is asked
+    for are worked out once, when it is made: every step after reads them as data."""
+
     pod: PodRef
     scheduler: str
     cpus: int
@@ -77,32 +81,23 @@ class PlaceholderJob:
     avoid_nodes: tuple[str, ...] = ()  # added by the scheduler: Nodes the Pod cannot use
     # Added by --placement=pack: idle nodes left out while a partly used one has room.
     packed_away: tuple[str, ...] = ()
+    name: str = field(init=False, compare=False, repr=False)
+    excluded_nodes: tuple[str, ...] = field(init=False, compare=False, repr=False)
+    request: JobRequest = field(init=False, compare=False, repr=False)  # the job as Slurm is asked for it
 
-    @property
-    def name(self) -> str:
-        return job_name(self.pod, self.scheduler)
-
-    @property
-    def gpus(self) -> int:
-        return sum(count for name, count in self.gres if name == "gpu" or name.startswith("gpu:"))
-
-    @property
-    def excluded_nodes(self) -> tuple[str, ...]:
-        merged = dict.fromkeys(self.options.excluded_nodes + self.avoid_nodes + self.packed_away)
-        return tuple(n for n in merged if n not in self.options.required_nodes)
-
-    @property
-    def request(self) -> JobRequest:
-        """The job as Slurm is asked for it."""
+    def __post_init__(self) -> None:
         options = self.options
-        return JobRequest(
-            name=self.name,
+        name = job_name(self.pod, self.scheduler)
+        merged = dict.fromkeys(options.excluded_nodes + self.avoid_nodes + self.packed_away)
+        excluded = tuple(n for n in merged if n not in options.required_nodes)
+        request = JobRequest(
+            name=name,
             cpus=self.cpus,
             memory_mib=self.memory_mib,
             user_id=options.user_id,
             group_id=options.group_id,
             gres=self.gres,
-            excluded_nodes=self.excluded_nodes,
+            excluded_nodes=excluded,
             required_nodes=options.required_nodes,
             exclusive=options.exclusive,
             comment=options.comment,
@@ -116,6 +111,13 @@ class PlaceholderJob:
             workdir=options.current_working_dir,
             time_limit_min=options.timeout_minutes,
         )
+        object.__setattr__(self, "name", name)
+        object.__setattr__(self, "excluded_nodes", excluded)
+        object.__setattr__(self, "request", request)
+
+    @property
+    def gpus(self) -> int:
+        return sum(count for name, count in self.gres if name == "gpu" or name.startswith("gpu:"))
 
     def avoiding(self, nodes: tuple[str, ...]) -> PlaceholderJob:
         return replace(self, avoid_nodes=tuple(sorted(set(self.avoid_nodes) | set(nodes))))
@@ -123,13 +125,14 @@ class PlaceholderJob:
 
 @dataclass
 class Translation:
+    """A Pod's job, or every reason it cannot have one; and what its inter-Pod rules ask,
+    read once here so placement and the submission's checks need not read the Pod again."""
+
     job: PlaceholderJob | None
     errors: list[str] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-
-    @property
-    def valid(self) -> bool:
-        return not self.errors
+    pod_rules: bool = False  # it has required inter-Pod affinity or spread rules
+    not_honoured: tuple[str, ...] = ()  # its inter-Pod rules sunk does not apply, in words
 
 
 def check_grace_period(spec: dict[str, Any], kill_wait_s: int) -> str | None:
@@ -177,8 +180,9 @@ def translate(pod: dict[str, Any], settings: Settings) -> Translation:
     errors += annotation_errors
     gres, device_errors = map_devices(requests.devices, settings.devices)
     errors += device_errors
+    rules, ignored = podaffinity.read(pod)
     if errors:
-        return Translation(None, errors, options.notes)
+        return Translation(None, errors, options.notes, rules, ignored)
     job = PlaceholderJob(
         pod=PodRef.of(pod),
         scheduler=settings.scheduler_name,
@@ -187,4 +191,4 @@ def translate(pod: dict[str, Any], settings: Settings) -> Translation:
         options=options,
         gres=gres,
     )
-    return Translation(job, [], options.notes)
+    return Translation(job, [], options.notes, rules, ignored)

@@ -57,6 +57,12 @@ def _spread(pod: Json) -> list[Json]:
     return [c for c in constraints if c.get("whenUnsatisfiable", "DoNotSchedule") == "DoNotSchedule"]
 
 
+def read(pod: Json) -> tuple[bool, tuple[str, ...]]:
+    """Whether the Pod has rules sunk applies (`has_rules`), and those it does not
+    (`not_honoured`): what its translation carries."""
+    return has_rules(pod), tuple(not_honoured(pod))
+
+
 def has_rules(pod: Json) -> bool:
     return bool(_required(pod, "podAffinity") or _required(pod, "podAntiAffinity") or _spread(pod))
 
