@@ -14,7 +14,7 @@ from sunk.kube.client import KubeError
 from sunk.scheduler.decide.actions import Readopt
 from sunk.scheduler.jobs import MIN_JOB_AGE_S
 from sunk.scheduler.pod import readopting
-from sunk.scheduler.pod.group_readopting import UNSEEN_WAIT_S
+from sunk.scheduler.pod.memory import WRITE_UNSEEN_RECHECK_S
 from sunk.scheduler.translate import PodRef, gang
 from sunk.slurm.dataparser import DataParser
 from sunk.slurm.dialect import Submission
@@ -360,7 +360,7 @@ async def test_issue53_a_pass_that_waited_for_its_gangs_lock_never_readopts_an_o
     waited = await world.pod_controller.group_readoption.readopt(
         stale_b, Readopt(101, "sn-2", None, group="g"), []
     )
-    assert waited == UNSEEN_WAIT_S
+    assert waited == WRITE_UNSEEN_RECHECK_S
     assert len(world.slurm.submitted()) == 2 and active_jobs(world) == [102, 103]
 
 

@@ -37,11 +37,6 @@ class Choice(NamedTuple):
     # bound once they are gone.
     waits_on: str | None = None
 
-    @property
-    def rejects(self) -> bool:
-        """The placement is rejected: the Pod needs a new job (and its inputs are read)."""
-        return self.node is None and self.waits_on is None
-
 
 def for_choice(
     pod: Json,

@@ -42,7 +42,7 @@ from sunk.scheduler.jobs import JobIndex, PodJobs
 from sunk.scheduler.pod.executor import PodExecutor
 from sunk.scheduler.pod.gangs import Gangs
 from sunk.scheduler.pod.group_readopting import GroupReadoption
-from sunk.scheduler.pod.memory import Memory
+from sunk.scheduler.pod.memory import WRITE_UNSEEN_RECHECK_S, Memory
 from sunk.scheduler.pod.placement import Placement
 from sunk.scheduler.pod.readopting import Ended, Readopter
 from sunk.scheduler.pod.submitting import SubmitReader
@@ -54,8 +54,6 @@ from sunk.slurm.models import SlurmJob
 
 log = logging.getLogger(__name__)
 Json = dict[str, Any]
-# How soon a Pod whose cache lags behind this process's own write is looked at again.
-WRITE_UNSEEN_RECHECK_S = 0.2
 # Slurm reads on behalf of hook calls in flight at once; beyond that the poller answers.
 ASK_WHY_AT_ONCE = 4
 
@@ -234,7 +232,20 @@ class PodController:
         self, ref: PodRef, pod: Json | None, job: SlurmJob | None, plan: actions.PodPlan, said: actions.Said
     ) -> Outcome:
         deleting = any(isinstance(action, actions.DeletePod) for action in plan.actions)
-        for action in plan.actions:
+        # A run of effects goes to the executor at once; a submission's answer is planned on
+        # here before the rest goes on, so it ends a run.
+        effects: list[actions.Effect] = []
+        for action in (*plan.actions, None):
+            if isinstance(action, actions.Effect) and not isinstance(action, actions.SubmitPod):
+                effects.append(action)
+                continue
+            if effects:
+                stop = await self.executor.apply(ref, pod, job, effects, deleting=deleting)
+                effects = []
+                if stop is not None:
+                    return stop
+            if action is None:
+                break
             if isinstance(action, actions.ConfirmClaim):
                 if not await self._still_claims(ref, action.job_id):
                     return Outcome()
@@ -243,10 +254,6 @@ class PodController:
                 answer = await self.executor.submit_pod(pod, action)
                 then = submit_plan.answered(pod, action, answer, pack_on=self.reader.rules.pack)
                 await self._carry_out(ref, pod, job, actions.Plan(then), said)  # the rest goes on
-            elif isinstance(action, actions.Effect):
-                stop = await self.executor.apply(ref, pod, job, action, deleting=deleting)
-                if stop is not None:
-                    return stop
             else:
                 return await self._hand_over(ref, pod, job, action, said)
         return Outcome(requeue_after=plan.after)
@@ -305,7 +312,7 @@ class PodController:
             return done
         assert job is not None  # binding and a group's timeout are about the Pod's job
         if isinstance(action, actions.Bind):
-            return await self._bind(pod, job, action.avoid, said)
+            return await self._bind(ref, pod, job, action.avoid, said)
         if action.step is steps.Step.GROUP_TIMED_OUT:
             return await self.gangs.timed_out(pod, job, said)
         return await self.gangs.bind_members(pod, job, said)
@@ -429,9 +436,13 @@ class PodController:
         return needed if set(job.excluded_nodes) - needed else None
 
     # -- binding (R4.3, R4.4) -------------------------------------------------------------
-    async def _bind(self, pod: Json, job: SlurmJob, avoid: tuple[str, ...], said: actions.Said) -> Outcome:
-        """Check the job's node strictly (a fresh read of it, under its lock), then plan."""
+    async def _bind(
+        self, ref: PodRef, pod: Json, job: SlurmJob, avoid: tuple[str, ...], said: actions.Said
+    ) -> Outcome:
+        """Check the job's node strictly (a fresh read of it, under its lock), then plan; a
+        rejected placement's new job is planned from the inputs read only then."""
         choice = await self.places.choose(pod, job)
-        inputs = self.reader.inputs(pod) if choice.rejects else None
+        rejects = choice.node is None and choice.waits_on is None
+        inputs = self.reader.inputs(pod) if rejects else None
         plan = bind_plan.for_choice(pod, job, choice, avoid, inputs, self.reader.rules)
-        return await self._carry_out(PodRef.of(pod), pod, job, plan, said)
+        return await self._carry_out(ref, pod, job, plan, said)

@@ -20,7 +20,7 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import os
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from sunk import metrics
@@ -93,14 +93,23 @@ class PodExecutor:
         ref: PodRef,
         pod: Json | None,
         job: SlurmJob | None,
-        action: actions.Effect,
+        effects: Sequence[actions.Effect],
         *,
         deleting: bool = False,
     ) -> Outcome | None:
-        """One effect of a Pod controller's plan; an Outcome when the plan must stop there
+        """A run of a plan's effects, in order; an Outcome when the plan must stop there
         (Slurm would not widen, the Pod is bound already, the Pod went while its job was
         submitted). `deleting`: the plan deletes the Pod, so its Events say why and must be
         written first (an unreachable API server is raised, not skipped)."""
+        for action in effects:
+            stop = await self._apply(ref, pod, job, action, deleting=deleting)
+            if stop is not None:
+                return stop
+        return None
+
+    async def _apply(
+        self, ref: PodRef, pod: Json | None, job: SlurmJob | None, action: actions.Effect, *, deleting: bool
+    ) -> Outcome | None:
         if isinstance(action, CancelJob):
             assert job is not None
             log.info("cancelling Slurm job %s of %s: %s", action.job_id, ref, action.why)

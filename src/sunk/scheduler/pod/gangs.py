@@ -177,7 +177,7 @@ class Gangs:
             adoptable = self.reader.adoptable(pod)
             if adoptable is not None:
                 adopt, adopted = submit_plan.adoption(adoptable, self.reader.avoid(pod))
-                await self.executor.apply(PodRef.of(pod), pod, None, adopt)
+                await self.executor.apply(PodRef.of(pod), pod, None, (adopt,))
                 said.append(replace(adopted, pod=pod))
                 return Outcome()
             group, problem = await self.podgroup(namespace, name)

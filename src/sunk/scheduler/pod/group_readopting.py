@@ -31,6 +31,7 @@ from sunk.runtime.actions import CancelJob, Event
 from sunk.runtime.controller import Outcome
 from sunk.runtime.ports import Clock
 from sunk.scheduler.decide import actions, pod_actions, pod_state, submission
+from sunk.scheduler.pod.memory import WRITE_UNSEEN_RECHECK_S
 from sunk.scheduler.pod.readopting import POLL_S, START_WITHIN_S, Ended, Readopter
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.translate import PodRef, gang, translate
@@ -42,8 +43,6 @@ log = logging.getLogger(__name__)
 Json = dict[str, Any]
 # A member's node has not registered with a just restarted slurmctld: look again this soon.
 REGISTER_WAIT_S = 1.0
-# How soon a group is judged again while the cache lags behind a record this process wrote.
-UNSEEN_WAIT_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -103,7 +102,7 @@ class GroupReadoption:
                 # This process recorded a newer job on a member that the cache does not show
                 # yet (a pass re-adopted or ended the group meanwhile): judged by that copy,
                 # the member would be re-adopted a second time.
-                return UNSEEN_WAIT_S
+                return WRITE_UNSEEN_RECHECK_S
             judged: list[tuple[Json, actions.Readopt]] = []
             for member in members:
                 verdict = await self._judge(member, action.group)

@@ -7,6 +7,10 @@ from __future__ import annotations
 from sunk.runtime.expectations import Expectations
 from sunk.runtime.ports import Clock
 
+# How soon a Pod (or a PodGroup) is looked at again while the cache lags behind a write
+# this process made on it: judged by the old copy, it would be acted on twice.
+WRITE_UNSEEN_RECHECK_S = 0.2
+
 
 class Memory:
     def __init__(self, clock: Clock) -> None:
