@@ -136,9 +136,21 @@ class PodController:
         for ref, other in jobs.claims:
             recheck = recheck.merge(await self._settle_claim(ref, other, pod, view))
         # A cancel to confirm and the Pod's own next look: the sooner wins.
+        return recheck.merge(await self._step(pod, view, jobs))
+
+    async def _step(self, pod: Json, view: pod_state.PodView, jobs: PodJobs) -> Outcome:
+        """The Pod's own step: gather, plan, carry out."""
         facts = await self._gather(pod, view, jobs)
         plan = pod_plan.plan(facts, self.rules, synced=self.index.synced.is_set(), now=self.clock.now())
-        return recheck.merge(await self._execute(view.ref, pod, facts.job, plan))
+        return await self._execute(view.ref, pod, facts.job, plan)
+
+    async def _replan(self, pod: Json, view: pod_state.PodView) -> Outcome:
+        """Plan the Pod's step again on a job Slurm just confirmed (now in the index). A
+        plan that would ask Slurm again is left to the next pass: one read per pass."""
+        jobs = self.index.of_pod(view.ref, view.job_id)
+        if jobs.job is None:
+            return Outcome(requeue_after=1)
+        return await self._step(pod, view, jobs)
 
     async def _gather(self, pod: Json, view: pod_state.PodView, jobs: PodJobs) -> pod_plan.PodFacts:
         """What the caches and this process's memory say about a live Pod."""
@@ -190,28 +202,6 @@ class PodController:
             if owner is not None:
                 self.index.observe(owner, found)  # the ID's new owner: the old key forgets it
         return False
-
-    # -- Slurm ends the job (R5.2, R5.3) --------------------------------------------------
-    async def _job_ending(self, pod: Json, job: SlurmJob) -> Outcome:
-        """Delete the Pod, saying why; drain the node if the Pod outlives KillWait. A job
-        PENDING again (the placeholder's call comes as slurmd kills what slurmctld forgot
-        it started) is re-adopted instead."""
-        if pod_actions.reverted(pod, job) and not self._being_deleted(pod):
-            plan = pod_actions.for_reverted(job, gang.group_of(pod))
-            return await self._execute(PodRef.of(pod), pod, job, plan)
-        uid = pod["metadata"]["uid"]
-        leader = self.index.get(job.group_leader) if job.group_leader else None
-        plan = pod_actions.for_ending_job(
-            pod,
-            job,
-            leader[1] if leader else None,
-            cancelled_for_pod=(job.job_id, uid) in self.memory.signalled,
-            being_deleted=self._being_deleted(pod),
-            drained=job.job_id in self.memory.drained,
-            kill_wait_s=self.settings.kill_wait_s,
-            now=self.clock.now(),
-        )
-        return await self._execute(PodRef.of(pod), pod, job, plan)
 
     async def _execute(
         self, ref: PodRef, pod: Json | None, job: SlurmJob | None, plan: actions.PodPlan
@@ -274,11 +264,11 @@ class PodController:
             return Outcome()
         assert pod is not None  # every other step is about a live Pod
         if isinstance(action, actions.ConfirmEnding):
-            return await self._confirm_ending(pod, action.job_id)
+            return await self._confirm_ending(ref, pod, action.job_id)
         if isinstance(action, actions.ConfirmMissing):
-            return await self._confirm_missing(pod)
+            return await self._confirm_missing(ref, pod)
         if isinstance(action, actions.ConfirmReverted):
-            return await self._confirm_reverted(pod, action.job_id)
+            return await self._confirm_reverted(ref, pod, action.job_id)
         if isinstance(action, actions.Readopt) and action.group is not None:
             return await self.group_readoption.carry_out(pod, action, said, self._carry_out)
         if isinstance(action, actions.Readopt):
@@ -323,11 +313,11 @@ class PodController:
         and the Pod goes once Slurm agrees."""
         self.memory.ending_reported.add((job_id, ref.uid))
 
-    async def _confirm_ending(self, pod: Json, job_id: int) -> Outcome:
+    async def _confirm_ending(self, ref: PodRef, pod: Json, job_id: int) -> Outcome:
         """A placeholder said its job is ending: read that job (a few at a time; when a
         thousand end at once, the next listing answers for the rest) and act on what Slurm
-        says, never on the call alone."""
-        ref = PodRef.of(pod)
+        says, never on the call alone: where Slurm ends it, the Pod's step is planned again
+        on Slurm's answer (it says why, deletes the Pod, drains if late)."""
         if self._asking_slurm >= ASK_WHY_AT_ONCE:
             return Outcome(requeue_after=1)
         self._asking_slurm += 1
@@ -339,10 +329,11 @@ class PodController:
         finally:
             self._asking_slurm -= 1
         self.memory.ending_reported.discard((job_id, ref.uid))
+        bound = bool((pod.get("spec") or {}).get("nodeName"))
         if found is not None and self.index.owner_of(found) == ref:
             self.index.observe(ref, found)
-            if steps.slurm_ends(bool((pod.get("spec") or {}).get("nodeName")), found):
-                return await self._job_ending(pod, found)  # says why, deletes, drains if late
+            if steps.slurm_ends(bound, found):
+                return await self._replan(pod, pod_state.view(pod, self.prefix))
             log.warning(
                 "the placeholder of job %s said Slurm is ending it, but Slurm says %s; the Pod %s stays",
                 job_id,
@@ -350,22 +341,22 @@ class PodController:
                 ref,
             )
             return Outcome()
-        if (pod.get("spec") or {}).get("nodeName"):
-            return await self._confirm_missing(pod)
+        if bound:
+            return await self._confirm_missing(ref, pod)
         return Outcome()
 
     # -- a bound Pod ----------------------------------------------------------------------
-    async def _confirm_missing(self, pod: Json) -> Outcome:
+    async def _confirm_missing(self, ref: PodRef, pod: Json) -> Outcome:
         """A bound Pod whose job no listing shows. A listing proves nothing (a partial
         answer, a fail-over, a token for another user): only Slurm saying so about this
-        very job does."""
-        job_id = pod_state.recorded_job_id(pod, self.prefix)
-        ref = PodRef.of(pod)
+        very job does. A job Slurm still holds is checked as any bound Pod's is."""
+        view = pod_state.view(pod, self.prefix)
+        job_id = view.job_id
         if job_id is not None:
             found = await self.slurm.job(job_id)
             if found is not None and self.index.owner_of(found) == ref:
                 self.index.observe(ref, found)
-                return Outcome(requeue_after=1) if found.ending else await self._check_still_there(pod, found)
+                return Outcome(requeue_after=1) if found.ending else await self._replan(pod, view)
         # Slurm has no record of it: lost or ended (the readopter weighs the evidence).
         evidence = await self.readopter.evidence(pod)
         plan = pod_actions.for_missing_job(
@@ -374,16 +365,16 @@ class PodController:
             evidence.last,
             node=evidence.node,
             hosts=set(evidence.hosts),
-            group=gang.group_of(pod),
+            group=view.group,
             now=self.clock.now(),
         )
         return await self._execute(ref, pod, None, plan)
 
-    async def _confirm_reverted(self, pod: Json, job_id: int) -> Outcome:
+    async def _confirm_reverted(self, ref: PodRef, pod: Json, job_id: int) -> Outcome:
         """A bound Pod's job looks PENDING again: read it; if Slurm says so, re-adopt."""
-        found, ref = await self.slurm.job(job_id), PodRef.of(pod)
+        found = await self.slurm.job(job_id)
         if found is None or self.index.owner_of(found) != ref:
-            return await self._confirm_missing(pod)
+            return await self._confirm_missing(ref, pod)
         self.index.observe(ref, found)
         if not pod_actions.lost_start(pod, found, self._hosts_of(found)):
             return Outcome(requeue_after=WRITE_UNSEEN_RECHECK_S)  # it moved on: judged again
@@ -392,12 +383,6 @@ class PodController:
             pod, found, got.last, node=got.node, hosts=set(got.hosts), now=self.clock.now()
         )
         return await self._execute(ref, pod, found, plan)
-
-    async def _check_still_there(self, pod: Json, job: SlurmJob) -> Outcome:
-        if self._being_deleted(pod):
-            return Outcome()  # this process deleted it already, saying why: once is enough
-        plan = pod_actions.for_bound_pod(pod, job, self._hosts_of(job), readoptable=not gang.group_of(pod))
-        return await self._execute(PodRef.of(pod), pod, job, plan)
 
     def _hosts_of(self, job: SlurmJob) -> set[str]:
         """The Nodes hosting the one Slurm node a running job has (the Slurm node → Node map
