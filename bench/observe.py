@@ -7,12 +7,16 @@ CPU time per component read from /proc before and after each phase.
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
+import re
 import threading
 import time
 from collections import defaultdict
+from collections.abc import Collection, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -31,6 +35,7 @@ class Result:
     cpu: dict[str, float] = field(default_factory=dict)  # CPU seconds per component
     writes: dict[str, float] = field(default_factory=dict)  # API server writes per Pod
     calls: dict[str, float] = field(default_factory=dict)  # slurmrestd requests per Pod, by endpoint
+    timeline: list[Gap] = field(default_factory=list)  # where each Pod's (job's) time went
 
     @property
     def rate(self) -> float:
@@ -51,6 +56,7 @@ class Result:
             "cpu_s": self.cpu,
             "api_writes_per_pod": self.writes,
             "slurm_calls_by_endpoint": self.calls,
+            "timeline": [vars(g) for g in self.timeline],
         }
 
 
@@ -61,10 +67,12 @@ def percentile(values: list[float], p: float) -> float:
 
 class PodWatch:
     """Records, per Pod name, when each milestone was first seen on a watch stream:
-    submitted (job ID annotation), bound (nodeName), deleting (deletionTimestamp), gone."""
+    submitted (job ID annotation), bound (nodeName), running (the kubelet's status phase),
+    deleting (deletionTimestamp), gone; and the job ID each Pod was given."""
 
     def __init__(self, kube: AdminKube, namespace: str) -> None:
         self.seen: dict[str, dict[str, float]] = defaultdict(dict)
+        self.job_ids: dict[str, int] = {}
         self._kube = kube
         self._namespace = namespace
         self._changed = threading.Condition()
@@ -96,10 +104,14 @@ class PodWatch:
         if event["type"] == "BOOKMARK":
             return
         marks = self.seen[meta["name"]]
-        if (meta.get("annotations") or {}).get(JOB_ID_ANNOTATION):
+        if job_id := (meta.get("annotations") or {}).get(JOB_ID_ANNOTATION):
             marks.setdefault("submitted", now)
+            if job_id.isdigit():
+                self.job_ids.setdefault(meta["name"], int(job_id))
         if pod["spec"].get("nodeName"):
             marks.setdefault("bound", now)
+        if (pod.get("status") or {}).get("phase") == "Running":
+            marks.setdefault("running", now)
         if meta.get("deletionTimestamp"):
             marks.setdefault("deleting", now)
         if event["type"] == "DELETED":
@@ -226,3 +238,87 @@ class ApiRequests:
         end = self._read()
         spent = {k: v - self._start.get(k, 0.0) for k, v in end.items()}
         return {k: v for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if v > 0}
+
+
+# -- Where each Pod's time goes (issue #55) --------------------------------------------------
+# What Slurm's daemons already log at `info`, each line stamped to the millisecond
+# (LogTimeFormat's default, iso8601_ms): read once after a phase, so nothing is asked of
+# them while it runs. Stage names are the timeline's.
+SLURM_LOG_STAGES: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # slurmctld accepted the submission (before it answers with the job ID)
+    ("submitted", re.compile(r"_slurm_rpc_submit_batch_job: JobId=(\d+) ")),
+    # slurmctld allocated it nodes: its main scheduler, or backfill
+    ("started", re.compile(r"sched: Allocate JobId=(\d+) ")),
+    ("started", re.compile(r"sched/backfill: _start_job: Started JobId=(\d+) ")),
+    # slurmd was asked to launch the batch script (slurmd-<node>.log)
+    ("launched", re.compile(r"Launching batch job (\d+) ")),
+    # the script's durable started mark, set with `scontrol update` (R4.2)
+    ("marked", re.compile(r"setting (?:extra|comment) to .*: started for JobId=(\d+)\b")),
+)
+_LOG_TIME = re.compile(r"^\[(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?)\] ")
+
+
+def slurm_log_marks(lines: Iterable[str], jobs: Collection[int] | None = None) -> dict[int, dict[str, float]]:
+    """Job ID → stage → wall-clock time (epoch seconds) of the first line of each stage in
+    Slurm's logs; only `jobs` when given. Slurm writes local time without a zone: read as
+    this process's local time (the dev cluster's root and the host both keep UTC)."""
+    marks: dict[int, dict[str, float]] = defaultdict(dict)
+    for line in lines:
+        stamp = _LOG_TIME.match(line)
+        if not stamp:
+            continue
+        for stage, pattern in SLURM_LOG_STAGES:
+            found = pattern.search(line, stamp.end())
+            if not found:
+                continue
+            job = int(found.group(1))
+            if jobs is None or job in jobs:
+                marks[job].setdefault(stage, datetime.fromisoformat(stamp.group(1)).timestamp())
+            break
+    return dict(marks)
+
+
+def read_slurm_logs(logs: Path, jobs: Collection[int]) -> dict[int, dict[str, float]]:
+    """`slurm_log_marks` over slurmctld's log and every slurmd's in `logs`."""
+    merged: dict[int, dict[str, float]] = defaultdict(dict)
+    for path in sorted(logs.glob("slurm*.log")):
+        if not (path.name == "slurmctld.log" or path.name.startswith("slurmd-")):
+            continue
+        with open(path, errors="replace") as f:
+            for job, stages in slurm_log_marks(f, jobs).items():
+                for stage, t in stages.items():
+                    merged[job][stage] = min(t, merged[job].get(stage, t))
+    return dict(merged)
+
+
+@dataclass(frozen=True)
+class Gap:
+    """The time between two stages over the Pods (or jobs) that reached both."""
+
+    start: str
+    end: str
+    count: int
+    p50: float
+    p99: float
+    negative: int  # how many reached `end` before `start` (clock skew, or a broken promise)
+
+
+def timeline_gaps(
+    marks: dict[str, dict[str, float]], chain: Sequence[str], extra: Sequence[tuple[str, str]] = ()
+) -> list[Gap]:
+    """Median and p99 of each consecutive gap of `chain`, then of each (start, end) pair
+    of `extra`, over the items whose marks hold both stages (times in one clock)."""
+    gaps = []
+    for start, end in [*itertools.pairwise(chain), *extra]:
+        spans = [m[end] - m[start] for m in marks.values() if start in m and end in m]
+        p50, p99 = percentile(spans, 50), percentile(spans, 99)
+        gaps.append(Gap(start, end, len(spans), p50, p99, sum(s < 0 for s in spans)))
+    return gaps
+
+
+def gap_rows(label: str, gaps: Sequence[Gap], total: int) -> list[str]:
+    """One table row per gap: | N / path | from → to | seen | p50 s | p99 s | before |."""
+    return [
+        f"| {label} | {g.start} → {g.end} | {g.count}/{total} | {g.p50:.2f} | {g.p99:.2f} | {g.negative} |"
+        for g in gaps
+    ]

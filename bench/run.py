@@ -31,7 +31,19 @@ from typing import Any
 
 import httpx
 
-from bench.observe import ApiRequests, CpuMeter, PodWatch, Result, peak_rss_mib, percentile, read_marks
+from bench.observe import (
+    ApiRequests,
+    CpuMeter,
+    Gap,
+    PodWatch,
+    Result,
+    gap_rows,
+    peak_rss_mib,
+    percentile,
+    read_marks,
+    read_slurm_logs,
+    timeline_gaps,
+)
 from sunk_dev import ClusterSpec, DevCluster
 from sunk_dev.cluster import PROCTRACK_PLUGINS
 from sunk_dev.errors import DevClusterError
@@ -260,6 +272,9 @@ def bench_ours(
         }
         placed.extra["peak_rss_mib"] = peak_rss_mib(proc.pid)
         say(ended, n)
+        # Read after both phases, from what was already watched or logged: nothing asked
+        # while they ran.
+        placed.timeline = pod_timeline(cluster, created, watch, set(bound))
         return placed, ended
     finally:
         watch.close()
@@ -284,6 +299,52 @@ def stage_medians(created: dict[str, float], seen: dict[str, dict[str, float]]) 
             to_submitted.append(marks["submitted"] - created[name])
             to_bound.append(marks["bound"] - marks["submitted"])
     return {"to_submitted_s": percentile(to_submitted, 50), "to_bound_s": percentile(to_bound, 50)}
+
+
+# A Pod's way through sunk, stage by stage: the Pod watch's marks (monotonic, here) and
+# the Slurm daemons' log lines (wall clock, moved onto the same clock).
+POD_CHAIN = ("created", "submitted", "started", "launched", "marked", "bound", "running")
+POD_SIDE = (("created", "job ID on Pod"), ("submitted", "job ID on Pod"), ("job ID on Pod", "bound"))
+# A raw job's: sent to slurmrestd, the same Slurm stages, then its own file mark.
+RAW_CHAIN = ("sent", "submitted", "started", "launched", "marked", "script mark")
+TIMELINE_HEADER = (
+    "| N / path | from → to | seen | p50 s | p99 s | reversed |",
+    "|---|---|---|---|---|---|",
+)
+
+
+def pod_marks(
+    created: dict[str, float],
+    seen: dict[str, dict[str, float]],
+    job_ids: dict[str, int],
+    slurm: dict[int, dict[str, float]],
+    wall_minus_monotonic: float,
+) -> dict[str, dict[str, float]]:
+    """Pod name → stage → monotonic time, for each Pod created: `created` (its creation
+    sent), `job ID on Pod` (the scheduler's annotation seen), `bound`, `running` (the
+    watch), and the Slurm stages of the job it was given (`slurm`, wall clock)."""
+    marks: dict[str, dict[str, float]] = {}
+    for name, sent in created.items():
+        watched = seen.get(name, {})
+        own = {"created": sent}
+        if "submitted" in watched:
+            own["job ID on Pod"] = watched["submitted"]
+        own |= {k: watched[k] for k in ("bound", "running") if k in watched}
+        if name in job_ids:
+            own |= {k: t - wall_minus_monotonic for k, t in slurm.get(job_ids[name], {}).items()}
+        marks[name] = own
+    return marks
+
+
+def pod_timeline(
+    cluster: DevCluster, created: dict[str, float], watch: PodWatch, pods: set[str]
+) -> list[Gap]:
+    """Where each bound Pod's time went, from creation to Running."""
+    wall = time.time() - time.monotonic()
+    ids = {name: watch.job_ids[name] for name in pods if name in watch.job_ids}
+    slurm = read_slurm_logs(cluster.layout.logs, set(ids.values()))
+    marks = pod_marks({k: v for k, v in created.items() if k in pods}, watch.seen, ids, slurm, wall)
+    return timeline_gaps(marks, POD_CHAIN, POD_SIDE)
 
 
 def rest_client(cluster: DevCluster) -> httpx.Client:
@@ -364,6 +425,8 @@ def bench_raw_slurm(cluster: DevCluster, n: int, rate: float) -> Result:
     if never_started := [str(j) for j in submitted if j not in started]:
         scancel(cluster, never_started)
     wait_idle(cluster)
+    slurm = read_slurm_logs(layout.logs, set(started))
+    raw_marks = {j: {"sent": submitted[j], "script mark": started[j], **slurm.get(j, {})} for j in started}
     to_signal = [t - (cancelled[str(j)] + wall) for j, t in signalled.items() if str(j) in cancelled]
     result = Result(
         "raw-slurm",
@@ -378,6 +441,7 @@ def bench_raw_slurm(cluster: DevCluster, n: int, rate: float) -> Result:
         },
         cpu=used,
     )
+    result.timeline = timeline_gaps({str(j): m for j, m in raw_marks.items()}, RAW_CHAIN)
     say(result, n)
     return result
 
@@ -600,6 +664,16 @@ def report(
     ]
 
 
+def timeline_rows(at: str, results: dict[str, Result]) -> list[str]:
+    """Where each Pod's (or raw job's) time went, stage by stage: medians and p99 of each
+    gap; `reversed` counts those that reached the later stage first."""
+    rows = []
+    for name in ("ours", "raw-slurm"):
+        if name in results and results[name].timeline:
+            rows += gap_rows(f"{at} {name}", results[name].timeline, results[name].count)
+    return rows
+
+
 def cpu_rows(at: str, results: dict[str, Result]) -> list[str]:
     rows = []
     for name, r in results.items():
@@ -657,6 +731,7 @@ def main() -> int:
     arrival = f"at {args.rate:g}/s" if args.rate else "at once"
     rows: list[str] = []
     cpu_table: list[str] = []
+    timeline_table: list[str] = []
     figures: dict[str, Any] = {}
     try:
         warm_up(cluster)
@@ -671,8 +746,10 @@ def main() -> int:
             results = {"ours": ours, "ours-end": end, "raw-slurm": raw, "kube-scheduler": kube_result}
             rows += report(n, args.nodes, arrival, results, cores, args.split_cores)
             cpu_table += cpu_rows(f"{n} {arrival}", results)
+            timeline = timeline_rows(f"{n} {arrival}", results)
+            timeline_table += timeline
             figures[f"{n} {arrival}"] = {k: r.figures() for k, r in results.items()}
-            print("\n".join(rows[-4:] + cpu_table[-4:]), flush=True)
+            print("\n".join(rows[-4:] + cpu_table[-4:] + timeline), flush=True)
     finally:
         kube.close()
         cluster.down()
@@ -684,6 +761,8 @@ def main() -> int:
         "\n|---|---|---|---|---|"
     )
     print("\n".join(cpu_table))
+    print("\nWhere each Pod's time went (medians and p99 of each gap; Slurm's stages from its logs):\n")
+    print("\n".join([*TIMELINE_HEADER, *timeline_table]))
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0
