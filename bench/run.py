@@ -138,6 +138,24 @@ def hook_calls(metrics_port: int) -> dict[str, float]:
     return counted(metrics_port, "sunk_hook_calls_total", "outcome")
 
 
+def mean_ms(
+    metrics_port: int, histogram: str, label: str, before: dict[str, dict[str, float]]
+) -> dict[str, float]:
+    """Mean milliseconds per observation of one of the scheduler's histograms since
+    `before` (a `histogram_totals` reading), by the value of one label."""
+    now = histogram_totals(metrics_port, histogram, label)
+    means = {}
+    for key, count in now["count"].items():
+        spent = count - before["count"].get(key, 0.0)
+        if spent > 0:
+            means[key] = round(1000 * (now["sum"][key] - before["sum"].get(key, 0.0)) / spent, 1)
+    return means
+
+
+def histogram_totals(metrics_port: int, histogram: str, label: str) -> dict[str, dict[str, float]]:
+    return {part: counted(metrics_port, f"{histogram}_{part}", label) for part in ("sum", "count")}
+
+
 def calls_per_pod(before: dict[str, float], after: dict[str, float], pods: int) -> dict[str, float]:
     spent = {k: (v - before.get(k, 0.0)) / max(1, pods) for k, v in after.items()}
     return {k: round(v, 2) for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if v > 0}
@@ -150,6 +168,9 @@ def say(r: Result, n: int) -> None:
         flush=True,
     )
 
+
+SLURM_SECONDS = "sunk_slurm_api_request_seconds"
+PASS_SECONDS = "sunk_reconcile_duration_seconds"
 
 # Beyond KillWait (30 s on the dev cluster) the placeholder drains the node anyway.
 END_WITHIN_S = 90
@@ -219,6 +240,8 @@ def bench_ours(
     spy = profiler(proc.pid, profile)
     try:
         calls0 = slurm_calls(metrics_port)
+        slurm_s0 = histogram_totals(metrics_port, SLURM_SECONDS, "endpoint")
+        passes0 = histogram_totals(metrics_port, PASS_SECONDS, "controller")
         cpu, api = CpuMeter(named), ApiRequests(kube)
         t0 = time.monotonic()
         created = create_pods(kube, namespace, "p", n, rate, SCHEDULER)
@@ -228,12 +251,21 @@ def bench_ours(
             spy.send_signal(signal.SIGINT)
             spy.wait(timeout=60)
         calls = calls_per_pod(calls0, slurm_calls(metrics_port), len(bound))
+        # What the scheduler's own histograms say of the phase: slurmrestd's answer time by
+        # endpoint and a controller pass's time, on average (read after it, like the calls).
+        waits = {
+            **{f"ms {k}": v for k, v in mean_ms(metrics_port, SLURM_SECONDS, "endpoint", slurm_s0).items()},
+            **{
+                f"ms pass {k}": v
+                for k, v in mean_ms(metrics_port, PASS_SECONDS, "controller", passes0).items()
+            },
+        }
         placed = Result(
             "ours",
             len(bound),
             max(bound.values()) - t0 if bound else float("nan"),
             [bound[k] - created[k] for k in bound],
-            {**stage_medians(created, watch.seen), "slurm_calls_per_pod": sum(calls.values())},
+            {**stage_medians(created, watch.seen), "slurm_calls_per_pod": sum(calls.values()), **waits},
             cpu.used(),
         )
         placed.writes = {k: v / max(1, len(bound)) for k, v in writes.items()}
@@ -671,6 +703,9 @@ def timeline_rows(at: str, results: dict[str, Result]) -> list[str]:
     for name in ("ours", "raw-slurm"):
         if name in results and results[name].timeline:
             rows += gap_rows(f"{at} {name}", results[name].timeline, results[name].count)
+    if "ours" in results:
+        waits = {k.removeprefix("ms "): v for k, v in results["ours"].extra.items() if k.startswith("ms ")}
+        rows.append(f"| {at} ours | mean ms per slurmrestd call / pass | {waits} | | | |")
     return rows
 
 
