@@ -36,6 +36,7 @@ class Result:
     writes: dict[str, float] = field(default_factory=dict)  # API server writes per Pod
     calls: dict[str, float] = field(default_factory=dict)  # slurmrestd requests per Pod, by endpoint
     timeline: list[Gap] = field(default_factory=list)  # where each Pod's (job's) time went
+    marks: dict[str, dict[str, float]] = field(default_factory=dict)  # per Pod: stage → s from the start
 
     @property
     def rate(self) -> float:
@@ -57,6 +58,7 @@ class Result:
             "api_writes_per_pod": self.writes,
             "slurm_calls_by_endpoint": self.calls,
             "timeline": [vars(g) for g in self.timeline],
+            "marks": self.marks,
         }
 
 

@@ -34,7 +34,6 @@ import httpx
 from bench.observe import (
     ApiRequests,
     CpuMeter,
-    Gap,
     PodWatch,
     Result,
     gap_rows,
@@ -306,7 +305,9 @@ def bench_ours(
         say(ended, n)
         # Read after both phases, from what was already watched or logged: nothing asked
         # while they ran.
-        placed.timeline = pod_timeline(cluster, created, watch, set(bound))
+        marks = pod_timeline(cluster, created, watch, set(bound))
+        placed.timeline = timeline_gaps(marks, POD_CHAIN, POD_SIDE)
+        placed.marks = {p: {k: round(t - t0, 3) for k, t in m.items()} for p, m in marks.items()}
         return placed, ended
     finally:
         watch.close()
@@ -370,13 +371,12 @@ def pod_marks(
 
 def pod_timeline(
     cluster: DevCluster, created: dict[str, float], watch: PodWatch, pods: set[str]
-) -> list[Gap]:
-    """Where each bound Pod's time went, from creation to Running."""
+) -> dict[str, dict[str, float]]:
+    """When each of `pods` reached each stage, from creation to Running (`pod_marks`)."""
     wall = time.time() - time.monotonic()
     ids = {name: watch.job_ids[name] for name in pods if name in watch.job_ids}
     slurm = read_slurm_logs(cluster.layout.logs, set(ids.values()))
-    marks = pod_marks({k: v for k, v in created.items() if k in pods}, watch.seen, ids, slurm, wall)
-    return timeline_gaps(marks, POD_CHAIN, POD_SIDE)
+    return pod_marks({k: v for k, v in created.items() if k in pods}, watch.seen, ids, slurm, wall)
 
 
 def rest_client(cluster: DevCluster) -> httpx.Client:
