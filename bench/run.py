@@ -182,7 +182,12 @@ def within(n: int, rate: float) -> float:
 
 
 def start_scheduler(
-    cluster: DevCluster, namespace: str, metrics_port: int, n: int | str, *extra: str
+    cluster: DevCluster,
+    namespace: str,
+    metrics_port: int,
+    n: int | str,
+    *extra: str,
+    trace: Path | None = None,
 ) -> subprocess.Popen[bytes]:
     env = {**os.environ, **cluster.env()}
     log = open(cluster.layout.logs / f"bench-scheduler-{n}.log", "wb")  # noqa: SIM115
@@ -190,7 +195,7 @@ def start_scheduler(
         [
             sys.executable,
             "-m",
-            "sunk.cli",
+            *(["bench.trace_scheduler", str(trace)] if trace else ["sunk.cli"]),
             "scheduler",
             f"--scheduler-name={SCHEDULER}",
             f"--watch-namespace={namespace}",
@@ -229,11 +234,16 @@ def profiler(pid: int, out: Path | None) -> subprocess.Popen[bytes] | None:
 
 
 def bench_ours(
-    cluster: DevCluster, kube: AdminKube, n: int, rate: float, profile: Path | None = None
+    cluster: DevCluster,
+    kube: AdminKube,
+    n: int,
+    rate: float,
+    profile: Path | None = None,
+    trace: Path | None = None,
 ) -> tuple[Result, Result]:
     namespace = kube.create_namespace(f"bench-ours-{n}")
     metrics_port = 29082
-    proc = start_scheduler(cluster, namespace, metrics_port, n)
+    proc = start_scheduler(cluster, namespace, metrics_port, n, trace=trace)
     named = {proc.pid: "sunk scheduler", os.getpid(): "bench client"}
     watch = PodWatch(kube, namespace)
     spy = profiler(proc.pid, profile)
@@ -744,6 +754,12 @@ def main() -> int:
     parser.add_argument(
         "--profile", type=Path, help="py-spy the scheduler while it places Pods (collapsed stacks)"
     )
+    parser.add_argument(
+        "--trace",
+        type=Path,
+        help="write the scheduler's steps for each Pod here (bench.trace_scheduler): a diagnostic "
+        "that costs the scheduler some CPU, so its rates are not comparable with untraced runs",
+    )
     args = parser.parse_args()
     sizes = [int(x) for x in args.pods.split(",")]
     if problem := pid_shortage(max(sizes)):
@@ -774,7 +790,14 @@ def main() -> int:
             print(f"N={n} {arrival}: raw slurmrestd …", flush=True)
             raw = bench_raw_slurm(cluster, n, args.rate)
             print(f"N={n} {arrival}: sunk …", flush=True)
-            ours, end = bench_ours(cluster, kube, n, args.rate, args.profile)
+            ours, end = bench_ours(
+                cluster,
+                kube,
+                n,
+                args.rate,
+                args.profile,
+                args.trace.with_suffix(f".{n}") if args.trace else None,
+            )
             wait_idle(cluster)
             print(f"N={n} {arrival}: kube-scheduler …", flush=True)
             kube_result = bench_kube_scheduler(cluster, kube, n, args.rate)
