@@ -5,7 +5,9 @@
 Wraps, before the scheduler starts, the calls a Pod's way through sunk is made of, and
 writes one line per step to FILE (wall-clock time, what, which, start/end): the work
 queue (a Pod key queued, taken by a worker, done), every slurmrestd request, every API
-server request (the binding among them) and the placeholders' hook calls. A diagnostic,
+server request (the binding among them) and the placeholders' hook calls. With
+BENCH_SLURM_POOL=N set, the scheduler's client keeps N connections to slurmrestd instead
+of its 8 (an experiment, for issue #55). A diagnostic,
 not a measurement: the writes cost the scheduler a little CPU, so a traced run's rates are
 not compared with untraced ones.
 """
@@ -13,10 +15,13 @@ not compared with untraced ones.
 from __future__ import annotations
 
 import functools
+import os
 import sys
 import time
 from collections.abc import Callable, Hashable
 from typing import Any, TextIO
+
+import httpx
 
 from sunk.cli import main as sunk_main
 from sunk.kube.client import KubeClient
@@ -52,9 +57,26 @@ def traced_step(out: TextIO, kind: str, step: Callable[..., Any]) -> Callable[..
 
 
 def install(out: TextIO) -> None:
-    SlurmClient._call = traced_call(  # type: ignore[method-assign]
-        out, "slurm", lambda _self, method, path, *_a, **_k: f"{method}:{path}", SlurmClient._call
+    SlurmClient._request = traced_call(  # type: ignore[method-assign]
+        out, "slurm", lambda _self, method, path, *_a, **_k: f"{method}:{path}", SlurmClient._request
     )
+    if pool := int(os.environ.get("BENCH_SLURM_POOL", "0")):
+        # An experiment: the scheduler's connections to slurmrestd (8 in sunk.slurm.client).
+        init = SlurmClient.__init__
+
+        @functools.wraps(init)
+        def init_with_pool(self: SlurmClient, *args: Any, **kwargs: Any) -> None:
+            init(self, *args, **kwargs)
+            http = self._http
+            self._http = httpx.AsyncClient(
+                base_url=http.base_url,
+                timeout=http.timeout,
+                trust_env=False,
+                limits=httpx.Limits(max_connections=pool, max_keepalive_connections=pool),
+            )
+            out.write(f"{time.time():.4f} setup slurmrestd-pool {pool} set\n")
+
+        SlurmClient.__init__ = init_with_pool  # type: ignore[method-assign]
     KubeClient.request = traced_call(  # type: ignore[method-assign]
         out, "kube", lambda _self, method, path, *_a, **_k: f"{method}:{path}", KubeClient.request
     )
