@@ -8,6 +8,7 @@ from datetime import datetime
 import pytest
 from bench.observe import Gap, slurm_log_marks, timeline_gaps
 from bench.run import POD_CHAIN, pod_marks
+from bench.trace_report import durations, pod_rows, read_trace
 
 
 def at(stamp: str) -> float:
@@ -114,3 +115,49 @@ def test_a_pods_marks_join_the_watch_and_its_jobs_slurm_stages_on_one_clock() ->
         "p1": {"created": 10.1},  # not submitted yet: nothing but its creation
     }
     assert [g.count for g in timeline_gaps(marks, POD_CHAIN)] == [1, 1, 0, 0, 0, 1]
+
+
+TRACE = [
+    "100.0000 queue bench-ours-100/p0 add",
+    "100.0100 queue bench-ours-100/p0 get",
+    "100.0200 slurm POST:/job/submit start",
+    "100.2200 slurm POST:/job/submit end",
+    "101.0000 hook_started bench-ours-100/p0:50000000 start",
+    "101.0100 slurm GET:/job/50000000 start",
+    "101.1100 slurm GET:/job/50000000 end",
+    "101.2000 queue bench-ours-100/p0 get",
+    "101.3000 kube POST:/api/v1/namespaces/bench-ours-100/pods/p0/binding start",
+    "101.4000 kube POST:/api/v1/namespaces/bench-ours-100/pods/p0/binding end",
+    "101.5000 queue sn-001 add",  # a Slurm node's key: not a Pod's
+]
+
+
+@pytest.mark.parametrize(
+    ("kind", "expected"),
+    [
+        ("add", [100.0]),
+        ("get", [100.01, 101.2]),
+        ("hook_started start", [101.0]),
+        ("POST/binding start", [101.3]),
+        ("POST/binding end", [101.4]),
+    ],
+)
+def test_a_trace_gives_each_pods_steps(kind: str, expected: list[float]) -> None:
+    trace = read_trace(TRACE)
+    assert trace.pods["p0"].steps[kind] == pytest.approx(expected)
+    assert trace.pods["p0"].job_id == 50000000
+    assert set(trace.pods) == {"p0"}
+
+
+def test_a_pods_steps_land_on_the_runs_clock_through_its_binding() -> None:
+    # The watch saw p0 bound 0.05 s after its binding call ended, 1.45 s into the phase.
+    marks = {"p0": {"created": 0.0, "marked": 0.9, "bound": 1.45}}
+    [row] = pod_rows(read_trace(TRACE), marks)
+    assert row["hook arrives"] == pytest.approx(1.05)
+    assert (row["read start"], row["read end"]) == pytest.approx((1.06, 1.16))
+    assert row["bind pass start"] == pytest.approx(1.25)  # the pass that bound, not the first
+
+
+def test_request_durations_pair_each_end_with_the_oldest_start_of_its_request() -> None:
+    spans = durations(read_trace(TRACE))
+    assert spans == {"POST:/job/submit": pytest.approx([0.2]), "GET:/job/N": pytest.approx([0.1])}
