@@ -329,11 +329,11 @@ class PodController:
         finally:
             self._asking_slurm -= 1
         self.memory.ending_reported.discard((job_id, ref.uid))
-        bound = bool((pod.get("spec") or {}).get("nodeName"))
+        view = pod_state.view(pod, self.prefix)
         if found is not None and self.index.owner_of(found) == ref:
             self.index.observe(ref, found)
-            if steps.slurm_ends(bound, found):
-                return await self._replan(pod, pod_state.view(pod, self.prefix))
+            if steps.slurm_ends(view.bound, found):
+                return await self._replan(pod, view)
             log.warning(
                 "the placeholder of job %s said Slurm is ending it, but Slurm says %s; the Pod %s stays",
                 job_id,
@@ -341,7 +341,7 @@ class PodController:
                 ref,
             )
             return Outcome()
-        if bound:
+        if view.bound:
             return await self._confirm_missing(ref, pod)
         return Outcome()
 
