@@ -25,8 +25,17 @@ from sunk_dev.trust import permissive_policy
 T = TypeVar("T")
 
 
-def wait_for(probe: Callable[[], T | None], *, timeout: float, what: str, every: float = 0.1) -> T:
-    """Return the first truthy value of `probe`, or fail the test after `timeout` seconds."""
+def wait_for(
+    probe: Callable[[], T | None],
+    *,
+    timeout: float,
+    what: str,
+    every: float = 0.1,
+    explain: Callable[[], str] | None = None,
+) -> T:
+    """Return the first truthy value of `probe`, or fail the test after `timeout` seconds.
+    `explain`: what the failure message adds, read once the time is up (the state of the
+    things the test waited on, so that a failure in CI says why without a rerun)."""
     deadline = time.monotonic() + timeout
     last: T | None = None
     while time.monotonic() < deadline:
@@ -34,7 +43,13 @@ def wait_for(probe: Callable[[], T | None], *, timeout: float, what: str, every:
         if last:
             return last
         time.sleep(every)
-    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r})")
+    told = ""
+    if explain is not None:
+        try:
+            told = f"; {explain()}"
+        except Exception as err:  # the timeout is the failure; this only adds to it
+            told = f"; (could not explain: {err!r})"
+    raise AssertionError(f"timed out after {timeout} s waiting for {what} (last: {last!r}){told}")
 
 
 def holds_for(probe: Callable[[], bool], *, seconds: float, what: str, every: float = 0.1) -> None:
@@ -385,3 +400,34 @@ def events_for(kube: AdminKube, namespace: str, pod: str) -> list[dict[str, Any]
         fieldSelector=f"regarding.name={pod}",
     )["items"]
     return sorted(items, key=lambda e: e.get("eventTime") or "")
+
+
+def pod_story(kube: AdminKube, namespace: str, name: str) -> str:
+    """A Pod's phase, conditions, containers' states and latest Events, for a failure message
+    (what `kubectl describe` would show first), and the machine's busiest processes: on the
+    2-core CI machine a Pod that never gets ready is most often one starved of CPU."""
+    pod = kube.find(f"/api/v1/namespaces/{namespace}/pods/{name}")
+    if pod is None:
+        told = f"Pod {namespace}/{name} does not exist"
+    else:
+        status = pod.get("status") or {}
+        conditions = ", ".join(f"{c['type']}={c['status']}" for c in status.get("conditions") or [])
+        containers = "; ".join(
+            f"{c['name']}: {next(iter(c.get('state') or {'?': 0}))}, {c.get('restartCount', 0)} restarts"
+            for c in status.get("containerStatuses") or []
+        )
+        where = f"{status.get('phase')} on {pod['spec'].get('nodeName')}"
+        told = f"Pod {namespace}/{name}: {where}, {conditions}; {containers}"
+    events = kube.get(f"/api/v1/namespaces/{namespace}/events", fieldSelector=f"involvedObject.name={name}")
+    latest = sorted(events["items"], key=lambda e: e.get("lastTimestamp") or e.get("eventTime") or "")[-5:]
+    notes = " | ".join(f"{e.get('reason')}: {e.get('message', '')[:200]}" for e in latest)
+    return f"{told}; Events: {notes or 'none'}; busiest processes: {busiest_processes()}"
+
+
+def busiest_processes(count: int = 5) -> str:
+    """The machine's `count` processes with the highest share of a CPU over their lifetime
+    (`ps`'s %CPU): a process spinning since it started leads."""
+    shown = subprocess.run(
+        ["ps", "-eo", "pcpu,etime,comm", "--sort=-pcpu", "--no-headers"], capture_output=True, text=True
+    )
+    return ", ".join(" ".join(line.split()) for line in shown.stdout.splitlines()[:count])

@@ -25,7 +25,7 @@ from sunk_dev.layout import cache_dir
 from sunk_dev.realnode import REAL_NODE_LABEL
 from tests.conftest import SLURM
 from tests.e2e.slurm_in_pods import containers_running, delete_namespace
-from tests.support import condition, wait_for
+from tests.support import condition, pod_story, wait_for
 
 pytestmark = pytest.mark.real_nodes
 
@@ -265,7 +265,12 @@ def mariadb(dev_cluster: DevCluster, kube: AdminKube, built: dict[str, Built]) -
             "spec": {"selector": {"app": "mariadb"}, "ports": [{"port": 3306}]},
         },
     )
-    wait_for(lambda: _ready(kube, namespace, "mariadb-0"), timeout=90, what="MariaDB to be ready")
+    wait_for(
+        lambda: _ready(kube, namespace, "mariadb-0"),
+        timeout=90,
+        what="MariaDB to be ready",
+        explain=lambda: pod_story(kube, namespace, "mariadb-0"),
+    )
     # Ready is the Pod's own view; the Service answers once kube-proxy has its endpoint.
     wait_for(
         lambda: _through_service(dev_cluster, namespace),

@@ -497,6 +497,12 @@ def test_issue35_a_service_the_values_added_runs_and_is_started_again_after_it_i
     first = wait_for(lambda: ticker_pid(platform, pod, container), timeout=60, what="the ticker up", every=1)
     mark = platform.kubectl("exec", pod, "-c", container, "--", "cat", "/run/startup-mark")
     assert mark.stdout.strip() == "started", mark.stderr  # the start-up script ran before it
+    for service in ("ticker", "slurmd" if component == "slurmd" else "login"):
+        # s6 sends SIGKILL to a service still there 20 s after its SIGTERM (slurmd may spin)
+        limit = platform.kubectl(
+            "exec", pod, "-c", container, "--", "cat", f"/run/sunk-services/{service}/timeout-kill"
+        )
+        assert limit.stdout.strip() == "20000", (service, limit.stdout, limit.stderr)
     killed = platform.kubectl("exec", pod, "-c", container, "--", "kill", first)
     assert killed.returncode == 0, killed.stderr
     wait_for(

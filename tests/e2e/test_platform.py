@@ -618,6 +618,20 @@ def test_r10_5_scaling_in_drains_a_busy_member_and_removes_it_only_after_its_job
     back_to_three(platform, kube)
 
 
+def nodeset_story(platform: Platform, kube: AdminKube, name: str = "compute") -> str:
+    """What the NodeSet's status and Slurm say now, for a failure message: the removals and
+    their steps, the conditions' messages, and every node's state and reason."""
+    status = platform.nodeset(kube, name).get("status") or {}
+    removals = [
+        f"{r.get('slurmNode')}: {r.get('phase')}, {r.get('message')}" for r in status.get("removals") or []
+    ]
+    conditions = [
+        f"{c['type']}={c['status']}: {c.get('message', '')}" for c in status.get("conditions") or []
+    ]
+    nodes = logged_in(platform, "sinfo -h -N -o '%N %T %E'").strip().replace("\n", "; ")
+    return f"NodeSet {name}: removals {removals or 'none'}; {' | '.join(conditions)}; Slurm: {nodes}"
+
+
 def draining_events(kube: AdminKube) -> dict[str, str]:
     """Event name -> note, for every DrainingMember Event (one per drain the operator made)."""
     events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")["items"]
@@ -689,6 +703,7 @@ def test_r10_5_a_cordoned_nodes_member_is_drained_and_goes_only_once_idle(
             lambda: "cordoned" in slurm_reasons(platform).get(member, "") or None,
             timeout=60,
             what="the cordoned Node's member to drain",
+            explain=lambda: nodeset_story(platform, kube),
         )
         assert member in members(kube)
         wait_for(lambda: member not in members(kube) or None, timeout=120, what="the member to go once idle")

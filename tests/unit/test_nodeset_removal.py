@@ -225,6 +225,19 @@ async def test_r10_5_a_cordoned_nodes_member_is_drained_replaced_and_removed_onl
     assert "a-001-011" not in world.slurm.raw_nodes
 
 
+async def test_r10_5_a_cordon_seen_with_its_taint_is_named_as_a_cordon() -> None:
+    """The node lifecycle controller adds the unschedulable taint a moment after the cordon;
+    an operator that sees both at once names the cordon, not a taint (CI, 2026-11-30)."""
+    world = await three_members()
+    node = world.nodes.get("node-1")
+    node["spec"]["unschedulable"] = True  # type: ignore[index]
+    node["spec"]["taints"] = [{"key": "node.kubernetes.io/unschedulable", "effect": "NoSchedule"}]  # type: ignore[index]
+    await world.settle("a")
+    assert drains(world) == [
+        ("a-001-011", "sunk: NodeSet a moves off a Node that no longer qualifies (Node node-1 is cordoned)")
+    ]
+
+
 async def test_r10_5_an_uncordon_before_the_member_went_lifts_our_drain() -> None:
     world = await three_members()
     world.slurm.run_job("a-001-011")
@@ -522,14 +535,20 @@ async def rolled_member_left_terminating() -> tuple[OperatorWorld, str]:
         deleted = [n for n, pod in world.members("a").items() if pod["metadata"].get("deletionTimestamp")]
         if deleted:
             [going] = deleted
-            world.members("a")[going]["metadata"]["deletionTimestamp"] = world.now
+            meta = world.members("a")[going]["metadata"]
+            # As the API server writes it: the end of the grace period, and the period.
+            meta["deletionTimestamp"], meta["deletionGracePeriodSeconds"] = shifted(world.now, 3600), 3600
             return world, going
     raise AssertionError("the roll-out deleted no member")
 
 
+def shifted(stamp: str, seconds: int) -> str:
+    at = dt.datetime.fromisoformat(stamp.replace("Z", "+00:00")) + dt.timedelta(seconds=seconds)
+    return at.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
 def later(world: OperatorWorld, seconds: int) -> None:
-    at = dt.datetime.fromisoformat(world.now.replace("Z", "+00:00")) + dt.timedelta(seconds=seconds)
-    world.now = at.strftime("%Y-%m-%dT%H:%M:%SZ")
+    world.now = shifted(world.now, seconds)
 
 
 async def test_r10_5_a_member_still_terminating_while_its_node_is_drained_and_idle_goes_without_grace() -> (

@@ -204,6 +204,15 @@ def step(
     return gone
 
 
+def deleted_at(meta: Json) -> int | None:
+    """When a Pod's deletion was asked, in epoch seconds. The API server sets
+    `deletionTimestamp` to the end of the grace period (the time the kubelet kills what is
+    left), not to the moment of the request: a member's hour of grace must be taken off."""
+    end = times.epoch(str(meta.get("deletionTimestamp")))
+    grace = meta.get("deletionGracePeriodSeconds")
+    return None if end is None else end - (grace if isinstance(grace, int) else 0)
+
+
 def _terminating(
     nodeset: str,
     leaving: Leaving,
@@ -222,7 +231,7 @@ def _terminating(
     meta = leaving.pod.get("metadata") or {}
     name = leaving.slurm_name
     waiting = Step(phase="Deleting", message=f"member {name} is terminating")
-    since = times.epoch(str(meta["deletionTimestamp"]))
+    since = deleted_at(meta)
     if since is None or now_s - since < STUCK_TERMINATING_S or record is None or not listed_after_write:
         return waiting
     if not record.drained or lifted_soon(record) or busy(record, jobs):

@@ -33,6 +33,8 @@ Json = dict[str, Any]
 NODESET_LABEL = "sunk.coreweave.com/nodeset"
 # Readiness as taints (the node lifecycle controller's): no reason for a member to leave.
 READINESS_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+# The taint the node lifecycle controller adds to a cordoned Node, a moment after the cordon.
+CORDON_TAINT = "node.kubernetes.io/unschedulable"
 
 
 @dataclass
@@ -62,17 +64,28 @@ def holders(members: Iterable[Json]) -> dict[str, str]:
     return held
 
 
+def cordoned(node: Json) -> bool:
+    return bool((node.get("spec") or {}).get("unschedulable"))
+
+
+def _untolerated(nodeset: NodeSet, node: Json, *, ignored: tuple[str, ...] = ()) -> list[str]:
+    """The NodeSet's untolerated taints on `node`, leaving out `ignored` keys and, on a
+    cordoned Node, the cordon's own taint: a cordon is named as a cordon, whether or not the
+    node lifecycle controller has added its taint yet (the reason a drain gives must not
+    depend on which of the two writes the operator saw first)."""
+    skip = (*ignored, CORDON_TAINT) if cordoned(node) else ignored
+    return [t for t in untolerated_taints(nodeset.selection, node) if t.split("=", 1)[0] not in skip]
+
+
 def may_stay(nodeset: NodeSet, node: Json) -> str | None:
     """Why a member already on `node` no longer belongs there, or None."""
     name = node.get("metadata", {}).get("name", "?")
     if not affinity_allows(nodeset.selection, node):
         return f"Node {name} no longer matches nodeSelector/affinity"
-    taints = [
-        t for t in untolerated_taints(nodeset.selection, node) if t.split("=", 1)[0] not in READINESS_TAINTS
-    ]
+    taints = _untolerated(nodeset, node, ignored=READINESS_TAINTS)
     if taints:
         return f"Node {name} has taints the NodeSet does not tolerate: {', '.join(taints)}"
-    if (node.get("spec") or {}).get("unschedulable"):
+    if cordoned(node):
         return f"Node {name} is cordoned"
     return None
 
@@ -81,7 +94,7 @@ def not_selected(nodeset: NodeSet, node: Json) -> str | None:
     """Why the NodeSet's selection leaves `node` out (selectors, affinity, taints), or None."""
     if not affinity_allows(nodeset.selection, node):
         return "does not match nodeSelector/affinity"
-    taints = untolerated_taints(nodeset.selection, node)
+    taints = _untolerated(nodeset, node)
     if taints:
         return f"has taints not tolerated: {', '.join(taints)}"
     return None
@@ -93,7 +106,7 @@ def why_not(nodeset: NodeSet, node: Json, bound: Iterable[Json]) -> str | None:
     selection = not_selected(nodeset, node)
     if selection:
         return selection
-    if (node.get("spec") or {}).get("unschedulable"):
+    if cordoned(node):
         return "is cordoned"
     if not node_ready(node):
         return "is not Ready"
