@@ -12,7 +12,7 @@ demo: bootstrap
 ## everything on the default Slurm (24.11), Slurm in Pods on three real kubelet Nodes, then
 ## the schedule, lifecycle and workload flows on the other supported versions, so a dialect
 ## change that breaks one of them fails here.
-VERSION_SUITE = tests/integration/test_slurm_client.py tests/e2e/test_schedule_flow.py \
+VERSION_SUITE = tests/integration/test_slurm_client.py tests/chart/test_partition_options.py tests/e2e/test_schedule_flow.py \
 	tests/e2e/test_lifecycle.py tests/e2e/test_workloads.py tests/e2e/test_gangs.py tests/e2e/test_packing.py
 # On real kubelet Nodes: Slurm in Pods from plain manifests, NetworkPolicies enforced (a canary), what the chart needs of the dev
 # cluster (kube-scheduler, volumes, the sunk and MariaDB images), the Slurm chart itself, jobs

@@ -112,9 +112,14 @@ def test_issue55_the_secrets_rule_asks_for_every_secret_the_job_makes(helm: Path
         ({"slurm": {"partitions": [CPU]}}, ""),
         ({"slurm": {"partitions": [CPU, {"name": "gpu"}]}}, ""),
         ({"slurm": {"partitions": [CPU, {"name": "a"}, {"name": "b_2"}]}}, ""),
+        ({"slurm": {"partitions": [CPU, {"name": "gpu", "options": {"MaxTime": "1:00:00"}}]}}, ""),
         (
-            {"slurm": {"partitions": [CPU, {"name": "gpu", "options": {"MaxTime": "1:00:00"}}]}},
-            "added partitions with options: gpu",
+            {
+                "slurm": {
+                    "partitions": [CPU, {"name": "gpu", "options": {"MaxTime": "1:00:00", "QOS": "gpu"}}]
+                }
+            },
+            "added partitions with options the chart cannot vouch for: gpu (QOS=gpu)",
         ),
         ({"slurm": {"partitions": [{"name": "gpu", "default": True}]}}, "changed beyond added partitions"),
         ({"slurm": {"partitions": [{**CPU, "options": {}}]}}, "changed beyond added partitions"),
@@ -131,14 +136,15 @@ def test_issue55_the_secrets_rule_asks_for_every_secret_the_job_makes(helm: Path
         "unchanged",
         "one-plain-partition-added",
         "two-plain-partitions-added",
-        "added-with-options",
+        "added-with-vouched-options",
+        "added-with-other-options",
         "partition-dropped",
         "partition-changed",
         "extraConf-too",
         "cgroup-conf",
     ],
 )
-def test_issue55_the_partition_check_runs_unless_the_upgrade_only_adds_plain_partitions(
+def test_issue55_the_partition_check_runs_unless_the_upgrade_only_adds_partitions_slurm_cannot_refuse(
     helm: Path, probe_chart: Path, live_cpu: dict[str, str], after: Obj, why: str
 ) -> None:
     said = probe(helm, probe_chart, {**after, "probe": {"live": live_cpu}})["needs"]

@@ -45,12 +45,13 @@ the live ConfigMap's configuration as `lookup` reads it, against the new one.
 {{/*
 The rule, apart from `lookup` so that tests can hand it a live configuration: (list root
 liveData). The check is skipped only when the live configuration is the new one less the
-partitions the upgrade adds, and no added partition sets options. Such an upgrade drops no
-partition, so it strands no job (the `check` container's question), and the only lines it
-adds are the chart's own NodeSet= and PartitionName= lines for names the chart has
-validated, which Slurm's parser (the `parse` container) has no reason to refuse. Anything
-else is checked: a partition dropped, renamed, reordered or changed, an added one with
-options, extraConf, cgroup.conf, a new chart's lines, or no live configuration to compare.
+partitions the upgrade adds, and every option of an added partition is one the chart vouches
+for (slurm.unvouchedOptions). Such an upgrade drops no partition, so it strands no job (the
+`check` container's question), and the only lines it adds are the chart's own NodeSet= and
+PartitionName= lines for names and options the chart has validated, which Slurm's parser
+(the `parse` container) accepts. Anything else is checked: a partition dropped, renamed,
+reordered or changed, an added one with another option or value, extraConf, cgroup.conf, a
+new chart's lines, or no live configuration to compare.
 */}}
 {{- define "slurm.configChangeNeedsCheck" -}}
 {{- $root := index . 0 -}}
@@ -66,7 +67,12 @@ no live configuration to compare with
 {{- $kept := list -}}
 {{- $optioned := list -}}
 {{- range $root.Values.slurm.partitions -}}
-{{- if has .name $declared }}{{ $kept = append $kept . }}{{ else if .options }}{{ $optioned = append $optioned .name }}{{ end -}}
+{{- if has .name $declared -}}
+{{- $kept = append $kept . -}}
+{{- else -}}
+{{- $unvouched := include "slurm.unvouchedOptions" (.options | default dict) -}}
+{{- if $unvouched }}{{ $optioned = append $optioned (printf "%s (%s)" .name $unvouched) }}{{ end -}}
+{{- end -}}
 {{- end -}}
 {{- /* The new configuration as it would be without the added partitions. */ -}}
 {{- $slurm := set (omit $root.Values.slurm "partitions") "partitions" $kept -}}
@@ -79,7 +85,39 @@ no live configuration to compare with
 {{- if $changed -}}
 changed beyond added partitions: {{ join ", " $changed }}
 {{- else if $optioned -}}
-added partitions with options: {{ join ", " $optioned }}
+added partitions with options the chart cannot vouch for: {{ join ", " $optioned }}
 {{- end -}}
 {{- end -}}
+{{- end -}}
+
+{{/*
+The options of a partition (a dict) that the chart cannot vouch for, as "Key=value" joined
+by ", ", or "" when it vouches for all of them: the keys below with a value of the shape
+Slurm's parser accepts for them (tests/chart/test_partition_options.py hands each shape's
+examples, and near misses, to Slurm's own parser on 24.11 and 26.05). A partition added
+with only such options needs no pre-upgrade check: Slurm cannot refuse its line. Keys are
+matched as Slurm matches them, without regard to case.
+*/}}
+{{- define "slurm.unvouchedOptions" -}}
+{{- $time := "^((?i:infinite|unlimited)|[0-9]+(:[0-9]{1,2}){0,2}|[0-9]+-[0-9]{1,2}(:[0-9]{1,2}){0,2})$" -}}
+{{- $tier := "^([0-9]{1,4}|[0-5][0-9]{4}|6[0-4][0-9]{3}|65[0-4][0-9]{2}|655[0-2][0-9]|6553[0-3])$" -}}
+{{- $count := "^([0-9]{1,9}|(?i:infinite|unlimited))$" -}}
+{{- $yesno := "^(?i:yes|no)$" -}}
+{{- $names := "^[A-Za-z0-9_][A-Za-z0-9_.-]*(,[A-Za-z0-9_][A-Za-z0-9_.-]*)*$" -}}
+{{- $shapes := dict
+  "maxtime" $time "defaulttime" $time
+  "prioritytier" $tier "priorityjobfactor" $tier
+  "maxnodes" $count "maxcpuspernode" "^([0-9]{1,9}|(?i:unlimited))$" "gracetime" "^[0-9]{1,9}$"
+  "oversubscribe" "^(?i:no|exclusive|(yes|force)(:[0-9]{1,4})?)$"
+  "exclusiveuser" $yesno "hidden" $yesno "rootonly" $yesno "reqresv" $yesno "lln" $yesno
+  "allowaccounts" $names "allowgroups" $names "allowqos" $names "denyaccounts" $names "denyqos" $names
+-}}
+{{- $unvouched := list -}}
+{{- range $key, $value := . -}}
+{{- $shape := get $shapes (lower $key) -}}
+{{- if not (and $shape (regexMatch (default "^$" $shape) (toString $value))) -}}
+{{- $unvouched = append $unvouched (printf "%s=%v" $key $value) -}}
+{{- end -}}
+{{- end -}}
+{{- join ", " $unvouched -}}
 {{- end -}}
