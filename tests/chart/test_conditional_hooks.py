@@ -179,3 +179,22 @@ def test_issue55_the_install_chain_is_probed_every_second_or_two_with_the_same_p
     for c in (mariadb, slurmdbd, slurmctld):
         assert "tcpSocket" in c["readinessProbe"]
         assert c["readinessProbe"]["periodSeconds"] <= 2
+
+
+def test_issue55_the_operator_and_scheduler_are_seen_ready_within_a_second(
+    helm: Path, slurm_chart: Path
+) -> None:
+    """They are the last Pods of an install to be Ready (a Python start, then the first
+    listings): a readiness period of 5 s added up to 5 s, after a startup probe of 2 s. Both
+    are now asked every second; the time a slow start is allowed stays 3 minutes."""
+    objects = render_chart(helm, slurm_chart, values={"scheduler": ON})
+    for kind, name, container in (
+        ("Deployment", "r1-operator", "operator"),
+        ("Deployment", "r1-sunk-scheduler", "scheduler"),
+    ):
+        found = named(objects, kind, name)
+        assert found is not None, name
+        [c] = [c for c in found["spec"]["template"]["spec"]["containers"] if c["name"] == container]
+        startup = c["startupProbe"]
+        assert (startup["periodSeconds"], startup["periodSeconds"] * startup["failureThreshold"]) == (1, 180)
+        assert c["readinessProbe"]["periodSeconds"] == 1
