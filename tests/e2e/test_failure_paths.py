@@ -197,8 +197,15 @@ def test_r5_3_a_drain_on_a_pods_node_is_told_once_on_the_pod_across_restarts(
     try:
         (event,) = wait_for(told, timeout=20, what="a NodeDrained Event on the Pod")
         assert "Kill task failed" in event["note"] and node in event["note"]
-        annotations = (get(kube, namespace, "drained-under") or {})["metadata"].get("annotations") or {}
-        assert annotations.get(P + "drain-explained") == event["metadata"]["name"]
+        # The Event is written first, then the note on the Pod (CI, 2026-11-30: read between them).
+        noted = wait_for(
+            lambda: ((get(kube, namespace, "drained-under") or {})["metadata"].get("annotations") or {}).get(
+                P + "drain-explained"
+            ),
+            timeout=20,
+            what="the drain-explained note on the Pod",
+        )
+        assert noted == event["metadata"]["name"]
         proc.kill()
         proc.start()
         wait_for(lambda: "Kill task failed" in proc.output(), timeout=20, what="the restart to see the drain")
