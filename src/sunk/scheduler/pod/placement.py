@@ -3,8 +3,9 @@ chose, under that node's lock, and the Pods being bound, which affinity and spre
 and the kubelet's count of each Node's room count until the informer shows their binding.
 
 This is the one owner of what binding remembers: the node locks, the bindings in flight
-(kube-scheduler's "assume") and Slurm's view of each node, read at most every
-NODE_STATE_TTL_S so a burst of bindings on one node shares one read.
+(kube-scheduler's "assume") and Slurm's view of each node (`node_states.NodeStates`: read
+at most every NODE_STATE_TTL_S, one read of a node at a time, so a burst of bindings on
+one node shares one read).
 
 Room on a Node (`sunk.kube.noderoom`) is counted from what this process sees: the slurmd
 Pods and this scheduler's own Pods (bound, or being bound), finished ones left out and
@@ -26,15 +27,14 @@ from sunk.scheduler.cluster import ClusterView, Room
 from sunk.scheduler.decide import problems
 from sunk.scheduler.decide.bind_plan import Choice
 from sunk.scheduler.decide.pod_state import finished
+from sunk.scheduler.pod.node_states import NodeStates
 from sunk.scheduler.pod.room import Tallies
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.ports import SlurmPort
 from sunk.scheduler.translate import Settings, translate
-from sunk.slurm.models import SlurmJob, SlurmNode
+from sunk.slurm.models import SlurmJob
 
 Json = dict[str, Any]
-# How old Slurm's view of a node may be when deciding a binding there.
-NODE_STATE_TTL_S = 0.5
 # How long a binding this process made counts for affinity rules before the informer shows it.
 PLACING_TTL_S = 30.0
 
@@ -53,7 +53,7 @@ class Placement:
         # Pod UID → (when, the Pod as bound), from the decision until the informer shows the
         # binding (or PLACING_TTL_S, should the Pod go first).
         self._placing: dict[str, tuple[float, Json]] = {}
-        self._node_states: dict[str, tuple[float, SlurmNode | None]] = {}
+        self._node_states = NodeStates(slurm.node, clock)
         # What the Pods on each Node hold in the kubelet's count: this scheduler's, the slurmd Pods.
         self._sums = Tallies(pods.items, cluster.slurmd_pods)
 
@@ -79,7 +79,7 @@ class Placement:
         # API call, happens outside it so a burst of Pods on one node is not queued behind it.
         # A Pod with affinity or spread rules also takes one lock shared by all such Pods:
         # their rules span Nodes (a zone), and each must count the others' placements.
-        state = await self._slurm_node_state(slurm_node)
+        state = await self._node_states.get(slurm_node)
         rules_apply = translation.pod_rules
         rules = self._rules_lock if rules_apply else contextlib.nullcontext()
         async with rules, self._node_locks[slurm_node]:
@@ -170,20 +170,9 @@ class Placement:
                 del self._placing[uid]
         return {uid: pod for uid, (_, pod) in self._placing.items()}
 
-    async def _slurm_node_state(self, slurm_node: str) -> SlurmNode | None:
-        """Slurm's own view of the node, read at most every NODE_STATE_TTL_S per node:
-        every binding in a burst shares one fresh read."""
-        cached = self._node_states.get(slurm_node)
-        now = self.clock.monotonic()
-        if cached is None or now - cached[0] > NODE_STATE_TTL_S:
-            cached = (now, await self.slurm.node(slurm_node))
-            self._node_states[slurm_node] = cached
-        return cached[1]
-
     def prune(self) -> None:
         now = self.clock.monotonic()
-        for node in [n for n, (at, _) in self._node_states.items() if now - at > 60]:
-            del self._node_states[node]
+        self._node_states.prune()
         for node in [n for n, lock in self._node_locks.items() if not lock.locked()]:
             del self._node_locks[node]
         for uid in [u for u, (at, _) in self._placing.items() if now - at > PLACING_TTL_S]:
