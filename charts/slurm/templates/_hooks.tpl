@@ -115,7 +115,7 @@ matched as Slurm matches them, without regard to case.
 {{- $unvouched := list -}}
 {{- range $key, $value := . -}}
 {{- $shape := get $shapes (lower $key) -}}
-{{- if not (and $shape (regexMatch (default "^$" $shape) (toString $value))) -}}
+{{- if not (and $shape (regexMatch $shape (toString $value))) -}}
 {{- $unvouched = append $unvouched (printf "%s=%v" $key $value) -}}
 {{- end -}}
 {{- end -}}

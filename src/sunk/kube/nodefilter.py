@@ -79,6 +79,11 @@ def untolerated_taints(pod_spec: Json, node: Json) -> list[str]:
     return blocking
 
 
+def cordoned(node: Json) -> bool:
+    """Marked unschedulable (`kubectl cordon`): no new Pod goes there."""
+    return bool((node.get("spec") or {}).get("unschedulable"))
+
+
 def node_ready(node: Json) -> bool:
     conditions = (node.get("status") or {}).get("conditions") or []
     return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions)
@@ -87,7 +92,7 @@ def node_ready(node: Json) -> bool:
 def why_not(pod_spec: Json, node: Json) -> str | None:
     """None when the Pod may go to `node`; otherwise the reason, in words."""
     name = node.get("metadata", {}).get("name", "?")
-    if (node.get("spec") or {}).get("unschedulable"):
+    if cordoned(node):
         return f"Node {name} is cordoned"
     if not affinity_allows(pod_spec, node):
         return f"Node {name} does not match the Pod's nodeSelector/affinity"

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from decimal import Decimal
 from typing import Any
 
-from sunk.kube.nodefilter import affinity_allows, node_ready, untolerated_taints
+from sunk.kube.nodefilter import affinity_allows, cordoned, node_ready, untolerated_taints
 from sunk.kube.quantity import QuantityError, parse_quantity
 from sunk.kube.resources import Requests, pod_requests
 from sunk.operator.nodeset.hardware import slurm_node_name
@@ -62,10 +62,6 @@ def holders(members: Iterable[Json]) -> dict[str, str]:
         if node and owner:
             held.setdefault(node, owner)
     return held
-
-
-def cordoned(node: Json) -> bool:
-    return bool((node.get("spec") or {}).get("unschedulable"))
 
 
 def _untolerated(nodeset: NodeSet, node: Json, *, ignored: tuple[str, ...] = ()) -> list[str]:
