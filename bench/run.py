@@ -114,10 +114,15 @@ def delete_namespace(kube: AdminKube, namespace: str) -> None:
         time.sleep(0.5)
 
 
-def counted(metrics_port: int, series: str, label: str) -> dict[str, float]:
+def counted(metrics_port: int, series: str, label: str) -> dict[str, float] | None:
     """One counter of the scheduler's own metrics so far, by the value of one label. On a
-    machine a thousand ending jobs keep busy the answer can take a while: wait for it."""
-    text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=120).text
+    machine a thousand ending jobs keep busy the answer can take a while: wait for it, and
+    when it does not come, say so and count nothing rather than lose the run's figures."""
+    try:
+        text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=120).text
+    except httpx.HTTPError as err:
+        print(f"  (the scheduler's metrics did not answer: {err!r}; {series} not counted)", flush=True)
+        return None
     counts: dict[str, float] = {}
     for line in text.splitlines():
         if line.startswith(series + "{"):
@@ -126,12 +131,12 @@ def counted(metrics_port: int, series: str, label: str) -> dict[str, float]:
     return counts
 
 
-def slurm_calls(metrics_port: int) -> dict[str, float]:
+def slurm_calls(metrics_port: int) -> dict[str, float] | None:
     """The scheduler's slurmrestd requests so far, by endpoint."""
     return counted(metrics_port, "sunk_slurm_api_request_seconds_count", "endpoint")
 
 
-def hook_calls(metrics_port: int) -> dict[str, float]:
+def hook_calls(metrics_port: int) -> dict[str, float] | None:
     """The placeholders' hook calls so far, by outcome (a `terminating_wait` is a long poll
     that ended before the Pod was gone: the placeholder signs and calls again)."""
     return counted(metrics_port, "sunk_hook_calls_total", "outcome")
@@ -152,10 +157,15 @@ def mean_ms(
 
 
 def histogram_totals(metrics_port: int, histogram: str, label: str) -> dict[str, dict[str, float]]:
-    return {part: counted(metrics_port, f"{histogram}_{part}", label) for part in ("sum", "count")}
+    return {part: counted(metrics_port, f"{histogram}_{part}", label) or {} for part in ("sum", "count")}
 
 
-def calls_per_pod(before: dict[str, float], after: dict[str, float], pods: int) -> dict[str, float]:
+def calls_per_pod(
+    before: dict[str, float] | None, after: dict[str, float] | None, pods: int
+) -> dict[str, float]:
+    """Calls per Pod between two counts; none when either count could not be read."""
+    if before is None or after is None:
+        return {}
     spent = {k: (v - before.get(k, 0.0)) / max(1, pods) for k, v in after.items()}
     return {k: round(v, 2) for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if v > 0}
 
