@@ -389,7 +389,10 @@ class HookReads:
     again, so repeated calls for one job cost one read, and a call whose turn comes after a
     listing already showed what it wanted to know (a thousand jobs cancelled at once) costs
     none. What a read finds goes to `seen` with the Pod it belongs to: the call only says
-    which job to read, Slurm's answer is what the Pod's worker acts on."""
+    which job to read, Slurm's answer is what the Pod's worker acts on. Asking the poller for
+    one listing in place of the reads waiting was measured and taken out: slurmrestd spends
+    about as much on a listing of a thousand jobs as on 150 reads, and a call waited seconds
+    for a listing where a read takes 0.1 s (docs/benchmarks.md, issue #55)."""
 
     def __init__(
         self,
