@@ -143,21 +143,27 @@ def hook_calls(metrics_port: int) -> dict[str, float] | None:
 
 
 def mean_ms(
-    metrics_port: int, histogram: str, label: str, before: dict[str, dict[str, float]]
+    metrics_port: int, histogram: str, label: str, before: dict[str, dict[str, float]] | None
 ) -> dict[str, float]:
     """Mean milliseconds per observation of one of the scheduler's histograms since
-    `before` (a `histogram_totals` reading), by the value of one label."""
+    `before` (a `histogram_totals` reading), by the value of one label; none when either
+    reading could not be taken."""
     now = histogram_totals(metrics_port, histogram, label)
+    if before is None or now is None:
+        return {}
     means = {}
     for key, count in now["count"].items():
         spent = count - before["count"].get(key, 0.0)
         if spent > 0:
-            means[key] = round(1000 * (now["sum"][key] - before["sum"].get(key, 0.0)) / spent, 1)
+            means[key] = round(1000 * (now["sum"].get(key, 0.0) - before["sum"].get(key, 0.0)) / spent, 1)
     return means
 
 
-def histogram_totals(metrics_port: int, histogram: str, label: str) -> dict[str, dict[str, float]]:
-    return {part: counted(metrics_port, f"{histogram}_{part}", label) or {} for part in ("sum", "count")}
+def histogram_totals(metrics_port: int, histogram: str, label: str) -> dict[str, dict[str, float]] | None:
+    """A histogram's sums and counts so far, or None when the metrics did not answer."""
+    sums = counted(metrics_port, f"{histogram}_sum", label)
+    counts = counted(metrics_port, f"{histogram}_count", label)
+    return None if sums is None or counts is None else {"sum": sums, "count": counts}
 
 
 def calls_per_pod(
