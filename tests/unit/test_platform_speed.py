@@ -5,6 +5,8 @@ holds. The new member's readiness is asked every second."""
 
 from __future__ import annotations
 
+import subprocess
+from pathlib import Path
 from typing import cast
 
 import pytest
@@ -62,11 +64,52 @@ def test_issue55_otherwise_at_the_poll_interval() -> None:
     assert poller(SlurmView()).pause() == 5.0  # nothing listed yet
 
 
-async def test_issue55_a_new_members_readiness_is_asked_every_second() -> None:
+async def test_issue55_a_new_members_start_is_asked_every_second_without_connecting_to_slurmd() -> None:
+    """slurmd logs two errors for each connection that sends it nothing: its port is looked
+    for in the socket tables, every second until it listens, then every ten."""
     w = OperatorWorld()
     w.add_node("node-1", "10.64.1.11")
     w.add_nodeset("gpu")
     await w.settle("gpu")
     [pod] = w.members("gpu").values()
     [slurmd] = [c for c in pod["spec"]["containers"] if c["name"] == m.CONTAINER]
-    assert slurmd["readinessProbe"] == {"tcpSocket": {"port": 6818}, "periodSeconds": 1}
+    startup, readiness = slurmd["startupProbe"], slurmd["readinessProbe"]
+    assert (startup["periodSeconds"], readiness["periodSeconds"]) == (1, 10)
+    assert startup["periodSeconds"] * startup["failureThreshold"] == 600
+    for probe in (startup, readiness):
+        assert "tcpSocket" not in probe
+        assert probe["exec"] == m.LISTENING_PROBE["exec"]
+
+
+def test_the_listening_probe_finds_slurmds_port_in_the_socket_tables(tmp_path: Path) -> None:
+    """The probe's own command run against socket tables written as the kernel writes them:
+    6818 listening (on any address, IPv4 or IPv6) passes; a connection to another node's
+    6818, or another port listening, does not."""
+    header = (
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+    )
+    listening = (
+        "   0: 00000000:1AA2 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1 1\n"
+    )
+    connected = (
+        "   1: 0501400A:93A6 0402400A:1AA2 01 00000000:00000000 03:000008CC 00000000     0        0 0 3\n"
+    )
+    other = "   2: 00000000:1AA1 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 2 1\n"
+    listening6 = (
+        "   0: 00000000000000000000000000000000:1AA2 00000000000000000000000000000000:0000 0A"
+        " 00000000:00000000 00:00000000 00000000     0        0 3 1\n"
+    )
+    command = m.LISTENING_PROBE["exec"]["command"]
+
+    def passes(tcp: str, tcp6: str | None) -> bool:
+        (tmp_path / "tcp").write_text(header + tcp)
+        (tmp_path / "tcp6").unlink(missing_ok=True)
+        if tcp6 is not None:
+            (tmp_path / "tcp6").write_text(header + tcp6)
+        argv = [*command[:-2], str(tmp_path / "tcp"), str(tmp_path / "tcp6")]
+        return subprocess.run(argv, check=False).returncode == 0
+
+    assert passes(listening, "")
+    assert passes("", listening6)
+    assert passes(listening, None)  # a kernel without IPv6 has no tcp6
+    assert not passes(connected + other, "")

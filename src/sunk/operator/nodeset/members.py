@@ -45,6 +45,21 @@ esac
 until s="$(state "$(show)")" && idle "$s"; do sleep 2; done
 """
 TEMPLATE_HASH = "sunk.coreweave.com/template-hash"
+# Whether slurmd listens on its port (6818, 1AA2 in hex), read from the kernel's socket
+# tables inside the Pod rather than by connecting: slurmd logs two errors for every
+# connection that sends it nothing, which a TCP probe every second made 170,000 lines a day.
+LISTENING_PROBE: Json = {
+    "exec": {
+        "command": [
+            "grep",
+            "-qsE",
+            "^ *[0-9]+: [0-9A-F]+:1AA2 [0-9A-F]+:0000 0A ",
+            "/proc/net/tcp",
+            "/proc/net/tcp6",
+        ]
+    },
+    "timeoutSeconds": 5,  # an exec on a busy node can take more than the default second
+}
 SLURMD_CONF = "sunk.coreweave.com/slurmd-conf"
 CONTAINER = "slurmd"
 KEY_PATH = "/etc/slurm/slurm.key"
@@ -148,9 +163,11 @@ def member_pod(settings: Settings, nodeset: NodeSet, node: str, slurm_name: str,
         ],
         "resources": nodeset.resources,
         "ports": [{"name": "slurmd", "containerPort": 6818}],
-        # slurmd answers on its port once it has registered and loaded its configuration;
-        # asked every second, so a new member is Ready within a second of it (issue #55).
-        "readinessProbe": {"tcpSocket": {"port": 6818}, "periodSeconds": 1},
+        # Asked every second until slurmd listens, so that a new member is Ready within a
+        # second of it (issue #55), then every 10 s. A slurmd still not listening after ten
+        # minutes (no configuration from slurmctld) is restarted: it cannot hold a job yet.
+        "startupProbe": {**copy.deepcopy(LISTENING_PROBE), "periodSeconds": 1, "failureThreshold": 600},
+        "readinessProbe": {**copy.deepcopy(LISTENING_PROBE), "periodSeconds": 10},
         "lifecycle": {"preStop": {"exec": {"command": ["sh", "-c", PRE_STOP, "pre-stop", slurm_name]}}},
     }
     containers = [
