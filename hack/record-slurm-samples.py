@@ -9,7 +9,7 @@ node list with a drained node, a gang's job, and a held job whose excluded nodes
 dialect's own update narrows and then clears (--placement=pack). The samples are Slurm's
 own words, so the unit tests of each dialect never rest on a guess.
 
-    .venv/bin/python hack/record-slurm-samples.py [group|exclusions]   (only that part)
+    .venv/bin/python hack/record-slurm-samples.py [group|exclusions|states]   (only that part)
 """
 
 from __future__ import annotations
@@ -183,6 +183,33 @@ def record_exclusions(version: str, http: httpx.Client, out: Path) -> None:
         http.delete(f"/job/{job_id}")
 
 
+def record_states(version: str, http: httpx.Client, out: Path) -> None:
+    """Many jobs' states in one read (`GET /jobs/state`, what `terminating` calls share): one
+    job running, one Slurm is ending while its script still holds on, and one unknown."""
+    if version == "v0.0.38":
+        return  # no such endpoint before Slurm 24.05
+    out.mkdir(parents=True, exist_ok=True)
+    holding = "#!/bin/bash\ntrap 'sleep 60' TERM\nsleep 300 & wait\n"
+    ids = [
+        int(http.post("/job/submit", json=body(version, script, name=name)).json()["job_id"])
+        for name, script in (("running", "#!/bin/sh\nsleep 300\n"), ("ending", holding))
+    ]
+
+    def states() -> dict[str, list[str]]:
+        found = http.get("/jobs/state/", params={"job_id": [str(i) for i in ids]}).json()
+        return {j["job_id"]: j["state"] for j in found.get("jobs") or []}
+
+    wait(lambda: all(s == ["RUNNING"] for s in states().values()) and len(states()) == 2, "both jobs to run")
+    http.delete(f"/job/{ids[1]}")
+    wait(lambda: "COMPLETING" in states().get(str(ids[1]), []), "the ending job to complete")
+    resp = http.get("/jobs/state/", params={"job_id": [*(str(i) for i in ids), "999999"]})
+    (out / "job-states.json").write_text(
+        json.dumps({"status": resp.status_code, "body": resp.json()}, indent=1) + "\n"
+    )
+    for job_id in ids:
+        http.delete(f"/job/{job_id}", params={"signal": "KILL"})
+
+
 def main() -> int:
     cluster = DevCluster()
     spec = cluster.require_running()
@@ -204,6 +231,8 @@ def main() -> int:
                 record_group(version, http, out)
             if only in (None, "exclusions"):
                 record_exclusions(version, http, out)
+            if only in (None, "states"):
+                record_states(version, http, out)
             print(f"recorded {version} into {out}")
         finally:
             http.close()

@@ -13,7 +13,7 @@ import pytest
 
 from sunk.scheduler.translate import PodRef, Settings, pod_of_job_name, translate
 from sunk.slurm.client import SUPPORTED_VERSIONS, SlurmVersionError, choose_version, make_dialect
-from sunk.slurm.dataparser import summarize_state
+from sunk.slurm.dataparser import job_states, summarize_state
 from sunk.slurm.dialect import Submission, group_submission, partition_time_limits
 from sunk.slurm.errors import SlurmJobGone, SlurmRejected, SlurmUnavailable, raise_for
 from sunk.slurm.hostlist import expand
@@ -92,6 +92,24 @@ def test_r5_a_cancelled_job_is_ending(directory: Path) -> None:
     job = make_dialect(directory.name).parse_job(only_job(directory, "job-cancelled"))
     assert job.state in ("COMPLETING", "CANCELLED") and job.ending
     assert job.why_ending(job.end_time)[0] == "CancelledInSlurm"
+
+
+STATES = [p for p in RECORDED if make_dialect(p.name).reads_job_states]
+
+
+def test_every_version_that_reads_job_states_has_a_recorded_answer() -> None:
+    assert STATES and all((p / "job-states.json").exists() for p in STATES)
+
+
+@pytest.mark.parametrize("directory", STATES, ids=[f"{p.parent.name}/{p.name}" for p in STATES])
+def test_r5_2_one_state_read_shows_which_jobs_slurm_is_ending(directory: Path) -> None:
+    """The recorder's running job, one cancelled while its script holds on, and job 999999,
+    which Slurm does not have and leaves out."""
+    states = job_states(sample(directory, "job-states")[1])
+    running, ending = sorted(states)
+    assert states[running] == ("RUNNING", ("RUNNING",))
+    assert states[ending] == ("COMPLETING", ("CANCELLED", "COMPLETING"))
+    assert 999999 not in states
 
 
 @pytest.mark.parametrize("directory", RECORDED, ids=IDS)

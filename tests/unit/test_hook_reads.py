@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 
-from sunk.scheduler.jobs import HookReads
+from sunk.scheduler.hook_reads import HookReads
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.models import SlurmJob
 

@@ -28,12 +28,13 @@ from sunk.runtime.queue import WorkQueue
 from sunk.scheduler import controllers
 from sunk.scheduler.cluster import ClusterView
 from sunk.scheduler.config import Config
+from sunk.scheduler.hook_reads import HookReads
 from sunk.scheduler.hooks import placeholder_script
 from sunk.scheduler.hooks.auth import HookCredentials, Verifier
 from sunk.scheduler.hooks.holds import Holds
 from sunk.scheduler.hooks.server import HooksServer, PodGoneWaiters
 from sunk.scheduler.hooks.tls import HooksTLS, hooks_url
-from sunk.scheduler.jobs import HookReads, JobPoller
+from sunk.scheduler.jobs import JobPoller
 from sunk.scheduler.pod_gone import PodGone
 from sunk.scheduler.pods import PodStore
 from sunk.scheduler.policy import PolicyFile
@@ -134,6 +135,8 @@ class Scheduler:
             lambda job: pod_of_job_name(slurm.owner_name(job), config.scheduler_name),
             self._job_seen,
             READ_FOR_HOOKS_AT_ONCE,
+            read_states=slurm.job_states if slurm.dialect.reads_job_states else None,
+            known_job=self._known_job,
         )
         self.pods = PodStore(self.pod_informers)
         self.pod_gone = PodGone(self.pods, self._members, self.gone, config.annotation_prefix, self.clock)
@@ -245,17 +248,24 @@ class Scheduler:
         """Read just this job now (a gang's job whole: every member's Pod may be bound now)."""
         await self.hook_reads.deliver(ref, job_id, lambda: self._index_shows(job_id, lambda j: j.started))
 
+    def _known_job(self, job_id: int) -> SlurmJob | None:
+        found = self.index.get(job_id)
+        return found[1] if found is not None else None
+
     def _index_shows(self, job_id: int, what: Callable[[SlurmJob], bool]) -> bool:
         found = self.index.get(job_id)
         return found is not None and what(found[1])
 
     async def job_terminating(self, ref: PodRef, job_id: int) -> None:
-        """Read just this job now: once Slurm shows it ending, the Pod's worker deletes the
-        Pod. The call is also recorded, so that the worker asks Slurm itself when this read
-        is skipped (another read of the job under way) or fails."""
+        """Read this job's state now (with those of others ending at once, where Slurm can):
+        once Slurm shows it ending, the Pod's worker deletes the Pod. The call is also
+        recorded, so that the worker asks Slurm itself when this read is skipped (another
+        read of the job under way) or fails."""
         self.pod_controller.report_ending(ref, job_id)
         try:
-            await self.hook_reads.deliver(ref, job_id, lambda: self._index_shows(job_id, lambda j: j.ending))
+            await self.hook_reads.deliver_ending(
+                ref, job_id, lambda: self._index_shows(job_id, lambda j: j.ending)
+            )
         except SlurmError as err:
             log.info("cannot read job %s, said to be ending (%s); the Pod's worker asks again", job_id, err)
         self.queue.add(f"{ref.namespace}/{ref.name}")

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -378,52 +378,3 @@ class JobPoller:
                 await asyncio.sleep(delay)
                 continue
             await asyncio.sleep(delay)
-
-
-class HookReads:
-    """Reads the job a `started` or `terminating` hook call names, one single read per job,
-    so that a Pod is bound as soon as its own job is seen started, and deleted as soon as
-    Slurm shows its job ending, however many start or end together (a listing of every job
-    costs slurmrestd and the scheduler far more than a read of one). At most `at_once`
-    reads are in flight, the others wait their turn; a job already being read is not read
-    again, so repeated calls for one job cost one read, and a call whose turn comes after a
-    listing already showed what it wanted to know (a thousand jobs cancelled at once) costs
-    none. What a read finds goes to `seen` with the Pod it belongs to: the call only says
-    which job to read, Slurm's answer is what the Pod's worker acts on. Asking the poller for
-    one listing in place of the reads waiting was measured and taken out: slurmrestd spends
-    about as much on a listing of a thousand jobs as on 150 reads, and a call waited seconds
-    for a listing where a read takes 0.1 s (docs/benchmarks.md, issue #55)."""
-
-    def __init__(
-        self,
-        read: Callable[[int], Awaitable[list[SlurmJob]]],
-        owner_of: Callable[[SlurmJob], PodRef | None],
-        seen: Callable[[PodRef, SlurmJob], None],
-        at_once: int,
-    ) -> None:
-        self._read = read
-        self._owner_of = owner_of
-        self._seen = seen
-        self._slots = asyncio.Semaphore(at_once)
-        self._reading: set[int] = set()
-
-    async def read(self, job_id: int, known: Callable[[], bool] = lambda: False) -> list[SlurmJob]:
-        """The job (a gang's leader with every component), or [] when an earlier call's
-        read of it is still under way (that one delivers it) or, once this call's turn
-        comes, `known()` says the read would tell nothing new."""
-        if job_id in self._reading:
-            return []
-        self._reading.add(job_id)
-        try:
-            async with self._slots:
-                return [] if known() else await self._read(job_id)
-        finally:
-            self._reading.discard(job_id)
-
-    async def deliver(self, ref: PodRef, job_id: int, known: Callable[[], bool] = lambda: False) -> None:
-        """Read the job `ref`'s placeholder called about (the hooks API has checked that
-        the job is that Pod's) and hand it, and a gang's other components, to `seen`."""
-        for job in await self.read(job_id, known):
-            owner = ref if job.job_id == job_id else self._owner_of(job)
-            if owner is not None:
-                self._seen(owner, job)

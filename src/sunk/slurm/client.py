@@ -15,7 +15,7 @@ import httpx
 
 from sunk.metrics import SLURM_ERRORS, SLURM_LATENCY
 from sunk.slurm.dataparser import VERSIONS as DATA_PARSER_VERSIONS
-from sunk.slurm.dataparser import DataParser
+from sunk.slurm.dataparser import DataParser, job_states
 from sunk.slurm.diag import SlurmDiag, parse_diag
 from sunk.slurm.dialect import Dialect, Submission, partition_time_limits
 from sunk.slurm.errors import (
@@ -329,6 +329,17 @@ class SlurmClient:
             return []
         jobs: list[dict[str, Any]] = reply.get("jobs") or []
         return jobs
+
+    async def job_states(self, job_ids: list[int]) -> dict[int, tuple[str, tuple[str, ...]]]:
+        """Job ID → (its state in one word, every state word) for each of `job_ids` that
+        Slurm still has, in one request (only where the dialect `reads_job_states`). Only
+        the states travel: a burst of jobs ending costs one small answer where reading each
+        would render and parse every job whole."""
+        params = {"job_id": [str(job_id) for job_id in job_ids]}  # repeated: Slurm takes no list
+        reply = await self._call(
+            "GET", "/jobs/state/", "read job states", params=params, endpoint="/jobs/state"
+        )
+        return job_states(reply)
 
     async def cancel(self, job_id: int, *, signal: str | None = None) -> None:
         """Cancel (SIGKILL after KillWait) or, with `signal`, only signal the job."""

@@ -81,10 +81,22 @@ def summarize_state(states: list[str] | str | None) -> tuple[str, tuple[str, ...
     return base, tuple(words)
 
 
+def job_states(reply: dict[str, Any]) -> dict[int, tuple[str, tuple[str, ...]]]:
+    """Job ID → (one word, every state word) from a `GET /jobs/state` answer, which names
+    jobs by strings ("123", or "123_4" for an array's task, never a placeholder)."""
+    states: dict[int, tuple[str, tuple[str, ...]]] = {}
+    for raw in reply.get("jobs") or []:
+        text = str(raw.get("job_id") or "")
+        if text.isdigit():
+            states[int(text)] = summarize_state(raw.get("state"))
+    return states
+
+
 class DataParser:
     mark_field = "extra"
     drains_over_rest = True
     chooses_job_ids = True  # the job description's `job_id`
+    reads_job_states = True
     # Every partition's jobs (as by default) without the per-node allocation detail: a
     # third less to render and parse per job. A slurmrestd that ignores it only sends more.
     job_read_params: tuple[tuple[str, str], ...] = (("flags", "ALL"),)

@@ -40,6 +40,9 @@ class Dialect(Protocol):
     # True when a submission may ask for its job ID (`with_job_ids`); slurmctld grants it
     # to root and SlurmUser only.
     chooses_job_ids: bool
+    # True when slurmrestd answers `GET /jobs/state` (the states of many jobs in one light
+    # request, Slurm 24.05 and later); otherwise states come from reading each job.
+    reads_job_states: bool
     # Query parameters of job reads that leave out what sunk never looks at.
     job_read_params: tuple[tuple[str, str], ...]
     # Every field of a job that parse_job reads: job answers are decoded down to these.

@@ -38,6 +38,7 @@ class V0038:
     mark_field = "comment"
     drains_over_rest = False
     chooses_job_ids = False  # v0.0.38's job properties have no `job_id`
+    reads_job_states = False  # no `/jobs/state` before Slurm 24.05
     job_read_params: tuple[tuple[str, str], ...] = ()  # the allocation detail is used here
     job_fields = SHARED_JOB_FIELDS | {"job_resources", "nodes", "comment", "job_state"}
 
