@@ -151,3 +151,17 @@ def test_a_pod_given_another_job_no_longer_holds_this_one() -> None:
     )
     assert asyncio.run(gone.wait(POD, 22, within=0))
     assert not asyncio.run(gone.wait(POD, 26, within=0))
+
+
+async def test_r5_2_a_call_overlapping_an_earlier_one_for_the_same_pod_still_hears_its_deletion() -> None:
+    """The bug this catches: the first call's end forgot the Pod's event while a retry (its
+    curl had given up) still waited on it, so the retry missed the deletion and waited out
+    its whole long poll before answering."""
+    waiters = PodGoneWaiters()
+    there = True
+    first = asyncio.create_task(waiters.wait("uid-1", lambda: there, 0.01))
+    retry = asyncio.create_task(waiters.wait("uid-1", lambda: there, 30))
+    assert await first is False  # its poll ended with the Pod still there
+    there = False
+    waiters.deleted("uid-1")
+    assert await asyncio.wait_for(retry, 1) is True

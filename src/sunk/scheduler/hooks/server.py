@@ -224,18 +224,22 @@ class RefusalLog:
 
 
 class PodGoneWaiters:
-    """Lets hook calls wait for a Pod's DELETED event instead of polling."""
+    """Lets hook calls wait for a Pod's DELETED event instead of polling. Calls for one Pod
+    may overlap (a placeholder whose call gave up before its long poll ended asks again
+    while the first is still waiting here): they share one event, forgotten only when the
+    last of them is done, so that no call misses the deletion and waits out its poll."""
 
     def __init__(self) -> None:
-        self._events: dict[str, asyncio.Event] = {}
+        self._events: dict[str, tuple[asyncio.Event, int]] = {}  # uid → (event, calls waiting)
 
     def deleted(self, uid: str) -> None:
-        event = self._events.get(uid)
-        if event is not None:
-            event.set()
+        found = self._events.get(uid)
+        if found is not None:
+            found[0].set()
 
     async def wait(self, uid: str, still_there: Callable[[], bool], within: float) -> bool:
-        event = self._events.setdefault(uid, asyncio.Event())
+        event, waiting = self._events.get(uid) or (asyncio.Event(), 0)
+        self._events[uid] = (event, waiting + 1)
         try:
             if not still_there():
                 return True
@@ -245,4 +249,8 @@ class PodGoneWaiters:
                 return not still_there()
             return True
         finally:
-            self._events.pop(uid, None)
+            event, waiting = self._events[uid]
+            if waiting > 1:
+                self._events[uid] = (event, waiting - 1)
+            else:
+                del self._events[uid]
