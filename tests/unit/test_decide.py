@@ -577,6 +577,22 @@ def test_r5_2_a_started_job_pending_again_without_a_requeue_is_said_to_be_lost_n
     assert job("PENDING", started=False, restarts=1).why_ending(NOW)[0] == "Preempted"
 
 
+@pytest.mark.parametrize(
+    ("how", "reason"),
+    [
+        ("PREEMPTED", "Preempted"),
+        ("TIMEOUT", "TimeLimitReached"),
+        ("NODE_FAIL", "PlaceholderJobFailed"),
+        ("CANCELLED", "CancelledInSlurm"),
+    ],
+)
+def test_r5_2_a_completing_job_ends_the_way_its_other_state_words_say(how: str, reason: str) -> None:
+    """While Slurm completes a job its one word is COMPLETING; how it ended is among its
+    other words, which is all a state read carries (no preemption time). The bug this
+    catches: a preempted Pod deleted with the reason CancelledInSlurm."""
+    assert job("COMPLETING", flags=(how, "COMPLETING"), time_limit_min=None).why_ending(NOW)[0] == reason
+
+
 # -- cordoned Nodes (R9.4, --drain-cordoned-nodes) --------------------------------------------------
 OURS = drains.cordon_drain_reason("n1")
 CORDONS = [

@@ -44,7 +44,11 @@ class Slurm:
 
 def hook_reads(slurm: Slurm, seen: list[tuple[PodRef, SlurmJob]], at_once: int = 3) -> HookReads:
     return HookReads(
-        slurm.job_group, lambda job: ref(f"member-{job.job_id}"), lambda r, j: seen.append((r, j)), at_once
+        slurm.job_group,
+        lambda job: ref(f"member-{job.job_id}"),
+        lambda r, j: seen.append((r, j)),
+        at_once,
+        now=lambda: 0.0,
     )
 
 

@@ -6,6 +6,7 @@ state cannot settle is still read whole."""
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +15,7 @@ from sunk.scheduler.translate import PodRef
 from sunk.slurm.errors import SlurmRejected, SlurmUnavailable
 from sunk.slurm.models import SlurmJob
 
-CANCELLED = ("CANCELLED", ("CANCELLED", "COMPLETING"))
+CANCELLED = ("COMPLETING", ("CANCELLED", "COMPLETING"))  # as `summarize_state` reads it
 
 
 def job(job_id: int, state: str = "RUNNING", het_job_id: int = 0) -> SlurmJob:
@@ -53,6 +54,9 @@ class Seen(list[tuple[PodRef, SlurmJob]]):
     """What the hook reads handed to the Pods' workers."""
 
 
+NOW = 1_800_000_000.0
+
+
 def reads(slurm: Slurm, seen: Seen, known: dict[int, SlurmJob]) -> HookReads:
     return HookReads(
         slurm.job_group,
@@ -61,6 +65,7 @@ def reads(slurm: Slurm, seen: Seen, known: dict[int, SlurmJob]) -> HookReads:
         8,
         read_states=slurm.job_states,
         known_job=known.get,
+        now=lambda: NOW,
     )
 
 
@@ -80,8 +85,21 @@ async def test_r5_2_ending_calls_that_arrive_while_a_state_read_is_under_way_sha
     assert slurm.state_reads == [[1], list(range(2, 11))]  # the first call did not wait for company
     assert slurm.whole_reads == []
     assert sorted((r.name, j.job_id, j.state, j.nodes) for r, j in seen) == [
-        (f"pod-{i}", i, "CANCELLED", ("sn-001",)) for i in sorted(range(1, 11), key=lambda i: f"pod-{i}")
+        (f"pod-{i}", i, "COMPLETING", ("sn-001",)) for i in sorted(range(1, 11), key=lambda i: f"pod-{i}")
     ]
+
+
+async def test_r5_3_an_ending_job_read_by_its_state_ends_no_later_than_its_call() -> None:
+    """A running job's end time is where its time limit would end it, hours away. The bug
+    this catches: the drain due when a Pod outlives KillWait counted from that time, so the
+    scheduler would not have drained the node before Slurm handed the resources on."""
+    slurm, seen = Slurm(), Seen()
+    slurm.release.set()
+    slurm.states = {4: CANCELLED}
+    running = replace(job(4), start_time=int(NOW) - 60, end_time=int(NOW) + 3600)
+    await reads(slurm, seen, {4: running}).deliver_ending(ref(4), 4)
+    [(_, ending)] = seen
+    assert (ending.state, ending.end_time, ending.start_time) == ("COMPLETING", int(NOW), int(NOW) - 60)
 
 
 async def test_r5_2_a_job_slurm_is_not_ending_is_read_whole() -> None:

@@ -137,6 +137,7 @@ class Scheduler:
             READ_FOR_HOOKS_AT_ONCE,
             read_states=slurm.job_states if slurm.dialect.reads_job_states else None,
             known_job=self._known_job,
+            now=self.clock.now,
         )
         self.pods = PodStore(self.pod_informers)
         self.pod_gone = PodGone(self.pods, self._members, self.gone, config.annotation_prefix, self.clock)

@@ -45,11 +45,13 @@ class HookReads:
         seen: Callable[[PodRef, SlurmJob], None],
         at_once: int,
         *,
+        now: Callable[[], float],
         read_states: Callable[[list[int]], Awaitable[dict[int, State]]] | None = None,
         known_job: Callable[[int], SlurmJob | None] = lambda _job_id: None,
     ) -> None:
         """`read_states`: Slurm's states of many jobs in one request, where it can;
-        `known_job`: the job as the scheduler last saw it, which a state read updates."""
+        `known_job`: the job as the scheduler last saw it, which a state read updates;
+        `now`: wall-clock seconds (`Clock.now`), to compare with Slurm's times."""
         self._read = read
         self._owner_of = owner_of
         self._seen = seen
@@ -57,6 +59,7 @@ class HookReads:
         self._reading: set[int] = set()
         self._states = JobStates(read_states, self._slots) if read_states else None
         self._known_job = known_job
+        self._now = now
 
     async def read(self, job_id: int, known: Callable[[], bool] = lambda: False) -> list[SlurmJob]:
         """The job (a gang's leader with every component), or [] when an earlier call's
@@ -93,6 +96,7 @@ class HookReads:
             return
         if known():
             return
+        called_at = self._now()  # Slurm was ending the job by then: its signal made this call
         try:
             state = await self._states.state(job_id)
         except SlurmError as err:
@@ -104,11 +108,15 @@ class HookReads:
             return
         if state is None:
             return  # Slurm has no such job any more: a full read would find nothing either
-        now = replace(job, state=state[0], flags=state[1])
-        if now.ending:
-            self._seen(ref, now)
-        else:
+        ending = replace(job, state=state[0], flags=state[1])
+        if not ending.ending:
             await self.deliver(ref, job_id, known)
+            return
+        # A running job's end time is the one its time limit would give it. The drain due
+        # if its Pod outlives KillWait counts from the real end, which was no later than this
+        # call; the poller's next listing brings the exact time.
+        ended_by = int(called_at)
+        self._seen(ref, replace(ending, end_time=min(job.end_time or ended_by, ended_by)))
 
 
 class JobStates:

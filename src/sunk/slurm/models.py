@@ -107,8 +107,10 @@ class SlurmJob:
         return self.state in ("PENDING", "REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED", "SUSPENDED")
 
     def why_ending(self, now: float) -> tuple[str, str]:
-        """(Event reason, words) for a job Slurm is ending, as far as Slurm tells."""
-        if self.state in ("REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED") or (self.pending and self.restarts):
+        """(Event reason, words) for a job Slurm is ending, as far as Slurm tells. While it
+        completes, its one word is COMPLETING and how it ended is among its other words."""
+        words = {self.state, *self.flags}
+        if words & {"REQUEUED", "REQUEUE_HOLD", "REQUEUE_FED"} or (self.pending and self.restarts):
             return "Preempted", "was requeued by Slurm (preempted)"
         if self.pending:
             # Pending again with no requeue: slurmctld restarted from state saved before
@@ -118,15 +120,16 @@ class SlurmJob:
                 "is PENDING again although it had started (slurmctld lost its record of the start, "
                 "e.g. in a restart); its resources are no longer held",
             )
-        if self.state == "SUSPENDED":
+        if "SUSPENDED" in words:
             return "Preempted", "was suspended by Slurm (preempted)"
-        if self.preempt_time or self.state == "PREEMPTED":
+        if self.preempt_time or "PREEMPTED" in words:
             return "Preempted", "was preempted by a higher-priority Slurm job"
         limit = self.time_limit_min
-        if self.state == "TIMEOUT" or (limit and self.start_time and now >= self.start_time + limit * 60 - 1):
+        if "TIMEOUT" in words or (limit and self.start_time and now >= self.start_time + limit * 60 - 1):
             return "TimeLimitReached", f"reached its time limit of {limit} min"
-        if self.state in ("NODE_FAIL", "BOOT_FAIL", "FAILED", "OUT_OF_MEMORY", "DEADLINE"):
-            return "PlaceholderJobFailed", f"ended with state {self.state}"
+        failed = sorted(words & {"NODE_FAIL", "BOOT_FAIL", "FAILED", "OUT_OF_MEMORY", "DEADLINE"})
+        if failed:
+            return "PlaceholderJobFailed", f"ended with state {failed[0]}"
         return "CancelledInSlurm", "was cancelled in Slurm"
 
 
