@@ -33,10 +33,10 @@ class HookReads:
     again, so repeated calls for one job cost one read, and a call whose turn comes after a
     listing already showed what it wanted to know (a thousand jobs cancelled at once) costs
     none. A `terminating` call may be answered from a read of many jobs' states instead
-    (`deliver_ending`). What a read finds goes to `seen` with the Pod it belongs to. Asking the poller for
-    one listing in place of the reads waiting was measured and taken out: slurmrestd spends
-    about as much on a listing of a thousand jobs as on 150 reads, and a call waited seconds
-    for a listing where a read takes 0.1 s (docs/benchmarks.md, issue #55)."""
+    (`deliver_ending`). What a read finds goes to `seen` with the Pod it belongs to. Asking
+    the poller for one listing in place of the reads waiting was measured and taken out:
+    slurmrestd spends about as much on a listing of a thousand jobs as on 150 reads, and a
+    call waited seconds for a listing where a read takes 0.1 s (docs/benchmarks.md, #55)."""
 
     def __init__(
         self,
