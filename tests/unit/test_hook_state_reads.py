@@ -89,14 +89,21 @@ async def test_r5_2_ending_calls_that_arrive_while_a_state_read_is_under_way_sha
     ]
 
 
-async def test_r5_3_an_ending_job_read_by_its_state_ends_no_later_than_its_call() -> None:
-    """A running job's end time is where its time limit would end it, hours away. The bug
-    this catches: the drain due when a Pod outlives KillWait counted from that time, so the
-    scheduler would not have drained the node before Slurm handed the resources on."""
+@pytest.mark.parametrize(
+    "projected",
+    [
+        pytest.param(int(NOW) + 3600, id="a limit hours away: the drain would come after KillWait"),
+        pytest.param(int(NOW) - 27, id="a limit Slurm enforced 27 s late: the node drained at once"),
+    ],
+)
+async def test_r5_3_an_ending_job_read_by_its_state_ends_at_its_call(projected: int) -> None:
+    """A running job's end time is only where its time limit would end it. The bugs this
+    catches: the drain due when a Pod outlives KillWait counted from that time, too late to
+    stop Slurm handing the resources on, or at once, draining a node for nothing."""
     slurm, seen = Slurm(), Seen()
     slurm.release.set()
     slurm.states = {4: CANCELLED}
-    running = replace(job(4), start_time=int(NOW) - 60, end_time=int(NOW) + 3600)
+    running = replace(job(4), start_time=int(NOW) - 60, end_time=projected)
     await reads(slurm, seen, {4: running}).deliver_ending(ref(4), 4)
     [(_, ending)] = seen
     assert (ending.state, ending.end_time, ending.start_time) == ("COMPLETING", int(NOW), int(NOW) - 60)

@@ -112,11 +112,11 @@ class HookReads:
         if not ending.ending:
             await self.deliver(ref, job_id, known)
             return
-        # A running job's end time is the one its time limit would give it. The drain due
-        # if its Pod outlives KillWait counts from the real end, which was no later than this
-        # call; the poller's next listing brings the exact time.
-        ended_by = int(called_at)
-        self._seen(ref, replace(ending, end_time=min(job.end_time or ended_by, ended_by)))
+        # A running job's end time is only where its time limit would end it: hours away,
+        # or already past when Slurm enforces the limit late. The drain due if the Pod
+        # outlives KillWait counts from the job's end, which Slurm's signal put just before
+        # this call; the poller's next listing brings Slurm's own time.
+        self._seen(ref, replace(ending, end_time=int(called_at)))
 
 
 class JobStates:
