@@ -254,8 +254,8 @@ class Scheduler:
         return found[1] if found is not None else None
 
     def _index_shows(self, job_id: int, what: Callable[[SlurmJob], bool]) -> bool:
-        found = self.index.get(job_id)
-        return found is not None and what(found[1])
+        job = self._known_job(job_id)
+        return job is not None and what(job)
 
     async def job_terminating(self, ref: PodRef, job_id: int) -> None:
         """Read this job's state now (with those of others ending at once, where Slurm can):

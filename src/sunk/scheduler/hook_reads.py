@@ -16,10 +16,9 @@ from dataclasses import replace
 
 from sunk.scheduler.translate import PodRef
 from sunk.slurm.errors import SlurmError
-from sunk.slurm.models import SlurmJob
+from sunk.slurm.models import JobState, SlurmJob
 
 log = logging.getLogger(__name__)
-State = tuple[str, tuple[str, ...]]  # one word, every state word (`summarize_state`)
 # Job IDs per state read: each is a query parameter of its own, and the URL stays short.
 STATES_PER_READ = 200
 
@@ -46,7 +45,7 @@ class HookReads:
         at_once: int,
         *,
         now: Callable[[], float],
-        read_states: Callable[[list[int]], Awaitable[dict[int, State]]] | None = None,
+        read_states: Callable[[list[int]], Awaitable[dict[int, JobState]]] | None = None,
         known_job: Callable[[int], SlurmJob | None] = lambda _job_id: None,
     ) -> None:
         """`read_states`: Slurm's states of many jobs in one request, where it can;
@@ -128,17 +127,17 @@ class JobStates:
 
     def __init__(
         self,
-        read: Callable[[list[int]], Awaitable[dict[int, State]]],
+        read: Callable[[list[int]], Awaitable[dict[int, JobState]]],
         slots: asyncio.Semaphore,
     ) -> None:
         """`read`: Slurm's states of the given jobs (one it no longer has left out);
         `slots`: the connections to slurmrestd shared with single job reads."""
         self._read = read
         self._slots = slots
-        self._asked: dict[int, asyncio.Future[State | None]] = {}
+        self._asked: dict[int, asyncio.Future[JobState | None]] = {}
         self._reader: asyncio.Task[None] | None = None
 
-    async def state(self, job_id: int) -> State | None:
+    async def state(self, job_id: int) -> JobState | None:
         """The job's state as Slurm has it now, or None when Slurm has no such job; raises
         what the read raised."""
         future = self._asked.get(job_id)
@@ -165,7 +164,7 @@ class JobStates:
                 future.set_result(states.get(job_id))
 
 
-def _retrieved(future: asyncio.Future[State | None]) -> None:
+def _retrieved(future: asyncio.Future[JobState | None]) -> None:
     """Marks a failed read's outcome as seen: a caller that hung up never awaits it, and
     asyncio would log it as never retrieved."""
     future.exception()

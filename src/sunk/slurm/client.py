@@ -30,7 +30,7 @@ from sunk.slurm.errors import (
     error_list,
     raise_for,
 )
-from sunk.slurm.models import SlurmJob, SlurmNode
+from sunk.slurm.models import JobState, SlurmJob, SlurmNode
 from sunk.slurm.replies import decode, job_reply_decoder
 from sunk.slurm.request import JobRequest
 from sunk.slurm.scontrol import Scontrol
@@ -330,7 +330,7 @@ class SlurmClient:
         jobs: list[dict[str, Any]] = reply.get("jobs") or []
         return jobs
 
-    async def job_states(self, job_ids: list[int]) -> dict[int, tuple[str, tuple[str, ...]]]:
+    async def job_states(self, job_ids: list[int]) -> dict[int, JobState]:
         """Job ID → (its state in one word, every state word) for each of `job_ids` that
         Slurm still has, in one request (only where the dialect `reads_job_states`). Only
         the states travel: a burst of jobs ending costs one small answer where reading each

@@ -23,7 +23,7 @@ from sunk.slurm.dialect import (
     shared_fields,
 )
 from sunk.slurm.hostlist import expand
-from sunk.slurm.models import SlurmJob, SlurmNode
+from sunk.slurm.models import JobState, SlurmJob, SlurmNode
 from sunk.slurm.request import Exclusive, JobRequest, gres_text, name_of_owner_tag, owner_tag
 
 VERSIONS = ("v0.0.40", "v0.0.41", "v0.0.42", "v0.0.43", "v0.0.44", "v0.0.45")
@@ -69,7 +69,7 @@ _BASE_STATES = (
 _NODE_BASES = ("IDLE", "DOWN", "ALLOCATED", "ERROR", "MIXED", "FUTURE", "UNKNOWN")
 
 
-def summarize_state(states: list[str] | str | None) -> tuple[str, tuple[str, ...]]:
+def summarize_state(states: list[str] | str | None) -> JobState:
     """(the one word, every flag) for a job state list such as ["RUNNING", "COMPLETING"]."""
     if isinstance(states, str):
         states = [states]
@@ -81,10 +81,10 @@ def summarize_state(states: list[str] | str | None) -> tuple[str, tuple[str, ...
     return base, tuple(words)
 
 
-def job_states(reply: dict[str, Any]) -> dict[int, tuple[str, tuple[str, ...]]]:
+def job_states(reply: dict[str, Any]) -> dict[int, JobState]:
     """Job ID → (one word, every state word) from a `GET /jobs/state` answer, which names
     jobs by strings ("123", or "123_4" for an array's task, never a placeholder)."""
-    states: dict[int, tuple[str, tuple[str, ...]]] = {}
+    states: dict[int, JobState] = {}
     for raw in reply.get("jobs") or []:
         text = str(raw.get("job_id") or "")
         if text.isdigit():

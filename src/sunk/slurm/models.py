@@ -25,6 +25,9 @@ ACTIVE_STATES = frozenset(
 )
 
 
+# A job's state as one word (what squeue shows) and every word Slurm gave it.
+JobState = tuple[str, tuple[str, ...]]
+
 _GRES_ITEM = re.compile(r"^(?P<name>[^:(]+(?::[^:(]+)?):(?P<count>\d+)")
 
 
