@@ -227,3 +227,38 @@ async def test_r5_1_a_deletion_hold_has_no_deadline_until_slurm_ends_the_job(tmp
         await until(lambda: placeholder.drained, what="the drain after SIGTERM", within=KILL_WAIT_S + 2)
         scheduler.gone.set()
         assert await placeholder.ended_within(12)
+
+
+def sleeps_of(pid: int) -> list[int]:
+    """The PIDs of the `sleep` processes whose parent is `pid` (from /proc/*/stat: the
+    command name in brackets, then the state, then the parent's PID)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        with contextlib.suppress(OSError, ValueError):
+            stat = (entry / "stat").read_text()
+            name, rest = stat[stat.index("(") + 1 :].rsplit(")", 1)
+            if name == "sleep" and int(rest.split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+async def test_r5_2_a_sigterm_that_ends_the_scripts_sleep_first_is_acted_on_at_once(tmp_path: Path) -> None:
+    """Slurm signals a job's processes one at a time. When its SIGTERM ends the script's
+    `sleep` before it reaches the script, the script must still call `terminating` at once:
+    it used to start a one-second `sleep` in that gap and run its handler only after it,
+    so a few Pods of every hundred cancelled were deleted a second late (issue #55)."""
+    scheduler = Scheduler()
+    async with placeholder_of(tmp_path, scheduler) as placeholder:
+        assert placeholder.proc is not None
+        script = placeholder.proc.pid
+        await asyncio.wait_for(scheduler.started.wait(), 5)
+        await until(lambda: bool(sleeps_of(script)), what="the script's sleep")
+        for pid in sleeps_of(script):
+            os.kill(pid, signal.SIGTERM)
+        await asyncio.sleep(0.05)  # the stimulus's own timing: the script's turn comes after
+        sent = time.monotonic()
+        os.kill(script, signal.SIGTERM)
+        await asyncio.wait_for(scheduler.called.wait(), 5)
+        assert time.monotonic() - sent < 0.6, "the call waited for a sleep to end"
+        scheduler.gone.set()
+        assert await placeholder.ended_within(12)
