@@ -34,6 +34,7 @@ class Scheduler:
         self.gone = asyncio.Event()
         self.started = asyncio.Event()
         self.called = asyncio.Event()
+        self.leading = True  # False: every call is answered 503, as by a follower
 
     async def pod_of_job(self, job_id: int) -> PodRef | None:
         return POD if job_id == JOB else None
@@ -55,7 +56,7 @@ class Scheduler:
         return "its Pod is terminating"
 
     def acting_now(self) -> bool:
-        return True
+        return self.leading
 
 
 class Placeholder:
@@ -229,15 +230,16 @@ async def test_r5_1_a_deletion_hold_has_no_deadline_until_slurm_ends_the_job(tmp
         assert await placeholder.ended_within(12)
 
 
-def sleeps_of(pid: int) -> list[int]:
-    """The PIDs of the `sleep` processes whose parent is `pid` (from /proc/*/stat: the
-    command name in brackets, then the state, then the parent's PID)."""
+def sleeps_of(pid: int, seconds: str = "infinity") -> list[int]:
+    """The PIDs of the `sleep {seconds}` processes whose parent is `pid` (/proc/*/stat has
+    the command name in brackets, then the state, then the parent's PID)."""
     found = []
     for entry in Path("/proc").iterdir():
         with contextlib.suppress(OSError, ValueError):
             stat = (entry / "stat").read_text()
             name, rest = stat[stat.index("(") + 1 :].rsplit(")", 1)
-            if name == "sleep" and int(rest.split()[1]) == pid:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+            if name == "sleep" and int(rest.split()[1]) == pid and argv[1:2] == [seconds.encode()]:
                 found.append(int(entry.name))
     return found
 
@@ -262,3 +264,21 @@ async def test_r5_2_a_sigterm_that_ends_the_scripts_sleep_first_is_acted_on_at_o
         assert time.monotonic() - sent < 0.6, "the call waited for a sleep to end"
         scheduler.gone.set()
         assert await placeholder.ended_within(12)
+
+
+async def test_r5_3_a_sigterm_during_a_backoff_drains_in_time(tmp_path: Path) -> None:
+    """While its Pod is deleted and the scheduler does not answer, the script backs off
+    between calls (up to 4 s). Slurm's SIGTERM starts the count to KillWait: when it
+    reaches the script but not its `sleep`, the count must still start then, not when
+    the sleep ends, or the drain due before KillWait comes after it."""
+    scheduler = Scheduler()
+    async with placeholder_of(tmp_path, scheduler) as placeholder:
+        assert placeholder.proc is not None
+        script = placeholder.proc.pid
+        scheduler.leading = False
+        placeholder.signal(signal.SIGUSR1)
+        await until(lambda: bool(sleeps_of(script, "4")), what="the longest backoff", within=10)
+        sent = time.monotonic()
+        os.kill(script, signal.SIGTERM)
+        await until(lambda: placeholder.drained, what="the drain", within=KILL_WAIT_S + 2)
+        assert time.monotonic() - sent < KILL_WAIT_S - 1, "the drain came after KillWait"

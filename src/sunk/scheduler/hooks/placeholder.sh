@@ -150,7 +150,7 @@ hold() {
       202) step=0 ;;     # long poll ended, the Pod is still terminating: ask again
       *)                 # scheduler unreachable, busy or refusing: retry, backing off
         [ -n "$ENDING_AT" ] && (( left <= 5 )) && step=0
-        sleep "${backoff[step]}"
+        sleep "${backoff[step]}" & wait $!   # in the background: see the end of the script
         step=$(( step < 3 ? step + 1 : 3 )) ;;
     esac
   done
