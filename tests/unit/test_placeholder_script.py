@@ -282,3 +282,23 @@ async def test_r5_3_a_sigterm_during_a_backoff_drains_in_time(tmp_path: Path) ->
         os.kill(script, signal.SIGTERM)
         await until(lambda: placeholder.drained, what="the drain", within=KILL_WAIT_S + 2)
         assert time.monotonic() - sent < KILL_WAIT_S - 1, "the drain came after KillWait"
+
+
+async def test_r5_3_a_sigterm_during_a_call_starts_the_count_to_killwait_at_once(tmp_path: Path) -> None:
+    """A Pod is being deleted (SIGUSR1) and its call waits on the scheduler's long poll when
+    Slurm's SIGTERM comes (a preemption, a time limit). When it reaches the script but not
+    the call's `curl`, the count to KillWait must still start then, not when the call ends
+    (8 s later), or the drain due 3 s before KillWait comes after it."""
+    kill_wait_s = 10  # the server long-polls 8 s: a count started after the call would miss
+    scheduler = Scheduler()
+    async with placeholder_of(tmp_path, scheduler, SUNK_KILL_WAIT=str(kill_wait_s)) as placeholder:
+        assert placeholder.proc is not None
+        placeholder.signal(signal.SIGUSR1)
+        await asyncio.wait_for(scheduler.called.wait(), 5)
+        await asyncio.sleep(0.5)  # the stimulus's own timing: well inside the long poll
+        sent = time.monotonic()
+        os.kill(placeholder.proc.pid, signal.SIGTERM)
+        await until(lambda: placeholder.drained, what="the drain", within=kill_wait_s + 8)
+        assert time.monotonic() - sent < kill_wait_s - 1, "the drain came after KillWait"
+        scheduler.gone.set()
+        assert await placeholder.ended_within(12)

@@ -97,10 +97,13 @@ $CALL_NONCE
 # ask: makes the call set up by `call` and sets CODE to its status, or to "forged" when the
 # answer is one that would end this job (200: the Pod is gone; 403: the job is no Pod's)
 # but the scheduler did not sign it for this very call: such an answer is ignored, so no
-# one on the path can free these resources while the Pod still runs.
+# one on the path can free these resources while the Pod still runs. The answer is read
+# from a pipe, not taken from `$(...)`: bash runs a signal's trap while `read` waits, but
+# only after a `$(...)` ends, and a SIGTERM during a long poll must start the count to
+# KillWait when it comes, not up to 10 s later.
 ask() {
   local answer
-  read -r CODE answer <<<"$(curl -K - "${CALL[@]}" <<<"$HOOK_AUTH")"
+  read -r CODE answer < <(curl -K - "${CALL[@]}" <<<"$HOOK_AUTH")
   if [ "$CODE" = 401 ]; then SIGN_CALLS=1; fi
   if [ "$CODE" = 200 ] || [ "$CODE" = 403 ]; then
     hmac "ANSWER
