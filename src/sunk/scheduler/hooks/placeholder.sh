@@ -173,7 +173,7 @@ fi
 call started 2
 curl -K - "${CALL[@]}" <<<"$HOOK_AUTH" >/dev/null &   # the scheduler binds without waiting for its next poll
 # Wait for a signal; its handler ends the script. Bash runs a handler only between
-# commands, and `wait` is the one a handled signal cuts short. Slurm signals a job's
+# commands, or while `wait` waits on a child or `read` on a pipe. Slurm signals a job's
 # processes one at a time, so its SIGTERM may end the `sleep` before it reaches this
 # script: another `sleep` starts in the background at once (a foreground one would hold
 # the handler back for as long as it runs).
