@@ -105,6 +105,12 @@ class Placeholder:
         except ProcessLookupError:
             pass  # it ended already
 
+    def signal_script_only(self, sig: signal.Signals) -> None:
+        """The signal reaches the script and none of its children: Slurm signals a job's
+        processes one at a time, and the script may act before the rest get theirs."""
+        assert self.proc is not None
+        os.kill(self.proc.pid, sig)
+
     async def ended_within(self, seconds: float) -> bool:
         assert self.proc is not None
         try:
@@ -259,7 +265,7 @@ async def test_r5_2_a_sigterm_that_ends_the_scripts_sleep_first_is_acted_on_at_o
             os.kill(pid, signal.SIGTERM)
         await asyncio.sleep(0.05)  # the stimulus's own timing: the script's turn comes after
         sent = time.monotonic()
-        os.kill(script, signal.SIGTERM)
+        placeholder.signal_script_only(signal.SIGTERM)
         await asyncio.wait_for(scheduler.called.wait(), 5)
         assert time.monotonic() - sent < 0.6, "the call waited for a sleep to end"
         scheduler.gone.set()
@@ -279,7 +285,7 @@ async def test_r5_3_a_sigterm_during_a_backoff_drains_in_time(tmp_path: Path) ->
         placeholder.signal(signal.SIGUSR1)
         await until(lambda: bool(sleeps_of(script, "4")), what="the longest backoff", within=10)
         sent = time.monotonic()
-        os.kill(script, signal.SIGTERM)
+        placeholder.signal_script_only(signal.SIGTERM)
         await until(lambda: placeholder.drained, what="the drain", within=KILL_WAIT_S + 2)
         assert time.monotonic() - sent < KILL_WAIT_S - 1, "the drain came after KillWait"
 
@@ -292,12 +298,11 @@ async def test_r5_3_a_sigterm_during_a_call_starts_the_count_to_killwait_at_once
     kill_wait_s = 10  # the server long-polls 8 s: a count started after the call would miss
     scheduler = Scheduler()
     async with placeholder_of(tmp_path, scheduler, SUNK_KILL_WAIT=str(kill_wait_s)) as placeholder:
-        assert placeholder.proc is not None
         placeholder.signal(signal.SIGUSR1)
         await asyncio.wait_for(scheduler.called.wait(), 5)
         await asyncio.sleep(0.5)  # the stimulus's own timing: well inside the long poll
         sent = time.monotonic()
-        os.kill(placeholder.proc.pid, signal.SIGTERM)
+        placeholder.signal_script_only(signal.SIGTERM)
         await until(lambda: placeholder.drained, what="the drain", within=kill_wait_s + 8)
         assert time.monotonic() - sent < kill_wait_s - 1, "the drain came after KillWait"
         scheduler.gone.set()

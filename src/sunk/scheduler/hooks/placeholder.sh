@@ -118,6 +118,16 @@ $CODE
   fi
 }
 
+# pause SECONDS (or infinity): sleeps in the background under `wait`. Bash runs a signal's
+# handler only between commands, or while `wait` waits on a child or `read` on a pipe; a
+# foreground `sleep` would hold the handler back for as long as it runs. Slurm signals a
+# job's processes one at a time, so its SIGTERM can end the `sleep` before it reaches
+# this script: the pause then ends early, with the handler run as soon as it arrives.
+pause() {
+  sleep "$1" &
+  wait $!
+}
+
 # Hold these resources until the Pod is gone, then end. Either signal starts the hold, once:
 # - SIGUSR1: the scheduler says the Pod is being deleted. Slurm is not ending the job, so
 #   there is no deadline and nothing to drain (R5.1).
@@ -153,7 +163,7 @@ hold() {
       202) step=0 ;;     # long poll ended, the Pod is still terminating: ask again
       *)                 # scheduler unreachable, busy or refusing: retry, backing off
         [ -n "$ENDING_AT" ] && (( left <= 5 )) && step=0
-        sleep "${backoff[step]}" & wait $!   # in the background: see the end of the script
+        pause "${backoff[step]}"
         step=$(( step < 3 ? step + 1 : 3 )) ;;
     esac
   done
@@ -172,12 +182,6 @@ fi
 
 call started 2
 curl -K - "${CALL[@]}" <<<"$HOOK_AUTH" >/dev/null &   # the scheduler binds without waiting for its next poll
-# Wait for a signal; its handler ends the script. Bash runs a handler only between
-# commands, or while `wait` waits on a child or `read` on a pipe. Slurm signals a job's
-# processes one at a time, so its SIGTERM may end the `sleep` before it reaches this
-# script: another `sleep` starts in the background at once (a foreground one would hold
-# the handler back for as long as it runs).
-while :; do
-  sleep infinity &
-  wait $!
-done
+# Wait for a signal; its handler ends the script. A pause ended by a signal that has not
+# reached this script yet starts another at once.
+while :; do pause infinity; done
