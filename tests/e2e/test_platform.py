@@ -873,10 +873,19 @@ def test_r10_4_topology_follows_node_labels_and_a_missing_label_changes_nothing(
             events = kube.get(f"/apis/events.k8s.io/v1/namespaces/{NAMESPACE}/events")["items"]
             return any(e["reason"] == "UnknownTopologyLabel" and "real-3" in e["note"] for e in events)
 
+        def labeled() -> dict[str, str]:
+            conditions = platform.nodeset(kube, "compute")["status"]["conditions"]
+            return next(c for c in conditions if c["type"] == "TopologyLabeled")
+
         wait_for(lambda: warned() or None, timeout=60, what="an UnknownTopologyLabel Warning naming real-3")
-        conditions = platform.nodeset(kube, "compute")["status"]["conditions"]
-        labeled = next(c for c in conditions if c["type"] == "TopologyLabeled")
-        assert labeled["status"] == "False" and "real-3" in labeled["message"], labeled
+        # The plan sends its Events before it writes the status, so the condition may
+        # follow the Warning by one write.
+        wait_for(
+            lambda: (labeled()["status"] == "False" and "real-3" in labeled()["message"]) or None,
+            timeout=30,
+            what="TopologyLabeled False naming real-3",
+            explain=lambda: str(labeled()),
+        )
         cm = slurm_config(kube)
         assert "SwitchName=leaf-a" in cm["data"]["topology.conf"]
         assert "spine-s1" in shown_topology(platform)
