@@ -25,8 +25,10 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from bench.arrivals import delete_namespace
+from bench.baselines import rest_client
 from bench.observe import percentile
-from bench.run import SCHEDULER, delete_namespace, rest_client, start_scheduler
+from bench.run import SCHEDULER, start_scheduler
 from sunk.slurm.dataparser import summarize_state
 from sunk.slurm.models import ACTIVE_STATES, gres_counts, gres_is
 from sunk_dev import ClusterSpec, DevCluster

@@ -50,8 +50,8 @@ from typing import Any
 import httpx
 import yaml
 
+from bench.baselines import rest_client
 from bench.observe import percentile
-from bench.run import rest_client
 from sunk.flags import parse_duration
 from sunk_dev import ClusterSpec, DevCluster, procs
 from sunk_dev.kubeapi import AdminKube

@@ -19,182 +19,55 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
 import httpx
 
+from bench.arrivals import END_WITHIN_S, create_pods, delete_namespace, within
+from bench.baselines import bench_kube_scheduler, bench_raw_slurm, cancel_jobs, wait_idle, warm_up
+from bench.machine import pid_shortage, split_cores
 from bench.observe import (
     ApiRequests,
     CpuMeter,
     PodWatch,
     Result,
-    gap_rows,
     peak_rss_mib,
     percentile,
-    read_marks,
     read_slurm_logs,
     timeline_gaps,
 )
+from bench.run_report import (
+    POD_CHAIN,
+    POD_SIDE,
+    TIMELINE_HEADER,
+    cpu_rows,
+    pod_marks,
+    report,
+    say,
+    stage_medians,
+    timeline_rows,
+)
+from bench.scheduler_metrics import (
+    PASS_SECONDS,
+    SLURM_SECONDS,
+    calls_per_pod,
+    histogram_totals,
+    hook_calls,
+    mean_ms,
+    slurm_calls,
+)
 from sunk_dev import ClusterSpec, DevCluster
 from sunk_dev.cluster import PROCTRACK_PLUGINS
-from sunk_dev.errors import DevClusterError
 from sunk_dev.kubeapi import AdminKube
-from sunk_dev.layout import cache_dir
-from sunk_dev.prereqs import ensure_go_tools
-from sunk_dev.slurmcluster import rest_version
-from sunk_dev.slurmrun import cli_env, run_cli, runtime
+from sunk_dev.slurmrun import run_cli
 from sunk_dev.trust import permissive_policy
 
 SCHEDULER = "sunk-bench"
-POD_CPU = "1"
-POD_MEMORY = "64Mi"
-CLIENT_THREADS = 16  # the same for Pod creation and raw job submission
-
-
-def pod(name: str, scheduler: str | None) -> dict[str, Any]:
-    spec: dict[str, Any] = {
-        "terminationGracePeriodSeconds": 5,
-        "containers": [
-            {
-                "name": "main",
-                "image": "busybox",
-                "resources": {"requests": {"cpu": POD_CPU, "memory": POD_MEMORY}},
-            }
-        ],
-    }
-    if scheduler:
-        spec["schedulerName"] = scheduler
-    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}
-
-
-def arrive(n: int, rate: float, one: Callable[[int], None]) -> None:
-    """Call `one(i)` for i < n from a thread pool: all at once (rate 0) or `rate` per second."""
-    with ThreadPoolExecutor(max_workers=CLIENT_THREADS) as pool:
-        if not rate:
-            list(pool.map(one, range(n)))
-            return
-        start = time.monotonic()
-        futures = []
-        for i in range(n):
-            delay = start + i / rate - time.monotonic()
-            if delay > 0:
-                time.sleep(delay)
-            futures.append(pool.submit(one, i))
-        for future in futures:
-            future.result()
-
-
-def create_pods(
-    kube: AdminKube, namespace: str, prefix: str, n: int, rate: float, scheduler: str | None
-) -> dict[str, float]:
-    """Create Pods; returns when each creation request was sent (monotonic)."""
-    sent: dict[str, float] = {}
-
-    def one(i: int) -> None:
-        name = f"{prefix}{i}"
-        sent[name] = time.monotonic()
-        kube.create(f"/api/v1/namespaces/{namespace}/pods", pod(name, scheduler))
-
-    arrive(n, rate, one)
-    return sent
-
-
-def delete_namespace(kube: AdminKube, namespace: str) -> None:
-    kube.delete(f"/api/v1/namespaces/{namespace}")
-    deadline = time.monotonic() + 120
-    while kube.find(f"/api/v1/namespaces/{namespace}") is not None and time.monotonic() < deadline:
-        time.sleep(0.5)
-
-
-def counted(metrics_port: int, series: str, label: str) -> dict[str, float] | None:
-    """One counter of the scheduler's own metrics so far, by the value of one label. On a
-    machine a thousand ending jobs keep busy the answer can take a while: wait for it, and
-    when it does not come, say so and count nothing rather than lose the run's figures."""
-    try:
-        text = httpx.get(f"http://127.0.0.1:{metrics_port}/metrics", timeout=120).text
-    except httpx.HTTPError as err:
-        print(f"  (the scheduler's metrics did not answer: {err!r}; {series} not counted)", flush=True)
-        return None
-    counts: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith(series + "{"):
-            value = line[line.index(f'{label}="') + len(label) + 2 :].split('"', 1)[0]
-            counts[value] = float(line.split()[-1])
-    return counts
-
-
-def slurm_calls(metrics_port: int) -> dict[str, float] | None:
-    """The scheduler's slurmrestd requests so far, by endpoint."""
-    return counted(metrics_port, "sunk_slurm_api_request_seconds_count", "endpoint")
-
-
-def hook_calls(metrics_port: int) -> dict[str, float] | None:
-    """The placeholders' hook calls so far, by outcome (a `terminating_wait` is a long poll
-    that ended before the Pod was gone: the placeholder signs and calls again)."""
-    return counted(metrics_port, "sunk_hook_calls_total", "outcome")
-
-
-def mean_ms(
-    metrics_port: int, histogram: str, label: str, before: dict[str, dict[str, float]] | None
-) -> dict[str, float]:
-    """Mean milliseconds per observation of one of the scheduler's histograms since
-    `before` (a `histogram_totals` reading), by the value of one label; none when either
-    reading could not be taken."""
-    now = histogram_totals(metrics_port, histogram, label)
-    if before is None or now is None:
-        return {}
-    means = {}
-    for key, count in now["count"].items():
-        spent = count - before["count"].get(key, 0.0)
-        if spent > 0:
-            means[key] = round(1000 * (now["sum"].get(key, 0.0) - before["sum"].get(key, 0.0)) / spent, 1)
-    return means
-
-
-def histogram_totals(metrics_port: int, histogram: str, label: str) -> dict[str, dict[str, float]] | None:
-    """A histogram's sums and counts so far, or None when the metrics did not answer."""
-    sums = counted(metrics_port, f"{histogram}_sum", label)
-    counts = counted(metrics_port, f"{histogram}_count", label)
-    return None if sums is None or counts is None else {"sum": sums, "count": counts}
-
-
-def calls_per_pod(
-    before: dict[str, float] | None, after: dict[str, float] | None, pods: int
-) -> dict[str, float]:
-    """Calls per Pod between two counts; none when either count could not be read."""
-    if before is None or after is None:
-        return {}
-    spent = {k: (v - before.get(k, 0.0)) / max(1, pods) for k, v in after.items()}
-    return {k: round(v, 2) for k, v in sorted(spent.items(), key=lambda kv: -kv[1]) if v > 0}
-
-
-def say(r: Result, n: int) -> None:
-    print(
-        f"  {r.name}: {r.count}/{n} in {r.seconds:.1f} s ({r.rate:.1f}/s), "
-        f"p50 {r.pct(50):.2f} s, p99 {r.pct(99):.2f} s",
-        flush=True,
-    )
-
-
-SLURM_SECONDS = "sunk_slurm_api_request_seconds"
-PASS_SECONDS = "sunk_reconcile_duration_seconds"
-
-# Beyond KillWait (30 s on the dev cluster) the placeholder drains the node anyway.
-END_WITHIN_S = 90
-
-
-def within(n: int, rate: float) -> float:
-    """How long a phase may take before the benchmark gives up on the stragglers."""
-    arrival = n / rate if rate else 0.0
-    return 120 + arrival + n * 0.5
 
 
 def start_scheduler(
@@ -350,51 +223,6 @@ def bench_ours(
         delete_namespace(kube, namespace)
 
 
-def stage_medians(created: dict[str, float], seen: dict[str, dict[str, float]]) -> dict[str, float]:
-    """Median seconds from creation to the job ID on the Pod, and from there to bound."""
-    to_submitted, to_bound = [], []
-    for name, marks in seen.items():
-        if name in created and {"submitted", "bound"} <= set(marks):
-            to_submitted.append(marks["submitted"] - created[name])
-            to_bound.append(marks["bound"] - marks["submitted"])
-    return {"to_submitted_s": percentile(to_submitted, 50), "to_bound_s": percentile(to_bound, 50)}
-
-
-# A Pod's way through sunk, stage by stage: the Pod watch's marks (monotonic, here) and
-# the Slurm daemons' log lines (wall clock, moved onto the same clock).
-POD_CHAIN = ("created", "submitted", "started", "launched", "marked", "bound", "running")
-POD_SIDE = (("created", "job ID on Pod"), ("submitted", "job ID on Pod"), ("job ID on Pod", "bound"))
-# A raw job's: sent to slurmrestd, the same Slurm stages, then its own file mark.
-RAW_CHAIN = ("sent", "submitted", "started", "launched", "marked", "script mark")
-TIMELINE_HEADER = (
-    "| N / path | from → to | seen | p50 s | p99 s | reversed |",
-    "|---|---|---|---|---|---|",
-)
-
-
-def pod_marks(
-    created: dict[str, float],
-    seen: dict[str, dict[str, float]],
-    job_ids: dict[str, int],
-    slurm: dict[int, dict[str, float]],
-    wall_minus_monotonic: float,
-) -> dict[str, dict[str, float]]:
-    """Pod name → stage → monotonic time, for each Pod created: `created` (its creation
-    sent), `job ID on Pod` (the scheduler's annotation seen), `bound`, `running` (the
-    watch), and the Slurm stages of the job it was given (`slurm`, wall clock)."""
-    marks: dict[str, dict[str, float]] = {}
-    for name, sent in created.items():
-        watched = seen.get(name, {})
-        own = {"created": sent}
-        if "submitted" in watched:
-            own["job ID on Pod"] = watched["submitted"]
-        own |= {k: watched[k] for k in ("bound", "running") if k in watched}
-        if name in job_ids:
-            own |= {k: t - wall_minus_monotonic for k, t in slurm.get(job_ids[name], {}).items()}
-        marks[name] = own
-    return marks
-
-
 def pod_timeline(
     cluster: DevCluster, created: dict[str, float], watch: PodWatch, pods: set[str]
 ) -> dict[str, dict[str, float]]:
@@ -403,346 +231,6 @@ def pod_timeline(
     ids = {name: watch.job_ids[name] for name in pods if name in watch.job_ids}
     slurm = read_slurm_logs(cluster.layout.logs, set(ids.values()))
     return pod_marks({k: v for k, v in created.items() if k in pods}, watch.seen, ids, slurm, wall)
-
-
-def rest_client(cluster: DevCluster) -> httpx.Client:
-    layout = cluster.layout
-    return httpx.Client(
-        base_url=f"{layout.rest_url}/slurm/{rest_version(layout)}",
-        headers={"X-SLURM-USER-NAME": "root", "X-SLURM-USER-TOKEN": layout.slurm_token.read_text().strip()},
-        timeout=60,
-        trust_env=False,
-    )
-
-
-# The same Slurm-side work as a placeholder's start (a durable mark set with scontrol),
-# then the start time written where the benchmark reads it without asking Slurm.
-RAW_SCRIPT = """#!/bin/bash
-export LC_ALL=C
-scontrol update jobid="$SLURM_JOB_ID" "$MARK_FIELD=: started"
-echo "$EPOCHREALTIME" > "$BENCH_MARKS/$SLURM_JOB_ID"
-trap 'echo "$EPOCHREALTIME" > "$BENCH_ENDS/$SLURM_JOB_ID"; exit 0' TERM
-sleep infinity & wait
-"""
-
-
-def bench_raw_slurm(cluster: DevCluster, n: int, rate: float) -> Result:
-    layout = cluster.layout
-    marks, ends = layout.root / f"bench-marks-{n}", layout.root / f"bench-ends-{n}"
-    for directory in (marks, ends):
-        shutil.rmtree(directory, ignore_errors=True)
-        directory.mkdir()
-    env = {
-        "PATH": "/usr/sbin:/usr/bin:/bin",
-        "SLURM_CONF": str(layout.slurm_conf),
-        "BENCH_MARKS": str(marks),
-        "BENCH_ENDS": str(ends),
-    }
-    job: dict[str, Any] = {
-        "name": "raw",
-        "tasks": 1,
-        "cpus_per_task": int(POD_CPU),
-        "current_working_directory": "/tmp",
-        "standard_output": "/dev/null",
-        "standard_error": "/dev/null",
-    }
-    if rest_version(layout) == "v0.0.38":  # Slurm 22.05: no `extra`, older field shapes
-        env["MARK_FIELD"] = "comment"
-        job |= {"nodes": [1, 1], "memory_per_node": 64, "environment": env}
-        body: dict[str, Any] = {"script": RAW_SCRIPT, "job": job}
-    else:
-        env["MARK_FIELD"] = "extra"
-        job |= {"nodes": "1", "memory_per_node": {"set": True, "number": 64}}
-        job["environment"] = [f"{k}={v}" for k, v in env.items()]
-        body = {"job": {**job, "script": RAW_SCRIPT}}
-    submitted: dict[int, float] = {}  # job ID → wall-clock time its submission was sent
-    cpu = CpuMeter({os.getpid(): "bench client"})
-    with rest_client(cluster) as http:
-
-        def one(_: int) -> None:
-            # slurmctld under a burst of thousands may answer "try again": as sbatch, do.
-            for attempt in range(20):
-                sent = time.time()
-                answer = http.post("/job/submit", json=body).json()
-                if answer.get("job_id"):
-                    submitted[answer["job_id"]] = sent
-                    return
-                time.sleep(0.1 * (attempt + 1))
-            raise RuntimeError(f"slurmrestd refused a raw job 20 times: {answer.get('errors')}")
-
-        t0 = time.time()
-        arrive(n, rate, one)
-        started = {j: t for j, t in read_marks(marks, n, within(n, rate)).items() if j in submitted}
-    used = cpu.used()
-    # Ended as sunk's placeholders will be (one scancel, or one DELETE each at the rate):
-    # when each job's script gets its SIGTERM is Slurm's own part of sunk's job-end path.
-    ending = CpuMeter({os.getpid(): "bench client"})
-    wall = time.time() - time.monotonic()
-    cancelled = cancel_jobs(cluster, [str(j) for j in started], rate)
-    signalled = read_marks(ends, len(started), END_WITHIN_S)
-    if never_started := [str(j) for j in submitted if j not in started]:
-        scancel(cluster, never_started)
-    wait_idle(cluster)
-    slurm = read_slurm_logs(layout.logs, set(started))
-    raw_marks = {j: {"sent": submitted[j], "script mark": started[j], **slurm.get(j, {})} for j in started}
-    to_signal = [t - (cancelled[str(j)] + wall) for j, t in signalled.items() if str(j) in cancelled]
-    result = Result(
-        "raw-slurm",
-        len(started),
-        max(started.values()) - t0 if started else float("nan"),
-        [started[j] - submitted[j] for j in started],
-        {
-            # What ending a raw job costs the machine, to set sunk's job-end phase against.
-            "end_machine_cpu_s": ending.used().get("machine (busy)", 0.0),
-            "end_signal_p50": percentile(to_signal, 50),
-            "end_signal_p99": percentile(to_signal, 99),
-        },
-        cpu=used,
-    )
-    result.timeline = timeline_gaps({str(j): m for j, m in raw_marks.items()}, RAW_CHAIN)
-    say(result, n)
-    return result
-
-
-def scancel(cluster: DevCluster, ids: list[str]) -> None:
-    """scancel as an operator would; a busy slurmctld makes it back off and complain, and
-    jobs ending on their own make it fail for those: neither stops the benchmark."""
-    for chunk in range(0, len(ids), 500):
-        argv = runtime(cluster.layout).argv(["scancel", *ids[chunk : chunk + 500]])
-        result = subprocess.run(
-            argv, env=cli_env(cluster.layout), capture_output=True, text=True, timeout=600
-        )
-        if result.returncode != 0:
-            print(f"scancel: {result.stderr.strip().splitlines()[-1:]}", flush=True)
-
-
-def cancel_jobs(cluster: DevCluster, ids: list[str], rate: float) -> dict[str, float]:
-    """Cancel jobs (all with scancel, or `rate` per second through slurmrestd); returns
-    when each cancellation was sent."""
-    if not rate:
-        sent = time.monotonic()
-        scancel(cluster, ids)
-        return dict.fromkeys(ids, sent)
-    cancelled: dict[str, float] = {}
-    with rest_client(cluster) as http:
-
-        def one(i: int) -> None:
-            cancelled[ids[i]] = time.monotonic()
-            http.delete(f"/job/{ids[i]}")
-
-        arrive(len(ids), rate, one)
-    return cancelled
-
-
-def wait_idle(cluster: DevCluster) -> None:
-    """Until Slurm has no job left (or 5 minutes). A slurmctld swamped by a thousand jobs
-    ending may not answer squeue for a while: that is not idle, and not a reason to stop."""
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline:
-        try:
-            if not run_cli(cluster.layout, "squeue", "-h", "-o", "%i").strip():
-                return
-        except DevClusterError:
-            pass
-        time.sleep(0.5)
-
-
-def bench_kube_scheduler(cluster: DevCluster, kube: AdminKube, n: int, rate: float) -> Result:
-    binary = ensure_go_tools(cache_dir() / "bench-build.log", ("kube-scheduler",))["kube-scheduler"]
-    namespace = kube.create_namespace(f"bench-kube-{n}")
-    log = open(cluster.layout.logs / f"bench-kube-scheduler-{n}.log", "wb")  # noqa: SIM115
-    proc = subprocess.Popen(
-        [
-            str(binary),
-            f"--kubeconfig={cluster.layout.kubeconfig}",
-            f"--authentication-kubeconfig={cluster.layout.kubeconfig}",
-            f"--authorization-kubeconfig={cluster.layout.kubeconfig}",
-            "--leader-elect=false",
-            "--bind-address=127.0.0.1",
-            "--secure-port=29259",
-            "--v=1",
-        ],
-        stdout=log,
-        stderr=subprocess.STDOUT,
-    )
-    log.close()
-    watch = PodWatch(kube, namespace)
-    try:
-        wait_kube_scheduler_ready(kube)
-        cpu, api = CpuMeter({proc.pid: "kube-scheduler", os.getpid(): "bench client"}), ApiRequests(kube)
-        t0 = time.monotonic()
-        created = create_pods(kube, namespace, "k", n, rate, None)
-        bound = watch.wait_for("bound", set(created), within(n, rate))
-        result = Result(
-            "kube-scheduler",
-            len(bound),
-            max(bound.values()) - t0 if bound else float("nan"),
-            [bound[k] - created[k] for k in bound],
-            cpu=cpu.used(),
-        )
-        result.writes = {k: v / max(1, len(bound)) for k, v in api.writes().items()}
-        say(result, n)
-        return result
-    finally:
-        watch.close()
-        proc.terminate()
-        proc.wait(timeout=30)
-        delete_namespace(kube, namespace)
-
-
-def wait_kube_scheduler_ready(kube: AdminKube) -> None:
-    """Ready once it binds a probe Pod: its caches are warm, as ours are at /readyz."""
-    namespace = kube.create_namespace("bench-kube-probe")
-    watch = PodWatch(kube, namespace)
-    try:
-        create_pods(kube, namespace, "probe", 1, 0, None)
-        watch.wait_for("bound", {"probe0"}, 60)
-    finally:
-        watch.close()
-        delete_namespace(kube, namespace)
-
-
-SLURM_SIDE = {"slurmctld", "slurmrestd", "slurmd", "slurmscriptd", "munged"}
-KUBE_SIDE = {"kube-apiserver", "etcd", "kwok"}
-
-
-def split_cores() -> str:
-    """Slurm (its daemons, and through slurmd every job) on one half of the CPUs; the API
-    server, etcd, kwok, the schedulers and this client on the other: as in a real cluster,
-    where they run on different machines, neither side's work slows the other down."""
-    cpus = sorted(os.sched_getaffinity(0))
-    if len(cpus) < 2:
-        raise RuntimeError("--split-cores needs at least 2 CPUs")
-    slurm, kube = set(cpus[: len(cpus) // 2]), set(cpus[len(cpus) // 2 :])
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        try:
-            comm = Path(entry.path, "comm").read_text().strip()
-            side = slurm if comm in SLURM_SIDE else kube if comm in KUBE_SIDE else None
-            if side is not None:
-                for task in os.scandir(Path(entry.path, "task")):  # every thread, not just the first
-                    os.sched_setaffinity(int(task.name), side)
-        except OSError:
-            continue
-    os.sched_setaffinity(0, kube)  # the schedulers we start inherit it
-    return (
-        f"Slurm on CPU {','.join(map(str, sorted(slurm)))}, Kubernetes on {','.join(map(str, sorted(kube)))}"
-    )
-
-
-# What one running job holds on the dev cluster, measured on Slurm 24.11: its slurmstepd
-# with its connection threads (14), the script and its sleep.
-PIDS_PER_JOB = 16
-
-
-def pid_shortage(n: int) -> str | None:
-    """Why N jobs at once cannot run here, or None. Every node's jobs share this machine's
-    PIDs (each thread takes one): past kernel.pid_max, fork and pthread_create fail and
-    slurmctld stops with a fatal error, which would look like a Slurm failure."""
-    pid_max = int(Path("/proc/sys/kernel/pid_max").read_text())
-    in_use = sum(1 for _ in Path("/proc").glob("[0-9]*/task/*"))
-    needed = in_use + n * PIDS_PER_JOB + 2000  # the dev cluster's own daemons
-    if needed <= pid_max:
-        return None
-    return (
-        f"{n} jobs at once need about {needed} PIDs on this machine and kernel.pid_max is "
-        f"{pid_max}: raise it for the run (`sysctl -w kernel.pid_max={2 ** (needed - 1).bit_length()}`) "
-        f"and set it back to {pid_max} after, or run fewer Pods"
-    )
-
-
-def warm_up(cluster: DevCluster) -> None:
-    """Slurm's first scheduling pass after start is slow; let it happen outside the figures."""
-    result = bench_raw_slurm(cluster, 4, 0)
-    if result.count < 4:
-        raise RuntimeError("Slurm did not start 4 warm-up jobs; see the dev cluster's logs")
-
-
-def floor_rate(raw: Result, kube: Result, cores: int, split: bool) -> float:
-    """The fastest sunk could place Pods on this machine in this run: each Pod costs at
-    least a raw job's CPU plus the kube path's (create, bind, its Event and status) plus one
-    more write, the job ID, priced as an average write of the kube path. CPU seconds are the
-    whole machine's busy time per Pod in each phase. Split cores: the Kubernetes half alone
-    must carry the Kubernetes side, and Slurm's half gives raw Slurm's rate. Never above
-    raw Slurm's own rate: sunk runs every Pod through it."""
-    raw_cpu = raw.cpu.get("machine (busy)", 0.0) / max(1, raw.count)
-    kube_cpu = kube.cpu.get("machine (busy)", 0.0) / max(1, kube.count)
-    writes = sum(kube.writes.values()) or 1.0
-    kube_side = kube_cpu * (writes + 1) / writes
-    if split:
-        cap = (cores / 2) / kube_side if kube_side else float("inf")
-    else:
-        cap = cores / (raw_cpu + kube_side) if raw_cpu + kube_side else float("inf")
-    return min(raw.rate, cap)
-
-
-def report(
-    n: int, nodes: int, arrival: str, results: dict[str, Result], cores: int, split: bool
-) -> list[str]:
-    ours, raw, kube, end = (
-        results["ours"],
-        results["raw-slurm"],
-        results["kube-scheduler"],
-        results["ours-end"],
-    )
-    floor = floor_rate(raw, kube, cores, split)
-    ours.extra["floor_rate"] = floor
-
-    def row(label: str, r: Result, note: str) -> str:
-        return (
-            f"| {n} {arrival} | {nodes} | {label} | {r.count}/{n} | {r.rate:.1f}/s | "
-            f"{r.pct(50):.2f} | {r.pct(95):.2f} | {r.pct(99):.2f} | {note} |"
-        )
-
-    usage = (
-        f"median created→job ID {ours.extra['to_submitted_s']:.2f} s, job ID→bound "
-        f"{ours.extra['to_bound_s']:.2f} s; Slurm calls/Pod {ours.extra['slurm_calls_per_pod']:.1f}; "
-        f"scheduler CPU {ours.cpu.get('sunk scheduler', 0):.1f} s, "
-        f"peak RSS {ours.extra['peak_rss_mib']:.0f} MiB"
-    )
-    ended = (
-        f"cancelling took {end.extra['scancel_s']:.2f} s; "
-        f"→ Pod gone p50 {end.extra['gone_p50']:.2f} s, p99 {end.extra['gone_p99']:.2f} s; machine CPU "
-        f"{end.cpu.get('machine (busy)', 0.0):.1f} s (ending as many raw jobs: "
-        f"{raw.extra.get('end_machine_cpu_s', 0.0):.1f} s; their scripts got SIGTERM p50 "
-        f"{raw.extra.get('end_signal_p50', float('nan')):.2f} s, p99 "
-        f"{raw.extra.get('end_signal_p99', float('nan')):.2f} s after it was sent)"
-    )
-    return [
-        row("sunk: create → bound", ours, usage),
-        row(
-            "raw slurmrestd: submit → started",
-            raw,
-            f"sunk/raw rate **{ours.rate / raw.rate:.2f}x**; floor {floor:.1f}/s = "
-            f"{floor / raw.rate:.2f}x raw, sunk at **{ours.rate / floor:.2f}x** of it",
-        ),
-        row("kube-scheduler: create → bound", kube, f"sunk/kube rate **{ours.rate / kube.rate:.2f}x**"),
-        row("sunk: job cancelled → Pod deleting", end, ended),
-    ]
-
-
-def timeline_rows(at: str, results: dict[str, Result]) -> list[str]:
-    """Where each Pod's (or raw job's) time went, stage by stage: medians and p99 of each
-    gap; `reversed` counts those that reached the later stage first."""
-    rows = []
-    for name in ("ours", "raw-slurm"):
-        if name in results and results[name].timeline:
-            rows += gap_rows(f"{at} {name}", results[name].timeline, results[name].count)
-    if "ours" in results:
-        waits = {k.removeprefix("ms "): v for k, v in results["ours"].extra.items() if k.startswith("ms ")}
-        rows.append(f"| {at} ours | mean ms per slurmrestd call / pass | {waits} | | | |")
-    return rows
-
-
-def cpu_rows(at: str, results: dict[str, Result]) -> list[str]:
-    rows = []
-    for name, r in results.items():
-        writes = ", ".join(f"{k} {v:.2f}" for k, v in r.writes.items())
-        calls = ", ".join(f"{k} {v:.2f}" for k, v in r.calls.items())
-        cpu = ", ".join(f"{k} {v:.1f}" for k, v in r.cpu.items())
-        rows.append(f"| {at} | {name} | {cpu} | {writes} | {calls} |")
-    return rows
 
 
 def main() -> int:

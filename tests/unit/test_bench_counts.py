@@ -3,7 +3,7 @@ give (a machine a thousand ending jobs keep busy) means no figure, never a wrong
 
 from __future__ import annotations
 
-from bench.run import calls_per_pod
+from bench.scheduler_metrics import calls_per_pod
 
 
 def test_calls_per_pod_are_what_was_spent_between_the_two_counts() -> None:

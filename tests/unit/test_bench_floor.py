@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 from bench.observe import Result
-from bench.run import floor_rate
+from bench.run_report import floor_rate
 
 # The issue's own figures: 100 raw jobs in 2.31 s using 4.6 CPU seconds of the machine;
 # 100 Pods bound by kube-scheduler with 2.0 CPU seconds and 3.4 writes per Pod.

@@ -7,7 +7,7 @@ from datetime import datetime
 
 import pytest
 from bench.observe import Gap, slurm_log_marks, timeline_gaps
-from bench.run import POD_CHAIN, pod_marks
+from bench.run_report import POD_CHAIN, pod_marks
 from bench.trace_report import durations, pod_rows, read_trace
 
 

@@ -58,7 +58,7 @@ def test_the_default_scheduler_may_only_choose_real_nodes(tmp_path: Path) -> Non
 @pytest.mark.parametrize("offset", [0, 1000, 2000, 3000, 5000, 9000])
 def test_kube_scheduler_has_a_port_of_its_own(tmp_path: Path, offset: int) -> None:
     """Catches kube-scheduler sharing a port with CoreDNS, kube-proxy, a kubelet or the
-    control plane, or taking the port bench/run.py's own kube-scheduler binds (29259)."""
+    control plane, or taking the port bench/baselines.py's own kube-scheduler binds (29259)."""
     layout = Layout(tmp_path, Ports().shifted(offset))
     ports = layout.ports
     others = set(ports.fixed(accounting=True).values()) | {
